@@ -1,0 +1,183 @@
+//! [`Error`] and [`Result`]: one error type for every fallible operation of the crate.
+
+use zookeeper_client as zk;
+
+use crate::watchdog::LossReason;
+
+/// The result type of every fallible zkfence operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking, holding or releasing a fenced lock.
+///
+/// Messages are lowercase and say what to do. Match on the variant or use the predicates
+/// ([`Error::is_retryable`], [`Error::is_lock_lost`], [`Error::is_session_terminal`]) rather
+/// than on the message text. The ZooKeeper error, where there is one, is kept as the
+/// [`source`](std::error::Error::source).
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::{Error, LossReason};
+///
+/// let err = Error::LockLost(LossReason::SessionExpired);
+/// assert!(err.is_lock_lost());
+/// assert!(!err.is_retryable());
+/// assert_eq!(err.to_string(), "lock lost: the zookeeper session expired; stop using the lock and its token");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The lock path is not a valid ZooKeeper path for a lock.
+    #[error(
+        "invalid lock path {path:?}: {reason}; use an absolute path such as \"/locks/orders\""
+    )]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The [`LockOptions`](crate::LockOptions) cannot be used as given.
+    #[error("invalid lock options: {0}")]
+    InvalidOptions(&'static str),
+
+    /// The lock path (or one of its ancestors) does not exist and creating parents is off.
+    #[error("lock path {path} does not exist; create it first or enable LockOptions::with_create_parents(true)")]
+    NoParent {
+        /// The lock path.
+        path: String,
+    },
+
+    /// ZooKeeper refused the operation because of the path's ACL.
+    #[error("zookeeper denied {op} on {path} (acl); authenticate the client (Connector::with_auth) or grant it read, create and delete there")]
+    AccessDenied {
+        /// The operation that was refused (`create`, `list`, `delete`, ...).
+        op: &'static str,
+        /// The path it was refused on.
+        path: String,
+    },
+
+    /// Our queue node vanished while we were waiting for the lock (someone deleted it or the
+    /// whole lock path). We are no longer in the queue; acquiring again is safe.
+    #[error("our queue node {node} was deleted while waiting (was the lock path removed?); acquire again")]
+    NodeDeletedWhileWaiting {
+        /// Full path of the node that vanished.
+        node: String,
+    },
+
+    /// The ZooKeeper session expired. The client is dead: build a new one.
+    #[error("the zookeeper session {session} expired; connect a new client and acquire again")]
+    SessionExpired {
+        /// The session that expired.
+        session: zk::SessionId,
+    },
+
+    /// The ZooKeeper client was closed (or every handle to its session was dropped).
+    #[error("the zookeeper client is closed; connect a new client")]
+    ClientClosed,
+
+    /// The ZooKeeper client failed to authenticate; the session is unusable.
+    #[error("zookeeper authentication failed; check the client's credentials")]
+    AuthFailed,
+
+    /// The lock was held but is lost (or its lease lapsed); the work done under it must stop
+    /// and its fencing token must not be used for new writes.
+    #[error("lock lost: {0}")]
+    LockLost(LossReason),
+
+    /// Any other ZooKeeper failure, with the operation and path it happened on.
+    #[error("zookeeper {op} on {path} failed: {source}")]
+    ZooKeeper {
+        /// The operation that failed.
+        op: &'static str,
+        /// The path it failed on.
+        path: String,
+        /// The client's error.
+        #[source]
+        source: zk::Error,
+    },
+}
+
+impl Error {
+    /// True when trying the same operation again, with the same client, may succeed:
+    /// transient ZooKeeper failures, a queue node deleted under us, or a lock lost while the
+    /// session itself is still alive.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::{Error, LossReason};
+    /// assert!(Error::LockLost(LossReason::NodeDeleted).is_retryable());
+    /// assert!(!Error::ClientClosed.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::NodeDeletedWhileWaiting { .. } => true,
+            Error::LockLost(reason) => !reason.is_session_terminal(),
+            Error::ZooKeeper { source, .. } => matches!(
+                source,
+                zk::Error::ConnectionLoss
+                    | zk::Error::Timeout
+                    | zk::Error::Throttled
+                    | zk::Error::NoHosts
+            ),
+            _ => false,
+        }
+    }
+
+    /// True for [`Error::LockLost`]: the lock was held and is no longer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::{Error, LossReason};
+    /// assert!(Error::LockLost(LossReason::LeaseExpired).is_lock_lost());
+    /// ```
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost(_))
+    }
+
+    /// True when the ZooKeeper session behind the client is over (expired, closed, failed
+    /// authentication): nothing will succeed with this client again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::Error;
+    /// assert!(Error::ClientClosed.is_session_terminal());
+    /// ```
+    pub fn is_session_terminal(&self) -> bool {
+        match self {
+            Error::SessionExpired { .. } | Error::ClientClosed | Error::AuthFailed => true,
+            Error::LockLost(reason) => reason.is_session_terminal(),
+            _ => false,
+        }
+    }
+
+    /// Maps a client error from `op` on `path` to ours, giving the common cases their own
+    /// variants.
+    pub(crate) fn zk(
+        op: &'static str,
+        path: &str,
+        session: zk::SessionId,
+        source: zk::Error,
+    ) -> Error {
+        match source {
+            zk::Error::NoAuth => Error::AccessDenied {
+                op,
+                path: path.to_owned(),
+            },
+            zk::Error::SessionExpired | zk::Error::SessionMoved => {
+                Error::SessionExpired { session }
+            }
+            zk::Error::ClientClosed => Error::ClientClosed,
+            zk::Error::AuthFailed => Error::AuthFailed,
+            source => Error::ZooKeeper {
+                op,
+                path: path.to_owned(),
+                source,
+            },
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
+//! gets from [`FencedLock::run`](crate::FencedLock::run).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::metrics as m;
+use crate::recipe;
+use crate::watchdog::{Event, GuardState, Interest, LossReason};
+
+/// What a guard and its [`Held`] handles share.
+#[derive(Debug)]
+struct Shared {
+    client: zk::Client,
+    lock_path: Arc<str>,
+    node: Arc<str>,
+    token: FencingToken,
+    state: Arc<GuardState>,
+    /// Our registration with the session's watchdog.
+    id: u64,
+    acquired_at: Instant,
+}
+
+/// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
+/// synchronous [`check`](Held::check). [`LockGuard`] dereferences to it, and
+/// [`FencedLock::run`](crate::FencedLock::run) hands one to the critical section.
+///
+/// A `Held` does not keep the lock: the lock is released when its [`LockGuard`] is.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+/// let guard = lock.acquire().await?;
+/// let held: zkfence::Held = guard.held();
+/// tokio::spawn(async move {
+///     held.check()?; // fails once the lock is lost or its lease has lapsed
+///     println!("writing with token {}", held.token().as_u64());
+///     Ok::<_, zkfence::Error>(())
+/// });
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Held {
+    shared: Arc<Shared>,
+}
+
+impl Held {
+    /// The fencing token of this acquisition: pass [`FencingToken::as_u64`] to storage.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// println!("UPDATE t SET v = 1, fence = {0} WHERE fence <= {0}", guard.token().as_u64());
+    /// # Ok(()) }
+    /// ```
+    pub fn token(&self) -> FencingToken {
+        self.shared.token
+    }
+
+    /// Full path of our lock znode, e.g. `/locks/orders/_c_…-lock-0000000042`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// assert!(guard.node_path().starts_with("/locks/orders/_c_"));
+    /// # Ok(()) }
+    /// ```
+    pub fn node_path(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// The lock path this guard holds.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// assert_eq!(guard.lock_path(), "/locks/orders");
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_path(&self) -> &str {
+        &self.shared.lock_path
+    }
+
+    /// The ZooKeeper session holding the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// println!("held by session {}", guard.session_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn session_id(&self) -> zk::SessionId {
+        self.shared.client.session_id()
+    }
+
+    /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
+    /// hand a [`child_token`](CancellationToken::child_token) to the work done under the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let cancel = guard.cancellation_token();
+    /// tokio::select! {
+    ///     _ = cancel.cancelled() => eprintln!("lock lost: {:?}", guard.check()),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => println!("work done"),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.shared.state.token.clone()
+    }
+
+    /// Waits until the lock is lost or released, and says why.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits on the cancellation token.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let reason = guard.lost().await;
+    /// eprintln!("stopped holding the lock: {reason}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) -> LossReason {
+        self.shared.state.token.cancelled().await;
+        self.shared.state.reason().unwrap_or(LossReason::Released)
+    }
+
+    /// Fails fast, without any I/O, once the lock is lost, released, **or** the lease deadline
+    /// has passed by the monotonic clock, even if the watchdog has not run yet (after a
+    /// process pause, say). Call it right before each side effect.
+    ///
+    /// A passing check is not a promise about the future: a write sent after it may still
+    /// arrive late at storage, which is why storage must also compare the fencing token.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] with the reason.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// guard.check()?;
+    /// // ... one side effect, fenced with guard.token().as_u64() ...
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        self.loss_check().map_err(Error::LockLost)
+    }
+
+    pub(crate) fn loss_check(&self) -> std::result::Result<(), LossReason> {
+        self.shared.state.check()
+    }
+
+    /// The current lease deadline: the lock is considered lost from this instant on unless a
+    /// reply from ZooKeeper moves it. It moves forward while the session is healthy. Useful
+    /// in logs and to give storage-side leases a TTL that ends no later than ours.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let left = guard.lease_deadline().saturating_duration_since(tokio::time::Instant::now());
+    /// println!("lease holds for at least {left:?} more");
+    /// # Ok(()) }
+    /// ```
+    pub fn lease_deadline(&self) -> Instant {
+        self.shared.state.deadline()
+    }
+
+    /// How long this lock has been held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// println!("held for {:?}", guard.held_for());
+    /// # Ok(()) }
+    /// ```
+    pub fn held_for(&self) -> Duration {
+        self.shared.acquired_at.elapsed()
+    }
+}
+
+/// Proof that this process holds a [`FencedLock`](crate::FencedLock), with the acquisition's
+/// [`FencingToken`].
+///
+/// The guard is owned (`'static`), `Send + Sync`, and may be moved to and released from any
+/// task or thread. Release it with [`release`](LockGuard::release), which deletes the lock
+/// node and reports errors. Dropping it cancels its token at once and deletes the node in the
+/// background (on the Tokio runtime current at drop, if any; otherwise the node goes when the
+/// session ends).
+///
+/// The guard dereferences to [`Held`] for [`token`](Held::token), [`check`](Held::check),
+/// [`cancellation_token`](Held::cancellation_token), [`lost`](Held::lost) and
+/// [`lease_deadline`](Held::lease_deadline).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+/// let guard = lock.acquire().await?;
+/// let token = guard.token();
+/// std::thread::spawn(move || {
+///     let rt = tokio::runtime::Runtime::new().unwrap();
+///     rt.block_on(guard.release()) // released from another thread
+/// })
+/// .join()
+/// .unwrap()?;
+/// println!("held with {token}");
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct LockGuard {
+    held: Held,
+    /// Keeps the session's watchdog running while we hold the lock; `None` once finished.
+    interest: Option<Interest>,
+}
+
+impl std::ops::Deref for LockGuard {
+    type Target = Held;
+
+    fn deref(&self) -> &Held {
+        &self.held
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        client: zk::Client,
+        lock_path: Arc<str>,
+        node: String,
+        token: FencingToken,
+        interest: Interest,
+        state: GuardState,
+        node_watch: Option<crate::lock::NodeWatch>,
+    ) -> LockGuard {
+        let watch = interest.watch();
+        let id = watch.next_id();
+        let node: Arc<str> = node.into();
+        let state = Arc::new(state);
+        watch.send(Event::Register {
+            id,
+            node: node.clone(),
+            state: state.clone(),
+            watch: node_watch,
+        });
+        ::metrics::gauge!(m::HELD_LOCKS).increment(1.0);
+        let shared = Shared {
+            client,
+            lock_path,
+            node,
+            token,
+            state,
+            id,
+            acquired_at: Instant::now(),
+        };
+        LockGuard {
+            held: Held {
+                shared: Arc::new(shared),
+            },
+            interest: Some(interest),
+        }
+    }
+
+    /// A cloneable [`Held`] handle for other tasks: token, check, cancellation.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let held = guard.held();
+    /// let worker = tokio::spawn(async move { held.lost().await });
+    /// guard.release().await?;
+    /// assert_eq!(worker.await.unwrap(), zkfence::LossReason::Released);
+    /// # Ok(()) }
+    /// ```
+    pub fn held(&self) -> Held {
+        self.held.clone()
+    }
+
+    /// Releases the lock: one delete of our node, awaited, retried across ConnectionLoss
+    /// until it succeeds or the session is gone. The cancellation token is cancelled first,
+    /// so work still running under the lock stops before the next holder can start.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LockLost`] if the lock had been lost while held (the node is still deleted
+    ///   when the session allows): the work done under it may have overlapped another holder,
+    ///   and only fenced writes are known to be safe.
+    /// - [`Error::SessionExpired`] / [`Error::ClientClosed`]: the session is gone, and its
+    ///   ephemeral node with it.
+    /// - [`Error::AccessDenied`] and other ZooKeeper errors: the node remains until the
+    ///   session ends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the sense that matters: if this future is dropped before the delete is
+    /// confirmed, the guard's drop deletes the node in the background instead.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// // ... fenced work ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<()> {
+        let shared = self.held.shared.clone();
+        let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
+        shared.state.lose(LossReason::Released);
+        let deleted = recipe::delete_node(&shared.client, &shared.node).await;
+        self.finish();
+        let outcome = match (lost, deleted) {
+            (Some(reason), _) => Err(Error::LockLost(reason)),
+            (None, Ok(true)) => Ok(()),
+            (None, Ok(false)) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            (None, Err(err)) => Err(err),
+        };
+        match &outcome {
+            Ok(()) => {
+                tracing::debug!(node = %shared.node, fencing_token = %shared.token, "released")
+            }
+            Err(err) => {
+                if !err.is_lock_lost() {
+                    ::metrics::counter!(m::RELEASE_ERRORS_TOTAL).increment(1);
+                }
+                tracing::warn!(node = %shared.node, fencing_token = %shared.token, cause = %err, "release reported an error");
+            }
+        }
+        outcome
+    }
+
+    /// Unregisters from the watchdog and records the hold, once.
+    fn finish(&mut self) {
+        let Some(interest) = self.interest.take() else {
+            return;
+        };
+        interest.watch().send(Event::Unregister {
+            id: self.held.shared.id,
+        });
+        ::metrics::gauge!(m::HELD_LOCKS).decrement(1.0);
+        ::metrics::histogram!(m::HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.label.clone())
+            .record(self.held.shared.acquired_at.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.interest.is_none() {
+            return;
+        }
+        let shared = self.held.shared.clone();
+        shared.state.lose(LossReason::Released);
+        self.finish();
+        crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn guard_and_handle_are_send_sync_static() {
+        assert_send_sync_static::<LockGuard>();
+        assert_send_sync_static::<Held>();
+        assert_send_sync_static::<crate::FencedLock>();
+    }
+}

@@ -1,0 +1,1057 @@
+//! [`FencedLock`] and [`LockOptions`]: acquire, try_acquire, acquire_timeout, contenders, run.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::guard::{Held, LockGuard};
+use crate::metrics as m;
+use crate::recipe::{self, child_path};
+use crate::watchdog::{self, GuardState, LeasePolicy, LossReason};
+
+/// How a lock's parent nodes are created when they are missing.
+///
+/// # Examples
+///
+/// ```
+/// let options = zkfence::LockOptions::default().with_parent_mode(zkfence::ParentMode::Persistent);
+/// # let _ = options;
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParentMode {
+    /// Container nodes, as Apache Curator creates them: the server deletes them once empty, so
+    /// idle locks leave nothing behind. Tokens stay monotonic when the parent is recreated.
+    Container,
+    /// Ordinary persistent nodes, kept until someone deletes them.
+    Persistent,
+}
+
+/// How a [`FencedLock`] creates its nodes and watches its lease. Built with `with_*` methods
+/// from [`LockOptions::default`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use zkfence::LockOptions;
+///
+/// let options = LockOptions::default()
+///     .with_data(b"orders-worker-3".to_vec())
+///     .with_create_parents(true)
+///     .with_ride_out_disconnects(false)
+///     .with_lease_margin(Duration::from_millis(200))
+///     .with_metrics_label("orders");
+/// assert_eq!(options.data(), b"orders-worker-3");
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    /// Stored in our lock node so `contenders()` and operators can tell who holds the lock.
+    data: Vec<u8>,
+    /// ACLs of the lock node and of parents we create.
+    acls: Vec<zk::Acl>,
+    /// Whether missing parents are created rather than reported.
+    create_parents: bool,
+    parent_mode: ParentMode,
+    /// Whether a disconnect cancels at once (false) or only once the lease lapses (true).
+    ride_out: bool,
+    lease: LeasePolicy,
+    metrics_label: Option<Arc<str>>,
+}
+
+impl Default for LockOptions {
+    /// Node data `host:<hostname> pid:<pid>`, ACL world:anyone with all permissions, container
+    /// parents created when missing, cancel at once on disconnect, 1% drift and 100 ms margin.
+    fn default() -> Self {
+        LockOptions {
+            data: default_identity().into_bytes(),
+            acls: zk::Acls::anyone_all().to_vec(),
+            create_parents: true,
+            parent_mode: ParentMode::Container,
+            ride_out: false,
+            lease: LeasePolicy {
+                drift: 0.01,
+                margin: Duration::from_millis(100),
+            },
+            metrics_label: None,
+        }
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("host:{host} pid:{}", std::process::id())
+}
+
+impl LockOptions {
+    /// The data stored in our lock node (default `host:<hostname> pid:<pid>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_data("job-42");
+    /// assert_eq!(options.data(), b"job-42");
+    /// ```
+    pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// The ACLs of our lock node and of any parents we create (default world:anyone, all).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zookeeper_client::Acls;
+    /// let options = zkfence::LockOptions::default().with_acls(Acls::creator_all().to_vec());
+    /// # let _ = options;
+    /// ```
+    pub fn with_acls(mut self, acls: Vec<zk::Acl>) -> Self {
+        self.acls = acls;
+        self
+    }
+
+    /// Whether missing parents of the lock path are created (default `true`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_create_parents(false);
+    /// # let _ = options;
+    /// ```
+    pub fn with_create_parents(mut self, create: bool) -> Self {
+        self.create_parents = create;
+        self
+    }
+
+    /// How missing parents are created (default [`ParentMode::Container`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_parent_mode(zkfence::ParentMode::Persistent);
+    /// # let _ = options;
+    /// ```
+    pub fn with_parent_mode(mut self, mode: ParentMode) -> Self {
+        self.parent_mode = mode;
+        self
+    }
+
+    /// Whether a disconnect from ZooKeeper is ridden out until the lease deadline (`true`)
+    /// rather than cancelling the guard at once (`false`, the default). Riding out trades a
+    /// little safety margin for availability during short network blips; the lease still
+    /// ends the hold before the server could expire the session.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_ride_out_disconnects(true);
+    /// # let _ = options;
+    /// ```
+    pub fn with_ride_out_disconnects(mut self, ride_out: bool) -> Self {
+        self.ride_out = ride_out;
+        self
+    }
+
+    /// Time given up from the lease for scheduling jitter (default 100 ms): the lease ends
+    /// `margin` before the earliest instant the server could expire the session.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_lease_margin(std::time::Duration::from_millis(250));
+    /// # let _ = options;
+    /// ```
+    pub fn with_lease_margin(mut self, margin: Duration) -> Self {
+        self.lease.margin = margin;
+        self
+    }
+
+    /// Fraction of the session timeout given up for clock-rate differences between this host
+    /// and the server (default 0.01, i.e. 1%). Values are clamped to `0.0..=0.5`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_lease_drift(0.02);
+    /// # let _ = options;
+    /// ```
+    pub fn with_lease_drift(mut self, drift: f64) -> Self {
+        self.lease.drift = if drift.is_nan() {
+            0.01
+        } else {
+            drift.clamp(0.0, 0.5)
+        };
+        self
+    }
+
+    /// A name for this lock in metrics (label `lock`). Keep it low-cardinality: a lock's
+    /// purpose, never a per-entity path. Unset by default (empty label).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_metrics_label("orders");
+    /// # let _ = options;
+    /// ```
+    pub fn with_metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into().into());
+        self
+    }
+
+    /// The node data.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(zkfence::LockOptions::default().data().starts_with(b"host:"));
+    /// ```
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+/// for (i, c) in lock.contenders().await?.iter().enumerate() {
+///     let role = if i == 0 { "holder" } else { "waiting" };
+///     println!("{role} {} token {} session {} ({})", c.node, c.token, c.session_id, c.identity());
+/// }
+/// # Ok(()) }
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contender {
+    /// The node's name under the lock path.
+    pub node: String,
+    /// Its fencing token (sequence and creation zxid).
+    pub token: FencingToken,
+    /// The session that owns the (ephemeral) node.
+    pub session_id: zk::SessionId,
+    /// The node's data: an identity such as `host:… pid:…`.
+    pub data: Vec<u8>,
+    /// When the node was created, in milliseconds since the Unix epoch (server clock).
+    pub created_ms: i64,
+}
+
+impl Contender {
+    /// The node data as text (lossy UTF-8).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// if let Some(holder) = lock.contenders().await?.first() {
+    ///     println!("held by {}", holder.identity());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn identity(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(&self.data)
+    }
+}
+
+/// A fair, fenced distributed lock on one ZooKeeper path.
+///
+/// Contenders queue as ephemeral sequential nodes `_c_<uuid>-lock-<seq>` under the lock path
+/// (Apache Curator's `InterProcessMutex` naming, so the two exclude each other); each waiter
+/// watches only its predecessor. The holder's [`LockGuard`] carries a [`FencingToken`] that
+/// strictly increases from holder to holder, and is cancelled by the session's watchdog as
+/// soon as the lock may be lost.
+///
+/// `FencedLock` is cheap to clone; clones share the client and the path. Several guards may
+/// be held on one session (on different paths, or the same path from different acquires:
+/// each acquire is its own contender).
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
+/// let lock = zkfence::FencedLock::new(client.clone(), "/locks/orders", zkfence::LockOptions::default())?;
+/// let guard = lock.acquire().await?;
+/// println!("holding {} with token {}", guard.node_path(), guard.token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedLock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: zk::Client,
+    path: Arc<str>,
+    options: LockOptions,
+    label: String,
+}
+
+/// How long an acquire may wait in the queue.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Forever,
+    Never,
+    Until(Instant),
+}
+
+impl FencedLock {
+    /// A lock on `path`, using `client`'s session. Nothing is sent to ZooKeeper yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] for a path ZooKeeper would refuse (relative, trailing `/`,
+    /// empty segments, under `/zookeeper`, ...); [`Error::InvalidOptions`] for an empty ACL
+    /// list.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+    /// let lock = zkfence::FencedLock::new(client, "/locks/orders", zkfence::LockOptions::default())?;
+    /// # let _ = lock; Ok(()) }
+    /// ```
+    pub fn new(
+        client: zk::Client,
+        path: impl Into<String>,
+        options: LockOptions,
+    ) -> Result<FencedLock> {
+        let path = path.into();
+        recipe::validate_lock_path(&path)?;
+        if options.acls.is_empty() {
+            return Err(Error::InvalidOptions("the ACL list is empty; use zookeeper_client::Acls::anyone_all() or name at least one"));
+        }
+        let label = m::lock_label(&options.metrics_label);
+        Ok(FencedLock {
+            inner: Arc::new(Inner {
+                client,
+                path: path.into(),
+                options,
+                label,
+            }),
+        })
+    }
+
+    /// The lock path.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(lock: zkfence::FencedLock) {
+    /// assert_eq!(lock.path(), "/locks/orders");
+    /// # }
+    /// ```
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// The client whose session contends for the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(lock: zkfence::FencedLock) {
+    /// println!("session {}", lock.client().session_id());
+    /// # }
+    /// ```
+    pub fn client(&self) -> &zk::Client {
+        &self.inner.client
+    }
+
+    /// Waits in the lock's fair FIFO queue until this contender holds the lock.
+    ///
+    /// Round trips: an uncontended acquire sends the create and the children listing back to
+    /// back on the session (ZooKeeper answers them in order), so it costs one round trip
+    /// plus one commit. A waiter watches only its predecessor; when that node goes and it was
+    /// the only one ahead, the lock is ours with no further request.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::SessionExpired`], [`Error::ClientClosed`], [`Error::AuthFailed`]: the
+    ///   session ended while queued (never a lock).
+    /// - [`Error::NoParent`] when the path is missing and parents are not created;
+    ///   [`Error::AccessDenied`] when ACLs refuse us.
+    /// - [`Error::NodeDeletedWhileWaiting`] when our queue node (or the whole lock path) was
+    ///   deleted by someone else while we waited.
+    ///
+    /// No node of ours is left behind on any error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future at any await point leaves no node behind. The
+    /// cleanup runs as its own task on the Tokio runtime (it deletes our node, or finds it by
+    /// its UUID and our session if the create's reply had not arrived), so it does not depend
+    /// on the cancelled caller.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// println!("token {}", guard.token().as_u64());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        match self.acquire_with(Wait::Forever).await? {
+            Some(guard) => Ok(guard),
+            // Wait::Forever only returns with a guard or an error.
+            None => Err(Error::ClientClosed),
+        }
+    }
+
+    /// Takes the lock if nobody holds it or waits for it, without waiting. Returns `None`
+    /// (and leaves no node behind: ours is deleted before this returns) when it is taken.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// match lock.try_acquire().await? {
+    ///     Some(guard) => guard.release().await?,
+    ///     None => println!("busy, try later"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.acquire_with(Wait::Never).await
+    }
+
+    /// As [`acquire`](Self::acquire), but gives up after `timeout` and returns `None`; our
+    /// node is deleted before this returns when the timeout hit while queued, or by the
+    /// background cleanup when it hit while ZooKeeper was unreachable.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// if let Some(guard) = lock.acquire_timeout(std::time::Duration::from_secs(2)).await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.acquire_with(Wait::Until(Instant::now() + timeout))
+            .await
+    }
+
+    /// Runs a critical section under the lock: acquires, runs `f`'s future, releases, and
+    /// returns its output.
+    ///
+    /// The future is checked **before every poll**: once the lock is lost or its lease has
+    /// lapsed by the monotonic clock, it is dropped without being polled again and `run`
+    /// returns `Err(Error::LockLost(reason).into())`. After a process pause, no new step of the
+    /// future starts, even if the watchdog task has not been scheduled yet. A step already
+    /// running when the lock is lost cannot be stopped from here: fence your writes with
+    /// [`Held::token`].
+    ///
+    /// The lock is released whatever happens: success, error, loss, a panic in the future
+    /// (released, then the panic resumes), or `run` itself being cancelled (background
+    /// delete).
+    ///
+    /// # Errors
+    ///
+    /// Acquire errors and [`Error::LockLost`], converted into `E`; `f`'s own errors as they
+    /// are. A release error after a successful section is returned too, since the section may
+    /// have overlapped another holder if the lock was lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the section's future and the guard (which deletes the
+    /// node in the background).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn put(_k: &str, _v: &str, _fence: u64) -> zkfence::Result<()> { Ok(()) }
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let out = lock
+    ///     .run(|held| async move {
+    ///         held.check()?;
+    ///         put("key", "value", held.token().as_u64()).await
+    ///     })
+    ///     .await?;
+    /// # let _: () = out; Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T, E>(&self, f: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        let guard = self.acquire().await?;
+        run_section(guard, f).await
+    }
+
+    /// As [`run`](Self::run), but gives up waiting for the lock after `timeout` and returns
+    /// `Ok(None)` without running `f`.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`run`](Self::run).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let done = lock
+    ///     .run_timeout(std::time::Duration::from_secs(2), |held| async move {
+    ///         held.check()?;
+    ///         Ok::<_, zkfence::Error>(held.token().as_u64())
+    ///     })
+    ///     .await?;
+    /// println!("{done:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_timeout<F, Fut, T, E>(
+        &self,
+        timeout: Duration,
+        f: F,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        match self.acquire_timeout(timeout).await? {
+            Some(guard) => run_section(guard, f).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The queue, in order: the holder first, then the waiters. Includes Curator's and other
+    /// clients' nodes that follow the `…lock-<seq>` naming.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoParent`] when the lock path does not exist (nobody has used it, or it was
+    /// reaped), ZooKeeper errors otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let queue = lock.contenders().await?;
+    /// if let Some(holder) = queue.first() {
+    ///     println!("holder {} token {}", holder.node, holder.token.as_u64());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn contenders(&self) -> Result<Vec<Contender>> {
+        let client = &self.inner.client;
+        let path = &*self.inner.path;
+        let session = client.session_id();
+        let mut attempt = 0;
+        let children = loop {
+            match client.list_children(path).await {
+                Ok(children) => break children,
+                Err(zk::Error::NoNode) => {
+                    return Err(Error::NoParent {
+                        path: path.to_owned(),
+                    })
+                }
+                Err(zk::Error::ConnectionLoss) => {
+                    recipe::await_reconnect(client, &mut attempt).await?
+                }
+                Err(err) => return Err(Error::zk("list", path, session, err)),
+            }
+        };
+        let ordered = recipe::queue_order(children);
+        let mut out = Vec::with_capacity(ordered.len());
+        // One multi-read per chunk keeps replies far below the server's 1 MiB jute.maxbuffer.
+        for chunk in ordered.chunks(256) {
+            let results = loop {
+                let mut reader = client.new_multi_reader();
+                for (name, _) in chunk {
+                    let node = child_path(path, name);
+                    reader
+                        .add_get_data(&node)
+                        .map_err(|e| Error::zk("get", &node, session, e))?;
+                }
+                match reader.commit().await {
+                    Ok(results) => break results,
+                    Err(zk::Error::ConnectionLoss) => {
+                        recipe::await_reconnect(client, &mut attempt).await?
+                    }
+                    Err(err) => return Err(Error::zk("get", path, session, err)),
+                }
+            };
+            for ((name, seq), result) in chunk.iter().zip(results) {
+                // A node that vanished between the listing and the read is no longer queued.
+                if let zk::MultiReadResult::Data { data, stat } = result {
+                    out.push(Contender {
+                        node: name.clone(),
+                        token: FencingToken::new(*seq, stat.czxid as u64),
+                        session_id: zk::SessionId(stat.ephemeral_owner),
+                        data,
+                        created_ms: stat.ctime,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        let client = &self.inner.client;
+        let span = tracing::debug_span!(
+            "acquire",
+            lock_path = %self.inner.path,
+            session_id = %client.session_id(),
+            fencing_token = tracing::field::Empty,
+            node = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self.queue(wait).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(Some(guard)) => {
+                span.record("fencing_token", tracing::field::display(guard.token()));
+                span.record("node", guard.node_path());
+                ::metrics::counter!(m::ACQUISITIONS_TOTAL, "lock" => self.inner.label.clone())
+                    .increment(1);
+                tracing::debug!(parent: &span, waited_ms = started.elapsed().as_secs_f64() * 1e3, "acquired");
+                "acquired"
+            }
+            Ok(None) if matches!(wait, Wait::Never) => "busy",
+            Ok(None) => "timeout",
+            Err(err) => {
+                tracing::debug!(parent: &span, cause = %err, "acquire failed");
+                "error"
+            }
+        };
+        ::metrics::histogram!(m::ACQUIRE_DURATION_SECONDS, "outcome" => outcome, "lock" => self.inner.label.clone())
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// The protocol: create (with the listing pipelined behind it), then wait on the
+    /// predecessor until we are first.
+    async fn queue(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        let inner = &*self.inner;
+        let client = &inner.client;
+        let path = &*inner.path;
+        let session = client.session_id();
+        match client.state() {
+            zk::SessionState::Expired => return Err(Error::SessionExpired { session }),
+            zk::SessionState::Closed => return Err(Error::ClientClosed),
+            zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
+            _ => {}
+        }
+        let interest = watchdog::watch_session(client);
+        let lease = interest.watch().lease();
+        let prefix = recipe::protected_prefix(&uuid::Uuid::new_v4());
+        let mut pending = PendingNode {
+            client: client.clone(),
+            parent: path.into(),
+            prefix,
+            node: None,
+            armed: true,
+        };
+        let create_path = child_path(path, &pending.prefix);
+        let create_options =
+            zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&inner.options.acls));
+
+        // Create our node; the listing rides right behind it on the session.
+        let mut attempt = 0;
+        let mut parent_attempts = 0;
+        let (name, stat, mut listing) = loop {
+            if let Wait::Until(deadline) = wait {
+                if Instant::now() >= deadline {
+                    return Ok(None); // `pending` cleans up whatever may have been created
+                }
+            }
+            let sent = Instant::now();
+            let create = client.create(&create_path, &inner.options.data, &create_options);
+            let list = client.list_children(path);
+            let created = create.await;
+            let listed = list.await;
+            match created {
+                Ok((stat, sequence)) => {
+                    lease.extend(sent);
+                    break (format!("{}{sequence}", pending.prefix), stat, listed.ok());
+                }
+                Err(zk::Error::NoNode) if inner.options.create_parents && parent_attempts < 8 => {
+                    pending.armed = false; // nothing was created
+                    parent_attempts += 1;
+                    let mode = match inner.options.parent_mode {
+                        ParentMode::Container => zk::CreateMode::Container,
+                        ParentMode::Persistent => zk::CreateMode::Persistent,
+                    };
+                    recipe::create_parents(client, path, mode, &inner.options.acls).await?;
+                    pending.armed = true;
+                }
+                Err(zk::Error::NoNode) => {
+                    pending.armed = false;
+                    return Err(Error::NoParent {
+                        path: path.to_owned(),
+                    });
+                }
+                Err(zk::Error::ConnectionLoss) => {
+                    recipe::await_reconnect(client, &mut attempt).await?;
+                    if let Some((name, stat)) =
+                        recipe::find_own_node(client, path, &pending.prefix).await?
+                    {
+                        break (name, stat, None);
+                    }
+                }
+                Err(err) => {
+                    // The server refused the create: nothing of ours exists.
+                    pending.armed = false;
+                    return Err(Error::zk("create", path, session, err));
+                }
+            }
+        };
+        let own_path = child_path(path, &name);
+        pending.node = Some(own_path.clone());
+        let Some(sequence) = recipe::parse_sequence(&name) else {
+            return Err(Error::ZooKeeper {
+                op: "create",
+                path: own_path,
+                source: zk::Error::UnexpectedError(format!(
+                    "the server named our node {name:?}, without a 32-bit sequence"
+                )),
+            });
+        };
+        let token = FencingToken::new(sequence, stat.czxid as u64);
+        tracing::Span::current().record("node", own_path.as_str());
+
+        // Wait until no lock node sorts before ours. While waiting we also watch our own node
+        // (sent with the first predecessor watch, so it costs no extra round trip): if someone
+        // deletes it, we fail instead of taking a lock we no longer queue for. The watch is
+        // then handed to the watchdog, which keeps watching the node for the guard.
+        let mut own_watch: Option<NodeWatch> = None;
+        let mut attempt = 0;
+        loop {
+            let children = match listing.take() {
+                Some(children) => children,
+                None => {
+                    let sent = Instant::now();
+                    match client.list_children(path).await {
+                        Ok(children) => {
+                            lease.extend(sent);
+                            children
+                        }
+                        Err(zk::Error::NoNode) => {
+                            return Err(Error::NodeDeletedWhileWaiting { node: own_path })
+                        }
+                        Err(zk::Error::ConnectionLoss) => {
+                            recipe::await_reconnect(client, &mut attempt).await?;
+                            continue;
+                        }
+                        Err(err) => return Err(Error::zk("list", path, session, err)),
+                    }
+                }
+            };
+            let position = recipe::position(&children, &name, sequence);
+            if !position.present {
+                return Err(Error::NodeDeletedWhileWaiting { node: own_path });
+            }
+            let Some(predecessor) = position.predecessor else {
+                break;
+            };
+            if let Wait::Never = wait {
+                pending.remove().await?;
+                return Ok(None);
+            }
+            let predecessor = child_path(path, &predecessor);
+            let sent = Instant::now();
+            let own = own_watch
+                .is_none()
+                .then(|| client.check_and_watch_stat(&own_path));
+            let pred = client.get_and_watch_data(&predecessor);
+            if let Some(own) = own {
+                match own.await {
+                    Ok((Some(_), watcher)) => own_watch = Some(Box::pin(watcher.changed())),
+                    Ok((None, _)) => return Err(Error::NodeDeletedWhileWaiting { node: own_path }),
+                    Err(zk::Error::ConnectionLoss) => {
+                        recipe::await_reconnect(client, &mut attempt).await?;
+                        continue;
+                    }
+                    Err(err) => return Err(Error::zk("watch", &own_path, session, err)),
+                }
+            }
+            let watcher = match pred.await {
+                Ok((_, _, watcher)) => {
+                    lease.extend(sent);
+                    watcher
+                }
+                // Gone already: if it was the only node ahead, nothing can sort before us now.
+                Err(zk::Error::NoNode) if position.ahead == 1 => break,
+                Err(zk::Error::NoNode) => continue,
+                Err(zk::Error::ConnectionLoss) => {
+                    recipe::await_reconnect(client, &mut attempt).await?;
+                    continue;
+                }
+                Err(err) => return Err(Error::zk("watch", &predecessor, session, err)),
+            };
+            let deadline = match wait {
+                Wait::Until(deadline) => Some(deadline),
+                _ => None,
+            };
+            let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
+            let woke = tokio::select! {
+                biased;
+                event = own_changed => {
+                    own_watch = None;
+                    Woke::Own(event)
+                }
+                event = watcher.changed() => Woke::Predecessor(event),
+                _ = sleep_until_opt(deadline) => Woke::Timeout,
+            };
+            let event = match woke {
+                Woke::Timeout => {
+                    pending.remove().await?;
+                    return Ok(None);
+                }
+                Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
+                    return Err(Error::NodeDeletedWhileWaiting { node: own_path });
+                }
+                Woke::Own(event) | Woke::Predecessor(event) => event,
+            };
+            match event.event_type {
+                // The zero-round-trip handoff: our last listing showed it as the only one ahead.
+                zk::EventType::NodeDeleted if position.ahead == 1 => break,
+                zk::EventType::Session => match event.session_state {
+                    zk::SessionState::Expired => return Err(Error::SessionExpired { session }),
+                    zk::SessionState::Closed => return Err(Error::ClientClosed),
+                    zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
+                    _ => {}
+                },
+                _ => {} // list again
+            }
+        }
+
+        pending.armed = false;
+        let watch = interest.watch();
+        let budget = inner.options.lease.budget(watch.session_timeout());
+        let state = GuardState::new(watch, budget, inner.options.ride_out, inner.label.clone());
+        let guard = LockGuard::new(
+            client.clone(),
+            inner.path.clone(),
+            own_path,
+            token,
+            watch.interest(),
+            state,
+            own_watch,
+        );
+        Ok(Some(guard))
+    }
+}
+
+/// A pending `OneshotWatcher::changed()` on a node.
+pub(crate) type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
+
+enum Woke {
+    Own(zk::WatchedEvent),
+    Predecessor(zk::WatchedEvent),
+    Timeout,
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs `f`'s future under `guard`, checking the lock before every poll; releases after.
+async fn run_section<F, Fut, T, E>(guard: LockGuard, f: F) -> std::result::Result<T, E>
+where
+    F: FnOnce(Held) -> Fut,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    E: From<Error>,
+{
+    let held = guard.held();
+    let cancelled = Box::pin(held.cancellation_token().cancelled_owned());
+    let section = Fenced {
+        future: Some(Box::pin(f(guard.held()))),
+        held,
+        cancelled,
+    };
+    match section.await {
+        SectionEnd::Done(out) => {
+            let released = guard.release().await;
+            match (out, released) {
+                (Ok(value), Ok(())) => Ok(value),
+                (Ok(_), Err(err)) => Err(err.into()),
+                (Err(err), _) => Err(err),
+            }
+        }
+        SectionEnd::Lost(reason) => {
+            // The node may still be ours (e.g. a disconnect we did not ride out): delete it.
+            let _ = guard.release().await;
+            Err(Error::LockLost(reason).into())
+        }
+        SectionEnd::Panicked(payload) => {
+            let _ = guard.release().await;
+            std::panic::resume_unwind(payload)
+        }
+    }
+}
+
+enum SectionEnd<O> {
+    Done(O),
+    Lost(LossReason),
+    Panicked(Box<dyn std::any::Any + Send>),
+}
+
+/// Polls the critical section only while the lock holds; drops it the moment it does not.
+struct Fenced<Fut> {
+    held: Held,
+    /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
+    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    future: Option<Pin<Box<Fut>>>,
+}
+
+impl<Fut: Future> Future for Fenced<Fut> {
+    type Output = SectionEnd<Fut::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        // Registers the waker before the check, so a loss between the two still wakes us.
+        let _ = this.cancelled.as_mut().poll(cx);
+        if let Err(reason) = this.held.loss_check() {
+            this.future = None;
+            return Poll::Ready(SectionEnd::Lost(reason));
+        }
+        let Some(future) = this.future.as_mut() else {
+            return Poll::Ready(SectionEnd::Lost(LossReason::Released));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(out)) => {
+                this.future = None;
+                Poll::Ready(SectionEnd::Done(out))
+            }
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => {
+                this.future = None;
+                Poll::Ready(SectionEnd::Panicked(payload))
+            }
+        }
+    }
+}
+
+/// Our queue node until it is handed to a guard: deleted on every other way out, including
+/// the acquire future being dropped.
+struct PendingNode {
+    client: zk::Client,
+    parent: String,
+    /// `_c_<uuid>-lock-`: finds the node when the create's reply was lost.
+    prefix: String,
+    /// Full path once the create's reply arrived.
+    node: Option<String>,
+    /// Whether something of ours may exist and must be cleaned up.
+    armed: bool,
+}
+
+impl PendingNode {
+    /// Deletes our node now (awaited), for `try_acquire` and timeouts.
+    async fn remove(&mut self) -> Result<()> {
+        self.armed = false;
+        match &self.node {
+            Some(node) => recipe::delete_node(&self.client, node).await.map(|_| ()),
+            None => remove_by_prefix(&self.client, &self.parent, &self.prefix).await,
+        }
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let client = self.client.clone();
+        match self.node.take() {
+            Some(node) => spawn_cleanup(client, node),
+            None => {
+                let (parent, prefix) = (
+                    std::mem::take(&mut self.parent),
+                    std::mem::take(&mut self.prefix),
+                );
+                spawn_task(async move {
+                    let outcome = match remove_by_prefix(&client, &parent, &prefix).await {
+                        Ok(()) => "deleted",
+                        Err(_) => "failed",
+                    };
+                    ::metrics::counter!(m::BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome)
+                        .increment(1);
+                });
+            }
+        }
+    }
+}
+
+async fn remove_by_prefix(client: &zk::Client, parent: &str, prefix: &str) -> Result<()> {
+    if let Some((name, _)) = recipe::find_own_node(client, parent, prefix).await? {
+        recipe::delete_node(client, &child_path(parent, &name)).await?;
+    }
+    Ok(())
+}
+
+/// Deletes `node` in a task of its own (retrying across ConnectionLoss).
+pub(crate) fn spawn_cleanup(client: zk::Client, node: String) {
+    spawn_task(async move {
+        let outcome = match recipe::delete_node(&client, &node).await {
+            Ok(true) => "deleted",
+            Ok(false) => "absent",
+            Err(err) => {
+                tracing::debug!(%node, cause = %err, "background delete failed; the node goes with the session");
+                "failed"
+            }
+        };
+        ::metrics::counter!(m::BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome).increment(1);
+    });
+}
+
+fn spawn_task(task: impl Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(task);
+        }
+        Err(_) => tracing::warn!(
+            "no tokio runtime at drop; the lock node is removed when the session ends"
+        ),
+    }
+}

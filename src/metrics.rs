@@ -1,0 +1,76 @@
+//! Metric names, in one place, and [`describe`] to register their help text.
+//!
+//! zkfence records through the [`metrics`] facade and never installs a recorder: install one
+//! in your application (the `zkfence` CLI serves Prometheus text with `--metrics-addr`).
+//! Labels are low-cardinality: `outcome`, `reason`, and `lock` (the optional name set with
+//! [`LockOptions::with_metrics_label`](crate::LockOptions::with_metrics_label), never a node path).
+
+/// Histogram, seconds: from an acquire call to its outcome; label `outcome` is `acquired`,
+/// `timeout`, `busy` (a `try_acquire` that found the lock held) or `error`.
+pub const ACQUIRE_DURATION_SECONDS: &str = "zkfence_acquire_duration_seconds";
+/// Counter: acquisitions that returned a guard.
+pub const ACQUISITIONS_TOTAL: &str = "zkfence_acquisitions_total";
+/// Gauge: guards currently held by this process.
+pub const HELD_LOCKS: &str = "zkfence_held_locks";
+/// Histogram, seconds: from acquisition to release (or drop, or loss).
+pub const HOLD_DURATION_SECONDS: &str = "zkfence_hold_duration_seconds";
+/// Counter: releases whose delete failed (the node then goes with the session).
+pub const RELEASE_ERRORS_TOTAL: &str = "zkfence_release_errors_total";
+/// Counter: queue nodes deleted in the background after a cancelled acquire or a dropped
+/// guard; label `outcome` is `deleted`, `absent` or `failed`.
+pub const BACKGROUND_CLEANUPS_TOTAL: &str = "zkfence_background_cleanups_total";
+/// Counter: held locks lost, by `reason` (see [`LossReason`](crate::LossReason)).
+pub const LOCK_LOST_TOTAL: &str = "zkfence_lock_lost_total";
+/// Histogram, seconds: from the moment a loss became observable (the disconnect seen, the
+/// lease deadline passed, the node's deletion notified) to the guard's cancellation.
+pub const LOSS_DETECTION_SECONDS: &str = "zkfence_loss_detection_seconds";
+/// Counter: watchdog lease probes, by `outcome` (`ok`, `failed`).
+pub const LEASE_PROBES_TOTAL: &str = "zkfence_lease_probes_total";
+/// Gauge: sessions watched by a watchdog in this process.
+pub const WATCHED_SESSIONS: &str = "zkfence_watched_sessions";
+
+/// Registers units and help text for every zkfence metric with the installed recorder. Call
+/// it once after installing your recorder; recording works without it.
+///
+/// # Examples
+///
+/// ```
+/// // After installing a recorder (e.g. metrics-exporter-prometheus):
+/// zkfence::metrics::describe();
+/// ```
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        ACQUIRE_DURATION_SECONDS,
+        Unit::Seconds,
+        "time from an acquire call to its outcome"
+    );
+    describe_counter!(ACQUISITIONS_TOTAL, "acquisitions that returned a guard");
+    describe_gauge!(HELD_LOCKS, "guards currently held by this process");
+    describe_histogram!(
+        HOLD_DURATION_SECONDS,
+        Unit::Seconds,
+        "time from acquisition to release, drop or loss"
+    );
+    describe_counter!(RELEASE_ERRORS_TOTAL, "releases whose delete failed");
+    describe_counter!(
+        BACKGROUND_CLEANUPS_TOTAL,
+        "queue nodes deleted in the background"
+    );
+    describe_counter!(LOCK_LOST_TOTAL, "held locks lost, by reason");
+    describe_histogram!(
+        LOSS_DETECTION_SECONDS,
+        Unit::Seconds,
+        "time from an observable loss to the guard's cancellation"
+    );
+    describe_counter!(LEASE_PROBES_TOTAL, "watchdog lease probes, by outcome");
+    describe_gauge!(
+        WATCHED_SESSIONS,
+        "sessions watched by a watchdog in this process"
+    );
+}
+
+/// The `lock` label value: the configured name, or empty.
+pub(crate) fn lock_label(label: &Option<std::sync::Arc<str>>) -> String {
+    label.as_deref().unwrap_or("").to_owned()
+}

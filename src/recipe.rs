@@ -1,0 +1,361 @@
+//! The queue protocol shared by the lock kinds: node names, queue order, finding our node
+//! after a lost create reply, and deletes that survive ConnectionLoss.
+//!
+//! Node names follow Apache Curator's protected mode, `_c_<uuid>-lock-<seq>`, so a Curator
+//! `InterProcessMutex` and a zkfence lock on the same path share one queue.
+
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+
+/// What precedes the sequence number in every lock node name (Curator's `lock-` lock name).
+pub(crate) const LOCK_NAME: &str = "lock-";
+
+/// Checks that `path` can be a lock path: an absolute ZooKeeper path, not the root, not under
+/// the reserved `/zookeeper` tree, and free of what the server would refuse.
+pub(crate) fn validate_lock_path(path: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(Error::InvalidPath {
+            path: path.to_owned(),
+            reason,
+        })
+    };
+    if path.is_empty() {
+        return bad("it is empty");
+    }
+    if !path.starts_with('/') {
+        return bad("it must start with '/'");
+    }
+    if path == "/" {
+        return bad("the root cannot be a lock path");
+    }
+    if path.ends_with('/') {
+        return bad("it must not end with '/'");
+    }
+    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        return bad("/zookeeper is reserved by the server");
+    }
+    for segment in path[1..].split('/') {
+        match segment {
+            "" => return bad("it has an empty segment ('//')"),
+            "." | ".." => return bad("'.' and '..' segments are not allowed"),
+            _ => {}
+        }
+    }
+    if path.chars().any(is_forbidden_char) {
+        return bad("it contains a control or reserved character");
+    }
+    Ok(())
+}
+
+/// Characters ZooKeeper's `PathUtils.validatePath` refuses.
+fn is_forbidden_char(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+}
+
+/// The name prefix of one contender: `_c_<uuid>-lock-`. The server appends the sequence.
+pub(crate) fn protected_prefix(id: &uuid::Uuid) -> String {
+    format!("_c_{id}-{LOCK_NAME}")
+}
+
+/// The sequence number of a lock node's name, if it is one: the digits after the last
+/// `lock-` (Curator's rule), which are negative after the 2³¹ wrap.
+pub(crate) fn parse_sequence(name: &str) -> Option<i32> {
+    let at = name.rfind(LOCK_NAME)?;
+    let digits = &name[at + LOCK_NAME.len()..];
+    if digits.len() < 10 {
+        return None;
+    }
+    digits.parse::<i32>().ok()
+}
+
+/// Queue order between two sequences, by serial-number arithmetic (RFC 1982): `a` precedes
+/// `b` when `b - a`, taken modulo 2³², is positive as an `i32`. This stays right across the
+/// 2³¹ wrap as long as the live queue spans fewer than 2³¹ sequence numbers.
+pub(crate) fn distance(from: i32, to: i32) -> i32 {
+    to.wrapping_sub(from)
+}
+
+/// Where we stand in one listing of the lock path's children.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// Is our node in the listing at all.
+    pub(crate) present: bool,
+    /// How many lock nodes sort before ours.
+    pub(crate) ahead: usize,
+    /// The node immediately before ours, the only one we watch.
+    pub(crate) predecessor: Option<String>,
+}
+
+/// Finds our node (`own`, sequence `own_seq`) in `children` and its immediate predecessor, in
+/// one pass and without sorting.
+pub(crate) fn position(children: &[String], own: &str, own_seq: i32) -> Position {
+    let mut present = false;
+    let mut ahead = 0;
+    let mut nearest: Option<(i32, &String)> = None;
+    for child in children {
+        if child == own {
+            present = true;
+            continue;
+        }
+        let Some(seq) = parse_sequence(child) else {
+            continue;
+        };
+        let d = distance(own_seq, seq);
+        if d < 0 {
+            ahead += 1;
+            if nearest.is_none_or(|(best, _)| d > best) {
+                nearest = Some((d, child));
+            }
+        }
+    }
+    Position {
+        present,
+        ahead,
+        predecessor: nearest.map(|(_, name)| name.clone()),
+    }
+}
+
+/// Sorts lock node names into queue order (serial order relative to the first one), dropping
+/// names that are not lock nodes.
+pub(crate) fn queue_order(children: Vec<String>) -> Vec<(String, i32)> {
+    let mut nodes: Vec<(String, i32)> = children
+        .into_iter()
+        .filter_map(|name| parse_sequence(&name).map(|seq| (name, seq)))
+        .collect();
+    if let Some(&(_, base)) = nodes.first() {
+        nodes.sort_by_key(|&(_, seq)| distance(base, seq));
+    }
+    nodes
+}
+
+/// Joins a parent path and a child name.
+pub(crate) fn child_path(parent: &str, name: &str) -> String {
+    let mut path = String::with_capacity(parent.len() + 1 + name.len());
+    path.push_str(parent);
+    path.push('/');
+    path.push_str(name);
+    path
+}
+
+/// Waits until the client is connected again after a ConnectionLoss, or fails once the
+/// session is over. A short pause first keeps a retry loop from spinning while the client has
+/// not yet noticed the disconnect.
+pub(crate) async fn await_reconnect(client: &zk::Client, attempt: &mut u32) -> Result<()> {
+    let pause = Duration::from_millis(5u64 << (*attempt).min(5));
+    *attempt += 1;
+    tokio::time::sleep(pause).await;
+    let mut states = client.state_watcher();
+    loop {
+        match states.state() {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => return Ok(()),
+            zk::SessionState::Expired => {
+                return Err(Error::SessionExpired {
+                    session: client.session_id(),
+                })
+            }
+            zk::SessionState::Closed => return Err(Error::ClientClosed),
+            zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
+            zk::SessionState::Disconnected => {
+                states.changed().await;
+            }
+        }
+    }
+}
+
+/// Deletes `path`, retrying across ConnectionLoss until the delete is known to have happened
+/// or the session is over. A `NoNode` after a lost reply means our delete went through.
+///
+/// Returns `Ok(true)` when this call deleted the node, `Ok(false)` when the node was already
+/// gone before the first attempt.
+pub(crate) async fn delete_node(client: &zk::Client, path: &str) -> Result<bool> {
+    let mut attempt = 0;
+    loop {
+        match client.delete(path, None).await {
+            Ok(()) => return Ok(true),
+            Err(zk::Error::NoNode) => return Ok(attempt > 0),
+            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) => return Err(Error::zk("delete", path, client.session_id(), err)),
+        }
+    }
+}
+
+/// After a create whose reply was lost: our node in `parent` whose name starts with `prefix`
+/// (our UUID) **and** whose `ephemeralOwner` is our session, with its `Stat`. Another
+/// session's node is never taken for ours.
+pub(crate) async fn find_own_node(
+    client: &zk::Client,
+    parent: &str,
+    prefix: &str,
+) -> Result<Option<(String, zk::Stat)>> {
+    let mut attempt = 0;
+    let children = loop {
+        match client.list_children(parent).await {
+            Ok(children) => break children,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) => return Err(Error::zk("list", parent, client.session_id(), err)),
+        }
+    };
+    let session = client.session_id().0;
+    for name in children.into_iter().filter(|name| name.starts_with(prefix)) {
+        let path = child_path(parent, &name);
+        let mut attempt = 0;
+        loop {
+            match client.get_data(&path).await {
+                Ok((_, stat)) if stat.ephemeral_owner == session => return Ok(Some((name, stat))),
+                Ok(_) | Err(zk::Error::NoNode) => break,
+                Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+                Err(err) => return Err(Error::zk("get", &path, client.session_id(), err)),
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Creates the missing ancestors of `path` and `path` itself (`mkdir -p`), with `mode`
+/// (persistent or container) and `acls`.
+pub(crate) async fn create_parents(
+    client: &zk::Client,
+    path: &str,
+    mode: zk::CreateMode,
+    acls: &[zk::Acl],
+) -> Result<()> {
+    let options = mode.with_acls(zk::Acls::new(acls));
+    // Walk down from the first missing ancestor; most calls find only the last one missing.
+    let mut end = path.len();
+    let mut attempt = 0;
+    loop {
+        match client.create(&path[..end], &[], &options).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {
+                if end == path.len() {
+                    return Ok(());
+                }
+                end = path[end + 1..]
+                    .find('/')
+                    .map_or(path.len(), |i| end + 1 + i);
+            }
+            Err(zk::Error::NoNode) => match path[..end].rfind('/') {
+                Some(i) if i > 0 => end = i,
+                _ => {
+                    return Err(Error::NoParent {
+                        path: path.to_owned(),
+                    })
+                }
+            },
+            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) => return Err(Error::zk("create", &path[..end], client.session_id(), err)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(seqs: &[i32]) -> Vec<String> {
+        seqs.iter()
+            .map(|s| format!("_c_0f-{LOCK_NAME}{s:010}"))
+            .collect()
+    }
+
+    #[test]
+    fn parses_curator_names_including_wrapped_sequences() {
+        assert_eq!(
+            parse_sequence("_c_6a1b7d3e-2c1f-4e55-9e2e-1c7f0e4d3b2a-lock-0000000042"),
+            Some(42)
+        );
+        assert_eq!(parse_sequence("_c_x-lock--2147483648"), Some(i32::MIN));
+        assert_eq!(parse_sequence("_c_x-lock-2147483647"), Some(i32::MAX));
+        assert_eq!(parse_sequence("some-other-node"), None);
+        assert_eq!(parse_sequence("_c_x-lock-12"), None);
+        assert_eq!(parse_sequence("_c_x-lock-00000000zz"), None);
+    }
+
+    #[test]
+    fn sorts_numerically_not_as_strings() {
+        let ordered = queue_order(vec![
+            "a-lock-0000000010".into(),
+            "b-lock-0000000009".into(),
+            "junk".into(),
+        ]);
+        assert_eq!(
+            ordered,
+            vec![
+                ("b-lock-0000000009".to_owned(), 9),
+                ("a-lock-0000000010".to_owned(), 10)
+            ]
+        );
+    }
+
+    #[test]
+    fn orders_across_the_sequence_wrap() {
+        // 2147483646, 2147483647, then the server wraps to -2147483648, -2147483647.
+        let ordered = queue_order(names(&[i32::MIN + 1, i32::MAX, i32::MIN, i32::MAX - 1]));
+        let seqs: Vec<i32> = ordered.iter().map(|(_, s)| *s).collect();
+        assert_eq!(seqs, vec![i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
+        let children = names(&[i32::MAX - 1, i32::MAX, i32::MIN]);
+        let own = children[2].clone();
+        let pos = position(&children, &own, i32::MIN);
+        assert_eq!(
+            pos,
+            Position {
+                present: true,
+                ahead: 2,
+                predecessor: Some(children[1].clone())
+            }
+        );
+    }
+
+    #[test]
+    fn position_watches_only_the_immediate_predecessor() {
+        let children = names(&[3, 7, 5, 9, 1]);
+        let pos = position(&children, &children[3], 9);
+        assert_eq!(
+            pos,
+            Position {
+                present: true,
+                ahead: 4,
+                predecessor: Some(children[1].clone())
+            }
+        );
+        let first = position(&children, &children[4], 1);
+        assert_eq!(
+            first,
+            Position {
+                present: true,
+                ahead: 0,
+                predecessor: None
+            }
+        );
+        let gone = position(&children, "_c_0f-lock-0000000004", 4);
+        assert!(!gone.present);
+        assert_eq!(gone.ahead, 2);
+    }
+
+    #[test]
+    fn validates_lock_paths() {
+        for ok in ["/locks/orders", "/a", "/zookeeperish/x"] {
+            assert!(validate_lock_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "locks",
+            "/",
+            "/locks/",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/zookeeper",
+            "/zookeeper/x",
+            "/a\u{1}b",
+        ] {
+            assert!(
+                matches!(validate_lock_path(bad), Err(Error::InvalidPath { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,816 @@
+//! The lease watchdog: one task per ZooKeeper session that cancels the guards held on it as
+//! soon as their lock may be gone.
+//!
+//! # What it watches
+//!
+//! - **Session events**, from a persistent watch (every Disconnected/SyncConnected/Expired is
+//!   delivered, even a quick flap that `zookeeper-client`'s latest-value state channel would
+//!   hide) and from the state channel as a backstop.
+//! - **Each guard's own node**, with an exists watch: deleted by an admin or a parent cleanup
+//!   means [`LossReason::NodeDeleted`].
+//! - **The lease**: `send time of the last request that got a reply + T·(1 − drift) − margin`,
+//!   `T` the negotiated session timeout. The server cannot expire the session before
+//!   `send time + T`, so the lease ends before the server could hand the lock to someone
+//!   else. The watchdog probes every `T/3` with a cheap read of one of its nodes so that the
+//!   lease keeps moving while all is well; the acquire path's own replies move it too.
+//!
+//! The lease is stored as an atomic next to the guards, so [`LockGuard::check`] compares it
+//! with the monotonic clock synchronously: after a process pause (which `CLOCK_MONOTONIC`
+//! keeps counting through) the check fails at once, before the watchdog task has even been
+//! scheduled.
+//!
+//! [`LockGuard::check`]: crate::LockGuard::check
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::metrics as m;
+
+/// Why a held lock was lost (or ended), as reported by [`LockGuard::lost`] and
+/// [`Error::LockLost`].
+///
+/// [`LockGuard::lost`]: crate::LockGuard::lost
+/// [`Error::LockLost`]: crate::Error::LockLost
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::LossReason;
+/// assert!(LossReason::SessionExpired.is_session_terminal());
+/// assert_eq!(LossReason::LeaseExpired.as_str(), "lease_expired");
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The connection to ZooKeeper was lost (ConnectionLoss). The session may survive, but
+    /// until it reconnects nobody can tell whether it will.
+    Disconnected,
+    /// The session expired.
+    SessionExpired,
+    /// The client was closed.
+    ClientClosed,
+    /// The client failed to authenticate.
+    AuthFailed,
+    /// Our lock node was deleted by someone else (an admin, a parent cleanup).
+    NodeDeleted,
+    /// The client came back on a different session than the one that holds the node.
+    SessionChanged,
+    /// The lease deadline passed: no reply proved the session alive in time (a process pause,
+    /// a starved runtime, a partition).
+    LeaseExpired,
+    /// The guard was released (or dropped) by its owner: not a failure.
+    Released,
+}
+
+impl LossReason {
+    /// The snake_case name used as the `reason` metric label.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::LossReason::NodeDeleted.as_str(), "node_deleted");
+    /// ```
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LossReason::Disconnected => "disconnected",
+            LossReason::SessionExpired => "session_expired",
+            LossReason::ClientClosed => "client_closed",
+            LossReason::AuthFailed => "auth_failed",
+            LossReason::NodeDeleted => "node_deleted",
+            LossReason::SessionChanged => "session_changed",
+            LossReason::LeaseExpired => "lease_expired",
+            LossReason::Released => "released",
+        }
+    }
+
+    /// True when the session itself is over: nothing more can be done with this client.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(!zkfence::LossReason::Disconnected.is_session_terminal());
+    /// ```
+    pub fn is_session_terminal(&self) -> bool {
+        matches!(
+            self,
+            LossReason::SessionExpired | LossReason::ClientClosed | LossReason::AuthFailed
+        )
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Disconnected => "the connection to zookeeper was lost; stop using the lock and its token",
+            LossReason::SessionExpired => "the zookeeper session expired; stop using the lock and its token",
+            LossReason::ClientClosed => "the zookeeper client was closed; stop using the lock and its token",
+            LossReason::AuthFailed => "zookeeper authentication failed; stop using the lock and its token",
+            LossReason::NodeDeleted => "our lock node was deleted by someone else; stop using the lock and its token",
+            LossReason::SessionChanged => "the client reconnected on another session; stop using the lock and its token",
+            LossReason::LeaseExpired => {
+                "the lease lapsed before a reply proved the session alive; stop using the lock and its token"
+            }
+            LossReason::Released => "the guard was released",
+        })
+    }
+}
+
+/// The zero of the lease clock. Lease deadlines are nanoseconds after it, so they fit an
+/// atomic and `check()` never takes a lock.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn to_nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(*EPOCH).as_nanos() as u64
+}
+
+fn from_nanos(nanos: u64) -> Instant {
+    *EPOCH + Duration::from_nanos(nanos)
+}
+
+/// How the lease is computed from the session timeout.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LeasePolicy {
+    /// Fraction of `T` given up for clock-rate differences between us and the server.
+    pub(crate) drift: f64,
+    /// Time given up for scheduling jitter between the deadline and our reaction to it.
+    pub(crate) margin: Duration,
+}
+
+impl LeasePolicy {
+    /// How long after a request's send time the lease it earned holds.
+    pub(crate) fn budget(&self, session_timeout: Duration) -> Duration {
+        session_timeout
+            .mul_f64(1.0 - self.drift)
+            .saturating_sub(self.margin)
+    }
+}
+
+/// The send time of the newest request of this session that got a reply: the one fact every
+/// lease deadline of the session is computed from.
+#[derive(Debug)]
+pub(crate) struct LeaseCell {
+    last_acked_send: AtomicU64,
+}
+
+impl LeaseCell {
+    fn new() -> LeaseCell {
+        LeaseCell {
+            last_acked_send: AtomicU64::new(0),
+        }
+    }
+
+    /// A request sent at `sent` got a reply: the server heard from us no earlier than then.
+    pub(crate) fn extend(&self, sent: Instant) {
+        self.last_acked_send
+            .fetch_max(to_nanos(sent), Ordering::AcqRel);
+    }
+
+    pub(crate) fn last_acked_send(&self) -> Instant {
+        from_nanos(self.last_acked_send.load(Ordering::Acquire))
+    }
+}
+
+/// What one guard shares with the watchdog: its cancellation, the reason, and its lease.
+#[derive(Debug)]
+pub(crate) struct GuardState {
+    pub(crate) token: CancellationToken,
+    reason: OnceLock<LossReason>,
+    lease: Arc<LeaseCell>,
+    budget: Duration,
+    pub(crate) ride_out: bool,
+    pub(crate) label: String,
+}
+
+impl GuardState {
+    pub(crate) fn new(
+        session: &SessionWatch,
+        budget: Duration,
+        ride_out: bool,
+        label: String,
+    ) -> GuardState {
+        GuardState {
+            token: session.token.child_token(),
+            reason: OnceLock::new(),
+            lease: session.lease.clone(),
+            budget,
+            ride_out,
+            label,
+        }
+    }
+
+    /// The current lease deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.lease.last_acked_send() + self.budget
+    }
+
+    /// The reason, once lost or released (a token cancelled by its owner counts as released).
+    pub(crate) fn reason(&self) -> Option<LossReason> {
+        self.reason
+            .get()
+            .copied()
+            .or_else(|| self.token.is_cancelled().then_some(LossReason::Released))
+    }
+
+    /// Records `reason` and cancels, once; returns whether this call did it.
+    pub(crate) fn lose(&self, reason: LossReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
+        self.token.cancel();
+        first
+    }
+
+    /// The synchronous check: lost, released, or past the lease deadline by the monotonic clock.
+    pub(crate) fn check(&self) -> Result<(), LossReason> {
+        if let Some(reason) = self.reason() {
+            return Err(reason);
+        }
+        if Instant::now() >= self.deadline() {
+            self.lose(LossReason::LeaseExpired);
+            return Err(self.reason().unwrap_or(LossReason::LeaseExpired));
+        }
+        Ok(())
+    }
+}
+
+/// Messages to a session's watchdog task.
+pub(crate) enum Event {
+    /// A guard was acquired: watch its node, cancel it on loss.
+    /// `watch` is a pending watch on the node that the acquire already set, if any.
+    Register {
+        id: u64,
+        node: Arc<str>,
+        state: Arc<GuardState>,
+        watch: Option<crate::lock::NodeWatch>,
+    },
+    /// The guard was released or dropped.
+    Unregister { id: u64 },
+    /// A session state change (from the persistent watch or the state channel).
+    State(zk::SessionState),
+    /// The client is on this session id (checked against the one the guards hold).
+    SessionId(i64),
+    /// A guard's node is gone.
+    NodeGone { id: u64 },
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Register { id, node, .. } => write!(f, "Register({id}, {node})"),
+            Event::Unregister { id } => write!(f, "Unregister({id})"),
+            Event::State(state) => write!(f, "State({state})"),
+            Event::SessionId(id) => write!(f, "SessionId({id:#x})"),
+            Event::NodeGone { id } => write!(f, "NodeGone({id})"),
+        }
+    }
+}
+
+/// The per-session shared part: what acquires and guards hold.
+#[derive(Debug)]
+pub(crate) struct SessionWatch {
+    session: i64,
+    timeout: Duration,
+    lease: Arc<LeaseCell>,
+    token: CancellationToken,
+    events: mpsc::UnboundedSender<Event>,
+    /// Acquires in progress plus guards held; the task exits when it stays zero.
+    interest: AtomicU64,
+    closed: AtomicBool,
+    next_id: AtomicU64,
+}
+
+/// The watchdogs of this process, one per live session.
+static SESSIONS: LazyLock<Mutex<HashMap<i64, Arc<SessionWatch>>>> = LazyLock::new(Default::default);
+
+/// A counted interest in a session's watchdog; dropping it lets the watchdog wind down.
+#[derive(Debug)]
+pub(crate) struct Interest {
+    watch: Arc<SessionWatch>,
+}
+
+impl Interest {
+    pub(crate) fn watch(&self) -> &Arc<SessionWatch> {
+        &self.watch
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        self.watch.interest.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The session's watchdog, started if it is not running, with one more unit of interest.
+pub(crate) fn watch_session(client: &zk::Client) -> Interest {
+    let session = client.session_id().0;
+    let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(watch) = sessions.get(&session) {
+        if !watch.closed.load(Ordering::Acquire) {
+            watch.interest.fetch_add(1, Ordering::AcqRel);
+            return Interest {
+                watch: watch.clone(),
+            };
+        }
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let watch = Arc::new(SessionWatch {
+        session,
+        timeout: client.session_timeout(),
+        lease: Arc::new(LeaseCell::new()),
+        token: CancellationToken::new(),
+        events: tx,
+        interest: AtomicU64::new(1),
+        closed: AtomicBool::new(false),
+        next_id: AtomicU64::new(1),
+    });
+    sessions.insert(session, watch.clone());
+    drop(sessions);
+    ::metrics::gauge!(m::WATCHED_SESSIONS).increment(1.0);
+    let driver = Driver::new(Arc::downgrade(&watch), rx, Some(client.clone()));
+    tokio::spawn(driver.run());
+    Interest { watch }
+}
+
+impl SessionWatch {
+    pub(crate) fn lease(&self) -> &LeaseCell {
+        &self.lease
+    }
+
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(crate) fn send(&self, event: Event) {
+        // The task outlives every holder of interest, so the receiver is there.
+        let _ = self.events.send(event);
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// One more unit of interest in this (running) watchdog, for a guard built from an acquire.
+    pub(crate) fn interest(self: &Arc<Self>) -> Interest {
+        self.interest.fetch_add(1, Ordering::AcqRel);
+        Interest {
+            watch: self.clone(),
+        }
+    }
+}
+
+type NodeWatch = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
+type Probe = Pin<Box<dyn Future<Output = Option<(Instant, Option<u64>, bool)>> + Send>>;
+
+/// A guard's node for the driver to watch.
+pub(crate) struct NodeToWatch {
+    id: u64,
+    node: Arc<str>,
+    token: CancellationToken,
+    pending: Option<crate::lock::NodeWatch>,
+}
+
+impl fmt::Debug for NodeToWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeToWatch")
+            .field("id", &self.id)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A guard as the watchdog sees it.
+#[derive(Debug)]
+struct Entry {
+    node: Arc<str>,
+    state: Arc<GuardState>,
+}
+
+/// The watchdog's decisions, apart from ZooKeeper, so that tests drive it with paused time
+/// through the same channel production uses.
+#[derive(Debug)]
+pub(crate) struct Core {
+    session: i64,
+    guards: HashMap<u64, Entry>,
+    /// Lease budgets of the registered guards (a multiset), to sleep until the earliest deadline.
+    budgets: BTreeMap<Duration, usize>,
+    lease: Arc<LeaseCell>,
+    /// Set once the session is over; guards registered later are cancelled at once.
+    terminal: Option<LossReason>,
+    disconnected: bool,
+}
+
+impl Core {
+    pub(crate) fn new(session: i64, lease: Arc<LeaseCell>) -> Core {
+        Core {
+            session,
+            guards: HashMap::new(),
+            budgets: BTreeMap::new(),
+            lease,
+            terminal: None,
+            disconnected: false,
+        }
+    }
+
+    /// Applies one event at `now`; returns a newly registered guard whose node to watch.
+    pub(crate) fn apply(&mut self, event: Event, now: Instant) -> Option<NodeToWatch> {
+        match event {
+            Event::Register {
+                id,
+                node,
+                state,
+                watch,
+            } => {
+                *self.budgets.entry(state.budget).or_default() += 1;
+                let watch = NodeToWatch {
+                    id,
+                    node: node.clone(),
+                    token: state.token.clone(),
+                    pending: watch,
+                };
+                let ride_out = state.ride_out;
+                self.guards.insert(id, Entry { node, state });
+                if let Some(reason) = self.terminal {
+                    self.lose(id, reason, now);
+                } else if self.disconnected && !ride_out {
+                    self.lose(id, LossReason::Disconnected, now);
+                } else {
+                    self.check_lease(now);
+                }
+                return Some(watch);
+            }
+            Event::Unregister { id } => {
+                if let Some(entry) = self.guards.remove(&id) {
+                    if let Some(n) = self.budgets.get_mut(&entry.state.budget) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.budgets.remove(&entry.state.budget);
+                        }
+                    }
+                }
+            }
+            Event::State(state) => self.on_state(state, now),
+            Event::SessionId(id) if id != self.session => {
+                let ids: Vec<u64> = self.guards.keys().copied().collect();
+                for id in ids {
+                    self.lose(id, LossReason::SessionChanged, now);
+                }
+            }
+            Event::SessionId(_) => {}
+            Event::NodeGone { id } => self.lose(id, LossReason::NodeDeleted, now),
+        }
+        None
+    }
+
+    fn on_state(&mut self, state: zk::SessionState, now: Instant) {
+        let reason = match state {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                self.disconnected = false;
+                return;
+            }
+            zk::SessionState::Disconnected => {
+                self.disconnected = true;
+                LossReason::Disconnected
+            }
+            zk::SessionState::Expired => LossReason::SessionExpired,
+            zk::SessionState::Closed => LossReason::ClientClosed,
+            zk::SessionState::AuthFailed => LossReason::AuthFailed,
+        };
+        if reason.is_session_terminal() {
+            self.terminal.get_or_insert(reason);
+        }
+        let ids: Vec<u64> = self
+            .guards
+            .iter()
+            .filter(|(_, e)| reason != LossReason::Disconnected || !e.state.ride_out)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.lose(id, reason, now);
+        }
+    }
+
+    /// The earliest lease deadline among registered guards.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let shortest = self.budgets.keys().next()?;
+        Some(self.lease.last_acked_send() + *shortest)
+    }
+
+    /// Cancels every guard whose lease deadline has passed.
+    pub(crate) fn check_lease(&mut self, now: Instant) {
+        let expired: Vec<u64> = self
+            .guards
+            .iter()
+            .filter(|(_, e)| !e.state.token.is_cancelled() && now >= e.state.deadline())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.lose(id, LossReason::LeaseExpired, now);
+        }
+    }
+
+    fn lose(&mut self, id: u64, reason: LossReason, now: Instant) {
+        let Some(entry) = self.guards.get(&id) else {
+            return;
+        };
+        if entry.state.lose(reason) {
+            let observed = if reason == LossReason::LeaseExpired {
+                entry.state.deadline().min(now)
+            } else {
+                now
+            };
+            let latency = Instant::now().saturating_duration_since(observed);
+            ::metrics::counter!(m::LOCK_LOST_TOTAL, "reason" => reason.as_str(), "lock" => entry.state.label.clone())
+                .increment(1);
+            ::metrics::histogram!(m::LOSS_DETECTION_SECONDS, "reason" => reason.as_str())
+                .record(latency.as_secs_f64());
+            tracing::warn!(
+                node = %entry.node,
+                session_id = %zk::SessionId(self.session),
+                reason = reason.as_str(),
+                detection_latency_ms = latency.as_secs_f64() * 1e3,
+                "lock lost: {reason}"
+            );
+        }
+    }
+
+    pub(crate) fn guards(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// A node to probe, rotating through the held ones.
+    fn probe_target(&self, turn: usize) -> Option<(u64, Arc<str>)> {
+        if self.guards.is_empty() {
+            return None;
+        }
+        self.guards
+            .iter()
+            .nth(turn % self.guards.len())
+            .map(|(id, e)| (*id, e.node.clone()))
+    }
+}
+
+/// The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
+/// probes). Without a client (unit tests) it only applies what comes through the channel.
+pub(crate) struct Driver {
+    watch: Weak<SessionWatch>,
+    events: mpsc::UnboundedReceiver<Event>,
+    client: Option<zk::Client>,
+    core: Core,
+    timeout: Duration,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        watch: Weak<SessionWatch>,
+        events: mpsc::UnboundedReceiver<Event>,
+        client: Option<zk::Client>,
+    ) -> Driver {
+        let strong = watch.upgrade();
+        let (session, lease, timeout) = match &strong {
+            Some(w) => (w.session, w.lease.clone(), w.timeout),
+            None => (0, Arc::new(LeaseCell::new()), Duration::from_secs(10)),
+        };
+        Driver {
+            watch,
+            events,
+            client,
+            core: Core::new(session, lease),
+            timeout,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut node_watches: FuturesUnordered<NodeWatch> = FuturesUnordered::new();
+        let mut probe: Option<Probe> = None;
+        let mut turn = 0usize;
+        let probe_every = self.timeout / 3;
+        let mut next_probe = Instant::now();
+        let mut idle_since: Option<Instant> = None;
+        let (mut session_events, mut states) = match &self.client {
+            Some(client) => (
+                persistent_session_events(client).await,
+                Some(client.state_watcher()),
+            ),
+            None => (None, None),
+        };
+        loop {
+            let lease_at = self.core.next_deadline();
+            let linger_until = idle_since.map(|t| t + self.timeout);
+            tokio::select! {
+                biased;
+                event = self.events.recv() => match event {
+                    Some(event) => {
+                        if let Some(node) = self.core.apply(event, Instant::now()) {
+                            if let Some(client) = &self.client {
+                                node_watches.push(Box::pin(watch_node(client.clone(), node)));
+                            }
+                        }
+                    }
+                    None => break,
+                },
+                event = next_session_event(&mut session_events) => {
+                    self.core.apply(Event::State(event), Instant::now());
+                }
+                state = next_state(&mut states) => {
+                    self.core.apply(Event::State(state), Instant::now());
+                }
+                Some((id, gone)) = node_watches.next() => {
+                    if gone {
+                        self.core.apply(Event::NodeGone { id }, Instant::now());
+                    }
+                }
+                _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
+                Some(reply) = poll_opt(&mut probe) => {
+                    probe = None;
+                    if let Some((sent, gone, ok)) = reply {
+                        if ok {
+                            self.core.lease.extend(sent);
+                            if let Some(client) = &self.client {
+                                self.core.apply(Event::SessionId(client.session_id().0), Instant::now());
+                            }
+                        }
+                        if let Some(id) = gone {
+                            self.core.apply(Event::NodeGone { id }, Instant::now());
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(next_probe), if probe.is_none() && self.client.is_some() => {
+                    next_probe = Instant::now() + probe_every;
+                    if let Some(client) = &self.client {
+                        probe = Some(Box::pin(probe_session(client.clone(), self.core.probe_target(turn))));
+                        turn = turn.wrapping_add(1);
+                    }
+                }
+                _ = sleep_until_opt(linger_until) => {
+                    if self.try_close() {
+                        break;
+                    }
+                    idle_since = None;
+                }
+            }
+            idle_since = match (&idle_since, self.idle()) {
+                (_, false) => None,
+                (Some(t), true) => Some(*t),
+                (None, true) => Some(Instant::now()),
+            };
+        }
+        ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    fn idle(&self) -> bool {
+        self.watch
+            .upgrade()
+            .is_none_or(|w| w.interest.load(Ordering::Acquire) == 0)
+            && self.core.guards() == 0
+    }
+
+    /// Leaves the registry if nobody is interested; under the registry lock, so that nobody
+    /// can take interest in a watchdog that is about to stop.
+    fn try_close(&mut self) -> bool {
+        let Some(watch) = self.watch.upgrade() else {
+            return true;
+        };
+        let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+        if watch.interest.load(Ordering::Acquire) != 0
+            || !self.events.is_empty()
+            || self.core.guards() != 0
+        {
+            return false;
+        }
+        watch.closed.store(true, Ordering::Release);
+        if sessions
+            .get(&watch.session)
+            .is_some_and(|w| Arc::ptr_eq(w, &watch))
+        {
+            sessions.remove(&watch.session);
+        }
+        true
+    }
+}
+
+/// One read of the session, timed from its send: `(sent, node gone, got a reply)`.
+async fn probe_session(
+    client: zk::Client,
+    target: Option<(u64, Arc<str>)>,
+) -> Option<(Instant, Option<u64>, bool)> {
+    let path = target.as_ref().map_or("/", |(_, node)| node);
+    let sent = Instant::now();
+    let result = client.check_stat(path).await;
+    let outcome = if result.is_ok() { "ok" } else { "failed" };
+    ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
+    match result {
+        Ok(stat) => {
+            let gone = match (&target, stat) {
+                (Some((id, _)), None) => Some(*id),
+                _ => None,
+            };
+            Some((sent, gone, true))
+        }
+        Err(_) => Some((sent, None, false)),
+    }
+}
+
+/// Watches one guard's node until it is deleted (`true`) or the guard ends (`false`),
+/// starting from the acquire's pending watch when there is one.
+async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
+    let NodeToWatch {
+        id,
+        node,
+        token,
+        mut pending,
+    } = node;
+    let watch = async {
+        let mut attempt = 0;
+        loop {
+            let event = match pending.take() {
+                Some(pending) => pending.await,
+                None => match client.check_and_watch_stat(&node).await {
+                    Ok((None, _)) => return true,
+                    Ok((Some(_), watcher)) => watcher.changed().await,
+                    Err(zk::Error::ConnectionLoss) => {
+                        if crate::recipe::await_reconnect(&client, &mut attempt)
+                            .await
+                            .is_err()
+                        {
+                            return false;
+                        }
+                        continue;
+                    }
+                    Err(_) => return false,
+                },
+            };
+            match event.event_type {
+                zk::EventType::NodeDeleted => return true,
+                zk::EventType::Session => return false,
+                _ => {} // data changed: watch again
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = token.cancelled() => (id, false),
+        gone = watch => (id, gone),
+    }
+}
+
+/// A persistent watch on a path nobody creates, for its session events: unlike the state
+/// channel it queues every transition, so a quick Disconnected→SyncConnected flap is seen.
+async fn persistent_session_events(client: &zk::Client) -> Option<zk::PersistentWatcher> {
+    match client
+        .watch(
+            "/zookeeper/zkfence-session-events",
+            zk::AddWatchMode::Persistent,
+        )
+        .await
+    {
+        Ok(watcher) => Some(watcher),
+        Err(err) => {
+            tracing::debug!(cause = %err, "no persistent session watch; relying on the state channel");
+            None
+        }
+    }
+}
+
+async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::SessionState {
+    loop {
+        match events {
+            Some(watcher) => {
+                let event = watcher.changed().await;
+                if event.event_type == zk::EventType::Session {
+                    return event.session_state;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+async fn next_state(states: &mut Option<zk::StateWatcher>) -> zk::SessionState {
+    match states {
+        Some(states) => states.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn poll_opt<F: Future + Unpin>(future: &mut Option<F>) -> Option<F::Output> {
+    match future {
+        Some(f) => Some(f.await),
+        None => std::future::pending().await,
+    }
+}
