@@ -260,6 +260,9 @@ pub(crate) enum Event {
     SessionId(i64),
     /// A guard's node is gone.
     NodeGone { id: u64 },
+    /// A client handle for probes and node watches, sent with every new interest: the task
+    /// lets its handle go when idle, so that it never keeps a session open by itself.
+    Attach(zk::Client),
 }
 
 impl fmt::Debug for Event {
@@ -270,6 +273,7 @@ impl fmt::Debug for Event {
             Event::State(state) => write!(f, "State({state})"),
             Event::SessionId(id) => write!(f, "SessionId({id:#x})"),
             Event::NodeGone { id } => write!(f, "NodeGone({id})"),
+            Event::Attach(_) => f.write_str("Attach"),
         }
     }
 }
@@ -314,8 +318,10 @@ pub(crate) fn watch_session(client: &zk::Client) -> Interest {
     let session = client.session_id().0;
     let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(watch) = sessions.get(&session) {
-        if !watch.closed.load(Ordering::Acquire) {
+        // A task whose runtime shut down has dropped its receiver: replace it.
+        if !watch.closed.load(Ordering::Acquire) && !watch.events.is_closed() {
             watch.interest.fetch_add(1, Ordering::AcqRel);
+            watch.send(Event::Attach(client.clone()));
             return Interest {
                 watch: watch.clone(),
             };
@@ -367,6 +373,11 @@ impl SessionWatch {
     }
 }
 
+/// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
+/// or acquire of its session ended. The task itself lives as long as the session; only the
+/// handle, which would keep the session open, is let go.
+const LINGER: Duration = Duration::from_secs(1);
+
 type NodeWatch = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
 type Probe = Pin<Box<dyn Future<Output = Option<(Instant, Option<u64>, bool)>> + Send>>;
 
@@ -374,7 +385,6 @@ type Probe = Pin<Box<dyn Future<Output = Option<(Instant, Option<u64>, bool)>> +
 pub(crate) struct NodeToWatch {
     id: u64,
     node: Arc<str>,
-    token: CancellationToken,
     pending: Option<crate::lock::NodeWatch>,
 }
 
@@ -433,7 +443,6 @@ impl Core {
                 let watch = NodeToWatch {
                     id,
                     node: node.clone(),
-                    token: state.token.clone(),
                     pending: watch,
                 };
                 let ride_out = state.ride_out;
@@ -466,6 +475,7 @@ impl Core {
             }
             Event::SessionId(_) => {}
             Event::NodeGone { id } => self.lose(id, LossReason::NodeDeleted, now),
+            Event::Attach(_) => {}
         }
         None
     }
@@ -604,10 +614,11 @@ impl Driver {
         };
         loop {
             let lease_at = self.core.next_deadline();
-            let linger_until = idle_since.map(|t| t + self.timeout);
+            let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
             tokio::select! {
                 biased;
                 event = self.events.recv() => match event {
+                    Some(Event::Attach(client)) => self.client = Some(client),
                     Some(event) => {
                         if let Some(node) = self.core.apply(event, Instant::now()) {
                             if let Some(client) = &self.client {
@@ -650,16 +661,19 @@ impl Driver {
                         turn = turn.wrapping_add(1);
                     }
                 }
-                _ = sleep_until_opt(linger_until) => {
-                    if self.try_close() {
-                        break;
-                    }
-                    idle_since = None;
+                _ = sleep_until_opt(detach_at), if self.client.is_some() => {
+                    // Idle: let the session close when the application drops its clients.
+                    self.client = None;
+                    probe = None;
                 }
             }
-            idle_since = match (&idle_since, self.idle()) {
+            let idle = self.idle();
+            if idle && self.core.terminal.is_some() && self.try_close() {
+                break;
+            }
+            idle_since = match (idle_since, idle) {
                 (_, false) => None,
-                (Some(t), true) => Some(*t),
+                (Some(t), true) => Some(t),
                 (None, true) => Some(Instant::now()),
             };
         }
@@ -673,8 +687,8 @@ impl Driver {
             && self.core.guards() == 0
     }
 
-    /// Leaves the registry if nobody is interested; under the registry lock, so that nobody
-    /// can take interest in a watchdog that is about to stop.
+    /// Leaves the registry once the session is over and nobody is interested; under the
+    /// registry lock, so that nobody can take interest in a watchdog that is about to stop.
     fn try_close(&mut self) -> bool {
         let Some(watch) = self.watch.upgrade() else {
             return true;
@@ -719,46 +733,42 @@ async fn probe_session(
     }
 }
 
-/// Watches one guard's node until it is deleted (`true`) or the guard ends (`false`),
+/// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
 /// starting from the acquire's pending watch when there is one.
+///
+/// A released guard's watch is not dropped early: dropping a pending watcher makes the client
+/// send a removeWatches request, while the release's own delete is about to fire it anyway.
+/// The result for an unregistered guard is ignored by [`Core`].
 async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
     let NodeToWatch {
         id,
         node,
-        token,
         mut pending,
     } = node;
-    let watch = async {
-        let mut attempt = 0;
-        loop {
-            let event = match pending.take() {
-                Some(pending) => pending.await,
-                None => match client.check_and_watch_stat(&node).await {
-                    Ok((None, _)) => return true,
-                    Ok((Some(_), watcher)) => watcher.changed().await,
-                    Err(zk::Error::ConnectionLoss) => {
-                        if crate::recipe::await_reconnect(&client, &mut attempt)
-                            .await
-                            .is_err()
-                        {
-                            return false;
-                        }
-                        continue;
+    let mut attempt = 0;
+    loop {
+        let event = match pending.take() {
+            Some(pending) => pending.await,
+            None => match client.check_and_watch_stat(&node).await {
+                Ok((None, _)) => return (id, true),
+                Ok((Some(_), watcher)) => watcher.changed().await,
+                Err(zk::Error::ConnectionLoss) => {
+                    if crate::recipe::await_reconnect(&client, &mut attempt)
+                        .await
+                        .is_err()
+                    {
+                        return (id, false);
                     }
-                    Err(_) => return false,
-                },
-            };
-            match event.event_type {
-                zk::EventType::NodeDeleted => return true,
-                zk::EventType::Session => return false,
-                _ => {} // data changed: watch again
-            }
+                    continue;
+                }
+                Err(_) => return (id, false),
+            },
+        };
+        match event.event_type {
+            zk::EventType::NodeDeleted => return (id, true),
+            zk::EventType::Session => return (id, false),
+            _ => {} // data changed: watch again
         }
-    };
-    tokio::select! {
-        biased;
-        _ = token.cancelled() => (id, false),
-        gone = watch => (id, gone),
     }
 }
 
@@ -780,12 +790,18 @@ async fn persistent_session_events(client: &zk::Client) -> Option<zk::Persistent
     }
 }
 
+/// The next session state from the persistent watch. After a terminal state the client drops
+/// the watch's channel (and `zookeeper-client` 0.11 panics if it is polled again), so the
+/// watcher is let go then.
 async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::SessionState {
     loop {
         match events {
             Some(watcher) => {
                 let event = watcher.changed().await;
                 if event.event_type == zk::EventType::Session {
+                    if event.session_state.is_terminated() {
+                        *events = None;
+                    }
                     return event.session_state;
                 }
             }

@@ -1,0 +1,519 @@
+//! The fenced lock against a real ZooKeeper server: exclusion, FIFO, tokens, cleanup on every
+//! way out, faults, and bad input.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{
+    children, chroot, connect, expire_session, shared, wait_until, CountingProxy, ZooKeeper,
+};
+use zkfence::{Error, FencedLock, LockOptions};
+use zookeeper_client as zk;
+
+const T: Duration = Duration::from_secs(10);
+const LOCK: &str = "/locks/orders";
+
+async fn lock_on(hosts: &str, timeout: Duration) -> FencedLock {
+    FencedLock::new(connect(hosts, timeout).await, LOCK, LockOptions::default()).unwrap()
+}
+
+async fn no_nodes_left(hosts: &str, expected: usize) {
+    wait_until(
+        Duration::from_secs(10),
+        "leftover queue nodes to be deleted",
+        || async { children(hosts, LOCK).await.len() == expected },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_contenders_exclude_each_other_and_tokens_increase() {
+    let hosts = chroot(shared(), "exclusion").await;
+    let holders = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let grants: Arc<Mutex<Vec<zkfence::FencingToken>>> = Arc::default();
+    let until = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let lock = lock_on(&hosts, T).await;
+        let (holders, max_seen, grants) = (holders.clone(), max_seen.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acquired = 0;
+            while tokio::time::Instant::now() < until {
+                let guard = lock.acquire().await.unwrap();
+                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                max_seen.fetch_max(now, Ordering::SeqCst);
+                grants.lock().unwrap().push(guard.token());
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+                acquired += 1;
+            }
+            acquired
+        }));
+    }
+    let mut per_contender = Vec::new();
+    for task in tasks {
+        per_contender.push(task.await.unwrap());
+    }
+    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "two holders at once");
+    let grants = grants.lock().unwrap().clone();
+    assert!(
+        grants.len() >= 40,
+        "too few acquisitions to mean anything: {}",
+        grants.len()
+    );
+    assert!(
+        per_contender.iter().all(|&n| n > 0),
+        "a contender starved: {per_contender:?}"
+    );
+    for pair in grants.windows(2) {
+        assert!(
+            pair[1] > pair[0],
+            "tokens out of order in grant order: {} then {}",
+            pair[0],
+            pair[1]
+        );
+        assert!(pair[1].sequence() > pair[0].sequence());
+    }
+    no_nodes_left(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_queue_order() {
+    let hosts = chroot(shared(), "fifo").await;
+    let first = lock_on(&hosts, T).await;
+    let guard = first.acquire().await.unwrap();
+    let order: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let lock = lock_on(&hosts, T).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        // Enqueue strictly one after the other.
+        wait_until(Duration::from_secs(10), "the waiter to enqueue", || async {
+            children(&hosts, LOCK).await.len() == i + 2
+        })
+        .await;
+    }
+    let queue = first.contenders().await.unwrap();
+    assert_eq!(queue.len(), 6);
+    assert_eq!(queue[0].node, guard.node_path().rsplit('/').next().unwrap());
+    assert_eq!(queue[0].session_id, first.client().session_id());
+    assert!(
+        queue[0].identity().starts_with("host:"),
+        "identity data: {}",
+        queue[0].identity()
+    );
+    assert!(queue.windows(2).all(|w| w[0].token < w[1].token));
+    guard.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_and_acquire_timeout_leave_no_node() {
+    let hosts = chroot(shared(), "try").await;
+    let holder = lock_on(&hosts, T).await;
+    let other = lock_on(&hosts, T).await;
+    let free = other
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free lock is taken");
+    free.release().await.unwrap();
+    let guard = holder.acquire().await.unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        children(&hosts, LOCK).await.len(),
+        1,
+        "try_acquire left its node"
+    );
+    let started = std::time::Instant::now();
+    assert!(other
+        .acquire_timeout(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(
+        children(&hosts, LOCK).await.len(),
+        1,
+        "acquire_timeout left its node"
+    );
+    let waiter = tokio::spawn(async move { other.acquire_timeout(Duration::from_secs(10)).await });
+    no_nodes_left(&hosts, 2).await;
+    guard.release().await.unwrap();
+    let late = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("acquired within the timeout");
+    late.release().await.unwrap();
+    no_nodes_left(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquire_leaves_no_node_at_any_await_point() {
+    let hosts = chroot(shared(), "cancel").await;
+    let holder = lock_on(&hosts, T).await;
+    let guard = holder.acquire().await.unwrap();
+    let waiter = lock_on(&hosts, T).await;
+    // From "dropped right after the create was sent" through the listing, the watches and
+    // the wait: each delay cancels at some await point of the protocol.
+    for micros in [
+        0u64, 20, 50, 100, 200, 400, 700, 1000, 1500, 2500, 5000, 20000,
+    ] {
+        let attempt = tokio::time::timeout(Duration::from_micros(micros), waiter.acquire()).await;
+        assert!(attempt.is_err(), "acquired a held lock");
+    }
+    // A future polled once (create sent, reply not read) and dropped.
+    let mut fut = Box::pin(waiter.acquire());
+    assert!(futures_poll_once(fut.as_mut()).await.is_none());
+    drop(fut);
+    no_nodes_left(&hosts, 1).await;
+    assert_eq!(
+        holder.contenders().await.unwrap()[0].session_id,
+        holder.client().session_id()
+    );
+    guard.release().await.unwrap();
+    no_nodes_left(&hosts, 0).await;
+}
+
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut fut).poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_during_server_restart_still_deletes() {
+    let server = ZooKeeper::start();
+    let lock = lock_on(&server.addr(), Duration::from_secs(20)).await;
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    server.kill();
+    // The watchdog cancels the guard on the disconnect (the default)...
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        guard.cancellation_token().cancelled(),
+    )
+    .await
+    .expect("cancelled");
+    assert_eq!(
+        guard.check(),
+        Err(Error::LockLost(zkfence::LossReason::Disconnected))
+    );
+    // ...and the release, started while the server is down, keeps retrying its delete.
+    let release = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !release.is_finished(),
+        "release returned while the server was down"
+    );
+    server.restart();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), release)
+        .await
+        .expect("release finished")
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Err(Error::LockLost(zkfence::LossReason::Disconnected)),
+        "release reports the loss"
+    );
+    let client = connect(&server.addr(), T).await;
+    assert_eq!(
+        client.check_stat(&node).await.unwrap(),
+        None,
+        "node survived the release"
+    );
+    let again = lock.acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expired_while_queued_is_an_error_never_a_lock() {
+    let hosts = chroot(shared(), "expire-queued").await;
+    let holder = lock_on(&hosts, T).await;
+    let guard = holder.acquire().await.unwrap();
+    let waiter = lock_on(&hosts, Duration::from_secs(2)).await;
+    let client = waiter.client().clone();
+    let queued = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
+    no_nodes_left(&hosts, 2).await;
+    expire_session(&hosts, &client).await;
+    let result = tokio::time::timeout(Duration::from_secs(20), queued)
+        .await
+        .expect("no hang")
+        .unwrap();
+    assert!(
+        matches!(result, Err(Error::SessionExpired { .. })),
+        "{result:?}"
+    );
+    no_nodes_left(&hosts, 1).await;
+    // A client whose session is over fails at once, never hangs.
+    let dead = FencedLock::new(client, LOCK, LockOptions::default()).unwrap();
+    let at_once = tokio::time::timeout(Duration::from_secs(1), dead.acquire())
+        .await
+        .expect("no hang");
+    assert!(
+        matches!(at_once, Err(Error::SessionExpired { .. })),
+        "{at_once:?}"
+    );
+    assert!(at_once.unwrap_err().is_session_terminal());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_when_the_parent_is_deleted_and_recreated() {
+    let hosts = chroot(shared(), "recreate").await;
+    let lock = lock_on(&hosts, T).await;
+    let admin = connect(&hosts, T).await;
+    let mut last: Option<zkfence::FencingToken> = None;
+    for round in 0..3 {
+        for _ in 0..3 {
+            let guard = lock.acquire().await.unwrap();
+            if let Some(last) = last {
+                assert!(
+                    guard.token() > last,
+                    "round {round}: {} after {}",
+                    guard.token(),
+                    last
+                );
+                assert!(guard.token().as_u64() > last.as_u64());
+            }
+            last = Some(guard.token());
+            guard.release().await.unwrap();
+        }
+        admin.delete(LOCK, None).await.unwrap();
+        // The next acquire recreates the parent; its sequence restarts at 0.
+        let guard = lock.acquire().await.unwrap();
+        assert_eq!(
+            guard.token().sequence(),
+            0,
+            "sequence restarts in a new parent"
+        );
+        assert!(
+            guard.token() > last.unwrap(),
+            "token went backwards across parent recreation"
+        );
+        last = Some(guard.token());
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_release_never_deletes_another_sessions_node() {
+    let hosts = chroot(shared(), "late-release").await;
+    let stale = lock_on(&hosts, Duration::from_secs(2)).await;
+    let guard = stale.acquire().await.unwrap();
+    let stale_token = guard.token();
+    expire_session(&hosts, stale.client()).await;
+    let next = lock_on(&hosts, T).await;
+    let next_guard = tokio::time::timeout(Duration::from_secs(10), next.acquire())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next_guard.token() > stale_token);
+    let late = guard.release().await;
+    assert!(
+        late.as_ref()
+            .is_err_and(|e| e.is_lock_lost() || e.is_session_terminal()),
+        "{late:?}"
+    );
+    let queue = next.contenders().await.unwrap();
+    assert_eq!(queue.len(), 1);
+    assert_eq!(
+        queue[0].session_id,
+        next.client().session_id(),
+        "the late release touched the new holder"
+    );
+    next_guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_moves_to_another_task_and_thread_and_releases_there() {
+    let hosts = chroot(shared(), "move").await;
+    let lock = lock_on(&hosts, T).await;
+    let guard = lock.acquire().await.unwrap();
+    let from_task = tokio::spawn(async move { guard.release().await })
+        .await
+        .unwrap();
+    assert_eq!(from_task, Ok(()));
+    let guard = lock.acquire().await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let from_thread = std::thread::spawn(move || handle.block_on(guard.release()))
+        .join()
+        .unwrap();
+    assert_eq!(from_thread, Ok(()));
+    // Dropping instead of releasing deletes in the background.
+    let guard = lock.acquire().await.unwrap();
+    let token = guard.cancellation_token();
+    drop(guard);
+    assert!(token.is_cancelled());
+    no_nodes_left(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_waiters_cost_constant_requests_per_handoff() {
+    let server = ZooKeeper::start();
+    let proxy = CountingProxy::start(&server.addr()).await;
+    let hosts = proxy.addr.clone();
+    let baseline_watches = server.watch_count();
+    let holder = lock_on(&hosts, T).await;
+    let guard = holder.acquire().await.unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        // A long session keeps the watchdogs' lease probes (every T/3) out of the count.
+        let lock = lock_on(&hosts, Duration::from_secs(30)).await;
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            guard.release().await.unwrap();
+            done.fetch_add(1, Ordering::SeqCst);
+            lock // keep the session until the end, so its closeSession is not counted
+        }));
+    }
+    let admin = connect(&server.addr(), T).await;
+    wait_until(Duration::from_secs(30), "50 waiters queued", || async {
+        admin
+            .list_children(LOCK)
+            .await
+            .map(|c| c.len())
+            .unwrap_or(0)
+            == 51
+    })
+    .await;
+    // Let every waiter's watches land, then count only the handoff cascade.
+    wait_until(Duration::from_secs(30), "the waiters' watches", || async {
+        server.watch_count() >= 50
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = proxy.counts();
+    guard.release().await.unwrap();
+    let mut locks = Vec::new();
+    for task in tasks {
+        locks.push(task.await.unwrap());
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 50);
+    let after = proxy.counts();
+    let spent: u64 = after
+        .iter()
+        .map(|(op, n)| n - before.get(op).copied().unwrap_or(0))
+        .sum();
+    let per_handoff = spent as f64 / 50.0;
+    eprintln!("requests per handoff: {per_handoff:.2} ({spent} in all; by opcode before {before:?} after {after:?})");
+    // Each handoff: the holder's delete and the next holder's one listing (its listing from
+    // when it queued is stale). A herd would cost O(50) per handoff.
+    assert!(per_handoff <= 3.0, "{per_handoff} requests per handoff");
+    drop(locks);
+    drop(holder);
+    wait_until(
+        Duration::from_secs(30),
+        "server watches back to the baseline",
+        || async { server.watch_count() <= baseline_watches },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_node_deleted_while_waiting_is_an_error() {
+    let hosts = chroot(shared(), "node-deleted-waiting").await;
+    let holder = lock_on(&hosts, T).await;
+    let guard = holder.acquire().await.unwrap();
+    let waiter = lock_on(&hosts, T).await;
+    let queued = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
+    no_nodes_left(&hosts, 2).await;
+    let admin = connect(&hosts, T).await;
+    let queue = holder.contenders().await.unwrap();
+    admin
+        .delete(&format!("{LOCK}/{}", queue[1].node), None)
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("no hang")
+        .unwrap();
+    assert!(
+        matches!(result, Err(Error::NodeDeletedWhileWaiting { .. })),
+        "{result:?}"
+    );
+    assert!(result.unwrap_err().is_retryable());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors() {
+    let hosts = chroot(shared(), "bad-input").await;
+    let client = connect(&hosts, T).await;
+    for path in ["locks", "/locks/", "/a//b", "/", "/zookeeper/x", ""] {
+        let err = FencedLock::new(client.clone(), path, LockOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::InvalidPath { .. }), "{path:?}: {err}");
+        assert!(err.to_string().contains("use an absolute path"), "{err}");
+    }
+    let err = FencedLock::new(
+        client.clone(),
+        LOCK,
+        LockOptions::default().with_acls(vec![]),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(_)));
+
+    let no_parents = FencedLock::new(
+        client.clone(),
+        "/missing/lock",
+        LockOptions::default().with_create_parents(false),
+    )
+    .unwrap();
+    let err = no_parents.acquire().await.unwrap_err();
+    assert_eq!(
+        err,
+        Error::NoParent {
+            path: "/missing/lock".into()
+        }
+    );
+    assert!(err.to_string().contains("with_create_parents"), "{err}");
+    assert!(children(&hosts, "/missing").await.is_empty());
+
+    // A lock path whose ACL lets us read but not create.
+    let read_only = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_read());
+    client.create("/readonly", &[], &read_only).await.unwrap();
+    let denied = FencedLock::new(client.clone(), "/readonly", LockOptions::default()).unwrap();
+    let err = denied.acquire().await.unwrap_err();
+    assert!(
+        matches!(err, Error::AccessDenied { op: "create", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("acl"), "{err}");
+    assert!(denied.try_acquire().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_ensemble_fails_the_acquire_instead_of_hanging() {
+    let server = ZooKeeper::start();
+    let lock = lock_on(&server.addr(), Duration::from_secs(2)).await;
+    server.kill();
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), lock.acquire())
+        .await
+        .expect("acquire hung");
+    let err = result.unwrap_err();
+    assert!(err.is_session_terminal(), "{err}");
+    assert!(err.to_string().contains("connect a new client"), "{err}");
+    eprintln!(
+        "unreachable ensemble: acquire failed after {:?}: {err}",
+        started.elapsed()
+    );
+}
