@@ -19,7 +19,7 @@
 //! keeps counting through) the check fails at once, before the watchdog task has even been
 //! scheduled.
 //!
-//! [`LockGuard::check`]: crate::LockGuard::check
+//! [`LockGuard::check`]: crate::Held::check
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -40,7 +40,7 @@ use crate::metrics as m;
 /// Why a held lock was lost (or ended), as reported by [`LockGuard::lost`] and
 /// [`Error::LockLost`].
 ///
-/// [`LockGuard::lost`]: crate::LockGuard::lost
+/// [`LockGuard::lost`]: crate::Held::lost
 /// [`Error::LockLost`]: crate::Error::LockLost
 ///
 /// # Examples
