@@ -629,10 +629,10 @@ impl Driver {
                     None => break,
                 },
                 event = next_session_event(&mut session_events) => {
-                    self.core.apply(Event::State(event), Instant::now());
+                    self.on_state(event, &mut next_probe);
                 }
                 state = next_state(&mut states) => {
-                    self.core.apply(Event::State(state), Instant::now());
+                    self.on_state(state, &mut next_probe);
                 }
                 Some((id, gone)) = node_watches.next() => {
                     if gone {
@@ -678,6 +678,18 @@ impl Driver {
             };
         }
         ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    /// Applies a session state; after a reconnect, probes at once so that the lease is
+    /// renewed as soon as the session can prove itself alive again.
+    fn on_state(&mut self, state: zk::SessionState, next_probe: &mut Instant) {
+        if matches!(
+            state,
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        ) {
+            *next_probe = Instant::now();
+        }
+        self.core.apply(Event::State(state), Instant::now());
     }
 
     fn idle(&self) -> bool {
@@ -828,5 +840,216 @@ async fn poll_opt<F: Future + Unpin>(future: &mut Option<F>) -> Option<F::Output
     match future {
         Some(f) => Some(f.await),
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The state machine, driven through its channel with paused time.
+
+    use super::*;
+
+    const T: Duration = Duration::from_secs(10);
+    const POLICY: LeasePolicy = LeasePolicy {
+        drift: 0.01,
+        margin: Duration::from_millis(100),
+    };
+
+    /// A session watchdog with no ZooKeeper behind it: events come only from the test.
+    fn start() -> Arc<SessionWatch> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let watch = Arc::new(SessionWatch {
+            session: 7,
+            timeout: T,
+            lease: Arc::new(LeaseCell::new()),
+            token: CancellationToken::new(),
+            events: tx,
+            interest: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        });
+        tokio::spawn(Driver::new(Arc::downgrade(&watch), rx, None).run());
+        watch
+    }
+
+    fn register(watch: &Arc<SessionWatch>, ride_out: bool) -> (u64, Arc<GuardState>) {
+        let state = Arc::new(GuardState::new(
+            watch,
+            POLICY.budget(T),
+            ride_out,
+            String::new(),
+        ));
+        let id = watch.next_id();
+        let node: Arc<str> = format!("/locks/a/n{id}").into();
+        watch.send(Event::Register {
+            id,
+            node,
+            state: state.clone(),
+            watch: None,
+        });
+        (id, state)
+    }
+
+    /// Lets the driver task run until it has handled what was sent.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn lease_budget_is_t_less_drift_less_margin() {
+        assert_eq!(POLICY.budget(T), Duration::from_millis(9_800));
+        assert_eq!(POLICY.budget(Duration::from_millis(50)), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_follows_the_newest_acknowledged_send() {
+        let watch = start();
+        let sent = Instant::now();
+        watch.lease().extend(sent);
+        let (_, guard) = register(&watch, false);
+        assert_eq!(guard.deadline(), sent + Duration::from_millis(9_800));
+        watch.lease().extend(sent + Duration::from_secs(3));
+        assert_eq!(guard.deadline(), sent + Duration::from_millis(12_800));
+        // A late reply to an older request never moves the deadline back.
+        watch.lease().extend(sent + Duration::from_secs(1));
+        assert_eq!(guard.deadline(), sent + Duration::from_millis(12_800));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn disconnect_cancels_at_once_unless_riding_out() {
+        let watch = start();
+        watch.lease().extend(Instant::now());
+        let (_, strict) = register(&watch, false);
+        let (_, patient) = register(&watch, true);
+        settle().await;
+        watch.send(Event::State(zk::SessionState::Disconnected));
+        settle().await;
+        assert_eq!(strict.check(), Err(LossReason::Disconnected));
+        assert!(strict.token.is_cancelled());
+        assert_eq!(patient.check(), Ok(()));
+        tokio::time::advance(Duration::from_millis(9_799)).await;
+        settle().await;
+        assert_eq!(
+            patient.check(),
+            Ok(()),
+            "cancelled before the lease deadline"
+        );
+        tokio::time::advance(Duration::from_millis(2)).await;
+        settle().await;
+        assert!(
+            patient.token.is_cancelled(),
+            "the watchdog did not cancel at the deadline"
+        );
+        assert_eq!(patient.check(), Err(LossReason::LeaseExpired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconnect_with_fresh_replies_keeps_a_riding_out_guard() {
+        let watch = start();
+        watch.lease().extend(Instant::now());
+        let (_, patient) = register(&watch, true);
+        watch.send(Event::State(zk::SessionState::Disconnected));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        watch.send(Event::State(zk::SessionState::SyncConnected));
+        watch.lease().extend(Instant::now());
+        tokio::time::advance(Duration::from_secs(9)).await;
+        settle().await;
+        assert_eq!(patient.check(), Ok(()));
+        // A guard registered while connected again is not cancelled for the old disconnect.
+        let (_, later) = register(&watch, false);
+        settle().await;
+        assert_eq!(later.check(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn terminal_states_cancel_every_guard_and_every_later_one() {
+        for (state, reason) in [
+            (zk::SessionState::Expired, LossReason::SessionExpired),
+            (zk::SessionState::Closed, LossReason::ClientClosed),
+            (zk::SessionState::AuthFailed, LossReason::AuthFailed),
+        ] {
+            let watch = start();
+            watch.lease().extend(Instant::now());
+            let guards: Vec<_> = (0..3).map(|i| register(&watch, i == 0).1).collect();
+            watch.send(Event::State(state));
+            settle().await;
+            for guard in &guards {
+                assert_eq!(guard.check(), Err(reason), "{state}");
+            }
+            let (_, late) = register(&watch, true);
+            settle().await;
+            assert_eq!(late.check(), Err(reason), "registered after {state}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_node_cancels_only_its_guard() {
+        let watch = start();
+        watch.lease().extend(Instant::now());
+        let (gone, victim) = register(&watch, false);
+        let (_, bystander) = register(&watch, false);
+        watch.send(Event::NodeGone { id: gone });
+        settle().await;
+        assert_eq!(victim.check(), Err(LossReason::NodeDeleted));
+        assert_eq!(bystander.check(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_session_id_cancels_with_session_changed() {
+        let watch = start();
+        watch.lease().extend(Instant::now());
+        let (_, guard) = register(&watch, true);
+        watch.send(Event::SessionId(7));
+        settle().await;
+        assert_eq!(guard.check(), Ok(()));
+        watch.send(Event::SessionId(8));
+        settle().await;
+        assert_eq!(guard.check(), Err(LossReason::SessionChanged));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn check_fails_past_the_deadline_before_the_watchdog_runs() {
+        // No driver at all: only the clock and the shared lease.
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let watch = SessionWatch {
+            session: 7,
+            timeout: T,
+            lease: Arc::new(LeaseCell::new()),
+            token: CancellationToken::new(),
+            events: tx,
+            interest: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        };
+        watch.lease().extend(Instant::now());
+        let guard = GuardState::new(&watch, POLICY.budget(T), false, String::new());
+        tokio::time::advance(Duration::from_millis(9_799)).await;
+        assert_eq!(guard.check(), Ok(()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(guard.check(), Err(LossReason::LeaseExpired));
+        assert!(
+            guard.token.is_cancelled(),
+            "check() cancels the token itself"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_wins_over_later_losses_and_unregistered_guards_are_ignored() {
+        let watch = start();
+        watch.lease().extend(Instant::now());
+        let (id, guard) = register(&watch, false);
+        settle().await;
+        assert!(guard.lose(LossReason::Released));
+        watch.send(Event::Unregister { id });
+        watch.send(Event::NodeGone { id });
+        watch.send(Event::State(zk::SessionState::Disconnected));
+        settle().await;
+        assert_eq!(guard.check(), Err(LossReason::Released));
+        assert!(
+            !guard.lose(LossReason::NodeDeleted),
+            "a second reason replaced the first"
+        );
     }
 }

@@ -121,6 +121,58 @@ async fn waiters_are_served_in_queue_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
+    let hosts = chroot(shared(), "middle").await;
+    let chroot_path = &hosts[shared().len()..];
+    let holder = lock_on(&hosts, T).await;
+    let guard = holder.acquire().await.unwrap();
+    let middle = lock_on(&hosts, T).await;
+    let leaving = tokio::spawn(async move { middle.acquire().await.map(|g| g.token()) });
+    no_nodes_left(&hosts, 2).await;
+    let last = lock_on(&hosts, T).await;
+    let last_session = format!("{:#x}", last.client().session_id().0);
+    let queued = tokio::spawn(async move { last.acquire().await.map(|g| g.token()) });
+    no_nodes_left(&hosts, 3).await;
+    let queue = holder.contenders().await.unwrap();
+    let watched_by_last = |node: &str| {
+        let path = format!("{chroot_path}{LOCK}/{node}");
+        support::watchers_of(shared(), &path).contains(&last_session)
+    };
+    // Only once the server holds the last waiter's watch on the middle node does its deletion
+    // reach the last waiter as a notification (the path this test is about).
+    wait_until(
+        Duration::from_secs(10),
+        "the last waiter to watch the middle one",
+        || async { watched_by_last(&queue[1].node) },
+    )
+    .await;
+    leaving.abort();
+    wait_until(Duration::from_secs(10), "the middle node to go", || async {
+        children(&hosts, LOCK).await.len() <= 2
+    })
+    .await;
+    // Its predecessor is gone, but the holder is still ahead: it must watch the holder next.
+    wait_until(
+        Duration::from_secs(10),
+        "the last waiter to watch the holder",
+        || async { queued.is_finished() || watched_by_last(&queue[0].node) },
+    )
+    .await;
+    assert!(
+        !queued.is_finished(),
+        "the last waiter took the lock while the holder holds it"
+    );
+    let holder_token = guard.token();
+    guard.release().await.unwrap();
+    let token = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(token > holder_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_and_acquire_timeout_leave_no_node() {
     let hosts = chroot(shared(), "try").await;
     let holder = lock_on(&hosts, T).await;

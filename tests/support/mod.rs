@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -247,6 +247,17 @@ impl Drop for ZooKeeper {
     }
 }
 
+/// Sessions watching `path` (a full server path), from the server's `wchp`.
+pub fn watchers_of(server: &str, path: &str) -> Vec<String> {
+    let out = four_letter(server, "wchp").unwrap_or_default();
+    let mut lines = out.lines().skip_while(|l| *l != path).skip(1);
+    let mut sessions = Vec::new();
+    while let Some(line) = lines.next().filter(|l| l.starts_with(char::is_whitespace)) {
+        sessions.push(line.trim().to_owned());
+    }
+    sessions
+}
+
 /// The connect string of the server this test binary shares.
 pub fn shared() -> &'static str {
     static SHARED: OnceLock<(Option<ZooKeeper>, String)> = OnceLock::new();
@@ -323,10 +334,12 @@ pub async fn children(hosts: &str, path: &str) -> Vec<String> {
 }
 
 /// A TCP proxy in front of a server that counts the requests clients send through it
-/// (pings excluded), by opcode.
+/// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
+/// accepted and dropped, connections stay open).
 pub struct CountingProxy {
     pub addr: String,
     counts: Arc<Mutex<HashMap<i32, u64>>>,
+    blackhole: Arc<AtomicBool>,
 }
 
 impl CountingProxy {
@@ -334,24 +347,30 @@ impl CountingProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
-        let (upstream, shared) = (upstream.to_owned(), counts.clone());
+        let blackhole = Arc::new(AtomicBool::new(false));
+        let (upstream, shared, hole) = (upstream.to_owned(), counts.clone(), blackhole.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (upstream, counts) = (upstream.clone(), shared.clone());
+                let (upstream, counts, hole) = (upstream.clone(), shared.clone(), hole.clone());
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                         return;
                     };
                     let (mut client_rx, mut client_tx) = client.into_split();
                     let (mut server_rx, mut server_tx) = server.into_split();
+                    let back = hole.clone();
                     tokio::spawn(async move {
-                        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
+                        let _ = forward(&mut server_rx, &mut client_tx, &back).await;
                     });
-                    let _ = forward_counting(&mut client_rx, &mut server_tx, &counts).await;
+                    let _ = forward_counting(&mut client_rx, &mut server_tx, &counts, &hole).await;
                 });
             }
         });
-        CountingProxy { addr, counts }
+        CountingProxy {
+            addr,
+            counts,
+            blackhole,
+        }
     }
 
     /// Requests by opcode so far (1 create, 2 delete, 3 exists, 4 getData, 8 getChildren, ...).
@@ -362,12 +381,36 @@ impl CountingProxy {
     pub fn total(&self) -> u64 {
         self.counts.lock().unwrap().values().sum()
     }
+
+    /// Drops every byte both ways while `on`, without closing connections.
+    pub fn blackhole(&self, on: bool) {
+        self.blackhole.store(on, Ordering::SeqCst);
+    }
+}
+
+async fn forward(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    hole: &AtomicBool,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        if !hole.load(Ordering::SeqCst) {
+            to.write_all(&buf[..n]).await?;
+        }
+    }
 }
 
 async fn forward_counting(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     counts: &Mutex<HashMap<i32, u64>>,
+    hole: &AtomicBool,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut first = true;
@@ -375,6 +418,9 @@ async fn forward_counting(
         let len = from.read_i32().await?;
         let mut frame = vec![0u8; len.max(0) as usize];
         from.read_exact(&mut frame).await?;
+        if hole.load(Ordering::SeqCst) {
+            continue;
+        }
         if !first && frame.len() >= 8 {
             let op = i32::from_be_bytes(frame[4..8].try_into().unwrap());
             if op != 11 {

@@ -1,0 +1,452 @@
+//! The lease watchdog against real faults: a paused server, a partition, real session expiry,
+//! a deleted node, a paused holder process, a starved runtime, and 1,000 guards on one session.
+//!
+//! Detection latencies and lease margins are printed (`cargo test --test watchdog -- --nocapture`).
+
+mod support;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{chroot, connect, expire_session, shared, wait_until, CountingProxy, ZooKeeper};
+use zkfence::{Error, FencedLock, LockOptions, LossReason};
+use zookeeper_client as zk;
+
+const T: Duration = Duration::from_secs(2);
+
+async fn lock_with(hosts: &str, path: &str, options: LockOptions) -> FencedLock {
+    FencedLock::new(connect(hosts, T).await, path, options).unwrap()
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "DETECTION {what}: n={} p50={:.0}ms max={:.0}ms",
+        samples.len(),
+        ms(samples[samples.len() / 2]),
+        ms(*samples.last().unwrap())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_pause_cancels_at_once_with_disconnected() {
+    let server = ZooKeeper::start();
+    let mut latencies = Vec::new();
+    for round in 0..3 {
+        let lock = lock_with(&server.addr(), "/locks/pause", LockOptions::default()).await;
+        let guard = lock.acquire().await.unwrap();
+        let paused = Instant::now();
+        server.pause();
+        let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+        let latency = paused.elapsed();
+        server.resume();
+        assert_eq!(reason, Ok(LossReason::Disconnected), "round {round}");
+        // zookeeper-client gives up on a silent connection after 2/5 of T (800 ms here).
+        assert!(
+            latency < Duration::from_millis(800) + Duration::from_millis(500),
+            "took {latency:?}"
+        );
+        assert_eq!(
+            guard.check(),
+            Err(Error::LockLost(LossReason::Disconnected))
+        );
+        latencies.push(latency);
+        let released = guard.release().await;
+        assert_eq!(released, Err(Error::LockLost(LossReason::Disconnected)));
+    }
+    report("server paused (SIGSTOP) -> cancel", latencies);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn riding_out_survives_a_short_pause_and_ends_at_the_lease_on_a_long_one() {
+    let server = ZooKeeper::start();
+    let options = LockOptions::default().with_ride_out_disconnects(true);
+    let lock = lock_with(&server.addr(), "/locks/ride-out", options).await;
+    let guard = lock.acquire().await.unwrap();
+
+    // A short pause: shorter than the lease, so the guard must survive it.
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.resume();
+    let renewed_after = tokio::time::Instant::now() + T;
+    wait_until(
+        Duration::from_secs(10),
+        "the lease to be renewed past the pause",
+        || async { guard.lease_deadline() > renewed_after },
+    )
+    .await;
+    assert_eq!(
+        guard.check(),
+        Ok(()),
+        "a short pause cancelled a riding-out guard"
+    );
+
+    // A long pause: the guard must end at its lease deadline, not later.
+    let deadline = guard.lease_deadline();
+    let paused = tokio::time::Instant::now();
+    server.pause();
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+    let cancelled = tokio::time::Instant::now();
+    server.resume();
+    assert_eq!(reason, Ok(LossReason::LeaseExpired));
+    assert!(
+        deadline < paused + T,
+        "the lease outlived the session timeout"
+    );
+    assert!(
+        cancelled <= deadline + Duration::from_millis(100),
+        "cancelled {:?} after the deadline",
+        cancelled - deadline
+    );
+    eprintln!(
+        "DETECTION ride-out long pause: cancelled {:.0}ms after the pause began, {:.0}ms after the lease deadline",
+        (cancelled - paused).as_secs_f64() * 1e3,
+        cancelled.saturating_duration_since(deadline).as_secs_f64() * 1e3
+    );
+    drop(guard);
+}
+
+/// A partition: the holder's traffic is blackholed while the server stays up and expires the
+/// session on its own clock; a second client on the server sees the node go. The guard must
+/// be cancelled first, in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_cancels_before_the_server_deletes_the_node() {
+    let server = ZooKeeper::start();
+    let observer = connect(&server.addr(), Duration::from_secs(10)).await;
+    for ride_out in [false, true] {
+        let proxy = CountingProxy::start(&server.addr()).await;
+        let options = LockOptions::default().with_ride_out_disconnects(ride_out);
+        let lock = lock_with(&proxy.addr, "/locks/partition", options).await;
+        let guard = lock.acquire().await.unwrap();
+        let (stat, watcher) = observer
+            .check_and_watch_stat(guard.node_path())
+            .await
+            .unwrap();
+        assert!(stat.is_some());
+        let deleted = tokio::spawn(async move {
+            let event = watcher.changed().await;
+            (event.event_type, tokio::time::Instant::now())
+        });
+        let cut = tokio::time::Instant::now();
+        proxy.blackhole(true);
+        let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .expect("cancelled");
+        let cancelled = tokio::time::Instant::now();
+        let (event, deleted_at) = tokio::time::timeout(Duration::from_secs(10), deleted)
+            .await
+            .expect("expired")
+            .unwrap();
+        assert_eq!(event, zk::EventType::NodeDeleted);
+        let expected = if ride_out {
+            LossReason::LeaseExpired
+        } else {
+            LossReason::Disconnected
+        };
+        assert_eq!(reason, expected);
+        assert!(
+            cancelled < deleted_at,
+            "the server deleted the node before the holder was told"
+        );
+        eprintln!(
+            "MARGIN partition ride_out={ride_out}: cancelled {:.0}ms after the cut, node deleted by the server {:.0}ms after the cut: margin {:.0}ms",
+            (cancelled - cut).as_secs_f64() * 1e3,
+            (deleted_at - cut).as_secs_f64() * 1e3,
+            (deleted_at - cancelled).as_secs_f64() * 1e3
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_session_cancels_with_session_expired() {
+    let hosts = chroot(shared(), "expired").await;
+    let mut latencies = Vec::new();
+    for _ in 0..3 {
+        // Riding out disconnects, so the reason is the expiry itself and not the disconnect
+        // that the session takeover causes first.
+        let options = LockOptions::default().with_ride_out_disconnects(true);
+        let lock = lock_with(&hosts, "/locks/expired", options).await;
+        let guard = lock.acquire().await.unwrap();
+        let started = Instant::now();
+        expire_session(&hosts, lock.client()).await;
+        let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+        latencies.push(started.elapsed());
+        assert_eq!(reason, Ok(LossReason::SessionExpired));
+        let released = guard.release().await;
+        assert_eq!(released, Err(Error::LockLost(LossReason::SessionExpired)));
+    }
+    report("session expired from outside -> cancel", latencies);
+    // With the default, the takeover's disconnect already cancels.
+    let lock = lock_with(&hosts, "/locks/expired", LockOptions::default()).await;
+    let guard = lock.acquire().await.unwrap();
+    expire_session(&hosts, lock.client()).await;
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            reason,
+            LossReason::Disconnected | LossReason::SessionExpired
+        ),
+        "{reason:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_deleted_by_another_client_cancels_with_node_deleted() {
+    let hosts = chroot(shared(), "node-deleted").await;
+    let admin = connect(&hosts, Duration::from_secs(10)).await;
+    let lock = lock_with(&hosts, "/locks/deleted", LockOptions::default()).await;
+    let waiter = lock_with(&hosts, "/locks/deleted", LockOptions::default()).await;
+    let mut latencies = Vec::new();
+    for round in 0..5 {
+        // Alternate between an uncontended holder (node watch set by the watchdog) and one
+        // that waited (node watch handed over from the acquire).
+        let guard = if round % 2 == 0 {
+            lock.acquire().await.unwrap()
+        } else {
+            let first = waiter.acquire().await.unwrap();
+            let queued = tokio::spawn({
+                let lock = lock.clone();
+                async move { lock.acquire().await.unwrap() }
+            });
+            wait_until(
+                Duration::from_secs(10),
+                "the second contender to queue",
+                || async {
+                    admin
+                        .list_children("/locks/deleted")
+                        .await
+                        .map(|c| c.len())
+                        .unwrap_or(0)
+                        == 2
+                },
+            )
+            .await;
+            first.release().await.unwrap();
+            queued.await.unwrap()
+        };
+        assert_eq!(guard.check(), Ok(()));
+        let started = Instant::now();
+        admin.delete(guard.node_path(), None).await.unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+        latencies.push(started.elapsed());
+        assert_eq!(reason, Ok(LossReason::NodeDeleted), "round {round}");
+        assert_eq!(
+            guard.release().await,
+            Err(Error::LockLost(LossReason::NodeDeleted))
+        );
+    }
+    report("lock node deleted by another client -> cancel", latencies);
+}
+
+#[test]
+fn starved_runtime_fails_the_check_afterwards() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let hosts = chroot(shared(), "starved").await;
+        let lock = lock_with(&hosts, "/locks/starved", LockOptions::default()).await;
+        let guard = lock.acquire().await.unwrap();
+        assert_eq!(guard.check(), Ok(()));
+        // A blocking call on the only runtime thread, longer than the session timeout: neither
+        // the watchdog nor the client's pings can run.
+        std::thread::sleep(T + Duration::from_millis(300));
+        assert_eq!(
+            guard.check(),
+            Err(Error::LockLost(LossReason::LeaseExpired))
+        );
+        assert!(guard.cancellation_token().is_cancelled());
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_guards_on_one_session_share_one_watchdog() {
+    let hosts = chroot(shared(), "many").await;
+    let client = connect(&hosts, Duration::from_secs(10)).await;
+    let tasks_before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        let lock = FencedLock::new(
+            client.clone(),
+            format!("/locks/many/l{i}"),
+            LockOptions::default(),
+        )
+        .unwrap();
+        guards.push(lock.acquire().await.unwrap());
+    }
+    let tasks_after = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    eprintln!("1000 guards on one session: {tasks_before} tasks before, {tasks_after} after");
+    assert!(
+        tasks_after <= tasks_before + 2,
+        "tasks grew with guards: {tasks_before} -> {tasks_after}"
+    );
+    assert!(guards.iter().all(|g| g.check().is_ok()));
+    expire_session(&hosts, &client).await;
+    wait_until(
+        Duration::from_secs(10),
+        "every guard to be cancelled",
+        || async { guards.iter().all(|g| g.cancellation_token().is_cancelled()) },
+    )
+    .await;
+    for guard in &guards {
+        let reason = guard.check().unwrap_err();
+        assert!(
+            matches!(
+                reason,
+                Error::LockLost(LossReason::Disconnected | LossReason::SessionExpired)
+            ),
+            "{reason}"
+        );
+    }
+}
+
+/// The real process pause: a child process (this test binary, re-run as
+/// `child_holder_process`) holds the lock inside `run` and is SIGSTOPped past the session
+/// timeout; we take the lock with a greater token; after SIGCONT the child's `check()` fails
+/// at once and `run` starts no further step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_holder_process_is_stopped_on_wake_and_its_successor_has_a_greater_token() {
+    let hosts = chroot(shared(), "process-pause").await;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holder_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZKFENCE_CHILD_HOSTS", &hosts)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| -> String {
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("child never printed {what}"));
+            // The test harness prints `test child_holder_process ... ` without a newline.
+            if let Some(at) = line.find(what) {
+                return line[at..].to_owned();
+            }
+        }
+    };
+    let acquired = next("ACQUIRED");
+    let child_token: u64 = acquired.split_whitespace().nth(1).unwrap().parse().unwrap();
+    next("STEP");
+    next("STEP");
+
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let successor = lock_with(&hosts, "/locks/pause", LockOptions::default()).await;
+    let guard = tokio::time::timeout(Duration::from_secs(20), successor.acquire())
+        .await
+        .expect("successor acquired")
+        .unwrap();
+    eprintln!(
+        "successor acquired {:?} after the holder stopped",
+        stopped.elapsed()
+    );
+    assert!(
+        guard.token().as_u64() > child_token,
+        "successor token {} <= stalled holder's {child_token}",
+        guard.token()
+    );
+
+    let woke = monotonic_ns();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let mut steps_after_wake = Vec::new();
+    let result = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("child reports");
+        if let Some(rest) = line.strip_prefix("STEP ") {
+            let at: u64 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
+            if at > woke {
+                steps_after_wake.push(line);
+            }
+        } else if line.starts_with("CHECK_FAILED") {
+            let at: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            let delay = Duration::from_nanos(at.saturating_sub(woke));
+            eprintln!("DETECTION process pause: check() failed {delay:?} after SIGCONT ({line})");
+            assert!(
+                delay < Duration::from_millis(100),
+                "check() kept passing {delay:?} after the wake"
+            );
+        } else if line.starts_with("RESULT") {
+            break line;
+        }
+    };
+    assert!(
+        steps_after_wake.is_empty(),
+        "run polled the section after the wake: {steps_after_wake:?}"
+    );
+    assert!(result.contains("LockLost"), "{result}");
+    assert!(child.wait().unwrap().success());
+    guard.release().await.unwrap();
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The child side of the process-pause test; does nothing unless run by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by paused_holder_process_is_stopped_on_wake_and_its_successor_has_a_greater_token"]
+async fn child_holder_process() {
+    let Ok(hosts) = std::env::var("ZKFENCE_CHILD_HOSTS") else {
+        return;
+    };
+    let lock = lock_with(&hosts, "/locks/pause", LockOptions::default()).await;
+    let result = lock
+        .run(|held| async move {
+            println!("ACQUIRED {}", held.token().as_u64());
+            // An independent thread keeps calling check(), to time its failure after the wake.
+            let checker = held.clone();
+            std::thread::spawn(move || loop {
+                if let Err(err) = checker.check() {
+                    println!("CHECK_FAILED {} {err}", monotonic_ns());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            });
+            let mut step = 0u64;
+            loop {
+                held.check()?;
+                step += 1;
+                println!("STEP {step} {}", monotonic_ns());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), Error>(())
+        })
+        .await;
+    println!("RESULT {result:?}");
+}
