@@ -42,19 +42,22 @@ async fn server_pause_cancels_at_once_with_disconnected() {
         let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
         let latency = paused.elapsed();
         server.resume();
-        assert_eq!(reason, Ok(LossReason::Disconnected), "round {round}");
-        // zookeeper-client gives up on a silent connection after 2/5 of T (800 ms here).
+        // zookeeper-client gives up on a silent connection after 2/5 of T (800 ms here); on a
+        // loaded machine the lease deadline (at most 1.88 s after the last acknowledged
+        // request) can come first. Either is a cancel before the server could expire us.
+        let reason = reason.expect("cancelled");
+        assert!(
+            matches!(reason, LossReason::Disconnected | LossReason::LeaseExpired),
+            "round {round}: {reason:?}"
+        );
         assert!(
             latency < Duration::from_millis(800) + Duration::from_millis(500),
             "took {latency:?}"
         );
-        assert_eq!(
-            guard.check(),
-            Err(Error::LockLost(LossReason::Disconnected))
-        );
+        assert_eq!(guard.check(), Err(Error::LockLost(reason)));
         latencies.push(latency);
         let released = guard.release().await;
-        assert_eq!(released, Err(Error::LockLost(LossReason::Disconnected)));
+        assert_eq!(released, Err(Error::LockLost(reason)));
     }
     report("server paused (SIGSTOP) -> cancel", latencies);
 }
@@ -140,12 +143,14 @@ async fn partition_cancels_before_the_server_deletes_the_node() {
             .expect("expired")
             .unwrap();
         assert_eq!(event, zk::EventType::NodeDeleted);
-        let expected = if ride_out {
-            LossReason::LeaseExpired
+        if ride_out {
+            assert_eq!(reason, LossReason::LeaseExpired);
         } else {
-            LossReason::Disconnected
-        };
-        assert_eq!(reason, expected);
+            assert!(
+                matches!(reason, LossReason::Disconnected | LossReason::LeaseExpired),
+                "{reason:?}"
+            );
+        }
         assert!(
             cancelled < deleted_at,
             "the server deleted the node before the holder was told"
