@@ -53,6 +53,7 @@
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.
 //! - [`Error`]: one error type with predicates.
 //! - [`metrics`]: metric names and [`metrics::describe`].
+//! - [`local`]: a throwaway local ZooKeeper (Debian's package) for demos and tests.
 //!
 //! # Examples
 //!
@@ -88,6 +89,7 @@
 mod error;
 mod fencing;
 mod guard;
+pub mod local;
 mod lock;
 pub mod metrics;
 mod recipe;

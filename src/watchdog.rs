@@ -802,22 +802,51 @@ async fn persistent_session_events(client: &zk::Client) -> Option<zk::Persistent
     }
 }
 
-/// The next session state from the persistent watch. After a terminal state the client drops
-/// the watch's channel (and `zookeeper-client` 0.11 panics if it is polled again), so the
-/// watcher is let go then.
+/// The next session state from the persistent watch.
+///
+/// `zookeeper-client` 0.11 drops the watch's channel after a terminal state and then panics
+/// if it is polled again (`PersistentReceiver::recv` unwraps). The watcher is let go after a
+/// terminal state, and a panic from it is caught, so that it can never take the watchdog task
+/// down; the state channel then remains as the source of session states.
 async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::SessionState {
     loop {
-        match events {
-            Some(watcher) => {
-                let event = watcher.changed().await;
-                if event.event_type == zk::EventType::Session {
-                    if event.session_state.is_terminated() {
-                        *events = None;
-                    }
-                    return event.session_state;
+        let polled = match events.as_mut() {
+            Some(watcher) => CatchUnwind(Box::pin(watcher.changed())).await,
+            None => return std::future::pending().await,
+        };
+        match polled {
+            Some(event) if event.event_type == zk::EventType::Session => {
+                if event.session_state.is_terminated() {
+                    *events = None;
                 }
+                return event.session_state;
             }
-            None => std::future::pending::<()>().await,
+            Some(_) => {}
+            None => {
+                tracing::debug!(
+                    "the persistent session watch closed; relying on the state channel"
+                );
+                *events = None;
+            }
+        }
+    }
+}
+
+/// Polls a future, turning a panic inside it into `None`.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let future = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(std::task::Poll::Ready(out)) => std::task::Poll::Ready(Some(out)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(_) => std::task::Poll::Ready(None),
         }
     }
 }

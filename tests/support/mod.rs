@@ -6,23 +6,18 @@
 //! their own ([`ZooKeeper::start`]). `ZKFENCE_TEST_ZK=host:port` points the shared one at an
 //! existing ensemble instead (fault tests then start their own servers as usual).
 //!
-//! Every JVM runs under a small bash wrapper that kills it (and removes its data dir) when the
-//! test process goes away, however it goes: the wrapper waits on a pipe from us.
+//! Servers come from [`zkfence::local::LocalZooKeeper`], which kills its JVM when the test
+//! process goes away, however it goes.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use zkfence::local::LocalZooKeeper;
 use zookeeper_client as zk;
-
-const JARS: &str = "/usr/share/java";
-pub const INSTALL_HINT: &str = "ZooKeeper is not installed: run `sudo apt-get install -y zookeeper` (or `scripts/test`, which installs what the tests need)";
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -62,172 +57,34 @@ where
     }
 }
 
-/// A JVM under its bash wrapper.
-struct Jvm {
-    wrapper: Child,
-    /// Closing it tells the wrapper to kill the JVM.
-    stdin: Option<ChildStdin>,
-    pid: i32,
-}
+pub use zkfence::local::four_letter;
 
-impl Jvm {
-    fn spawn(dir: &Path, main: &str, args: &[&str]) -> Jvm {
-        assert!(
-            PathBuf::from(JARS).join("zookeeper.jar").exists(),
-            "{INSTALL_HINT}"
-        );
-        let log = dir.join("server.log");
-        let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-            -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' \
-            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar "$@" >"$ZK_LOG" 2>&1 &
-            pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
-        let mut cmd = Command::new("bash");
-        cmd.arg("-c")
-            .arg(script)
-            .arg("zk-wrapper")
-            .arg(main)
-            .args(args);
-        cmd.env("ZK_LOG", &log)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut wrapper = cmd.spawn().expect("bash runs");
-        let stdin = wrapper.stdin.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(wrapper.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let pid = line.trim().parse().expect("wrapper prints the JVM pid");
-        Jvm {
-            wrapper,
-            stdin: Some(stdin),
-            pid,
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        unsafe { libc::kill(self.pid, signal) };
-    }
-}
-
-impl Drop for Jvm {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
-        self.signal(libc::SIGCONT);
-        self.stdin.take(); // the wrapper's `read` returns, it reaps the JVM and exits
-        let _ = self.wrapper.wait();
-    }
-}
-
-/// Sends a four-letter word and returns the answer, if the server answers.
-pub fn four_letter(addr: &str, word: &str) -> Option<String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(word.as_bytes()).ok()?;
-    let mut out = String::new();
-    stream.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-/// One standalone ZooKeeper server.
-pub struct ZooKeeper {
-    port: u16,
-    dir: PathBuf,
-    jvm: Mutex<Option<Jvm>>,
-}
+/// One standalone server for one test (the library's launcher, with test-friendly panics).
+pub struct ZooKeeper(LocalZooKeeper);
 
 impl ZooKeeper {
-    /// Starts a server on a free port and waits until it answers.
     pub fn start() -> ZooKeeper {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(unique("zkfence-zk"));
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let cfg = format!(
-            "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=30000\nforceSync=no\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=*\n",
-            dir.join("data").display()
-        );
-        std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
-        let zk = ZooKeeper {
-            port,
-            dir,
-            jvm: Mutex::new(None),
-        };
-        zk.boot();
-        zk
-    }
-
-    fn boot(&self) {
-        let cfg = self.dir.join("zoo.cfg");
-        let jvm = Jvm::spawn(
-            &self.dir,
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-            &[cfg.to_str().unwrap()],
-        );
-        *self.jvm.lock().unwrap() = Some(jvm);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !four_letter(&self.addr(), "srvr").is_some_and(|s| s.contains("Mode:")) {
-            assert!(
-                Instant::now() < deadline,
-                "zookeeper did not start; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        ZooKeeper(LocalZooKeeper::start().unwrap_or_else(|e| panic!("{e}")))
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.0.addr()
     }
 
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.jvm.lock().unwrap().as_ref().map_or(0, |j| j.pid)
-    }
-
-    /// SIGSTOP: the server keeps its sockets but answers nothing.
     pub fn pause(&self) {
-        self.jvm
-            .lock()
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .signal(libc::SIGSTOP);
+        self.0.pause()
     }
 
-    /// SIGCONT.
     pub fn resume(&self) {
-        self.jvm
-            .lock()
-            .unwrap()
-            .as_ref()
-            .unwrap()
-            .signal(libc::SIGCONT);
+        self.0.resume()
     }
 
-    /// kill -9, keeping the data dir for a restart.
     pub fn kill(&self) {
-        self.jvm.lock().unwrap().take();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(self.addr()).is_ok() {
-            assert!(
-                Instant::now() < deadline,
-                "killed server still accepts connections"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.0.kill()
     }
 
-    /// Starts the server again on the same port and data: sessions survive if they have not
-    /// timed out.
     pub fn restart(&self) {
-        self.kill();
-        self.boot();
+        self.0.restart().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Server-side watch count (`wchs`).
@@ -237,13 +94,6 @@ impl ZooKeeper {
             .find_map(|l| l.strip_prefix("Total watches:"))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| panic!("unexpected wchs answer: {out:?}"))
-    }
-}
-
-impl Drop for ZooKeeper {
-    fn drop(&mut self) {
-        self.jvm.lock().unwrap().take();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

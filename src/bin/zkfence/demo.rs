@@ -1,0 +1,450 @@
+//! `zkfence demo`: worker processes increment a counter in a SQLite store under the lock; the
+//! holder is frozen (SIGSTOP) in the middle of its write for twice its session timeout. With
+//! fencing, its late write is refused and no increment is lost; without, one is.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, TransactionBehavior};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::Instant;
+use zkfence::{FencedLock, LockOptions};
+
+use crate::{connect, parse_duration, EXIT_FAILURE, EXIT_UNAVAILABLE};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  zkfence demo                              # starts a throwaway local ZooKeeper itself
+  zkfence demo --connect 127.0.0.1:2181     # uses yours (it creates /zkfence-demo)")]
+pub(crate) struct Args {
+    /// ZooKeeper hosts; without it, a throwaway local ZooKeeper is started (Debian's package).
+    #[arg(long)]
+    connect: Option<String>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    workers: u32,
+    /// Increments each worker makes.
+    #[arg(long, default_value_t = 4)]
+    increments: u32,
+    /// The workers' ZooKeeper session timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    session_timeout: Duration,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct WorkerArgs {
+    #[arg(long)]
+    connect: String,
+    #[arg(long)]
+    lock: String,
+    #[arg(long)]
+    db: PathBuf,
+    #[arg(long)]
+    id: u32,
+    #[arg(long)]
+    increments: u32,
+    /// Write without the fence check (the demo's second run).
+    #[arg(long)]
+    no_fence: bool,
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    session_timeout: Duration,
+    /// How long a write takes between the check and the store (the window the demo freezes).
+    #[arg(long, value_parser = parse_duration, default_value = "300ms")]
+    write_delay: Duration,
+}
+
+/// What one run of the scenario showed.
+#[derive(Debug, Default)]
+struct Outcome {
+    value: i64,
+    accepted: i64,
+    late_write_refused: bool,
+    late_write_accepted: bool,
+    successor_token_greater: bool,
+    victim_cancelled: bool,
+}
+
+pub(crate) async fn demo(args: Args) -> u8 {
+    println!("zkfence demo: a lock holder freezes in the middle of a write, longer than its session timeout.");
+    println!("Does its late write corrupt the data? {} workers each add {} to a counter in a SQLite store.\n", args.workers, args.increments);
+    let local;
+    let hosts = match &args.connect {
+        Some(hosts) => hosts.clone(),
+        None => {
+            println!(
+                "Starting a throwaway ZooKeeper (Debian's zookeeper package) on a loopback port..."
+            );
+            local = match tokio::task::spawn_blocking(zkfence::local::LocalZooKeeper::start).await {
+                Ok(Ok(zk)) => zk,
+                Ok(Err(err)) => {
+                    eprintln!("zkfence: {err}");
+                    return EXIT_UNAVAILABLE;
+                }
+                Err(err) => {
+                    eprintln!("zkfence: {err}");
+                    return EXIT_FAILURE;
+                }
+            };
+            println!("ZooKeeper is up at {}.\n", local.addr());
+            local.addr()
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("zkfence-demo-{}", std::process::id()));
+    if let Err(err) = std::fs::create_dir_all(&dir) {
+        eprintln!("zkfence: cannot create {}: {err}", dir.display());
+        return EXIT_FAILURE;
+    }
+    let result = async {
+        println!("== Run 1: the store checks the fencing token (UPDATE ... WHERE fence <= token) ==");
+        let fenced = scenario(&args, &hosts, &dir, true).await?;
+        println!("\n== Run 2: the same, with fencing switched off (UPDATE ... without the fence check) ==");
+        let unfenced = scenario(&args, &hosts, &dir, false).await?;
+        Ok::<_, String>((fenced, unfenced))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (fenced, unfenced) = match result {
+        Ok(outcomes) => outcomes,
+        Err(err) => {
+            eprintln!("zkfence: demo failed: {err}");
+            return EXIT_FAILURE;
+        }
+    };
+    let fenced_ok = fenced.value == fenced.accepted
+        && fenced.late_write_refused
+        && fenced.successor_token_greater
+        && fenced.victim_cancelled;
+    let lost = unfenced.accepted - unfenced.value;
+    println!();
+    if fenced_ok && unfenced.late_write_accepted && lost > 0 {
+        println!(
+            "VERDICT: with fencing, the frozen holder's late write was refused and all {} increments survived; without fencing, its late write was accepted and {lost} increment(s) were lost.",
+            fenced.accepted
+        );
+        0
+    } else {
+        println!(
+            "VERDICT: unexpected result: with fencing {fenced:?}; without fencing {unfenced:?}"
+        );
+        EXIT_FAILURE
+    }
+}
+
+fn open_store(path: &Path) -> rusqlite::Result<Connection> {
+    let db = Connection::open(path)?;
+    db.busy_timeout(Duration::from_secs(30))?;
+    db.pragma_update(None, "journal_mode", "WAL")?;
+    Ok(db)
+}
+
+async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<Outcome, String> {
+    let name = if fence { "fenced" } else { "unfenced" };
+    let db_path = dir.join(format!("{name}.sqlite"));
+    let db = open_store(&db_path).map_err(|e| e.to_string())?;
+    db.execute_batch(
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL, fence INTEGER NOT NULL);
+         INSERT INTO counter VALUES (1, 0, 0);
+         CREATE TABLE accepted (worker INTEGER NOT NULL, token INTEGER NOT NULL, value INTEGER NOT NULL);",
+    )
+    .map_err(|e| e.to_string())?;
+    let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
+    let mut children = Vec::new();
+    for id in 1..=args.workers {
+        let mut command = tokio::process::Command::new(&exe);
+        command
+            .arg("demo-worker")
+            .args(["--connect", hosts, "--lock", &lock, "--id", &id.to_string()])
+            .args(["--increments", &args.increments.to_string()])
+            .args([
+                "--session-timeout",
+                &format!("{}ms", args.session_timeout.as_millis()),
+            ])
+            .arg("--db")
+            .arg(&db_path)
+            .env("RUST_LOG", "off")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if !fence {
+            command.arg("--no-fence");
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        let stdout = child.stdout.take().ok_or("worker without stdout")?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send((id, line));
+            }
+        });
+        children.push(child);
+    }
+    drop(tx);
+
+    let mut outcome = Outcome::default();
+    let stall = args.session_timeout * 2;
+    let mut accepted_so_far = 0;
+    let mut victim: Option<(u32, i32, i64)> = None; // worker, pid, token
+    let mut resume_at: Option<Instant> = None;
+    let mut resumed = false;
+    let mut successor_seen = false;
+    let mut done = 0;
+    let started = Instant::now();
+    let say = |text: String| println!("  [{:>5.1}s] {text}", started.elapsed().as_secs_f64());
+    while done < args.workers {
+        tokio::select! {
+            next = rx.recv() => {
+                let Some((id, line)) = next else { break };
+                let event = Event::parse(&line);
+                match event.kind {
+                    "acquired" => {
+                        let token = event.int("token");
+                        match victim {
+                            Some((v, _, vt)) if !resumed && id != v && !successor_seen => {
+                                successor_seen = true;
+                                outcome.successor_token_greater = token > vt;
+                                say(format!(
+                                    "worker {id} acquired the lock with token {token}, greater than frozen worker {v}'s {vt}: ZooKeeper expired worker {v}'s session"
+                                ));
+                            }
+                            _ => say(format!("worker {id} holds the lock (token {token})")),
+                        }
+                    }
+                    "writing" if victim.is_none() && accepted_so_far >= 2 => {
+                        let token = event.int("token");
+                        let pid = children[(id - 1) as usize].id().unwrap_or(0) as i32;
+                        // SAFETY: kill(2) on a worker process we started.
+                        unsafe { libc::kill(pid, libc::SIGSTOP) };
+                        victim = Some((id, pid, token));
+                        resume_at = Some(Instant::now() + stall);
+                        say(format!(
+                            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice its session timeout",
+                            event.int("value") - 1,
+                            event.int("value")
+                        ));
+                    }
+                    "accepted" => {
+                        accepted_so_far += 1;
+                        let (token, value) = (event.int("token"), event.int("value"));
+                        if victim.is_some_and(|(v, _, vt)| v == id && resumed && token == vt) {
+                            outcome.late_write_accepted = true;
+                            say(format!(
+                                "the store ACCEPTED worker {id}'s late write: counter = {value} with its stale token {token}, overwriting newer increments"
+                            ));
+                        } else {
+                            say(format!("worker {id} wrote counter = {value} (token {token}): accepted"));
+                        }
+                    }
+                    "refused" => {
+                        if victim.is_some_and(|(v, _, _)| v == id) {
+                            outcome.late_write_refused = true;
+                        }
+                        say(format!(
+                            "the store REFUSED worker {id}'s late write: its token {} is below the store's fence {}",
+                            event.int("token"),
+                            event.int("fence")
+                        ));
+                    }
+                    "cancelled" => {
+                        if victim.is_some_and(|(v, _, _)| v == id) {
+                            outcome.victim_cancelled = true;
+                        }
+                        say(format!("worker {id}'s watchdog cancelled its lock: {}", event.rest("reason")));
+                    }
+                    "reconnecting" => say(format!("worker {id} lost its session; it reconnects and queues again")),
+                    "done" => done += 1,
+                    "error" => say(format!("worker {id}: {}", event.rest("message"))),
+                    _ => {}
+                }
+            }
+            _ = sleep_until_opt(resume_at), if !resumed => {
+                if let Some((v, pid, _)) = victim {
+                    // SAFETY: kill(2) on a worker process we started.
+                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                    resumed = true;
+                    say(format!("SIGCONT worker {v}: it wakes up still in the middle of its write"));
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(120)) => return Err("the workers made no progress for 2 minutes".into()),
+        }
+    }
+    for mut child in children {
+        let _ = child.wait().await;
+    }
+    let (value, accepted): (i64, i64) = db
+        .query_row(
+            "SELECT (SELECT value FROM counter WHERE id = 1), (SELECT count(*) FROM accepted)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(|e| e.to_string())?;
+    outcome.value = value;
+    outcome.accepted = accepted;
+    if value == accepted {
+        println!("  Result: counter = {value}, accepted increments = {accepted}: consistent.");
+    } else {
+        println!(
+            "  Result: counter = {value}, accepted increments = {accepted}: {} increment(s) LOST.",
+            accepted - value
+        );
+    }
+    Ok(outcome)
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One line a worker prints: `<kind> key=value ...`.
+struct Event<'a> {
+    kind: &'a str,
+    line: &'a str,
+}
+
+impl<'a> Event<'a> {
+    fn parse(line: &'a str) -> Event<'a> {
+        Event {
+            kind: line.split_whitespace().next().unwrap_or(""),
+            line,
+        }
+    }
+
+    fn int(&self, key: &str) -> i64 {
+        self.line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Everything after `key=`, for free text.
+    fn rest(&self, key: &str) -> &'a str {
+        self.line
+            .split_once(&format!("{key}="))
+            .map_or("", |(_, rest)| rest)
+    }
+}
+
+pub(crate) async fn worker(args: WorkerArgs) -> u8 {
+    let mut db = match open_store(&args.db) {
+        Ok(db) => db,
+        Err(err) => {
+            println!("error message=cannot open the store: {err}");
+            return EXIT_FAILURE;
+        }
+    };
+    let mut lock = match worker_lock(&args).await {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
+    let mut done = 0;
+    while done < args.increments {
+        let guard = match lock.acquire().await {
+            Ok(guard) => guard,
+            Err(err) if err.is_session_terminal() => {
+                println!("reconnecting");
+                lock = match worker_lock(&args).await {
+                    Ok(lock) => lock,
+                    Err(code) => return code,
+                };
+                continue;
+            }
+            Err(err) => {
+                println!("error message={err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let token = guard.token().as_u64() as i64;
+        println!(
+            "acquired token={token} sequence={}",
+            guard.token().sequence()
+        );
+        let read = db.query_row("SELECT value FROM counter WHERE id = 1", [], |row| {
+            row.get::<_, i64>(0)
+        });
+        let Ok(value) = read else {
+            println!("error message=cannot read the store");
+            return EXIT_FAILURE;
+        };
+        if let Err(err) = guard.check() {
+            println!("cancelled reason={err}");
+            continue;
+        }
+        println!("writing token={token} value={}", value + 1);
+        // The write path is slow (a disk, a network hop): the demo freezes us right here.
+        tokio::time::sleep(args.write_delay).await;
+        match store_write(&mut db, args.id, value + 1, token, !args.no_fence) {
+            Ok(None) => {
+                done += 1;
+                println!("accepted token={token} value={}", value + 1);
+            }
+            Ok(Some(fence)) => println!("refused token={token} fence={fence}"),
+            Err(err) => println!("error message=store write failed: {err}"),
+        }
+        if let Err(err) = guard.check() {
+            println!("cancelled reason={err}");
+        }
+        let _ = guard.release().await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    println!("done");
+    0
+}
+
+async fn worker_lock(args: &WorkerArgs) -> Result<FencedLock, u8> {
+    let client = connect(&args.connect, args.session_timeout).await?;
+    let options = LockOptions::default().with_data(format!(
+        "demo worker {} pid {}",
+        args.id,
+        std::process::id()
+    ));
+    FencedLock::new(client, args.lock.clone(), options)
+        .map_err(|err| crate::fail("cannot use the lock", &err))
+}
+
+/// The token-checked write: `None` when accepted, `Some(fence)` when the store's fence is
+/// higher than our token. Without `fence`, every write is accepted (the unsafe baseline).
+fn store_write(
+    db: &mut Connection,
+    worker: u32,
+    value: i64,
+    token: i64,
+    fence: bool,
+) -> rusqlite::Result<Option<i64>> {
+    let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let updated = if fence {
+        tx.execute(
+            "UPDATE counter SET value = ?1, fence = ?2 WHERE id = 1 AND fence <= ?2",
+            params![value, token],
+        )?
+    } else {
+        tx.execute(
+            "UPDATE counter SET value = ?1, fence = max(fence, ?2) WHERE id = 1",
+            params![value, token],
+        )?
+    };
+    let result = if updated == 1 {
+        tx.execute(
+            "INSERT INTO accepted (worker, token, value) VALUES (?1, ?2, ?3)",
+            params![worker, token, value],
+        )?;
+        None
+    } else {
+        Some(
+            tx.query_row("SELECT fence FROM counter WHERE id = 1", [], |row| {
+                row.get(0)
+            })?,
+        )
+    };
+    tx.commit()?;
+    Ok(result)
+}

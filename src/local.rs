@@ -1,0 +1,340 @@
+//! A throwaway local ZooKeeper server, for demos, tests and chaos experiments.
+//!
+//! [`LocalZooKeeper::start`] runs Debian's `zookeeper` package (`ZooKeeperServerMain`, jars
+//! under `/usr/share/java`) as a JVM on a free loopback port with a temp data dir and a
+//! 200 ms tick, so sessions from 400 ms to 30 s can be negotiated. It offers the faults a lock
+//! must survive: [`pause`](LocalZooKeeper::pause) (SIGSTOP), [`resume`](LocalZooKeeper::resume),
+//! [`kill`](LocalZooKeeper::kill) (SIGKILL) and [`restart`](LocalZooKeeper::restart) on the
+//! same port and data.
+//!
+//! The JVM runs under a small `bash` wrapper that kills it and removes the data dir when this
+//! process goes away, however it goes (the wrapper waits on a pipe from us), so a crashed test
+//! or demo leaves no server behind.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where Debian's `zookeeper` package puts its jars.
+const JARS: &str = "/usr/share/java";
+
+/// The command that installs what [`LocalZooKeeper`] needs.
+pub const INSTALL_HINT: &str =
+    "ZooKeeper is not installed: run `sudo apt-get install -y zookeeper` (Debian's package), or scripts/demo, which does it";
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Why a local server could not be started.
+///
+/// # Examples
+///
+/// ```
+/// let err = zkfence::local::StartError::NotInstalled;
+/// assert!(err.to_string().contains("apt-get install"));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Debian's `zookeeper` package is not installed.
+    #[error("{INSTALL_HINT}")]
+    NotInstalled,
+    /// Running `bash`/`java`, or writing the temp dir, failed.
+    #[error("could not start zookeeper: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server did not answer in time; the message carries the end of its log.
+    #[error("zookeeper did not start within {timeout:?}; last log lines:\n{log}")]
+    NotServing {
+        /// How long we waited.
+        timeout: Duration,
+        /// The end of the server log.
+        log: String,
+    },
+}
+
+/// A JVM under its bash wrapper.
+#[derive(Debug)]
+struct Jvm {
+    wrapper: Child,
+    /// Closing it tells the wrapper to kill the JVM.
+    stdin: Option<ChildStdin>,
+    pid: i32,
+}
+
+impl Jvm {
+    fn spawn(dir: &Path, main: &str, args: &[&str]) -> Result<Jvm, StartError> {
+        if !Path::new(JARS).join("zookeeper.jar").exists() {
+            return Err(StartError::NotInstalled);
+        }
+        let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+            -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' \
+            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar "$@" >"$ZK_LOG" 2>&1 &
+            pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
+        let mut wrapper = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg("zk-wrapper")
+            .arg(main)
+            .args(args)
+            .env("ZK_LOG", dir.join("server.log"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdin = wrapper.stdin.take();
+        let mut line = String::new();
+        if let Some(stdout) = wrapper.stdout.take() {
+            BufReader::new(stdout).read_line(&mut line)?;
+        }
+        let pid = line
+            .trim()
+            .parse()
+            .map_err(|_| std::io::Error::other("the zookeeper wrapper printed no pid"))?;
+        Ok(Jvm {
+            wrapper,
+            stdin,
+            pid,
+        })
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a pid we started; at worst it fails with ESRCH.
+        unsafe { libc::kill(self.pid, signal) };
+    }
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.signal(libc::SIGCONT);
+        self.stdin.take(); // the wrapper's `read` returns, it reaps the JVM and exits
+        let _ = self.wrapper.wait();
+    }
+}
+
+/// Sends a ZooKeeper four-letter word (`ruok`, `srvr`, `wchs`, ...) and returns the answer.
+///
+/// # Examples
+///
+/// ```no_run
+/// let answer = zkfence::local::four_letter("127.0.0.1:2181", "srvr");
+/// println!("{answer:?}");
+/// ```
+pub fn four_letter(addr: &str, word: &str) -> Option<String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// One standalone ZooKeeper server on a loopback port, stopped (by pid) when dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// let zk = zkfence::local::LocalZooKeeper::start()?;
+/// println!("connect to {}", zk.addr());
+/// zk.pause();   // SIGSTOP: sessions see silence
+/// zk.resume();  // SIGCONT
+/// # Ok::<(), zkfence::local::StartError>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalZooKeeper {
+    port: u16,
+    dir: PathBuf,
+    jvm: Mutex<Option<Jvm>>,
+}
+
+impl LocalZooKeeper {
+    /// Starts a server on a free loopback port and waits (up to 60 s) until it serves requests.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::NotInstalled`] without Debian's `zookeeper` package; the other variants
+    /// when it cannot be run or does not come up.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn start() -> Result<LocalZooKeeper, StartError> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let name = format!(
+            "zkfence-zk-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(dir.join("data"))?;
+        let cfg = format!(
+            "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+             maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=30000\nforceSync=no\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=*\n",
+            dir.join("data").display()
+        );
+        std::fs::write(dir.join("zoo.cfg"), cfg)?;
+        let zk = LocalZooKeeper {
+            port,
+            dir,
+            jvm: Mutex::new(None),
+        };
+        zk.boot()?;
+        Ok(zk)
+    }
+
+    fn boot(&self) -> Result<(), StartError> {
+        let cfg = self.dir.join("zoo.cfg");
+        let cfg = cfg.to_string_lossy();
+        let jvm = Jvm::spawn(
+            &self.dir,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            &[&cfg],
+        )?;
+        *self.jvm.lock().unwrap_or_else(|e| e.into_inner()) = Some(jvm);
+        let timeout = Duration::from_secs(60);
+        let deadline = Instant::now() + timeout;
+        while !four_letter(&self.addr(), "srvr").is_some_and(|s| s.contains("Mode:")) {
+            if Instant::now() >= deadline {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                return Err(StartError::NotServing {
+                    timeout,
+                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The connect string, `127.0.0.1:<port>`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// assert!(zk.addr().starts_with("127.0.0.1:"));
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server's log so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// eprintln!("{}", zk.log());
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// The JVM's pid (0 while killed).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// assert!(zk.pid() > 0);
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn pid(&self) -> i32 {
+        self.jvm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |j| j.pid)
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(jvm) = self.jvm.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            jvm.signal(signal);
+        }
+    }
+
+    /// SIGSTOP: the server keeps its sockets open but answers nothing, and its clock keeps
+    /// running, so sessions whose timeout passes during the pause expire when it resumes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// zk.pause();
+    /// zk.resume();
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// zk.pause();
+    /// zk.resume();
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL, keeping the data dir for [`restart`](Self::restart); returns once the port
+    /// refuses connections.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// zk.kill();
+    /// zk.restart()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn kill(&self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(self.addr()).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server if it runs and starts it again on the same port and data: sessions
+    /// survive if they have not timed out meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence::local::LocalZooKeeper::start()?;
+    /// zk.restart()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn restart(&self) -> Result<(), StartError> {
+        self.kill();
+        self.boot()
+    }
+}
+
+impl Drop for LocalZooKeeper {
+    fn drop(&mut self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,372 @@
+//! The `zkfence` binary, black-box, against real ZooKeeper.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use support::{chroot, connect, shared, wait_until, ZooKeeper};
+use zkfence::{FencedLock, LockOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
+
+fn zkfence(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args).env("RUST_LOG", "off");
+    command
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_concurrent_runs_never_overlap_and_see_increasing_tokens() {
+    let hosts = chroot(shared(), "cli-six").await;
+    let dir = temp("six");
+    let script = r#"set -C
+        : > "$DIR/marker" 2>/dev/null || { echo overlap >> "$DIR/overlaps"; exit 9; }
+        test -n "$ZKFENCE_SEQUENCE" && test "$ZKFENCE_LOCK_PATH" = /locks/cli && test -n "$ZKFENCE_NODE" || exit 8
+        echo "$ZKFENCE_TOKEN" >> "$DIR/tokens"
+        sleep 0.1
+        rm -f "$DIR/marker""#;
+    let children: Vec<_> = (0..6)
+        .map(|_| {
+            zkfence(&[
+                "run",
+                "--connect",
+                &hosts,
+                "--lock",
+                "/locks/cli",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .env("DIR", &dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output).1);
+    }
+    assert!(!dir.join("overlaps").exists(), "two commands ran at once");
+    let tokens: Vec<u64> = std::fs::read_to_string(dir.join("tokens"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 6);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not increasing: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_code_passes_through_and_the_lock_is_released() {
+    let hosts = chroot(shared(), "cli-exit").await;
+    let output = zkfence(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/cli",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(7));
+    assert!(
+        support::children(&hosts, "/locks/cli").await.is_empty(),
+        "the lock node outlived the command"
+    );
+}
+
+/// On loss, the command's process group gets SIGTERM, then SIGKILL after --grace when it
+/// ignores SIGTERM; zkfence exits 76. The loss here is our lock node deleted from outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
+    let hosts = chroot(shared(), "cli-loss").await;
+    let dir = temp("loss");
+    let script = r#"trap 'date +%s%N >> "$DIR/terms"' TERM
+        echo ready > "$DIR/ready"
+        while :; do sleep 1 & wait $!; done"#;
+    let child = zkfence(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/cli",
+        "--grace",
+        "700ms",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])
+    .env("DIR", &dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
+    let admin = connect(&hosts, Duration::from_secs(10)).await;
+    let nodes = admin.list_children("/locks/cli").await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    let deleted_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let started = Instant::now();
+    admin
+        .delete(&format!("/locks/cli/{}", nodes[0]), None)
+        .await
+        .unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains("lost") && stderr.contains("SIGKILL"),
+        "{stderr}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(700),
+        "killed before the grace period: {elapsed:?}"
+    );
+    let term: u128 = std::fs::read_to_string(dir.join("terms"))
+        .expect("the command got SIGTERM")
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!(
+        "loss (node deleted) -> SIGTERM to the command: {:.1} ms",
+        (term.saturating_sub(deleted_at)) as f64 / 1e6
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_stops_the_command_with_the_loss_code() {
+    let server = ZooKeeper::start();
+    let dir = temp("pause");
+    let child = zkfence(&[
+        "run",
+        "--connect",
+        &server.addr(),
+        "--lock",
+        "/locks/cli",
+        "--session-timeout",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo ready > "$DIR/ready"; exec sleep 60"#,
+    ])
+    .env("DIR", &dir)
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
+    server.pause();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    server.resume();
+    assert_eq!(output.status.code(), Some(76), "{}", text(&output).1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_exits_75_and_leaves_no_node() {
+    let hosts = chroot(shared(), "cli-timeout").await;
+    let holder = FencedLock::new(
+        connect(&hosts, Duration::from_secs(10)).await,
+        "/locks/cli",
+        LockOptions::default(),
+    )
+    .unwrap();
+    let guard = holder.acquire().await.unwrap();
+    let started = Instant::now();
+    let output = zkfence(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/cli",
+        "--timeout",
+        "500ms",
+        "--",
+        "true",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(75), "{}", text(&output).1);
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(text(&output).1.contains("timed out"));
+    assert_eq!(
+        support::children(&hosts, "/locks/cli").await.len(),
+        1,
+        "the timed-out run left its node"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_one_clear_line_and_a_nonzero_code() {
+    let unreachable = format!("127.0.0.1:{}", support::free_port());
+    let cases: [(Vec<&str>, i32, &str); 5] = [
+        (
+            vec![
+                "run",
+                "--connect",
+                &unreachable,
+                "--lock",
+                "/locks/x",
+                "--",
+                "true",
+            ],
+            69,
+            "cannot reach ZooKeeper",
+        ),
+        (
+            vec![
+                "run",
+                "--connect",
+                shared(),
+                "--lock",
+                "locks/x",
+                "--",
+                "true",
+            ],
+            64,
+            "invalid lock path",
+        ),
+        (
+            vec!["run", "--connect", shared(), "--lock", "/locks/x"],
+            2,
+            "required",
+        ),
+        (
+            vec![
+                "run",
+                "--connect",
+                shared(),
+                "--lock",
+                "/locks/x",
+                "--timeout",
+                "5",
+                "--",
+                "true",
+            ],
+            2,
+            "no unit",
+        ),
+        (
+            vec![
+                "run",
+                "--connect",
+                shared(),
+                "--lock",
+                "/locks/cli-missing-cmd",
+                "--",
+                "/no/such/cmd",
+            ],
+            127,
+            "cannot run",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let output = zkfence(&args).output().unwrap();
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_json_lists_the_queue_holder_first() {
+    let hosts = chroot(shared(), "cli-holders").await;
+    let lock = FencedLock::new(
+        connect(&hosts, Duration::from_secs(10)).await,
+        "/locks/cli",
+        LockOptions::default().with_data("first \"holder\""),
+    )
+    .unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let waiter = FencedLock::new(
+        connect(&hosts, Duration::from_secs(10)).await,
+        "/locks/cli",
+        LockOptions::default(),
+    )
+    .unwrap();
+    let queued = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
+    wait_until(Duration::from_secs(10), "the waiter to queue", || async {
+        support::children(&hosts, "/locks/cli").await.len() == 2
+    })
+    .await;
+    let output = zkfence(&["holders", "--connect", &hosts, "/locks/cli", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output).1);
+    let queue: serde_json::Value = serde_json::from_slice(&output.stdout).expect("valid JSON");
+    let queue = queue.as_array().unwrap();
+    assert_eq!(queue.len(), 2);
+    assert_eq!(queue[0]["holder"], true);
+    assert_eq!(queue[1]["holder"], false);
+    assert_eq!(queue[0]["token"], guard.token().as_u64());
+    assert_eq!(queue[0]["identity"], "first \"holder\"");
+    assert_eq!(
+        queue[0]["session_id"],
+        lock.client().session_id().to_string()
+    );
+    let table = zkfence(&["holders", "--connect", &hosts, "/locks/cli"])
+        .output()
+        .unwrap();
+    assert!(text(&table).0.contains("holder"), "{}", text(&table).0);
+    guard.release().await.unwrap();
+    queued.await.unwrap().unwrap();
+}
+
+#[test]
+fn demo_runs_to_its_verdict() {
+    let output = zkfence(&["demo"]).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let verdict = stdout.lines().last().unwrap_or("");
+    assert!(verdict.starts_with("VERDICT: with fencing"), "{stdout}");
+    assert!(
+        stdout.contains("REFUSED") && stdout.contains("LOST"),
+        "{stdout}"
+    );
+}
