@@ -1,4 +1,5 @@
-//! A throwaway local ZooKeeper server, for demos, tests and chaos experiments.
+//! Throwaway local ZooKeeper servers (standalone or a 3-server ensemble), for demos, tests and
+//! chaos experiments.
 //!
 //! [`LocalZooKeeper::start`] runs Debian's `zookeeper` package (`ZooKeeperServerMain`, jars
 //! under `/usr/share/java`) as a JVM on a free loopback port with a temp data dir and a
@@ -133,6 +134,121 @@ pub fn four_letter(addr: &str, word: &str) -> Option<String> {
     Some(out)
 }
 
+/// One server process: its port, its files, its JVM.
+#[derive(Debug)]
+struct Node {
+    port: u16,
+    dir: PathBuf,
+    main: &'static str,
+    jvm: Mutex<Option<Jvm>>,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
+    let name = format!(
+        "zkfence-{kind}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let dir = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(dir.join("data"))?;
+    Ok(dir)
+}
+
+/// The settings every server here shares: a 200 ms tick (sessions from 400 ms), no fsync,
+/// loopback only, four-letter words on, the admin server off.
+fn base_config(dir: &Path, port: u16) -> String {
+    format!(
+        "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+         maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=30000\nforceSync=no\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=*\n",
+        dir.join("data").display()
+    )
+}
+
+impl Node {
+    fn new(port: u16, dir: PathBuf, main: &'static str, config: &str) -> Result<Node, StartError> {
+        std::fs::write(dir.join("zoo.cfg"), config)?;
+        Ok(Node {
+            port,
+            dir,
+            main,
+            jvm: Mutex::new(None),
+        })
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&self) -> Result<(), StartError> {
+        let cfg = self.dir.join("zoo.cfg");
+        let jvm = Jvm::spawn(&self.dir, self.main, &[&cfg.to_string_lossy()])?;
+        *self.jvm.lock().unwrap_or_else(|e| e.into_inner()) = Some(jvm);
+        Ok(())
+    }
+
+    fn serving(&self) -> bool {
+        four_letter(&self.addr(), "srvr").is_some_and(|s| s.contains("Mode:"))
+    }
+
+    fn wait_serving(&self, timeout: Duration) -> Result<(), StartError> {
+        let deadline = Instant::now() + timeout;
+        while !self.serving() {
+            if Instant::now() >= deadline {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                return Err(StartError::NotServing {
+                    timeout,
+                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> i32 {
+        self.jvm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |j| j.pid)
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(jvm) = self.jvm.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            jvm.signal(signal);
+        }
+    }
+
+    fn kill(&self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(self.addr()).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const STANDALONE: &str = "org.apache.zookeeper.server.ZooKeeperServerMain";
+const QUORUM: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// One standalone ZooKeeper server on a loopback port, stopped (by pid) when dropped.
 ///
 /// # Examples
@@ -146,9 +262,7 @@ pub fn four_letter(addr: &str, word: &str) -> Option<String> {
 /// ```
 #[derive(Debug)]
 pub struct LocalZooKeeper {
-    port: u16,
-    dir: PathBuf,
-    jvm: Mutex<Option<Jvm>>,
+    node: Node,
 }
 
 impl LocalZooKeeper {
@@ -166,53 +280,15 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn start() -> Result<LocalZooKeeper, StartError> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let name = format!(
-            "zkfence-zk-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = std::env::temp_dir().join(name);
-        std::fs::create_dir_all(dir.join("data"))?;
-        let cfg = format!(
-            "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=30000\nforceSync=no\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=*\n",
-            dir.join("data").display()
-        );
-        std::fs::write(dir.join("zoo.cfg"), cfg)?;
+        let port = free_port()?;
+        let dir = temp_dir("zk")?;
+        let config = base_config(&dir, port);
         let zk = LocalZooKeeper {
-            port,
-            dir,
-            jvm: Mutex::new(None),
+            node: Node::new(port, dir, STANDALONE, &config)?,
         };
-        zk.boot()?;
+        zk.node.spawn()?;
+        zk.node.wait_serving(START_TIMEOUT)?;
         Ok(zk)
-    }
-
-    fn boot(&self) -> Result<(), StartError> {
-        let cfg = self.dir.join("zoo.cfg");
-        let cfg = cfg.to_string_lossy();
-        let jvm = Jvm::spawn(
-            &self.dir,
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-            &[&cfg],
-        )?;
-        *self.jvm.lock().unwrap_or_else(|e| e.into_inner()) = Some(jvm);
-        let timeout = Duration::from_secs(60);
-        let deadline = Instant::now() + timeout;
-        while !four_letter(&self.addr(), "srvr").is_some_and(|s| s.contains("Mode:")) {
-            if Instant::now() >= deadline {
-                let log = self.log();
-                let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                return Err(StartError::NotServing {
-                    timeout,
-                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
     }
 
     /// The connect string, `127.0.0.1:<port>`.
@@ -225,7 +301,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.node.addr()
     }
 
     /// The server's log so far.
@@ -238,7 +314,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+        self.node.log()
     }
 
     /// The JVM's pid (0 while killed).
@@ -251,17 +327,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn pid(&self) -> i32 {
-        self.jvm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |j| j.pid)
-    }
-
-    fn signal(&self, signal: i32) {
-        if let Some(jvm) = self.jvm.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            jvm.signal(signal);
-        }
+        self.node.pid()
     }
 
     /// SIGSTOP: the server keeps its sockets open but answers nothing, and its clock keeps
@@ -276,7 +342,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn pause(&self) {
-        self.signal(libc::SIGSTOP);
+        self.node.signal(libc::SIGSTOP);
     }
 
     /// SIGCONT after [`pause`](Self::pause).
@@ -290,7 +356,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn resume(&self) {
-        self.signal(libc::SIGCONT);
+        self.node.signal(libc::SIGCONT);
     }
 
     /// SIGKILL, keeping the data dir for [`restart`](Self::restart); returns once the port
@@ -305,11 +371,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn kill(&self) {
-        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(self.addr()).is_ok() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.node.kill();
     }
 
     /// Kills the server if it runs and starts it again on the same port and data: sessions
@@ -327,14 +389,174 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn restart(&self) -> Result<(), StartError> {
-        self.kill();
-        self.boot()
+        self.node.kill();
+        self.node.spawn()?;
+        self.node.wait_serving(START_TIMEOUT)
     }
 }
 
-impl Drop for LocalZooKeeper {
-    fn drop(&mut self) {
-        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// A 3-server ZooKeeper ensemble (`QuorumPeerMain`) on loopback ports, for leader and quorum
+/// faults. Servers are numbered 0, 1, 2.
+///
+/// # Examples
+///
+/// ```no_run
+/// let ensemble = zkfence::local::LocalEnsemble::start()?;
+/// let leader = ensemble.leader().expect("a leader was elected");
+/// ensemble.kill(leader);            // the others elect a new leader
+/// ensemble.restart(leader)?;
+/// println!("connect to {}", ensemble.addr());
+/// # Ok::<(), zkfence::local::StartError>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalEnsemble {
+    nodes: Vec<Node>,
+}
+
+impl LocalEnsemble {
+    /// Starts three servers and waits until each serves requests (a leader is elected).
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalZooKeeper::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn start() -> Result<LocalEnsemble, StartError> {
+        let mut ports = Vec::new();
+        for _ in 0..3 {
+            ports.push((free_port()?, free_port()?, free_port()?));
+        }
+        let servers: String = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer, election))| {
+                format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
+            })
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, (client, _, _)) in ports.iter().enumerate() {
+            let dir = temp_dir("ensemble")?;
+            std::fs::write(dir.join("data").join("myid"), format!("{}\n", i + 1))?;
+            let config = format!("{}{servers}", base_config(&dir, *client));
+            nodes.push(Node::new(*client, dir, QUORUM, &config)?);
+        }
+        let ensemble = LocalEnsemble { nodes };
+        for node in &ensemble.nodes {
+            node.spawn()?;
+        }
+        for node in &ensemble.nodes {
+            node.wait_serving(START_TIMEOUT)?;
+        }
+        Ok(ensemble)
+    }
+
+    /// The connect string of all three servers.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// assert_eq!(ensemble.addr().split(',').count(), 3);
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn addr(&self) -> String {
+        self.nodes
+            .iter()
+            .map(Node::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The connect string of server `i` alone.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// println!("{}", ensemble.server_addr(0));
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn server_addr(&self, i: usize) -> String {
+        self.nodes[i].addr()
+    }
+
+    /// The server that currently says it leads, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// println!("leader: {:?}", ensemble.leader());
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn leader(&self) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            four_letter(&n.addr(), "srvr").is_some_and(|s| s.contains("Mode: leader"))
+        })
+    }
+
+    /// SIGSTOP server `i`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.pause(0);
+    /// ensemble.resume(0);
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn pause(&self, i: usize) {
+        self.nodes[i].signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT server `i`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.pause(0);
+    /// ensemble.resume(0);
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn resume(&self, i: usize) {
+        self.nodes[i].signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL server `i`, keeping its data.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.kill(1);
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn kill(&self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Kills server `i` if it runs, starts it again, and waits until it serves.
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalZooKeeper::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.restart(1)?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn restart(&self, i: usize) -> Result<(), StartError> {
+        self.nodes[i].kill();
+        self.nodes[i].spawn()?;
+        self.nodes[i].wait_serving(START_TIMEOUT)
     }
 }
