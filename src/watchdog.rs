@@ -327,17 +327,8 @@ pub(crate) fn watch_session(client: &zk::Client) -> Interest {
             };
         }
     }
-    let (tx, rx) = mpsc::unbounded_channel();
-    let watch = Arc::new(SessionWatch {
-        session,
-        timeout: client.session_timeout(),
-        lease: Arc::new(LeaseCell::new()),
-        token: CancellationToken::new(),
-        events: tx,
-        interest: AtomicU64::new(1),
-        closed: AtomicBool::new(false),
-        next_id: AtomicU64::new(1),
-    });
+    let (watch, rx) = SessionWatch::new(session, client.session_timeout());
+    let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
     drop(sessions);
     ::metrics::gauge!(m::WATCHED_SESSIONS).increment(1.0);
@@ -347,6 +338,23 @@ pub(crate) fn watch_session(client: &zk::Client) -> Interest {
 }
 
 impl SessionWatch {
+    /// A watch with no guards yet and one unit of interest, and the receiving end of its
+    /// event channel, for the [`Driver`].
+    fn new(session: i64, timeout: Duration) -> (SessionWatch, mpsc::UnboundedReceiver<Event>) {
+        let (events, rx) = mpsc::unbounded_channel();
+        let watch = SessionWatch {
+            session,
+            timeout,
+            lease: Arc::new(LeaseCell::new()),
+            token: CancellationToken::new(),
+            events,
+            interest: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        };
+        (watch, rx)
+    }
+
     pub(crate) fn lease(&self) -> &LeaseCell {
         &self.lease
     }
@@ -886,17 +894,8 @@ mod tests {
 
     /// A session watchdog with no ZooKeeper behind it: events come only from the test.
     fn start() -> Arc<SessionWatch> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let watch = Arc::new(SessionWatch {
-            session: 7,
-            timeout: T,
-            lease: Arc::new(LeaseCell::new()),
-            token: CancellationToken::new(),
-            events: tx,
-            interest: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
-            next_id: AtomicU64::new(1),
-        });
+        let (watch, rx) = SessionWatch::new(7, T);
+        let watch = Arc::new(watch);
         tokio::spawn(Driver::new(Arc::downgrade(&watch), rx, None).run());
         watch
     }
@@ -1041,17 +1040,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn check_fails_past_the_deadline_before_the_watchdog_runs() {
         // No driver at all: only the clock and the shared lease.
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let watch = SessionWatch {
-            session: 7,
-            timeout: T,
-            lease: Arc::new(LeaseCell::new()),
-            token: CancellationToken::new(),
-            events: tx,
-            interest: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
-            next_id: AtomicU64::new(1),
-        };
+        let (watch, _events) = SessionWatch::new(7, T);
         watch.lease().extend(Instant::now());
         let guard = GuardState::new(&watch, POLICY.budget(T), false, String::new());
         tokio::time::advance(Duration::from_millis(9_799)).await;

@@ -16,6 +16,19 @@ fn zkfence(args: &[&str]) -> Command {
     command
 }
 
+/// `zkfence run --connect hosts --lock /locks/cli <extra> -- sh -c script`, with `$DIR` set.
+fn run_sh(hosts: &str, extra: &[&str], script: &str, dir: &std::path::Path) -> std::process::Child {
+    let mut args = vec!["run", "--connect", hosts, "--lock", "/locks/cli"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    zkfence(&args)
+        .env("DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -41,26 +54,7 @@ async fn six_concurrent_runs_never_overlap_and_see_increasing_tokens() {
         echo "$ZKFENCE_TOKEN" >> "$DIR/tokens"
         sleep 0.1
         rm -f "$DIR/marker""#;
-    let children: Vec<_> = (0..6)
-        .map(|_| {
-            zkfence(&[
-                "run",
-                "--connect",
-                &hosts,
-                "--lock",
-                "/locks/cli",
-                "--",
-                "sh",
-                "-c",
-                script,
-            ])
-            .env("DIR", &dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
-        .collect();
+    let children: Vec<_> = (0..6).map(|_| run_sh(&hosts, &[], script, &dir)).collect();
     for child in children {
         let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(0), "{}", text(&output).1);
@@ -110,24 +104,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
     let script = r#"trap 'date +%s%N >> "$DIR/terms"' TERM
         echo ready > "$DIR/ready"
         while :; do sleep 1 & wait $!; done"#;
-    let child = zkfence(&[
-        "run",
-        "--connect",
-        &hosts,
-        "--lock",
-        "/locks/cli",
-        "--grace",
-        "700ms",
-        "--",
-        "sh",
-        "-c",
-        script,
-    ])
-    .env("DIR", &dir)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = run_sh(&hosts, &["--grace", "700ms"], script, &dir);
     wait_until(Duration::from_secs(20), "the command to start", || async {
         dir.join("ready").exists()
     })
