@@ -12,12 +12,13 @@
 //! process goes away, however it goes (the wrapper waits on a pipe from us), so a crashed test
 //! or demo leaves no server behind.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where Debian's `zookeeper` package puts its jars.
@@ -558,5 +559,176 @@ impl LocalEnsemble {
         self.nodes[i].kill();
         self.nodes[i].spawn()?;
         self.nodes[i].wait_serving(START_TIMEOUT)
+    }
+}
+
+/// A TCP proxy in front of a server that counts the requests clients send through it
+/// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
+/// accepted and dropped, connections stay open).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() {
+/// let proxy = zkfence::local::CountingProxy::start("127.0.0.1:2181").await;
+/// // connect clients to proxy.addr ...
+/// println!("{} requests so far", proxy.total());
+/// proxy.blackhole(true); // a partition
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct CountingProxy {
+    /// The address clients connect to.
+    pub addr: String,
+    counts: Arc<Mutex<HashMap<i32, u64>>>,
+    blackhole: Arc<AtomicBool>,
+}
+
+impl CountingProxy {
+    /// Listens on a free loopback port and forwards to `upstream`.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound (a test tool: there is no way on without one).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let proxy = zkfence::local::CountingProxy::start("127.0.0.1:2181").await;
+    /// # }
+    /// ```
+    pub async fn start(upstream: &str) -> CountingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
+        let blackhole = Arc::new(AtomicBool::new(false));
+        let (upstream, shared, hole) = (upstream.to_owned(), counts.clone(), blackhole.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, counts, hole) = (upstream.clone(), shared.clone(), hole.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    // Without this, Nagle's algorithm and delayed ACKs add ~40 ms to small frames.
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let back = hole.clone();
+                    tokio::spawn(async move {
+                        let _ = forward(&mut server_rx, &mut client_tx, &back).await;
+                    });
+                    let _ = forward_counting(&mut client_rx, &mut server_tx, &counts, &hole).await;
+                });
+            }
+        });
+        CountingProxy {
+            addr,
+            counts,
+            blackhole,
+        }
+    }
+
+    /// Requests by opcode so far (1 create, 2 delete, 3 exists, 4 getData, 8 getChildren, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// let creates = proxy.counts().get(&15).copied().unwrap_or(0); // create2
+    /// # }
+    /// ```
+    pub fn counts(&self) -> HashMap<i32, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// All requests so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// println!("{}", proxy.total());
+    /// # }
+    /// ```
+    pub fn total(&self) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+
+    /// Drops every byte both ways while `on`, without closing connections.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// proxy.blackhole(true);
+    /// proxy.blackhole(false);
+    /// # }
+    /// ```
+    pub fn blackhole(&self, on: bool) {
+        self.blackhole.store(on, Ordering::SeqCst);
+    }
+}
+
+async fn forward(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    hole: &AtomicBool,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        if !hole.load(Ordering::SeqCst) {
+            to.write_all(&buf[..n]).await?;
+        }
+    }
+}
+
+async fn forward_counting(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    counts: &Mutex<HashMap<i32, u64>>,
+    hole: &AtomicBool,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut first = true;
+    loop {
+        let len = from.read_i32().await?;
+        let mut frame = vec![0u8; len.max(0) as usize];
+        from.read_exact(&mut frame).await?;
+        if hole.load(Ordering::SeqCst) {
+            continue;
+        }
+        if !first && frame.len() >= 8 {
+            let op = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            if op != 11 {
+                *counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(op)
+                    .or_default() += 1;
+            }
+        }
+        first = false; // the first frame is the connect request, which has no header
+        to.write_i32(len).await?;
+        to.write_all(&frame).await?;
     }
 }

@@ -393,6 +393,8 @@ type Probe = Pin<Box<dyn Future<Output = Option<(Instant, Option<u64>, bool)>> +
 pub(crate) struct NodeToWatch {
     id: u64,
     node: Arc<str>,
+    /// The guard's token: a guard released before the watch is armed needs none.
+    token: CancellationToken,
     pending: Option<crate::lock::NodeWatch>,
 }
 
@@ -451,6 +453,7 @@ impl Core {
                 let watch = NodeToWatch {
                     id,
                     node: node.clone(),
+                    token: state.token.clone(),
                     pending: watch,
                 };
                 let ride_out = state.ride_out;
@@ -753,25 +756,42 @@ async fn probe_session(
     }
 }
 
+/// How long a guard must be held before the watchdog arms its own watch on the guard's node.
+/// Most holds are shorter than this and then cost no request beyond create, list and delete.
+/// A node deleted by someone else within this window is caught when the watch is armed (the
+/// read finds it gone), so detection takes at most this delay plus one round trip.
+/// A guard that waited in the queue already has its watch from the acquire.
+const NODE_WATCH_DELAY: Duration = Duration::from_millis(10);
+
 /// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
 /// starting from the acquire's pending watch when there is one.
 ///
-/// A released guard's watch is not dropped early: dropping a pending watcher makes the client
-/// send a removeWatches request, while the release's own delete is about to fire it anyway.
-/// The result for an unregistered guard is ignored by [`Core`].
+/// Once armed, a released guard's watch is not dropped early: dropping a pending watcher makes
+/// the client send a removeWatches request, while the release's own delete is about to fire it
+/// anyway. The result for an unregistered guard is ignored by [`Core`].
 async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
     let NodeToWatch {
         id,
         node,
+        token,
         mut pending,
     } = node;
+    if pending.is_none() {
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return (id, false),
+            _ = tokio::time::sleep(NODE_WATCH_DELAY) => {}
+        }
+    }
     let mut attempt = 0;
     loop {
         let event = match pending.take() {
             Some(pending) => pending.await,
-            None => match client.check_and_watch_stat(&node).await {
-                Ok((None, _)) => return (id, true),
-                Ok((Some(_), watcher)) => watcher.changed().await,
+            // getData, not exists: on a missing node it arms no watch (exists would arm a
+            // creation watch that we would then have to remove).
+            None => match client.get_and_watch_data(&node).await {
+                Ok((_, _, watcher)) => watcher.changed().await,
+                Err(zk::Error::NoNode) => return (id, true),
                 Err(zk::Error::ConnectionLoss) => {
                     if crate::recipe::await_reconnect(&client, &mut attempt)
                         .await

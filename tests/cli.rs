@@ -347,3 +347,63 @@ fn demo_runs_to_its_verdict() {
         "{stdout}"
     );
 }
+
+/// The bench tool's output is functional, not timed: one JSON line with every field, no
+/// violations, for each impl and mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_prints_one_json_line_per_run_for_every_impl() {
+    let hosts = chroot(shared(), "cli-bench").await;
+    for (implementation, mode, contenders) in [
+        ("zkfence", "contended", "3"),
+        ("zkclient", "contended", "3"),
+        ("raw", "contended", "2"),
+        ("zkfence", "uncontended", "1"),
+        ("raw", "uncontended", "1"),
+    ] {
+        let args = [
+            "bench",
+            "--connect",
+            &hosts,
+            "--lock",
+            "/bench",
+            "--impl",
+            implementation,
+            "--mode",
+            mode,
+            "--contenders",
+            contenders,
+            "--seconds",
+            "0.5",
+            "--warmup",
+            "0.1",
+        ];
+        let output = zkfence(&args).output().unwrap();
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        for field in [
+            "impl",
+            "mode",
+            "contenders",
+            "seconds",
+            "acquisitions",
+            "acq_per_s",
+            "cycle_p50_us",
+            "cycle_p99_us",
+            "handoff_p50_us",
+            "handoff_p99_us",
+            "violations",
+            "errors",
+        ] {
+            assert!(report.get(field).is_some(), "{field} missing in {stdout}");
+        }
+        assert_eq!(report["impl"], implementation);
+        assert_eq!(report["violations"], 0, "{stdout}");
+        assert!(report["acquisitions"].as_u64().unwrap() > 0, "{stdout}");
+        assert_eq!(
+            report["handoff_p50_us"].is_null(),
+            mode == "uncontended",
+            "{stdout}"
+        );
+    }
+}

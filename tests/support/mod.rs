@@ -8,12 +8,11 @@
 //!
 //! Servers come from [`zkfence::local::LocalZooKeeper`], which kills its JVM when the test
 //! process goes away, however it goes.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
-use std::collections::HashMap;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use zkfence::local::LocalZooKeeper;
@@ -183,102 +182,4 @@ pub async fn children(hosts: &str, path: &str) -> Vec<String> {
     }
 }
 
-/// A TCP proxy in front of a server that counts the requests clients send through it
-/// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
-/// accepted and dropped, connections stay open).
-pub struct CountingProxy {
-    pub addr: String,
-    counts: Arc<Mutex<HashMap<i32, u64>>>,
-    blackhole: Arc<AtomicBool>,
-}
-
-impl CountingProxy {
-    pub async fn start(upstream: &str) -> CountingProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
-        let blackhole = Arc::new(AtomicBool::new(false));
-        let (upstream, shared, hole) = (upstream.to_owned(), counts.clone(), blackhole.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let (upstream, counts, hole) = (upstream.clone(), shared.clone(), hole.clone());
-                tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let (mut client_rx, mut client_tx) = client.into_split();
-                    let (mut server_rx, mut server_tx) = server.into_split();
-                    let back = hole.clone();
-                    tokio::spawn(async move {
-                        let _ = forward(&mut server_rx, &mut client_tx, &back).await;
-                    });
-                    let _ = forward_counting(&mut client_rx, &mut server_tx, &counts, &hole).await;
-                });
-            }
-        });
-        CountingProxy {
-            addr,
-            counts,
-            blackhole,
-        }
-    }
-
-    /// Requests by opcode so far (1 create, 2 delete, 3 exists, 4 getData, 8 getChildren, ...).
-    pub fn counts(&self) -> HashMap<i32, u64> {
-        self.counts.lock().unwrap().clone()
-    }
-
-    pub fn total(&self) -> u64 {
-        self.counts.lock().unwrap().values().sum()
-    }
-
-    /// Drops every byte both ways while `on`, without closing connections.
-    pub fn blackhole(&self, on: bool) {
-        self.blackhole.store(on, Ordering::SeqCst);
-    }
-}
-
-async fn forward(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    hole: &AtomicBool,
-) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        if !hole.load(Ordering::SeqCst) {
-            to.write_all(&buf[..n]).await?;
-        }
-    }
-}
-
-async fn forward_counting(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    counts: &Mutex<HashMap<i32, u64>>,
-    hole: &AtomicBool,
-) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut first = true;
-    loop {
-        let len = from.read_i32().await?;
-        let mut frame = vec![0u8; len.max(0) as usize];
-        from.read_exact(&mut frame).await?;
-        if hole.load(Ordering::SeqCst) {
-            continue;
-        }
-        if !first && frame.len() >= 8 {
-            let op = i32::from_be_bytes(frame[4..8].try_into().unwrap());
-            if op != 11 {
-                *counts.lock().unwrap().entry(op).or_default() += 1;
-            }
-        }
-        first = false; // the first frame is the connect request, which has no header
-        to.write_i32(len).await?;
-        to.write_all(&frame).await?;
-    }
-}
+pub use zkfence::local::CountingProxy;

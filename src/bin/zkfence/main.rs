@@ -1,6 +1,7 @@
 //! `zkfence`: run a command under a fenced ZooKeeper lock, inspect a lock's queue, and see the
 //! whole idea work in one command (`zkfence demo`).
 
+mod bench;
 mod demo;
 mod holders;
 mod run;
@@ -61,6 +62,8 @@ enum Command {
     Holders(holders::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
     Demo(demo::Args),
+    /// Measure acquire/release cycles and handoffs against zookeeper-client's lock and raw ZooKeeper.
+    Bench(bench::Args),
     /// One worker process of the demo (run by `zkfence demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Holders(args) => holders::holders(args).await,
             Command::Demo(args) => demo::demo(args).await,
+            Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
         }
     });
