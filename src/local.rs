@@ -581,6 +581,7 @@ pub struct CountingProxy {
     /// The address clients connect to.
     pub addr: String,
     counts: Arc<Mutex<HashMap<i32, u64>>>,
+    notifications: Arc<AtomicU64>,
     blackhole: Arc<AtomicBool>,
 }
 
@@ -607,11 +608,22 @@ impl CountingProxy {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
+        let notifications = Arc::new(AtomicU64::new(0));
         let blackhole = Arc::new(AtomicBool::new(false));
-        let (upstream, shared, hole) = (upstream.to_owned(), counts.clone(), blackhole.clone());
+        let (upstream, shared, notified, hole) = (
+            upstream.to_owned(),
+            counts.clone(),
+            notifications.clone(),
+            blackhole.clone(),
+        );
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (upstream, counts, hole) = (upstream.clone(), shared.clone(), hole.clone());
+                let (upstream, counts, notifications, hole) = (
+                    upstream.clone(),
+                    shared.clone(),
+                    notified.clone(),
+                    hole.clone(),
+                );
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                         return;
@@ -623,15 +635,33 @@ impl CountingProxy {
                     let (mut server_rx, mut server_tx) = server.into_split();
                     let back = hole.clone();
                     tokio::spawn(async move {
-                        let _ = forward(&mut server_rx, &mut client_tx, &back).await;
+                        // Replies carry their request's xid; watch notifications carry -1.
+                        let _ = forward_frames(&mut server_rx, &mut client_tx, &back, |frame| {
+                            if header_field(frame, 0) == -1 {
+                                notifications.fetch_add(1, Ordering::Relaxed);
+                            }
+                        })
+                        .await;
                     });
-                    let _ = forward_counting(&mut client_rx, &mut server_tx, &counts, &hole).await;
+                    // Requests: xid, then the opcode; pings (11) are not counted.
+                    let _ = forward_frames(&mut client_rx, &mut server_tx, &hole, |frame| {
+                        let op = header_field(frame, 4);
+                        if op != 11 {
+                            *counts
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .entry(op)
+                                .or_default() += 1;
+                        }
+                    })
+                    .await;
                 });
             }
         });
         CountingProxy {
             addr,
             counts,
+            notifications,
             blackhole,
         }
     }
@@ -669,7 +699,20 @@ impl CountingProxy {
             .sum()
     }
 
-    /// Drops every byte both ways while `on`, without closing connections.
+    /// Watch notifications the server has sent through the proxy so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// println!("{} notifications", proxy.notifications());
+    /// # }
+    /// ```
+    pub fn notifications(&self) -> u64 {
+        self.notifications.load(Ordering::Relaxed)
+    }
+
+    /// Drops every frame both ways while `on`, without closing connections.
     ///
     /// # Examples
     ///
@@ -684,29 +727,14 @@ impl CountingProxy {
     }
 }
 
-async fn forward(
+/// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
+/// first (the connect request or response, which has no header) to `seen`, and dropping frames
+/// while `hole` is set.
+async fn forward_frames(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     hole: &AtomicBool,
-) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        if !hole.load(Ordering::SeqCst) {
-            to.write_all(&buf[..n]).await?;
-        }
-    }
-}
-
-async fn forward_counting(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    counts: &Mutex<HashMap<i32, u64>>,
-    hole: &AtomicBool,
+    seen: impl Fn(&[u8]),
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut first = true;
@@ -718,17 +746,14 @@ async fn forward_counting(
             continue;
         }
         if !first && frame.len() >= 8 {
-            let op = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-            if op != 11 {
-                *counts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(op)
-                    .or_default() += 1;
-            }
+            seen(&frame);
         }
-        first = false; // the first frame is the connect request, which has no header
+        first = false;
         to.write_i32(len).await?;
         to.write_all(&frame).await?;
     }
+}
+
+fn header_field(frame: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]])
 }

@@ -71,6 +71,16 @@ pub(crate) struct Args {
     /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
     #[arg(long)]
     matrix: bool,
+    /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
+    /// --locks held by one process (memory per held lock, watchdog requests).
+    #[arg(long)]
+    scale: bool,
+    /// With --scale: waiters queued on one lock, each with its own session.
+    #[arg(long, default_value_t = 1000)]
+    waiters: usize,
+    /// With --scale: locks held at once by one session.
+    #[arg(long, default_value_t = 10000)]
+    locks: usize,
     /// With --matrix: where to write the chart.
     #[arg(long, default_value = "bench.svg")]
     chart: PathBuf,
@@ -134,8 +144,8 @@ fn percentile(samples: &mut [u64], p: f64) -> f64 {
 }
 
 pub(crate) async fn bench(args: Args) -> u8 {
-    if args.matrix {
-        return matrix(&args).await;
+    if args.matrix || args.scale {
+        return with_server(&args).await;
     }
     let Some(hosts) = args.connect.clone() else {
         eprintln!(
@@ -506,7 +516,8 @@ const CONFIGS: [(Mode, usize); 4] = [
 ];
 const IMPLS: [Impl; 3] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient];
 
-async fn matrix(args: &Args) -> u8 {
+/// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
+async fn with_server(args: &Args) -> u8 {
     let local;
     let hosts = match &args.connect {
         Some(hosts) => hosts.clone(),
@@ -526,6 +537,19 @@ async fn matrix(args: &Args) -> u8 {
             local.addr()
         }
     };
+    let result = if args.scale {
+        scale(args, &hosts).await
+    } else {
+        matrix(args, &hosts).await
+    };
+    result.unwrap_or_else(|err| {
+        eprintln!("zkfence: {err}");
+        EXIT_UNAVAILABLE
+    })
+}
+
+async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
+    let hosts = hosts.to_owned();
     let total = CONFIGS.len() * IMPLS.len();
     let mut reports: Vec<Report> = Vec::new();
     let mut n = 0;
@@ -545,16 +569,9 @@ async fn matrix(args: &Args) -> u8 {
                 seconds: args.seconds,
                 warmup: args.warmup,
             };
-            match run.execute(&hosts, &args.lock).await {
-                Ok(report) => {
-                    println!("{}", report.json());
-                    reports.push(report);
-                }
-                Err(err) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_UNAVAILABLE;
-                }
-            }
+            let report = run.execute(&hosts, &args.lock).await?;
+            println!("{}", report.json());
+            reports.push(report);
         }
     }
     eprintln!("bench: counting server requests per acquisition through a proxy ...");
@@ -575,11 +592,167 @@ async fn matrix(args: &Args) -> u8 {
         Ok(()) => println!("\nchart: {}", args.chart.display()),
         Err(err) => eprintln!("zkfence: cannot write {}: {err}", args.chart.display()),
     }
-    if reports.iter().any(|r| r.violations > 0) {
+    Ok(if reports.iter().any(|r| r.violations > 0) {
         EXIT_FAILURE
     } else {
         0
+    })
+}
+
+/// Resident memory of this process, from /proc/self/statm.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
+}
+
+/// 1. `--locks` locks held at once by one session: memory per held lock, tokio tasks, and the
+///    watchdog's requests per second once everything is held.
+/// 2. `--waiters` contenders queued on one lock, then released one after the other: server
+///    requests and watch notifications per handoff, through the counting proxy.
+async fn scale(args: &Args, hosts: &str) -> Result<u8, String> {
+    let proxy = CountingProxy::start(hosts).await;
+    let base = format!("{}/scale-{}", args.lock, std::process::id());
+    let admin = connect_raw(hosts).await?;
+    let lock_path = format!("{base}/queue");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin
+        .mkdir(&lock_path, &persistent)
+        .await
+        .map_err(|e| format!("cannot create {lock_path}: {e}"))?;
+
+    eprintln!("bench: holding {} locks on one session ...", args.locks);
+    let timeout = Duration::from_secs(3);
+    let client = zk::Client::connector()
+        .with_session_timeout(timeout)
+        .connect(&proxy.addr)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    // Warm the allocator and the session's watchdog, so the baseline is not the cold process.
+    for i in 0..100 {
+        let lock = FencedLock::new(
+            client.clone(),
+            format!("{base}/warm/l{i}"),
+            LockOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        lock.acquire()
+            .await
+            .map_err(|e| e.to_string())?
+            .release()
+            .await
+            .map_err(|e| e.to_string())?;
     }
+    let tasks_before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let rss_before = rss_bytes();
+    let mut guards = Vec::with_capacity(args.locks);
+    for chunk in (0..args.locks).collect::<Vec<_>>().chunks(64) {
+        let mut pending = Vec::new();
+        for i in chunk {
+            let lock = FencedLock::new(
+                client.clone(),
+                format!("{base}/held/l{i}"),
+                LockOptions::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            pending.push(tokio::spawn(async move { lock.acquire().await }));
+        }
+        for task in pending {
+            guards.push(
+                task.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // node watches armed
+    let rss_after = rss_bytes();
+    let tasks_after = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let requests = proxy.total();
+    let window = timeout * 2;
+    tokio::time::sleep(window).await;
+    let watchdog_rate = (proxy.total() - requests) as f64 / window.as_secs_f64();
+    let all_held = guards.iter().all(|g| g.check().is_ok());
+    println!(
+        "{{\"scale\":\"held_locks\",\"locks\":{},\"rss_bytes_per_lock\":{},\"tasks_before\":{tasks_before},\"tasks_after\":{tasks_after},\"watchdog_requests_per_s\":{watchdog_rate:.2},\"session_timeout_ms\":{},\"all_held\":{all_held}}}",
+        args.locks,
+        rss_after.saturating_sub(rss_before) / args.locks.max(1) as u64,
+        timeout.as_millis()
+    );
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+
+    eprintln!("bench: queueing {} waiters on one lock ...", args.waiters);
+    let holder = FencedLock::new(
+        connect_raw(&proxy.addr).await?,
+        lock_path.clone(),
+        LockOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let guard = holder.acquire().await.map_err(|e| e.to_string())?;
+    let mut tasks = Vec::new();
+    for _ in 0..args.waiters {
+        let lock = FencedLock::new(
+            connect_raw(&proxy.addr).await?,
+            lock_path.clone(),
+            LockOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await?;
+            guard.release().await?;
+            Ok::<_, zkfence::Error>(lock) // keep the session until all are done
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while admin
+        .list_children(&lock_path)
+        .await
+        .map(|c| c.len())
+        .unwrap_or(0)
+        < args.waiters + 1
+    {
+        if Instant::now() > deadline {
+            return Err("the waiters did not all queue within 2 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // let every waiter's watches land
+    let (requests, notifications) = (proxy.total(), proxy.notifications());
+    let started = Instant::now();
+    guard.release().await.map_err(|e| e.to_string())?;
+    let mut sessions = Vec::new();
+    for task in tasks {
+        sessions.push(
+            task.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let handoffs = args.waiters as f64;
+    println!(
+        "{{\"scale\":\"waiters\",\"waiters\":{},\"seconds\":{elapsed:.3},\"handoffs_per_s\":{:.1},\"requests_per_handoff\":{:.2},\"notifications_per_handoff\":{:.2}}}",
+        args.waiters,
+        handoffs / elapsed,
+        (proxy.total() - requests) as f64 / handoffs,
+        (proxy.notifications() - notifications) as f64 / handoffs,
+    );
+    drop(sessions);
+
+    Ok(0)
 }
 
 fn find(
@@ -696,14 +869,15 @@ fn chart(reports: &[Report]) -> String {
         }
     }
     let max = bars.iter().map(|b| b.2).fold(1.0, f64::max);
-    let (width, height, left, bottom) = (760.0, 360.0, 60.0, 60.0);
-    let plot_h = height - bottom - 30.0;
+    let (width, height, left, bottom) = (760.0, 370.0, 40.0, 60.0);
+    let plot_h = height - bottom - 55.0;
     let group_w = (width - left - 20.0) / CONFIGS.len() as f64;
     let bar_w = group_w / 4.0;
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"18\" font-size=\"14\">p50 latency, µs (lower is better): uncontended acquire+release cycle, and handoff under contention</text>\n"
+         <text x=\"{left}\" y=\"16\" font-size=\"14\">p50 latency in µs, lower is better</text>\n\
+         <text x=\"{left}\" y=\"32\" font-size=\"11\" fill=\"#555\">uncontended: acquire to release return (raw: create+delete); contended: release to next acquire (raw: delete to watch)</text>\n"
     );
     for (i, (label, implementation, value)) in bars.iter().enumerate() {
         let group = i / IMPLS.len();
