@@ -342,6 +342,12 @@ impl LockGuard {
         let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
         shared.state.lose(LossReason::Released);
         let deleted = recipe::delete_node(&shared.client, &shared.node).await;
+        if let Err(err) = &deleted {
+            if !err.is_session_terminal() {
+                // The node may still be ours: keep trying in the background.
+                crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string());
+            }
+        }
         self.finish();
         let outcome = match (lost, deleted) {
             (Some(reason), _) => Err(Error::LockLost(reason)),

@@ -13,8 +13,10 @@
 //!    [`check`](Held::check) fails, on a disconnect (by default), session expiry, client
 //!    close, deletion of its lock node, or the lease deadline passing. The lease deadline is
 //!    `send time of the last request that got a reply + T·(1 − drift) − margin` (`T` the
-//!    negotiated session timeout); the server cannot expire the session before
-//!    `send time + T`, so, without process pauses, the holder is told **before** the server
+//!    negotiated session timeout, the margin `T/4` by default). Only replies that prove the
+//!    leader heard us count: our create (a write) and the watchdog's probes (a `sync`, which a
+//!    follower cut off from the leader cannot answer). The leader cannot expire the session
+//!    before `send time + T`, so, without process pauses, the holder is told **before** the server
 //!    could hand the lock to someone else. `check()` compares the deadline with the
 //!    monotonic clock synchronously, so after a pause it fails at once.
 //! 3. **Nothing inside a process can stop a write already in flight** when the process stalls
@@ -36,6 +38,10 @@
 //! goes negative). Queue order itself is computed with serial-number arithmetic, so it too
 //! survives the wrap.
 //!
+//! The lease is measured with the monotonic clock (`CLOCK_MONOTONIC`), which keeps running
+//! while a process is stopped but not while the whole machine is suspended; a suspended VM or
+//! laptop is a case only the fencing token covers.
+//!
 //! # Protocol and interoperability
 //!
 //! Nodes are named `_c_<uuid>-lock-<seq>` (Apache Curator's protected mode), so zkfence and
@@ -44,6 +50,11 @@
 //! uncontended acquire pipelines the children listing behind the create (one round trip plus
 //! one commit); a waiter watches only its predecessor, and takes the lock with no further
 //! request when that predecessor was the only node ahead. Release is one awaited delete.
+//!
+//! One limit of mixing with Curator: Curator orders the queue by comparing sequence suffixes as
+//! strings, which breaks when a parent's sequence wraps past 2³¹ (after about a billion lock
+//! cycles on one persistent parent; container parents are reaped and start over). zkfence's
+//! own order stays right across the wrap, but a mixed fleet on such a parent would disagree.
 //!
 //! # Layout
 //!

@@ -71,7 +71,8 @@ pub struct LockOptions {
 
 impl Default for LockOptions {
     /// Node data `host:<hostname> pid:<pid>`, ACL world:anyone with all permissions, container
-    /// parents created when missing, cancel at once on disconnect, 1% drift and 100 ms margin.
+    /// parents created when missing, cancel at once on disconnect, 1% drift, and a margin of
+    /// `T/4` (at least 100 ms).
     fn default() -> Self {
         LockOptions {
             data: default_identity().into_bytes(),
@@ -81,7 +82,7 @@ impl Default for LockOptions {
             ride_out: false,
             lease: LeasePolicy {
                 drift: 0.01,
-                margin: Duration::from_millis(100),
+                margin: None,
             },
             metrics_label: None,
         }
@@ -167,8 +168,11 @@ impl LockOptions {
         self
     }
 
-    /// Time given up from the lease for scheduling jitter (default 100 ms): the lease ends
-    /// `margin` before the earliest instant the server could expire the session.
+    /// Time given up from the lease (default `T/4`, at least 100 ms, `T` the negotiated
+    /// session timeout): the lease ends `margin` before the earliest instant the leader could
+    /// expire the session. It covers scheduling jitter and the delay with which a follower
+    /// forwards session touches to the leader (every `tickTime/2`, which ZooKeeper keeps at or
+    /// below `T/4`). Lower it only if you know your ensemble's tickTime.
     ///
     /// # Examples
     ///
@@ -177,7 +181,7 @@ impl LockOptions {
     /// # let _ = options;
     /// ```
     pub fn with_lease_margin(mut self, margin: Duration) -> Self {
-        self.lease.margin = margin;
+        self.lease.margin = Some(margin);
         self
     }
 
@@ -592,7 +596,7 @@ impl FencedLock {
                         path: path.to_owned(),
                     })
                 }
-                Err(zk::Error::ConnectionLoss) => {
+                Err(err) if recipe::is_connection_error(&err) => {
                     recipe::await_reconnect(client, &mut attempt).await?
                 }
                 Err(err) => return Err(Error::zk("list", path, session, err)),
@@ -612,7 +616,7 @@ impl FencedLock {
                 }
                 match reader.commit().await {
                     Ok(results) => break results,
-                    Err(zk::Error::ConnectionLoss) => {
+                    Err(err) if recipe::is_connection_error(&err) => {
                         recipe::await_reconnect(client, &mut attempt).await?
                     }
                     Err(err) => return Err(Error::zk("get", path, session, err)),
@@ -644,7 +648,18 @@ impl FencedLock {
             node = tracing::field::Empty,
         );
         let started = Instant::now();
-        let result = self.queue(wait).instrument(span.clone()).await;
+        let queued = self.queue(wait).instrument(span.clone());
+        let result = match wait {
+            // The protocol honours the deadline itself and deletes our node before returning;
+            // this bound only matters while ZooKeeper is unreachable (then the node, if any,
+            // is deleted in the background).
+            Wait::Until(deadline) => {
+                tokio::time::timeout_at(deadline + Duration::from_secs(1), queued)
+                    .await
+                    .unwrap_or(Ok(None))
+            }
+            _ => queued.await,
+        };
         let outcome = match &result {
             Ok(Some(guard)) => {
                 span.record("fencing_token", tracing::field::display(guard.token()));
@@ -709,6 +724,7 @@ impl FencedLock {
             let listed = list.await;
             match created {
                 Ok((stat, sequence)) => {
+                    // A write: its reply shows the leader has heard from us since `sent`.
                     lease.extend(sent);
                     break (format!("{}{sequence}", pending.prefix), stat, listed.ok());
                 }
@@ -728,7 +744,7 @@ impl FencedLock {
                         path: path.to_owned(),
                     });
                 }
-                Err(zk::Error::ConnectionLoss) => {
+                Err(err) if recipe::is_connection_error(&err) => {
                     recipe::await_reconnect(client, &mut attempt).await?;
                     if let Some((name, stat)) =
                         recipe::find_own_node(client, path, &pending.prefix).await?
@@ -754,6 +770,16 @@ impl FencedLock {
                 )),
             });
         };
+        if stat.czxid <= 0 {
+            pending.remove().await?;
+            return Err(Error::ZooKeeper {
+                op: "create",
+                path: own_path,
+                source: zk::Error::UnexpectedError(
+                    "the server returned no Stat for our node (ZooKeeper before 3.5?); zkfence needs it for the fencing token".into(),
+                ),
+            });
+        }
         let token = FencingToken::new(sequence, stat.czxid as u64);
         tracing::Span::current().record("node", own_path.as_str());
 
@@ -767,16 +793,14 @@ impl FencedLock {
             let children = match listing.take() {
                 Some(children) => children,
                 None => {
-                    let sent = Instant::now();
+                    // A listing is a read, which a follower cut off from the leader still
+                    // answers: it does not extend the lease (the watchdog's synced probes do).
                     match client.list_children(path).await {
-                        Ok(children) => {
-                            lease.extend(sent);
-                            children
-                        }
+                        Ok(children) => children,
                         Err(zk::Error::NoNode) => {
-                            return Err(Error::NodeDeletedWhileWaiting { node: own_path })
+                            return Err(node_deleted_while_waiting(client, path, own_path).await)
                         }
-                        Err(zk::Error::ConnectionLoss) => {
+                        Err(err) if recipe::is_connection_error(&err) => {
                             recipe::await_reconnect(client, &mut attempt).await?;
                             continue;
                         }
@@ -784,9 +808,21 @@ impl FencedLock {
                     }
                 }
             };
+            // A create retried after a lost reply may have landed twice: any other node with
+            // our UUID is ours, and must not sort before us as if it were someone else's.
+            let duplicates: Vec<&String> = children
+                .iter()
+                .filter(|c| c.starts_with(&pending.prefix) && **c != name)
+                .collect();
+            if !duplicates.is_empty() {
+                for duplicate in duplicates {
+                    recipe::delete_node(client, &child_path(path, duplicate)).await?;
+                }
+                continue; // list again without them
+            }
             let position = recipe::position(&children, &name, sequence);
             if !position.present {
-                return Err(Error::NodeDeletedWhileWaiting { node: own_path });
+                return Err(node_deleted_while_waiting(client, path, own_path).await);
             }
             let Some(predecessor) = position.predecessor else {
                 break;
@@ -796,16 +832,20 @@ impl FencedLock {
                 return Ok(None);
             }
             let predecessor = child_path(path, &predecessor);
-            let sent = Instant::now();
             let own = own_watch
                 .is_none()
                 .then(|| client.check_and_watch_stat(&own_path));
-            let pred = client.get_and_watch_data(&predecessor);
+            // An exists watch: unlike getData it needs no READ permission on others' nodes.
+            let pred = client.check_and_watch_stat(&predecessor);
             if let Some(own) = own {
                 match own.await {
-                    Ok((Some(_), watcher)) => own_watch = Some(Box::pin(watcher.changed())),
-                    Ok((None, _)) => return Err(Error::NodeDeletedWhileWaiting { node: own_path }),
-                    Err(zk::Error::ConnectionLoss) => {
+                    Ok((Some(_), watcher)) => {
+                        own_watch = Some(Box::pin(watchdog::watch_changed(watcher)))
+                    }
+                    Ok((None, _)) => {
+                        return Err(node_deleted_while_waiting(client, path, own_path).await)
+                    }
+                    Err(err) if recipe::is_connection_error(&err) => {
                         recipe::await_reconnect(client, &mut attempt).await?;
                         continue;
                     }
@@ -813,14 +853,12 @@ impl FencedLock {
                 }
             }
             let watcher = match pred.await {
-                Ok((_, _, watcher)) => {
-                    lease.extend(sent);
-                    watcher
-                }
+                Ok((Some(_), watcher)) => watcher,
                 // Gone already: if it was the only node ahead, nothing can sort before us now.
-                Err(zk::Error::NoNode) if position.ahead == 1 => break,
-                Err(zk::Error::NoNode) => continue,
-                Err(zk::Error::ConnectionLoss) => {
+                // (The creation watch that exists armed is dropped; the client removes it.)
+                Ok((None, _)) if position.ahead == 1 => break,
+                Ok((None, _)) => continue,
+                Err(err) if recipe::is_connection_error(&err) => {
                     recipe::await_reconnect(client, &mut attempt).await?;
                     continue;
                 }
@@ -837,7 +875,7 @@ impl FencedLock {
                     own_watch = None;
                     Woke::Own(event)
                 }
-                event = watcher.changed() => Woke::Predecessor(event),
+                event = watchdog::watch_changed(watcher) => Woke::Predecessor(event),
                 _ = sleep_until_opt(deadline) => Woke::Timeout,
             };
             let event = match woke {
@@ -846,7 +884,7 @@ impl FencedLock {
                     return Ok(None);
                 }
                 Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
-                    return Err(Error::NodeDeletedWhileWaiting { node: own_path });
+                    return Err(node_deleted_while_waiting(client, path, own_path).await);
                 }
                 Woke::Own(event) | Woke::Predecessor(event) => event,
             };
@@ -877,6 +915,15 @@ impl FencedLock {
             own_watch,
         );
         Ok(Some(guard))
+    }
+}
+
+/// The error for our queue node gone while waiting: the session's own error if the deletion
+/// was its expiry, [`Error::NodeDeletedWhileWaiting`] if someone deleted the node.
+async fn node_deleted_while_waiting(client: &zk::Client, path: &str, node: String) -> Error {
+    match recipe::session_alive(client, path).await {
+        Ok(()) => Error::NodeDeletedWhileWaiting { node },
+        Err(err) => err,
     }
 }
 
@@ -988,12 +1035,16 @@ struct PendingNode {
 
 impl PendingNode {
     /// Deletes our node now (awaited), for `try_acquire` and timeouts.
+    ///
+    /// Stays armed until the delete is confirmed: if this future is dropped while it waits for
+    /// a reconnect, or the delete fails, the drop cleans up in the background.
     async fn remove(&mut self) -> Result<()> {
-        self.armed = false;
         match &self.node {
-            Some(node) => recipe::delete_node(&self.client, node).await.map(|_| ()),
-            None => remove_by_prefix(&self.client, &self.parent, &self.prefix).await,
+            Some(node) => recipe::delete_node(&self.client, node).await.map(|_| ())?,
+            None => remove_by_prefix(&self.client, &self.parent, &self.prefix).await?,
         }
+        self.armed = false;
+        Ok(())
     }
 }
 
@@ -1023,8 +1074,10 @@ impl Drop for PendingNode {
     }
 }
 
+/// Deletes every node of ours with `prefix` (a create retried after a lost reply can have
+/// landed twice).
 async fn remove_by_prefix(client: &zk::Client, parent: &str, prefix: &str) -> Result<()> {
-    if let Some((name, _)) = recipe::find_own_node(client, parent, prefix).await? {
+    while let Some((name, _)) = recipe::find_own_node(client, parent, prefix).await? {
         recipe::delete_node(client, &child_path(parent, &name)).await?;
     }
     Ok(())

@@ -140,6 +140,17 @@ pub(crate) fn child_path(parent: &str, name: &str) -> String {
     path
 }
 
+/// Whether a request failed because the connection broke, so its outcome is unknown and it
+/// may be retried once the client has reconnected. `zookeeper-client` 0.11 reports a clean
+/// close as `ConnectionLoss`, but socket errors and its own "no response from connection"
+/// timeout as `Custom`; all of them mean the same thing here.
+pub(crate) fn is_connection_error(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+    )
+}
+
 /// Waits until the client is connected again after a ConnectionLoss, or fails once the
 /// session is over. A short pause first keeps a retry loop from spinning while the client has
 /// not yet noticed the disconnect.
@@ -165,6 +176,21 @@ pub(crate) async fn await_reconnect(client: &zk::Client, attempt: &mut u32) -> R
     }
 }
 
+/// Why our node vanished: `Ok(())` if the session is still alive (someone deleted the node),
+/// the session's error if it is over. A session closed from outside deletes its ephemeral
+/// nodes, and fires their watches, before its connection is closed, so a node's deletion can be
+/// the first sign of an expiry. One `sync` tells the two apart.
+pub(crate) async fn session_alive(client: &zk::Client, path: &str) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match client.sync(path).await {
+            Ok(()) | Err(zk::Error::NoNode) => return Ok(()),
+            Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
+            Err(err) => return Err(Error::zk("sync", path, client.session_id(), err)),
+        }
+    }
+}
+
 /// Deletes `path`, retrying across ConnectionLoss until the delete is known to have happened
 /// or the session is over. A `NoNode` after a lost reply means our delete went through.
 ///
@@ -176,7 +202,7 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str) -> Result<bool>
         match client.delete(path, None).await {
             Ok(()) => return Ok(true),
             Err(zk::Error::NoNode) => return Ok(attempt > 0),
-            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
             Err(err) => return Err(Error::zk("delete", path, client.session_id(), err)),
         }
     }
@@ -192,10 +218,15 @@ pub(crate) async fn find_own_node(
 ) -> Result<Option<(String, zk::Stat)>> {
     let mut attempt = 0;
     let children = loop {
-        match client.list_children(parent).await {
+        // After a reconnect, the server we reach may lag behind the one that took our create;
+        // sync first so that a create already applied is in the listing.
+        let synced = client.sync(parent);
+        let listed = client.list_children(parent);
+        let _ = synced.await;
+        match listed.await {
             Ok(children) => break children,
             Err(zk::Error::NoNode) => return Ok(None),
-            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
             Err(err) => return Err(Error::zk("list", parent, client.session_id(), err)),
         }
     };
@@ -207,7 +238,9 @@ pub(crate) async fn find_own_node(
             match client.get_data(&path).await {
                 Ok((_, stat)) if stat.ephemeral_owner == session => return Ok(Some((name, stat))),
                 Ok(_) | Err(zk::Error::NoNode) => break,
-                Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+                Err(err) if is_connection_error(&err) => {
+                    await_reconnect(client, &mut attempt).await?
+                }
                 Err(err) => return Err(Error::zk("get", &path, client.session_id(), err)),
             }
         }
@@ -245,7 +278,7 @@ pub(crate) async fn create_parents(
                     })
                 }
             },
-            Err(zk::Error::ConnectionLoss) => await_reconnect(client, &mut attempt).await?,
+            Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
             Err(err) => return Err(Error::zk("create", &path[..end], client.session_id(), err)),
         }
     }

@@ -143,16 +143,27 @@ fn from_nanos(nanos: u64) -> Instant {
 pub(crate) struct LeasePolicy {
     /// Fraction of `T` given up for clock-rate differences between us and the server.
     pub(crate) drift: f64,
-    /// Time given up for scheduling jitter between the deadline and our reaction to it.
-    pub(crate) margin: Duration,
+    /// Time given up for scheduling jitter and for the delay with which a follower forwards
+    /// our session's touches to the leader; `None` for the default, [`default_margin`].
+    pub(crate) margin: Option<Duration>,
+}
+
+/// The default margin: `T/4`, at least 100 ms. ZooKeeper requires `T ≥ 2·tickTime`, and a
+/// follower forwards the sessions it was touched by to the leader every `tickTime/2 ≤ T/4`,
+/// so a touch the leader has not seen yet is covered, with any ensemble configuration.
+pub(crate) fn default_margin(session_timeout: Duration) -> Duration {
+    (session_timeout / 4).max(Duration::from_millis(100))
 }
 
 impl LeasePolicy {
     /// How long after a request's send time the lease it earned holds.
     pub(crate) fn budget(&self, session_timeout: Duration) -> Duration {
+        let margin = self
+            .margin
+            .unwrap_or_else(|| default_margin(session_timeout));
         session_timeout
             .mul_f64(1.0 - self.drift)
-            .saturating_sub(self.margin)
+            .saturating_sub(margin)
     }
 }
 
@@ -315,6 +326,8 @@ impl Drop for Interest {
 
 /// The session's watchdog, started if it is not running, with one more unit of interest.
 pub(crate) fn watch_session(client: &zk::Client) -> Interest {
+    // The lease clock's zero must predate every send time it will be asked to record.
+    LazyLock::force(&EPOCH);
     let session = client.session_id().0;
     let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(watch) = sessions.get(&session) {
@@ -412,6 +425,9 @@ impl fmt::Debug for NodeToWatch {
 struct Entry {
     node: Arc<str>,
     state: Arc<GuardState>,
+    /// Whether its budget is in `Core::budgets`: only live guards have a lease deadline to
+    /// sleep until (a lost one would make the deadline always past, and the task spin).
+    counted: bool,
 }
 
 /// The watchdog's decisions, apart from ZooKeeper, so that tests drive it with paused time
@@ -457,7 +473,14 @@ impl Core {
                     pending: watch,
                 };
                 let ride_out = state.ride_out;
-                self.guards.insert(id, Entry { node, state });
+                self.guards.insert(
+                    id,
+                    Entry {
+                        node,
+                        state,
+                        counted: true,
+                    },
+                );
                 if let Some(reason) = self.terminal {
                     self.lose(id, reason, now);
                 } else if self.disconnected && !ride_out {
@@ -468,14 +491,8 @@ impl Core {
                 return Some(watch);
             }
             Event::Unregister { id } => {
-                if let Some(entry) = self.guards.remove(&id) {
-                    if let Some(n) = self.budgets.get_mut(&entry.state.budget) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.budgets.remove(&entry.state.budget);
-                        }
-                    }
-                }
+                self.uncount(id);
+                self.guards.remove(&id);
             }
             Event::State(state) => self.on_state(state, now),
             Event::SessionId(id) if id != self.session => {
@@ -527,18 +544,39 @@ impl Core {
 
     /// Cancels every guard whose lease deadline has passed.
     pub(crate) fn check_lease(&mut self, now: Instant) {
-        let expired: Vec<u64> = self
+        let due: Vec<u64> = self
             .guards
             .iter()
-            .filter(|(_, e)| !e.state.token.is_cancelled() && now >= e.state.deadline())
+            .filter(|(_, e)| {
+                e.counted && (e.state.token.is_cancelled() || now >= e.state.deadline())
+            })
             .map(|(id, _)| *id)
             .collect();
-        for id in expired {
+        for id in due {
+            // Cancelled elsewhere (check(), release, the owner) or expired now.
             self.lose(id, LossReason::LeaseExpired, now);
         }
     }
 
+    /// Takes a guard's budget out of the deadline multiset, once.
+    fn uncount(&mut self, id: u64) {
+        let Some(entry) = self.guards.get_mut(&id) else {
+            return;
+        };
+        if !std::mem::replace(&mut entry.counted, false) {
+            return;
+        }
+        let budget = entry.state.budget;
+        if let Some(n) = self.budgets.get_mut(&budget) {
+            *n -= 1;
+            if *n == 0 {
+                self.budgets.remove(&budget);
+            }
+        }
+    }
+
     fn lose(&mut self, id: u64, reason: LossReason, now: Instant) {
+        self.uncount(id);
         let Some(entry) = self.guards.get(&id) else {
             return;
         };
@@ -616,12 +654,15 @@ impl Driver {
         let probe_every = self.timeout / 3;
         let mut next_probe = Instant::now();
         let mut idle_since: Option<Instant> = None;
-        let (mut session_events, mut states) = match &self.client {
-            Some(client) => (
-                persistent_session_events(client).await,
-                Some(client.state_watcher()),
-            ),
-            None => (None, None),
+        // The state channel first, and the state as it is now: a disconnect that happens
+        // while the persistent watch below is being registered must not go unseen.
+        let mut states = self.client.as_ref().map(zk::Client::state_watcher);
+        if let Some(client) = &self.client {
+            self.on_state(client.state(), &mut next_probe);
+        }
+        let mut session_events = match &self.client {
+            Some(client) => persistent_session_events(client).await,
+            None => None,
         };
         loop {
             let lease_at = self.core.next_deadline();
@@ -734,26 +775,29 @@ impl Driver {
     }
 }
 
-/// One read of the session, timed from its send: `(sent, node gone, got a reply)`.
+/// One probe of the session, timed from its send: `(sent, node gone, proved alive)`.
+///
+/// A `sync` then a read of one held node, sent back to back. Only the sync's reply extends
+/// the lease: a follower answers it only after the leader has (a follower cut off from the
+/// leader cannot, though it would still answer plain reads), so it shows that our session's
+/// touches are reaching the leader, which is the server that expires sessions.
 async fn probe_session(
     client: zk::Client,
     target: Option<(u64, Arc<str>)>,
 ) -> Option<(Instant, Option<u64>, bool)> {
     let path = target.as_ref().map_or("/", |(_, node)| node);
     let sent = Instant::now();
-    let result = client.check_stat(path).await;
-    let outcome = if result.is_ok() { "ok" } else { "failed" };
+    let synced = client.sync(path);
+    let read = client.check_stat(path);
+    let alive = synced.await.is_ok();
+    let stat = read.await;
+    let outcome = if alive { "ok" } else { "failed" };
     ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
-    match result {
-        Ok(stat) => {
-            let gone = match (&target, stat) {
-                (Some((id, _)), None) => Some(*id),
-                _ => None,
-            };
-            Some((sent, gone, true))
-        }
-        Err(_) => Some((sent, None, false)),
-    }
+    let gone = match (&target, stat) {
+        (Some((id, _)), Ok(None)) => Some(*id),
+        _ => None,
+    };
+    Some((sent, gone, alive))
 }
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.
@@ -790,9 +834,9 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
             // getData, not exists: on a missing node it arms no watch (exists would arm a
             // creation watch that we would then have to remove).
             None => match client.get_and_watch_data(&node).await {
-                Ok((_, _, watcher)) => watcher.changed().await,
+                Ok((_, _, watcher)) => watch_changed(watcher).await,
                 Err(zk::Error::NoNode) => return (id, true),
-                Err(zk::Error::ConnectionLoss) => {
+                Err(err) if crate::recipe::is_connection_error(&err) => {
                     if crate::recipe::await_reconnect(&client, &mut attempt)
                         .await
                         .is_err()
@@ -860,6 +904,15 @@ async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::S
     }
 }
 
+/// `OneshotWatcher::changed()`, with a panic inside it turned into a `Closed` session event:
+/// `zookeeper-client` 0.11 unwraps the watch's channel, which panics if the session task went
+/// away without a last event (its runtime shut down, say).
+pub(crate) async fn watch_changed(watcher: zk::OneshotWatcher) -> zk::WatchedEvent {
+    CatchUnwind(Box::pin(watcher.changed()))
+        .await
+        .unwrap_or_else(|| zk::WatchedEvent::new_session(zk::SessionState::Closed))
+}
+
 /// Polls a future, turning a panic inside it into `None`.
 struct CatchUnwind<F>(Pin<Box<F>>);
 
@@ -909,7 +962,7 @@ mod tests {
     const T: Duration = Duration::from_secs(10);
     const POLICY: LeasePolicy = LeasePolicy {
         drift: 0.01,
-        margin: Duration::from_millis(100),
+        margin: Some(Duration::from_millis(100)),
     };
 
     /// A session watchdog with no ZooKeeper behind it: events come only from the test.
@@ -949,6 +1002,15 @@ mod tests {
     fn lease_budget_is_t_less_drift_less_margin() {
         assert_eq!(POLICY.budget(T), Duration::from_millis(9_800));
         assert_eq!(POLICY.budget(Duration::from_millis(50)), Duration::ZERO);
+        let default = LeasePolicy {
+            drift: 0.01,
+            margin: None,
+        };
+        assert_eq!(default.budget(T), Duration::from_millis(7_400)); // 9.9 s - T/4
+        assert_eq!(
+            default.budget(Duration::from_millis(400)),
+            Duration::from_millis(296)
+        ); // 396 ms - 100 ms
     }
 
     #[tokio::test(start_paused = true)]
