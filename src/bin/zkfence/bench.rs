@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use zkfence::local::{CountingProxy, LocalZooKeeper};
+use zkfence::local::CountingProxy;
 use zkfence::{FencedLock, LockOptions};
 use zookeeper_client as zk;
 
@@ -523,16 +523,9 @@ async fn with_server(args: &Args) -> u8 {
         Some(hosts) => hosts.clone(),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match tokio::task::spawn_blocking(LocalZooKeeper::start).await {
-                Ok(Ok(zk)) => zk,
-                Ok(Err(err)) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_UNAVAILABLE;
-                }
-                Err(err) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_FAILURE;
-                }
+            local = match crate::start_local_zookeeper().await {
+                Ok(zk) => zk,
+                Err(code) => return code,
             };
             local.addr()
         }

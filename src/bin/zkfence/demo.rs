@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 use zkfence::{FencedLock, LockOptions};
 
-use crate::{connect, parse_duration, EXIT_FAILURE, EXIT_UNAVAILABLE};
+use crate::{connect, parse_duration, EXIT_FAILURE};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -76,16 +76,9 @@ pub(crate) async fn demo(args: Args) -> u8 {
             println!(
                 "Starting a throwaway ZooKeeper (Debian's zookeeper package) on a loopback port..."
             );
-            local = match tokio::task::spawn_blocking(zkfence::local::LocalZooKeeper::start).await {
-                Ok(Ok(zk)) => zk,
-                Ok(Err(err)) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_UNAVAILABLE;
-                }
-                Err(err) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_FAILURE;
-                }
+            local = match crate::start_local_zookeeper().await {
+                Ok(zk) => zk,
+                Err(code) => return code,
             };
             println!("ZooKeeper is up at {}.\n", local.addr());
             local.addr()
