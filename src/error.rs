@@ -155,6 +155,20 @@ impl Error {
         }
     }
 
+    /// The error for a session in `state`, if that state is terminal (expired, closed, failed
+    /// authentication); `None` while the session may still be used.
+    pub(crate) fn from_session_state(
+        state: zk::SessionState,
+        session: zk::SessionId,
+    ) -> Option<Error> {
+        match state {
+            zk::SessionState::Expired => Some(Error::SessionExpired { session }),
+            zk::SessionState::Closed => Some(Error::ClientClosed),
+            zk::SessionState::AuthFailed => Some(Error::AuthFailed),
+            _ => None,
+        }
+    }
+
     /// Maps a client error from `op` on `path` to ours, giving the common cases their own
     /// variants.
     pub(crate) fn zk(

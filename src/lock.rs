@@ -688,11 +688,8 @@ impl FencedLock {
         let client = &inner.client;
         let path = &*inner.path;
         let session = client.session_id();
-        match client.state() {
-            zk::SessionState::Expired => return Err(Error::SessionExpired { session }),
-            zk::SessionState::Closed => return Err(Error::ClientClosed),
-            zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
-            _ => {}
+        if let Some(err) = Error::from_session_state(client.state(), session) {
+            return Err(err);
         }
         let interest = watchdog::watch_session(client);
         let lease = interest.watch().lease();
@@ -788,6 +785,10 @@ impl FencedLock {
         // deletes it, we fail instead of taking a lock we no longer queue for. The watch is
         // then handed to the watchdog, which keeps watching the node for the guard.
         let mut own_watch: Option<NodeWatch> = None;
+        let deadline = match wait {
+            Wait::Until(deadline) => Some(deadline),
+            _ => None,
+        };
         let mut attempt = 0;
         loop {
             let children = match listing.take() {
@@ -864,10 +865,6 @@ impl FencedLock {
                 }
                 Err(err) => return Err(Error::zk("watch", &predecessor, session, err)),
             };
-            let deadline = match wait {
-                Wait::Until(deadline) => Some(deadline),
-                _ => None,
-            };
             let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
             let woke = tokio::select! {
                 biased;
@@ -891,12 +888,11 @@ impl FencedLock {
             match event.event_type {
                 // The zero-round-trip handoff: our last listing showed it as the only one ahead.
                 zk::EventType::NodeDeleted if position.ahead == 1 => break,
-                zk::EventType::Session => match event.session_state {
-                    zk::SessionState::Expired => return Err(Error::SessionExpired { session }),
-                    zk::SessionState::Closed => return Err(Error::ClientClosed),
-                    zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
-                    _ => {}
-                },
+                zk::EventType::Session => {
+                    if let Some(err) = Error::from_session_state(event.session_state, session) {
+                        return Err(err);
+                    }
+                }
                 _ => {} // list again
             }
         }

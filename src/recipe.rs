@@ -160,18 +160,14 @@ pub(crate) async fn await_reconnect(client: &zk::Client, attempt: &mut u32) -> R
     tokio::time::sleep(pause).await;
     let mut states = client.state_watcher();
     loop {
-        match states.state() {
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => return Ok(()),
-            zk::SessionState::Expired => {
-                return Err(Error::SessionExpired {
-                    session: client.session_id(),
-                })
-            }
-            zk::SessionState::Closed => return Err(Error::ClientClosed),
-            zk::SessionState::AuthFailed => return Err(Error::AuthFailed),
-            zk::SessionState::Disconnected => {
-                states.changed().await;
-            }
+        let state = states.state();
+        if let Some(err) = Error::from_session_state(state, client.session_id()) {
+            return Err(err);
+        }
+        if state == zk::SessionState::Disconnected {
+            states.changed().await;
+        } else {
+            return Ok(());
         }
     }
 }

@@ -271,8 +271,8 @@ pub(crate) enum Event {
     SessionId(i64),
     /// A guard's node is gone.
     NodeGone { id: u64 },
-    /// A client handle for probes and node watches, sent with every new interest: the task
-    /// lets its handle go when idle, so that it never keeps a session open by itself.
+    /// A client handle for probes and node watches, sent when interest rises from zero: the
+    /// task lets its handle go when idle, so that it never keeps a session open by itself.
     Attach(zk::Client),
 }
 
@@ -333,8 +333,11 @@ pub(crate) fn watch_session(client: &zk::Client) -> Interest {
     if let Some(watch) = sessions.get(&session) {
         // A task whose runtime shut down has dropped its receiver: replace it.
         if !watch.closed.load(Ordering::Acquire) && !watch.events.is_closed() {
-            watch.interest.fetch_add(1, Ordering::AcqRel);
-            watch.send(Event::Attach(client.clone()));
+            // The driver lets its client handle go only while nobody is interested, so it
+            // needs one again only when interest rises from zero (not on every acquire).
+            if watch.interest.fetch_add(1, Ordering::AcqRel) == 0 {
+                watch.send(Event::Attach(client.clone()));
+            }
             return Interest {
                 watch: watch.clone(),
             };
@@ -485,8 +488,8 @@ impl Core {
                     self.lose(id, reason, now);
                 } else if self.disconnected && !ride_out {
                     self.lose(id, LossReason::Disconnected, now);
-                } else {
-                    self.check_lease(now);
+                } else if now >= self.guards[&id].state.deadline() {
+                    self.lose(id, LossReason::LeaseExpired, now);
                 }
                 return Some(watch);
             }

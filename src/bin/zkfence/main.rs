@@ -149,17 +149,14 @@ pub(crate) async fn connect(hosts: &str, session_timeout: Duration) -> Result<zk
 
 /// Starts a throwaway local ZooKeeper (Debian's package), or says why not on one line.
 pub(crate) async fn start_local_zookeeper() -> Result<zkfence::local::LocalZooKeeper, u8> {
-    match tokio::task::spawn_blocking(zkfence::local::LocalZooKeeper::start).await {
-        Ok(Ok(zk)) => Ok(zk),
-        Ok(Err(err)) => {
-            eprintln!("zkfence: {err}");
-            Err(EXIT_UNAVAILABLE)
-        }
-        Err(err) => {
-            eprintln!("zkfence: {err}");
-            Err(EXIT_FAILURE)
-        }
-    }
+    let started = match tokio::task::spawn_blocking(zkfence::local::LocalZooKeeper::start).await {
+        Ok(started) => started.map_err(|err| (err.to_string(), EXIT_UNAVAILABLE)),
+        Err(err) => Err((err.to_string(), EXIT_FAILURE)),
+    };
+    started.map_err(|(message, code)| {
+        eprintln!("zkfence: {message}");
+        code
+    })
 }
 
 /// The exit code for a library error, after printing it on one line.
