@@ -562,9 +562,38 @@ impl LocalEnsemble {
     }
 }
 
+impl LocalEnsemble {
+    /// Kills every server that still runs, starts all three again on their ports and data,
+    /// and waits until each serves (a quorum restart: one server alone never serves).
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalZooKeeper::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.restart_all()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn restart_all(&self) -> Result<(), StartError> {
+        for node in &self.nodes {
+            node.kill();
+        }
+        for node in &self.nodes {
+            node.spawn()?;
+        }
+        for node in &self.nodes {
+            node.wait_serving(START_TIMEOUT)?;
+        }
+        Ok(())
+    }
+}
+
 /// A TCP proxy in front of a server that counts the requests clients send through it
 /// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
-/// accepted and dropped, connections stay open).
+/// accepted and dropped, connections stay open) or delay every frame (a slow link).
 ///
 /// # Examples
 ///
@@ -583,6 +612,7 @@ pub struct CountingProxy {
     counts: Arc<Mutex<HashMap<i32, u64>>>,
     notifications: Arc<AtomicU64>,
     blackhole: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl CountingProxy {
@@ -610,19 +640,20 @@ impl CountingProxy {
         let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
         let notifications = Arc::new(AtomicU64::new(0));
         let blackhole = Arc::new(AtomicBool::new(false));
-        let (upstream, shared, notified, hole) = (
-            upstream.to_owned(),
-            counts.clone(),
-            notifications.clone(),
-            blackhole.clone(),
-        );
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let link = Link {
+            hole: blackhole.clone(),
+            delay_ms: delay_ms.clone(),
+        };
+        let (upstream, shared, notified) =
+            (upstream.to_owned(), counts.clone(), notifications.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (upstream, counts, notifications, hole) = (
+                let (upstream, counts, notifications, link) = (
                     upstream.clone(),
                     shared.clone(),
                     notified.clone(),
-                    hole.clone(),
+                    link.clone(),
                 );
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
@@ -633,7 +664,7 @@ impl CountingProxy {
                     let _ = server.set_nodelay(true);
                     let (mut client_rx, mut client_tx) = client.into_split();
                     let (mut server_rx, mut server_tx) = server.into_split();
-                    let back = hole.clone();
+                    let back = link.clone();
                     tokio::spawn(async move {
                         // Replies carry their request's xid; watch notifications carry -1.
                         let _ = forward_frames(&mut server_rx, &mut client_tx, &back, |frame| {
@@ -644,7 +675,7 @@ impl CountingProxy {
                         .await;
                     });
                     // Requests: xid, then the opcode; pings (11) are not counted.
-                    let _ = forward_frames(&mut client_rx, &mut server_tx, &hole, |frame| {
+                    let _ = forward_frames(&mut client_rx, &mut server_tx, &link, |frame| {
                         let op = header_field(frame, 4);
                         if op != 11 {
                             *counts
@@ -663,6 +694,7 @@ impl CountingProxy {
             counts,
             notifications,
             blackhole,
+            delay_ms,
         }
     }
 
@@ -725,15 +757,37 @@ impl CountingProxy {
     pub fn blackhole(&self, on: bool) {
         self.blackhole.store(on, Ordering::SeqCst);
     }
+
+    /// Holds every frame, both ways, for `delay` before forwarding it (zero: no delay).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// proxy.delay(std::time::Duration::from_millis(300)); // a slow link
+    /// proxy.delay(std::time::Duration::ZERO);
+    /// # }
+    /// ```
+    pub fn delay(&self, delay: Duration) {
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
+/// The faults a proxy applies to its connections.
+#[derive(Debug, Clone)]
+struct Link {
+    hole: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
 }
 
 /// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
-/// first (the connect request or response, which has no header) to `seen`, and dropping frames
-/// while `hole` is set.
+/// first (the connect request or response, which has no header) to `seen`, dropping frames
+/// while the link is blackholed and delaying them while it is slow.
 async fn forward_frames(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
-    hole: &AtomicBool,
+    link: &Link,
     seen: impl Fn(&[u8]),
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -742,8 +796,12 @@ async fn forward_frames(
         let len = from.read_i32().await?;
         let mut frame = vec![0u8; len.max(0) as usize];
         from.read_exact(&mut frame).await?;
-        if hole.load(Ordering::SeqCst) {
+        if link.hole.load(Ordering::SeqCst) {
             continue;
+        }
+        let delay = link.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         if !first && frame.len() >= 8 {
             seen(&frame);

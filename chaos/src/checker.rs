@@ -1,0 +1,723 @@
+//! The checker: one pass over the store's commit order and one over the workers' events
+//! (sorted by time), so O(n log n) for the sort and O(n) after it.
+//!
+//! It fails the run on a broken invariant, with a counterexample, and reports the figures that
+//! are expected to be non-zero under faults (double holders, refused stale writes, detection
+//! latencies, lease margins) without failing on them.
+
+use crate::clock::ms;
+use crate::store::Row;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// One worker event (a line of its log).
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub t: i64,
+    pub w: u32,
+    pub pid: u32,
+    pub ev: String,
+    pub body: Value,
+}
+
+impl Event {
+    pub fn from_json(body: Value) -> Option<Event> {
+        Some(Event {
+            t: body.get("t")?.as_i64()?,
+            w: body.get("w")?.as_u64()? as u32,
+            pid: body.get("pid")?.as_u64()? as u32,
+            ev: body.get("ev")?.as_str()?.to_owned(),
+            body,
+        })
+    }
+
+    fn token(&self) -> Option<u64> {
+        self.body.get("token").and_then(Value::as_u64)
+    }
+
+    fn op(&self) -> Option<&str> {
+        self.body.get("op").and_then(Value::as_str)
+    }
+
+    fn kind(&self) -> Option<&str> {
+        self.body.get("kind").and_then(Value::as_str)
+    }
+
+    pub fn line(&self, t0: i64) -> String {
+        let mut fields = self.body.clone();
+        if let Value::Object(map) = &mut fields {
+            for key in ["t", "w", "pid", "ev"] {
+                map.remove(key);
+            }
+        }
+        format!(
+            "{:>9.1} ms  w{} pid {} {} {}",
+            ms(t0, self.t),
+            self.w,
+            self.pid,
+            self.ev,
+            fields
+        )
+    }
+}
+
+/// One injected fault, as the controller recorded it.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: String,
+    pub detail: String,
+    pub start: i64,
+    pub end: i64,
+    /// From when the victim could notice: the SIGCONT for a pause, else the start.
+    pub reference: i64,
+    /// The holder the fault was aimed at: (worker, pid, token).
+    pub victim: Option<(u32, u32, u64)>,
+    /// When the server deleted the victim's lock node (its session expired), if observed.
+    pub expired_at: Option<i64>,
+    /// Whether it counts as a holder pause past the session timeout.
+    pub pause_past_timeout: bool,
+}
+
+impl Fault {
+    pub fn to_json(&self, t0: i64) -> Value {
+        json!({
+            "kind": self.kind, "detail": self.detail,
+            "start_ms": ms(t0, self.start), "end_ms": ms(t0, self.end),
+            "victim": self.victim.map(|(w, pid, token)| json!({"worker": w, "pid": pid, "token": token})),
+            "expired_at_ms": self.expired_at.map(|t| ms(t0, t)),
+        })
+    }
+}
+
+/// Everything one scenario produced.
+pub struct Input {
+    pub rows: Vec<Row>,
+    pub counter: i64,
+    pub events: Vec<Event>,
+    pub faults: Vec<Fault>,
+    pub session_ms: u64,
+    pub t0: i64,
+    pub heal_at: i64,
+    pub end_at: i64,
+}
+
+/// A broken invariant and the evidence.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub summary: String,
+    pub evidence: Vec<String>,
+}
+
+/// A worker's hold of the lock, from its grant to the first sign it ended.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub w: u32,
+    pub pid: u32,
+    pub token: u64,
+    pub seq: i64,
+    pub start: i64,
+    pub end: i64,
+    pub how: String,
+}
+
+pub struct Outcome {
+    pub violations: Vec<Violation>,
+    pub holds: Vec<Hold>,
+    pub figures: Value,
+    /// Times of refused writes and of cancellations, for the picture.
+    pub refused: Vec<(u32, i64)>,
+    pub stale_accepted: Vec<(u32, i64)>,
+    pub cancels: Vec<(u32, i64)>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn stats(mut xs: Vec<f64>) -> Value {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    if xs.is_empty() {
+        return json!({"n": 0});
+    }
+    json!({"n": xs.len(), "p50_ms": percentile(&xs, 0.5), "p95_ms": percentile(&xs, 0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
+}
+
+pub fn check(input: &Input) -> Outcome {
+    let mut events = input.events.clone();
+    events.sort_by_key(|e| e.t);
+    let t0 = input.t0;
+    let mut violations = Vec::new();
+    let timeline = |workers: &[u32], at: i64| -> Vec<String> {
+        let from = at - 3_000_000_000;
+        let to = at + 500_000_000;
+        let mut lines: Vec<String> = events
+            .iter()
+            .filter(|e| workers.contains(&e.w) && e.t >= from && e.t <= to && e.ev != "read")
+            .map(|e| e.line(t0))
+            .collect();
+        if lines.len() > 40 {
+            lines.drain(..lines.len() - 40);
+        }
+        lines.extend(
+            input
+                .faults
+                .iter()
+                .filter(|f| {
+                    f.start <= to && f.end >= from - 2 * input.session_ms as i64 * 1_000_000
+                })
+                .map(|f| {
+                    format!(
+                        "fault {} ({}) from {:.1} ms to {:.1} ms",
+                        f.kind,
+                        f.detail,
+                        ms(t0, f.start),
+                        ms(t0, f.end)
+                    )
+                }),
+        );
+        lines
+    };
+    let row_line = |r: &Row| {
+        format!(
+            "store row seq {} op {} {} by w{} token {} value {}",
+            r.seq, r.op, r.kind, r.worker, r.token, r.value
+        )
+    };
+    let invoked_at: HashMap<&str, &Event> = events
+        .iter()
+        .filter(|e| e.ev == "invoke")
+        .filter_map(|e| Some((e.op()?, e)))
+        .collect();
+    let at_of = |op: &str| invoked_at.get(op).map_or(input.end_at, |e| e.t);
+
+    // 1. No stale token accepted: tokens never decrease in commit order.
+    let mut max: Option<&Row> = None;
+    for row in &input.rows {
+        if let Some(prev) = max {
+            if row.token < prev.token {
+                violations.push(Violation {
+                    invariant: "no stale token accepted",
+                    summary: format!(
+                        "store accepted token {} after token {}",
+                        row.token, prev.token
+                    ),
+                    evidence: [
+                        vec![row_line(prev), row_line(row)],
+                        timeline(&[prev.worker as u32, row.worker as u32], at_of(&row.op)),
+                    ]
+                    .concat(),
+                });
+                continue;
+            }
+        }
+        if max.is_none_or(|m| row.token >= m.token) {
+            max = Some(row);
+        }
+    }
+
+    // 2 and 3. Acknowledged writes are in the store; refused ones are not.
+    let applied: HashMap<&str, &Row> = input.rows.iter().map(|r| (r.op.as_str(), r)).collect();
+    for e in &events {
+        match (e.ev.as_str(), e.op()) {
+            ("ok", Some(op)) if !applied.contains_key(op) => violations.push(Violation {
+                invariant: "no acknowledged write lost",
+                summary: format!(
+                    "op {op} was acknowledged to w{} but is not in the store",
+                    e.w
+                ),
+                evidence: timeline(&[e.w], e.t),
+            }),
+            ("fail", Some(op)) if applied.contains_key(op) => violations.push(Violation {
+                invariant: "no failed write applied",
+                summary: format!("op {op} was refused to w{} but is in the store", e.w),
+                evidence: [vec![row_line(applied[op])], timeline(&[e.w], e.t)].concat(),
+            }),
+            _ => {}
+        }
+    }
+
+    // 4. Counter equals the applied increments, each one step above the last (a lost update
+    //    shows as a repeated value).
+    let writes: Vec<&Row> = input.rows.iter().filter(|r| r.kind == "write").collect();
+    for (i, row) in writes.iter().enumerate() {
+        let want = i as i64 + 1;
+        if row.value != want {
+            let prev = if i > 0 { Some(writes[i - 1]) } else { None };
+            let mut workers = vec![row.worker as u32];
+            workers.extend(prev.map(|p| p.worker as u32));
+            violations.push(Violation {
+                invariant: "counter = applied increments, no gaps",
+                summary: format!(
+                    "increment #{want} in commit order wrote {} (a lost update or a gap)",
+                    row.value
+                ),
+                evidence: [
+                    prev.map(&row_line)
+                        .into_iter()
+                        .chain([row_line(row)])
+                        .collect(),
+                    timeline(&workers, at_of(&row.op)),
+                ]
+                .concat(),
+            });
+            break;
+        }
+    }
+    if input.counter != writes.len() as i64 {
+        violations.push(Violation {
+            invariant: "counter = applied increments, no gaps",
+            summary: format!(
+                "final counter {} but {} increments applied",
+                input.counter,
+                writes.len()
+            ),
+            evidence: Vec::new(),
+        });
+    }
+
+    // 5. Tokens strictly increase in grant order.
+    let grants: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.ev == "granted" && e.body.get("valid").and_then(Value::as_bool) == Some(true))
+        .collect();
+    for pair in grants.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b.token() <= a.token() {
+            violations.push(Violation {
+                invariant: "tokens strictly increase in grant order",
+                summary: format!(
+                    "w{} was granted token {:?} after w{} got {:?}",
+                    b.w,
+                    b.token(),
+                    a.w,
+                    a.token()
+                ),
+                evidence: timeline(&[a.w, b.w], b.t),
+            });
+        }
+    }
+
+    // 6. No write invoked after the worker's own cancellation or lease end.
+    let mut cancelled: HashMap<(u32, u64), i64> = HashMap::new();
+    for e in &events {
+        match e.ev.as_str() {
+            "cancel" => {
+                if let Some(token) = e.token() {
+                    cancelled.entry((e.pid, token)).or_insert(e.t);
+                }
+            }
+            "invoke" => {
+                let token = e.token().unwrap_or(0);
+                let left = e
+                    .body
+                    .get("lease_left_ms")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let after_cancel = cancelled.get(&(e.pid, token)).copied();
+                if after_cancel.is_some() || left < 0 {
+                    violations.push(Violation {
+                        invariant: "no write invoked after its own cancellation",
+                        summary: match after_cancel {
+                            Some(c) => format!(
+                                "w{} invoked {} {:.1} ms after its token {token} was cancelled",
+                                e.w,
+                                e.op().unwrap_or("?"),
+                                ms(c, e.t)
+                            ),
+                            None => format!(
+                                "w{} invoked {} {} ms after its lease ended",
+                                e.w,
+                                e.op().unwrap_or("?"),
+                                -left
+                            ),
+                        },
+                        evidence: timeline(&[e.w], e.t),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // Figures. Holds: from a valid grant to the first sign the hold ended.
+    let mut open: HashMap<u32, Hold> = HashMap::new();
+    let mut holds = Vec::new();
+    let mut last_seen: HashMap<u32, i64> = HashMap::new();
+    for e in &events {
+        last_seen.insert(e.pid, e.t);
+        match e.ev.as_str() {
+            "granted" if e.body.get("valid").and_then(Value::as_bool) == Some(true) => {
+                open.insert(
+                    e.pid,
+                    Hold {
+                        w: e.w,
+                        pid: e.pid,
+                        token: e.token().unwrap_or(0),
+                        seq: e.body.get("seq").and_then(Value::as_i64).unwrap_or(0),
+                        start: e.t,
+                        end: e.t,
+                        how: String::new(),
+                    },
+                );
+            }
+            "cancel" | "check-failed" | "release" | "fail" | "unknown" | "session-ended"
+                if open
+                    .get(&e.pid)
+                    .is_some_and(|h| Some(h.token) == e.token() || e.ev == "session-ended") =>
+            {
+                if let Some(mut hold) = open.remove(&e.pid) {
+                    hold.end = e.t;
+                    hold.how = e.ev.clone();
+                    holds.push(hold);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (pid, mut hold) in open {
+        hold.end = last_seen.get(&pid).copied().unwrap_or(hold.start);
+        hold.how = "process ended".into();
+        holds.push(hold);
+    }
+    holds.sort_by_key(|h| h.start);
+    // A double-holder window: a hold that still believed itself current after a newer grant
+    // to another worker, from that grant to the moment the older holder stopped.
+    let mut double_ms = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        if let Some(b) = holds[i + 1..]
+            .iter()
+            .take_while(|b| b.start < a.end)
+            .find(|b| b.pid != a.pid)
+        {
+            double_ms.push(ms(b.start, a.end));
+        }
+    }
+    let double_windows = double_ms.len();
+
+    // Stale writes: completed (acknowledged, refused or unknown) after a newer grant than their
+    // token, so they travelled while another worker held the lock.
+    let mut newest = 0u64;
+    let mut stale = (0u64, 0u64, 0u64, 0u64); // in all, refused, accepted, unknown
+    let mut refused = Vec::new();
+    let mut stale_accepted = Vec::new();
+    for e in &events {
+        let token = e.token().unwrap_or(0);
+        match e.ev.as_str() {
+            "granted" if e.body.get("valid").and_then(Value::as_bool) == Some(true) => {
+                newest = newest.max(token);
+            }
+            "fail" | "ok" | "unknown" if e.op().is_some() => {
+                if e.ev == "fail" {
+                    refused.push((e.w, e.t));
+                }
+                if token < newest {
+                    stale.0 += 1;
+                    match e.ev.as_str() {
+                        "fail" => stale.1 += 1,
+                        "ok" => {
+                            stale.2 += 1;
+                            stale_accepted.push((e.w, e.t));
+                        }
+                        _ => stale.3 += 1,
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Accepted rows whose token was below the fence are what fencing-off lets through.
+    let mut max_token = i64::MIN;
+    let mut stale_rows = 0u64;
+    for row in &input.rows {
+        if row.token < max_token {
+            stale_rows += 1;
+        }
+        max_token = max_token.max(row.token);
+    }
+
+    // Detection latency per fault kind, lease margins for partitions, failover after kills.
+    let cancels: Vec<&Event> = events.iter().filter(|e| e.ev == "cancel").collect();
+    let mut detect: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut undetected: HashMap<String, u64> = HashMap::new();
+    let mut margins = Vec::new();
+    let mut failover = Vec::new();
+    for f in &input.faults {
+        if let Some((_, pid, token)) = f.victim {
+            if f.kind == "kill-holder" {
+                if let Some(next) = grants.iter().find(|g| g.t > f.start && g.pid != pid) {
+                    failover.push(ms(f.start, next.t));
+                }
+                continue;
+            }
+            match cancels
+                .iter()
+                .find(|c| c.pid == pid && c.token() == Some(token) && c.t >= f.start)
+            {
+                Some(c) => {
+                    detect
+                        .entry(f.kind.clone())
+                        .or_default()
+                        .push(ms(f.reference, c.t).max(0.0));
+                    if f.kind == "partition-holder" {
+                        if let Some(expired) = f.expired_at {
+                            margins.push(ms(c.t, expired));
+                        }
+                    }
+                }
+                None => *undetected.entry(f.kind.clone()).or_default() += 1,
+            }
+        }
+    }
+    let slack = 2 * input.session_ms as i64 * 1_000_000 + 1_000_000_000;
+    let spurious: Vec<&&Event> = cancels
+        .iter()
+        .filter(|c| {
+            !input
+                .faults
+                .iter()
+                .any(|f| c.t >= f.start - 100_000_000 && c.t <= f.end + slack)
+        })
+        .collect();
+
+    // Progress: acknowledged increments over time.
+    let oks: Vec<i64> = events
+        .iter()
+        .filter(|e| {
+            e.ev == "ok"
+                && invoked_at
+                    .get(e.op().unwrap_or(""))
+                    .is_some_and(|i| i.kind() == Some("write"))
+        })
+        .map(|e| e.t)
+        .collect();
+    let mut gap = (0.0f64, t0, t0);
+    let mut prev = events.first().map_or(t0, |e| e.t);
+    for &t in oks.iter().chain(std::iter::once(&input.end_at)) {
+        if ms(prev, t) > gap.0 {
+            gap = (ms(prev, t), prev, t);
+        }
+        prev = t;
+    }
+    let gap_faults: Vec<String> = input
+        .faults
+        .iter()
+        .filter(|f| f.start <= gap.2 && f.end >= gap.1)
+        .map(|f| f.kind.clone())
+        .collect();
+    let after_heal: Vec<i64> = oks
+        .iter()
+        .copied()
+        .filter(|&t| t >= input.heal_at)
+        .collect();
+
+    let mut by_kind: HashMap<&str, u64> = HashMap::new();
+    for f in &input.faults {
+        *by_kind.entry(f.kind.as_str()).or_default() += 1;
+    }
+    let figures = json!({
+        "faults": input.faults.len(),
+        "faults_by_kind": by_kind,
+        "holder_pauses_past_timeout": input.faults.iter().filter(|f| f.pause_past_timeout).count(),
+        "holds": holds.len(),
+        "increments_applied": writes.len(),
+        "fence_raises_applied": input.rows.len() - writes.len(),
+        "final_counter": input.counter,
+        "double_holder_windows": {"count": double_windows, "duration": stats(double_ms)},
+        "stale_writes": {"in_flight_past_a_newer_grant": stale.0, "refused": stale.1, "accepted": stale.2, "unknown": stale.3, "stale_rows_in_store": stale_rows},
+        "refused_writes_total": refused.len(),
+        "detection_latency_by_fault": detect.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>(),
+        "faults_without_cancel": undetected,
+        "partition_lease_margin_ms": stats(margins),
+        "failover_after_kill_ms": stats(failover),
+        "cancels": cancels.len(),
+        "spurious_cancels": spurious.len(),
+        "longest_gap_without_progress": {"ms": gap.0, "from_ms": ms(t0, gap.1), "to_ms": ms(t0, gap.2), "faults": gap_faults},
+        "liveness_after_heal": {
+            "increments": after_heal.len(),
+            "first_after_ms": after_heal.first().map(|&t| ms(input.heal_at, t)),
+        },
+    });
+    Outcome {
+        violations,
+        holds,
+        figures,
+        refused,
+        stale_accepted,
+        cancels: cancels.iter().map(|c| (c.w, c.t)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(t: i64, w: u32, ev: &str, extra: Value) -> Event {
+        let mut body = extra;
+        body["t"] = t.into();
+        body["w"] = w.into();
+        body["pid"] = (100 + w).into();
+        body["ev"] = ev.into();
+        Event::from_json(body).unwrap()
+    }
+
+    fn row(seq: i64, op: &str, kind: &str, worker: i64, token: i64, value: i64) -> Row {
+        Row {
+            seq,
+            op: op.into(),
+            kind: kind.into(),
+            worker,
+            token,
+            value,
+        }
+    }
+
+    fn input(rows: Vec<Row>, counter: i64, events: Vec<Event>) -> Input {
+        Input {
+            rows,
+            counter,
+            events,
+            faults: Vec::new(),
+            session_ms: 2000,
+            t0: 0,
+            heal_at: 0,
+            end_at: 10_000_000_000,
+        }
+    }
+
+    fn invariants(outcome: &Outcome) -> Vec<&'static str> {
+        outcome.violations.iter().map(|v| v.invariant).collect()
+    }
+
+    fn clean_history() -> Input {
+        let events = vec![
+            ev(1, 1, "granted", json!({"token": 10, "valid": true})),
+            ev(
+                2,
+                1,
+                "invoke",
+                json!({"op": "a", "kind": "fence", "token": 10, "lease_left_ms": 900}),
+            ),
+            ev(3, 1, "ok", json!({"op": "a", "token": 10})),
+            ev(
+                4,
+                1,
+                "invoke",
+                json!({"op": "b", "kind": "write", "token": 10, "value": 1, "lease_left_ms": 800}),
+            ),
+            ev(5, 1, "ok", json!({"op": "b", "token": 10})),
+            ev(6, 2, "granted", json!({"token": 12, "valid": true})),
+            ev(
+                7,
+                2,
+                "invoke",
+                json!({"op": "c", "kind": "fence", "token": 12, "lease_left_ms": 900}),
+            ),
+            ev(8, 2, "ok", json!({"op": "c", "token": 12})),
+            ev(
+                9,
+                1,
+                "invoke",
+                json!({"op": "d", "kind": "write", "token": 10, "value": 2, "lease_left_ms": 5}),
+            ),
+            ev(
+                10,
+                1,
+                "fail",
+                json!({"op": "d", "token": 10, "why": "refused"}),
+            ),
+        ];
+        let rows = vec![
+            row(1, "a", "fence", 1, 10, 0),
+            row(2, "b", "write", 1, 10, 1),
+            row(3, "c", "fence", 2, 12, 1),
+        ];
+        input(rows, 1, events)
+    }
+
+    #[test]
+    fn a_clean_history_passes_and_counts_the_refused_stale_write() {
+        let outcome = check(&clean_history());
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        assert_eq!(outcome.figures["stale_writes"]["refused"], 1);
+        assert_eq!(outcome.figures["double_holder_windows"]["count"], 1);
+    }
+
+    #[test]
+    fn a_stale_token_accepted_fails_with_both_rows() {
+        let mut history = clean_history();
+        history.events[9] = ev(10, 1, "ok", json!({"op": "d", "token": 10}));
+        history.rows.push(row(4, "d", "write", 1, 10, 2));
+        history.counter = 2;
+        let outcome = check(&history);
+        assert_eq!(invariants(&outcome), ["no stale token accepted"]);
+        assert!(outcome.violations[0].evidence[1].contains("op d"));
+    }
+
+    #[test]
+    fn a_lost_update_fails() {
+        let mut history = clean_history();
+        history.rows.push(row(4, "e", "write", 2, 12, 1));
+        history.counter = 1;
+        let outcome = check(&history);
+        assert_eq!(
+            invariants(&outcome),
+            [
+                "counter = applied increments, no gaps",
+                "counter = applied increments, no gaps"
+            ]
+        );
+    }
+
+    #[test]
+    fn lost_acknowledgements_and_applied_refusals_fail() {
+        let mut history = clean_history();
+        history.rows.remove(1);
+        history.rows.push(row(4, "d", "write", 1, 10, 1));
+        let outcome = check(&history);
+        let found = invariants(&outcome);
+        assert!(found.contains(&"no acknowledged write lost"), "{found:?}");
+        assert!(found.contains(&"no failed write applied"), "{found:?}");
+        assert!(found.contains(&"no stale token accepted"), "{found:?}");
+    }
+
+    #[test]
+    fn a_grant_out_of_token_order_fails() {
+        let mut history = clean_history();
+        history
+            .events
+            .push(ev(11, 3, "granted", json!({"token": 11, "valid": true})));
+        assert_eq!(
+            invariants(&check(&history)),
+            ["tokens strictly increase in grant order"]
+        );
+    }
+
+    #[test]
+    fn a_write_after_cancellation_or_lease_end_fails() {
+        let mut history = clean_history();
+        history.events.insert(
+            8,
+            ev(
+                8,
+                1,
+                "cancel",
+                json!({"token": 10, "reason": "lease_expired"}),
+            ),
+        );
+        assert_eq!(
+            invariants(&check(&history)),
+            ["no write invoked after its own cancellation"]
+        );
+        let mut history = clean_history();
+        history.events[8].body["lease_left_ms"] = json!(-3000);
+        assert_eq!(
+            invariants(&check(&history)),
+            ["no write invoked after its own cancellation"]
+        );
+    }
+}

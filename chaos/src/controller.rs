@@ -1,0 +1,885 @@
+//! The controller: starts the ensemble, PostgreSQL and the workers, injects the seeded faults,
+//! heals, collects the logs and the store, and hands them to the checker.
+
+use crate::checker::{Event, Fault};
+use crate::clock::{ms, now_ns};
+use crate::rng::Rng;
+use crate::store::Postgres;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use zkfence::local::{four_letter, CountingProxy, LocalEnsemble};
+use zookeeper_client as zk;
+
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Where a holder is in its critical section, as its last event says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Between the read and the lease check: a pause here is caught by `check()`.
+    Think,
+    /// After the check, before the write reaches the store: only the fence can stop it.
+    Write,
+    /// Any moment of the hold.
+    Any,
+    /// Early in a long critical section (so the hold outlasts the fault's detection).
+    Long,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Think => "think",
+            Phase::Write => "write",
+            Phase::Any => "any",
+            Phase::Long => "long",
+        }
+    }
+}
+
+/// One kind of fault, with its parameters.
+#[derive(Debug, Clone)]
+pub enum FaultKind {
+    PauseHolder { factor: f64, phase: Phase },
+    KillHolder,
+    ExpireHolder,
+    PartitionHolder,
+    SlowHolder,
+    PauseLeader,
+    KillLeader { down_ms: u64 },
+    PauseAll,
+    KillAll,
+    DeleteParent,
+    SkewWorker { rate: f64 },
+}
+
+impl FaultKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultKind::PauseHolder { .. } => "pause-holder",
+            FaultKind::KillHolder => "kill-holder",
+            FaultKind::ExpireHolder => "expire-holder",
+            FaultKind::PartitionHolder => "partition-holder",
+            FaultKind::SlowHolder => "slow-link",
+            FaultKind::PauseLeader => "pause-leader",
+            FaultKind::KillLeader { down_ms: 0 } => "restart-leader",
+            FaultKind::KillLeader { .. } => "kill-leader",
+            FaultKind::PauseAll => "pause-all-servers",
+            FaultKind::KillAll => "kill-all-servers",
+            FaultKind::DeleteParent => "delete-parent",
+            FaultKind::SkewWorker { .. } => "clock-skew-worker",
+        }
+    }
+}
+
+/// Which variant of the worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    None,
+    FencingOff,
+    WatchdogOff,
+}
+
+impl Mutant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::None => "none",
+            Mutant::FencingOff => "fencing-off",
+            Mutant::WatchdogOff => "watchdog-off",
+        }
+    }
+}
+
+/// The servers every scenario of a run shares.
+pub struct Cluster {
+    pub ensemble: Arc<LocalEnsemble>,
+    pub pg: Postgres,
+    pub admin: zk::Client,
+}
+
+impl Cluster {
+    pub async fn start(run_dir: &Path) -> Result<Cluster, String> {
+        let ensemble = tokio::task::spawn_blocking(LocalEnsemble::start)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        // Started on this (runtime worker) thread, not a blocking-pool thread: the parent-death
+        // signal follows the thread that forked, and pool threads exit when idle.
+        let pg = Postgres::start(run_dir)?;
+        let admin = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(20))
+            .connect(&ensemble.addr())
+            .await
+            .map_err(|e| format!("connect to the ensemble: {e}"))?;
+        Ok(Cluster {
+            ensemble: Arc::new(ensemble),
+            pg,
+            admin,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    pid: u32,
+    alive: bool,
+    paused: bool,
+    session: i64,
+    holding: Option<(u64, String)>,
+    /// A long critical section that started at this time.
+    long_since: Option<i64>,
+    cancelled: bool,
+    phase: Option<Phase>,
+    skew: Option<f64>,
+}
+
+struct State {
+    slots: Vec<Slot>,
+    events: Vec<Event>,
+    faults: Vec<Fault>,
+    oks: u64,
+    refused: u64,
+    cancels: u64,
+    current: String,
+}
+
+/// One scenario: a set of workers on one lock, a fault schedule, and what they logged.
+pub struct Scenario {
+    pub name: String,
+    pub mutant: Mutant,
+    pub lock: String,
+    pub session_ms: u64,
+    pub seed: u64,
+    pub dir: PathBuf,
+    pub t0: i64,
+    proxies: Vec<Vec<CountingProxy>>,
+    state: Arc<Mutex<State>>,
+    hosts: String,
+    pg: String,
+}
+
+/// What a scenario returns to the report.
+pub struct Collected {
+    pub events: Vec<Event>,
+    pub faults: Vec<Fault>,
+    pub end_at: i64,
+}
+
+impl Scenario {
+    pub async fn new(
+        cluster: &Cluster,
+        name: &str,
+        mutant: Mutant,
+        workers: u32,
+        session_ms: u64,
+        seed: u64,
+        dir: PathBuf,
+    ) -> Result<Scenario, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        crate::store::reset(&cluster.pg.conninfo()).await?;
+        let mut proxies = Vec::new();
+        for _ in 0..workers {
+            let mut mine = Vec::new();
+            for i in 0..3 {
+                mine.push(CountingProxy::start(&cluster.ensemble.server_addr(i)).await);
+            }
+            proxies.push(mine);
+        }
+        let state = State {
+            slots: (0..workers).map(|_| Slot::default()).collect(),
+            events: Vec::new(),
+            faults: Vec::new(),
+            oks: 0,
+            refused: 0,
+            cancels: 0,
+            current: String::new(),
+        };
+        Ok(Scenario {
+            name: name.to_owned(),
+            mutant,
+            lock: format!("/chaos/{name}-{seed}/lock"),
+            session_ms,
+            seed,
+            dir,
+            t0: now_ns(),
+            proxies,
+            state: Arc::new(Mutex::new(state)),
+            hosts: cluster.ensemble.addr(),
+            pg: cluster.pg.conninfo(),
+        })
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.session_ms)
+    }
+
+    /// Starts worker `id` (again), under libfaketime at `skew` when given.
+    pub fn spawn_worker(&self, id: u32, skew: Option<f64>) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let zk_hosts: Vec<&str> = self.proxies[id as usize]
+            .iter()
+            .map(|p| p.addr.as_str())
+            .collect();
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg("worker")
+            .args(["--id", &id.to_string()])
+            .args(["--zk", &zk_hosts.join(",")])
+            .args(["--pg", &self.pg])
+            .args(["--lock", &self.lock])
+            .args(["--session-ms", &self.session_ms.to_string()])
+            .args(["--mutant", self.mutant.name()])
+            .args(["--seed", &self.seed.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("worker-{id}.stderr")))
+            .map_err(|e| e.to_string())?;
+        cmd.stderr(stderr);
+        if let Some(rate) = skew {
+            // The worker's own clock runs at `rate`; its log timestamps do not (see clock.rs).
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME", format!("+0 x{rate}"))
+                .env("FAKETIME_NO_CACHE", "1");
+        }
+        // SAFETY: prctl in the child before exec: workers die with the controller.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?;
+        let pid = child.id().unwrap_or(0);
+        {
+            let mut st = self.lock_state();
+            st.slots[id as usize] = Slot {
+                pid,
+                alive: true,
+                skew,
+                ..Slot::default()
+            };
+        }
+        let stdout = child.stdout.take();
+        let state = self.state.clone();
+        let path = self.dir.join(format!("worker-{id}.jsonl"));
+        tokio::spawn(async move {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .ok();
+            if let Some(stdout) = stdout {
+                let mut lines = BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(f) = file.as_mut() {
+                        let _ = writeln!(f, "{line}");
+                    }
+                    let Ok(body) = serde_json::from_str(&line) else {
+                        continue;
+                    };
+                    let Some(event) = Event::from_json(body) else {
+                        continue;
+                    };
+                    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                    apply(&mut st, id as usize, &event);
+                    st.events.push(event);
+                }
+            }
+            let _ = child.wait().await;
+            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = &mut st.slots[id as usize];
+            if slot.pid == pid {
+                slot.alive = false;
+                slot.holding = None;
+            }
+        });
+        Ok(())
+    }
+
+    fn signal(&self, id: usize, signal: i32) {
+        let pid = self.lock_state().slots[id].pid;
+        if pid > 0 {
+            // SAFETY: kill(2) on a worker we started.
+            unsafe { libc::kill(pid as i32, signal) };
+        }
+    }
+
+    /// Waits until some live, unpaused worker holds the lock (in `phase`, when not `Any`).
+    async fn holder(&self, phase: Phase, wait: Duration) -> Option<(usize, u32, u64, String, i64)> {
+        let deadline = now_ns() + wait.as_nanos() as i64;
+        loop {
+            {
+                let st = self.lock_state();
+                let found = st.slots.iter().enumerate().find(|(_, s)| {
+                    s.alive
+                        && !s.paused
+                        && !s.cancelled
+                        && s.holding.is_some()
+                        && match phase {
+                            Phase::Any => true,
+                            Phase::Long => {
+                                s.long_since.is_some_and(|t| now_ns() - t < 1_000_000_000)
+                            }
+                            _ => s.phase == Some(phase),
+                        }
+                });
+                if let Some((i, s)) = found {
+                    let (token, node) = s.holding.clone().unwrap_or_default();
+                    return Some((i, s.pid, token, node, s.session));
+                }
+            }
+            if now_ns() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A holder early in a long critical section, else any holder.
+    async fn long_holder(&self) -> Option<(usize, u32, u64, String, i64)> {
+        match self.holder(Phase::Long, Duration::from_secs(10)).await {
+            Some(h) => Some(h),
+            None => self.holder(Phase::Any, Duration::from_secs(8)).await,
+        }
+    }
+
+    /// Waits (up to `wait`) for the first acknowledged increment from now on.
+    pub async fn progress(&self, wait: Duration) -> bool {
+        let before = self.lock_state().oks;
+        let deadline = now_ns() + wait.as_nanos() as i64;
+        while now_ns() < deadline {
+            if self.lock_state().oks > before {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    pub fn counts(&self) -> (u64, u64, u64, usize, String) {
+        let st = self.lock_state();
+        (
+            st.oks,
+            st.refused,
+            st.cancels,
+            st.faults.len(),
+            st.current.clone(),
+        )
+    }
+
+    /// Injects one fault and heals it; returns `None` when no target showed up in time.
+    pub async fn inject(&self, cluster: &Cluster, kind: &FaultKind) -> Option<Fault> {
+        let t = self.timeout();
+        let name = kind.name();
+        self.lock_state().current = name.to_owned();
+        let record = |detail: String,
+                      start: i64,
+                      end: i64,
+                      reference: i64,
+                      victim,
+                      expired_at,
+                      past: bool| Fault {
+            kind: name.to_owned(),
+            detail,
+            start,
+            end,
+            reference,
+            victim,
+            expired_at,
+            pause_past_timeout: past,
+        };
+        let fault = match kind {
+            FaultKind::PauseHolder { factor, phase } => {
+                let (id, pid, token, _, _) = match self.holder(*phase, Duration::from_secs(8)).await
+                {
+                    Some(h) => h,
+                    None => self.holder(Phase::Any, Duration::from_secs(8)).await?,
+                };
+                let actual = self.lock_state().slots[id]
+                    .phase
+                    .map_or("held", Phase::name);
+                self.signal(id, libc::SIGSTOP);
+                let start = now_ns();
+                self.lock_state().slots[id].paused = true;
+                tokio::time::sleep(t.mul_f64(*factor)).await;
+                self.signal(id, libc::SIGCONT);
+                let end = now_ns();
+                self.lock_state().slots[id].paused = false;
+                record(
+                    format!(
+                        "w{id} token {token} SIGSTOP {:.1} s ({factor}×T) in its {actual} phase",
+                        t.as_secs_f64() * factor
+                    ),
+                    start,
+                    end,
+                    end,
+                    Some((id as u32, pid, token)),
+                    None,
+                    *factor > 1.0,
+                )
+            }
+            FaultKind::KillHolder => {
+                let (id, pid, token, _, _) =
+                    self.holder(Phase::Any, Duration::from_secs(8)).await?;
+                self.signal(id, libc::SIGKILL);
+                let start = now_ns();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let skew = self.lock_state().slots[id].skew;
+                let _ = self.spawn_worker(id as u32, skew);
+                record(
+                    format!("w{id} token {token} SIGKILL, restarted after 1 s"),
+                    start,
+                    now_ns(),
+                    start,
+                    Some((id as u32, pid, token)),
+                    None,
+                    false,
+                )
+            }
+            FaultKind::ExpireHolder => {
+                let (id, pid, token, node, session) = self.long_holder().await?;
+                let start = now_ns();
+                let how =
+                    crate::expire::close_session(&self.hosts, session, self.session_ms as i32)
+                        .await;
+                let expired = wait_gone(&cluster.admin, &node, Duration::from_secs(5)).await;
+                record(
+                    format!(
+                        "w{id} token {token} session {session:#x} closed from outside ({})",
+                        how.unwrap_or_else(|e| e)
+                    ),
+                    start,
+                    now_ns(),
+                    start,
+                    Some((id as u32, pid, token)),
+                    expired,
+                    false,
+                )
+            }
+            FaultKind::PartitionHolder => {
+                let (id, pid, token, node, _) = self.long_holder().await?;
+                let start = now_ns();
+                for p in &self.proxies[id] {
+                    p.blackhole(true);
+                }
+                let expired = wait_gone(&cluster.admin, &node, t * 3).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for p in &self.proxies[id] {
+                    p.blackhole(false);
+                }
+                record(
+                    format!("w{id} token {token} cut off from all three servers (it still reaches PostgreSQL)"),
+                    start,
+                    now_ns(),
+                    start,
+                    Some((id as u32, pid, token)),
+                    expired,
+                    false,
+                )
+            }
+            FaultKind::SlowHolder => {
+                let (id, pid, token, _, _) = self.long_holder().await?;
+                let start = now_ns();
+                let delay = t / 8;
+                for p in &self.proxies[id] {
+                    p.delay(delay);
+                }
+                tokio::time::sleep(t * 2).await;
+                for p in &self.proxies[id] {
+                    p.delay(Duration::ZERO);
+                }
+                record(
+                    format!(
+                        "w{id} token {token}: every ZooKeeper frame delayed {} ms for {:.1} s",
+                        delay.as_millis(),
+                        (t * 2).as_secs_f64()
+                    ),
+                    start,
+                    now_ns(),
+                    start,
+                    Some((id as u32, pid, token)),
+                    None,
+                    false,
+                )
+            }
+            FaultKind::PauseLeader => {
+                let leader = self.leader(cluster).await?;
+                let start = now_ns();
+                cluster.ensemble.pause(leader);
+                tokio::time::sleep(t.mul_f64(1.5)).await;
+                cluster.ensemble.resume(leader);
+                record(
+                    format!(
+                        "server {leader} (leader) SIGSTOP {:.1} s",
+                        t.as_secs_f64() * 1.5
+                    ),
+                    start,
+                    now_ns(),
+                    start,
+                    None,
+                    None,
+                    false,
+                )
+            }
+            FaultKind::KillLeader { down_ms } => {
+                let leader = self.leader(cluster).await?;
+                let start = now_ns();
+                let ensemble = cluster.ensemble.clone();
+                let down = Duration::from_millis(*down_ms);
+                let restarted = tokio::task::spawn_blocking(move || {
+                    ensemble.kill(leader);
+                    std::thread::sleep(down);
+                    ensemble.restart(leader)
+                })
+                .await;
+                let outcome = match restarted {
+                    Ok(Ok(())) => "restarted".to_string(),
+                    Ok(Err(e)) => format!("restart failed: {e}"),
+                    Err(e) => format!("restart failed: {e}"),
+                };
+                record(
+                    format!(
+                        "server {leader} (leader) SIGKILL, down {} ms, {outcome}",
+                        down.as_millis()
+                    ),
+                    start,
+                    now_ns(),
+                    start,
+                    None,
+                    None,
+                    false,
+                )
+            }
+            FaultKind::PauseAll => {
+                let start = now_ns();
+                for i in 0..3 {
+                    cluster.ensemble.pause(i);
+                }
+                tokio::time::sleep(t).await;
+                for i in 0..3 {
+                    cluster.ensemble.resume(i);
+                }
+                record(
+                    format!("all three servers SIGSTOP {:.1} s", t.as_secs_f64()),
+                    start,
+                    now_ns(),
+                    start,
+                    None,
+                    None,
+                    false,
+                )
+            }
+            FaultKind::KillAll => {
+                let start = now_ns();
+                let ensemble = cluster.ensemble.clone();
+                let restarted = tokio::task::spawn_blocking(move || {
+                    for i in 0..3 {
+                        ensemble.kill(i);
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    ensemble.restart_all()
+                })
+                .await;
+                let outcome = match restarted {
+                    Ok(Ok(())) => "restarted".to_string(),
+                    Ok(Err(e)) => format!("restart failed: {e}"),
+                    Err(e) => format!("restart failed: {e}"),
+                };
+                record(
+                    format!("all three servers SIGKILL, down 1 s, {outcome}"),
+                    start,
+                    now_ns(),
+                    start,
+                    None,
+                    None,
+                    false,
+                )
+            }
+            FaultKind::DeleteParent => {
+                let victim = self.long_holder().await;
+                let start = now_ns();
+                let deleted = delete_tree(&cluster.admin, &self.lock).await;
+                record(
+                    format!(
+                        "{} and its {} queue nodes deleted in one multi",
+                        self.lock,
+                        deleted.unwrap_or(0)
+                    ),
+                    start,
+                    now_ns(),
+                    start,
+                    victim.map(|(id, pid, token, _, _)| (id as u32, pid, token)),
+                    Some(start),
+                    false,
+                )
+            }
+            FaultKind::SkewWorker { rate } => {
+                let (id, pid, token, _, _) =
+                    self.holder(Phase::Any, Duration::from_secs(8)).await?;
+                self.signal(id, libc::SIGKILL);
+                let start = now_ns();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = self.spawn_worker(id as u32, Some(*rate));
+                record(format!("w{id} (token {token}) killed and restarted with its clock at {rate}× real time (libfaketime)"), start, now_ns(), start, Some((id as u32, pid, token)), None, false)
+            }
+        };
+        let mut st = self.lock_state();
+        st.faults.push(fault.clone());
+        st.current.clear();
+        Some(fault)
+    }
+
+    async fn leader(&self, cluster: &Cluster) -> Option<usize> {
+        for _ in 0..100 {
+            let ensemble = cluster.ensemble.clone();
+            if let Ok(Some(i)) = tokio::task::spawn_blocking(move || ensemble.leader()).await {
+                return Some(i);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    /// The final heal: every worker running and reachable, every server serving.
+    pub async fn heal(&self, cluster: &Cluster) {
+        for (id, proxies) in self.proxies.iter().enumerate() {
+            for p in proxies {
+                p.blackhole(false);
+                p.delay(Duration::ZERO);
+            }
+            self.signal(id, libc::SIGCONT);
+            let (alive, skew) = {
+                let st = self.lock_state();
+                (st.slots[id].alive, st.slots[id].skew)
+            };
+            if !alive || skew.is_some() {
+                self.signal(id, libc::SIGKILL);
+                let _ = self.spawn_worker(id as u32, None);
+            }
+        }
+        for i in 0..3 {
+            cluster.ensemble.resume(i);
+            let ensemble = cluster.ensemble.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let serving = four_letter(&ensemble.server_addr(i), "srvr")
+                    .is_some_and(|s| s.contains("Mode:"));
+                if !serving {
+                    let _ = ensemble.restart(i);
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Stops the workers and hands over what they logged.
+    pub async fn finish(&self) -> Collected {
+        for id in 0..self.proxies.len() {
+            self.signal(id, libc::SIGCONT);
+            self.signal(id, libc::SIGKILL);
+        }
+        let deadline = now_ns() + 5_000_000_000;
+        while self.lock_state().slots.iter().any(|s| s.alive) && now_ns() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let end_at = now_ns();
+        let mut st = self.lock_state();
+        Collected {
+            events: std::mem::take(&mut st.events),
+            faults: std::mem::take(&mut st.faults),
+            end_at,
+        }
+    }
+}
+
+fn apply(st: &mut State, id: usize, e: &Event) {
+    let slot = &mut st.slots[id];
+    if slot.pid != e.pid {
+        return;
+    }
+    let token = e.body.get("token").and_then(serde_json::Value::as_u64);
+    match e.ev.as_str() {
+        "session" => {
+            slot.session = e
+                .body
+                .get("session")
+                .and_then(serde_json::Value::as_i64)
+                .unwrap_or(0)
+        }
+        "granted" if e.body.get("valid").and_then(serde_json::Value::as_bool) == Some(true) => {
+            let node = e
+                .body
+                .get("node")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            slot.holding = Some((token.unwrap_or(0), node));
+            slot.long_since = (e.body.get("long").and_then(serde_json::Value::as_bool)
+                == Some(true))
+            .then_some(e.t);
+            slot.cancelled = false;
+            slot.phase = None;
+        }
+        "read" => slot.phase = Some(Phase::Think),
+        "invoke" if e.body.get("kind").and_then(serde_json::Value::as_str) == Some("write") => {
+            slot.phase = Some(Phase::Write)
+        }
+        "ok" => {
+            slot.phase = None;
+            if e.body.get("op").is_some() {
+                st.oks += u64::from(st.slots[id].holding.is_some());
+            }
+        }
+        "fail" => {
+            slot.phase = None;
+            st.refused += 1;
+        }
+        "cancel" => {
+            slot.cancelled = true;
+            st.cancels += 1;
+        }
+        "release" | "check-failed" | "unknown" => {
+            slot.holding = None;
+            slot.long_since = None;
+            slot.phase = None;
+        }
+        _ => {}
+    }
+}
+
+/// Polls until `node` is gone (its session expired or it was deleted); returns when.
+async fn wait_gone(admin: &zk::Client, node: &str, wait: Duration) -> Option<i64> {
+    let deadline = now_ns() + wait.as_nanos() as i64;
+    while now_ns() < deadline {
+        if let Ok(None) = admin.check_stat(node).await {
+            return Some(now_ns());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Deletes `path` and its children in one multi (retried when the queue changes under us).
+async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
+    for _ in 0..50 {
+        let children = match admin.list_children(path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Some(0),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let mut multi = admin.new_multi_writer();
+        for child in &children {
+            let _ = multi.add_delete(&format!("{path}/{child}"), None);
+        }
+        let _ = multi.add_delete(path, None);
+        if multi.commit().await.is_ok() {
+            return Some(children.len());
+        }
+    }
+    None
+}
+
+/// The smoke schedule: the four holder pauses past T that the mutants replay come first, then
+/// every other fault kind, each at least once, in seeded order.
+pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
+    use FaultKind::*;
+    let mut head = vec![
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Think,
+        },
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Write,
+        },
+        PauseHolder {
+            factor: 4.0,
+            phase: Phase::Think,
+        },
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Write,
+        },
+    ];
+    rng.shuffle(&mut head);
+    let mut rest = vec![
+        PauseHolder {
+            factor: 4.0,
+            phase: Phase::Write,
+        },
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Any,
+        },
+        PauseHolder {
+            factor: 0.5,
+            phase: Phase::Any,
+        },
+        PauseHolder {
+            factor: 0.5,
+            phase: Phase::Think,
+        },
+        KillHolder,
+        KillHolder,
+        ExpireHolder,
+        ExpireHolder,
+        PartitionHolder,
+        PartitionHolder,
+        SlowHolder,
+        PauseLeader,
+        KillLeader { down_ms: 2000 },
+        KillLeader { down_ms: 0 },
+        PauseAll,
+        KillAll,
+        DeleteParent,
+        DeleteParent,
+    ];
+    rng.shuffle(&mut rest);
+    let n = head.len();
+    head.extend(rest);
+    (head, n)
+}
+
+/// The long run draws each fault from every kind, skew included.
+pub fn long_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    let phases = [Phase::Think, Phase::Write, Phase::Any];
+    match rng.range(0, 15) {
+        0..=4 => PauseHolder {
+            factor: [0.5, 2.0, 4.0][rng.range(0, 2) as usize],
+            phase: phases[rng.range(0, 2) as usize],
+        },
+        5 => KillHolder,
+        6 => ExpireHolder,
+        7 => PartitionHolder,
+        8 => SlowHolder,
+        9 => PauseLeader,
+        10 => KillLeader {
+            down_ms: [0, 2000][rng.range(0, 1) as usize],
+        },
+        11 => PauseAll,
+        12 => KillAll,
+        13 => DeleteParent,
+        _ => SkewWorker {
+            rate: [0.95, 1.05][rng.range(0, 1) as usize],
+        },
+    }
+}
+
+pub fn gap(rng: &mut Rng) -> Duration {
+    Duration::from_millis(rng.range(1000, 2500))
+}
+
+pub fn elapsed_s(t0: i64) -> f64 {
+    ms(t0, now_ns()) / 1000.0
+}

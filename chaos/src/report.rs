@@ -1,0 +1,247 @@
+//! The report: text for the terminal, `report.json`, and a timeline picture (SVG).
+
+use crate::checker::{Fault, Outcome};
+use crate::clock::ms;
+use std::fmt::Write;
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+const COLORS: [&str; 6] = [
+    "#4e79a7", "#59a14f", "#9c755f", "#b07aa1", "#76b7b2", "#edc948",
+];
+
+/// Holders as bars over time (labelled with the token's sequence), faults shaded, refused
+/// writes as red ticks, cancellations as black diamonds, accepted stale writes as red crosses.
+pub fn timeline_svg(
+    title: &str,
+    workers: u32,
+    t0: i64,
+    end: i64,
+    outcome: &Outcome,
+    faults: &[Fault],
+) -> String {
+    let width = 1400.0;
+    let left = 70.0;
+    let lane = 46.0;
+    let top = 60.0;
+    let height = top + lane * f64::from(workers) + 70.0;
+    let span = ms(t0, end).max(1.0);
+    let x = |t: i64| left + (width - left - 20.0) * ms(t0, t) / span;
+    let y = |w: u32| top + lane * f64::from(w);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"##
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect width="100%" height="100%" fill="white"/><text x="{left}" y="20" font-size="15">{}</text>"##,
+        escape(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{left}" y="38" fill="#555">bars: lock holds (label: token sequence); shaded: faults; red tick: refused write; black diamond: watchdog cancel; red X: stale write accepted</text>"##
+    );
+    for (i, f) in faults.iter().enumerate() {
+        let (a, b) = (x(f.start), x(f.end).max(x(f.start) + 2.0));
+        let fill = if f.kind.contains("server") || f.kind.contains("leader") {
+            "#f4a582"
+        } else {
+            "#fddbc7"
+        };
+        let _ = writeln!(
+            s,
+            r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.6"><title>{}</title></rect>"##,
+            top - 8.0,
+            b - a,
+            lane * f64::from(workers) + 8.0,
+            escape(&format!("{}: {}", f.kind, f.detail))
+        );
+        let label_y = top + lane * f64::from(workers) + 14.0 + 12.0 * (i % 3) as f64;
+        let _ = writeln!(
+            s,
+            r##"<text x="{a:.1}" y="{label_y:.1}" font-size="9" fill="#a33">{}</text>"##,
+            escape(&f.kind)
+        );
+    }
+    for w in 0..workers {
+        let _ = writeln!(
+            s,
+            r##"<text x="8" y="{:.1}">worker {w}</text><line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            y(w) + 18.0,
+            width - 20.0,
+            y(w) + 30.0,
+            y(w) + 30.0
+        );
+    }
+    for h in &outcome.holds {
+        let (a, b) = (x(h.start), x(h.end).max(x(h.start) + 1.5));
+        let color = COLORS[(h.seq.unsigned_abs() % COLORS.len() as u64) as usize];
+        let _ = writeln!(
+            s,
+            r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="22" fill="{color}"><title>token {} (seq {}), {:.0} ms, ended by {}</title></rect>"##,
+            y(h.w) + 6.0,
+            b - a,
+            h.token,
+            h.seq,
+            ms(h.start, h.end),
+            escape(&h.how)
+        );
+        if b - a > 22.0 {
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{:.1}" fill="white" font-size="9">{}</text>"##,
+                a + 2.0,
+                y(h.w) + 21.0,
+                h.seq
+            );
+        }
+    }
+    for &(w, t) in &outcome.refused {
+        let _ = writeln!(
+            s,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="red" stroke-width="2"/>"##,
+            x(t),
+            y(w) + 2.0,
+            y(w) + 32.0
+        );
+    }
+    for &(w, t) in &outcome.cancels {
+        let (cx, cy) = (x(t), y(w) + 17.0);
+        let _ = writeln!(
+            s,
+            r##"<path d="M{:.1} {cy:.1} L{cx:.1} {:.1} L{:.1} {cy:.1} L{cx:.1} {:.1} Z" fill="black"/>"##,
+            cx - 4.0,
+            cy - 5.0,
+            cx + 4.0,
+            cy + 5.0
+        );
+    }
+    for &(w, t) in &outcome.stale_accepted {
+        let (cx, cy) = (x(t), y(w) + 17.0);
+        let _ = writeln!(
+            s,
+            r##"<path d="M{:.1} {:.1} L{:.1} {:.1} M{:.1} {:.1} L{:.1} {:.1}" stroke="red" stroke-width="3"/>"##,
+            cx - 7.0,
+            cy - 7.0,
+            cx + 7.0,
+            cy + 7.0,
+            cx - 7.0,
+            cy + 7.0,
+            cx + 7.0,
+            cy - 7.0
+        );
+    }
+    let axis_y = height - 12.0;
+    let step = if span > 600_000.0 {
+        60_000.0
+    } else if span > 120_000.0 {
+        20_000.0
+    } else {
+        10_000.0
+    };
+    let mut tick = 0.0;
+    while tick <= span {
+        let px = left + (width - left - 20.0) * tick / span;
+        let _ = writeln!(
+            s,
+            r##"<text x="{px:.1}" y="{axis_y}" fill="#555">{:.0} s</text>"##,
+            tick / 1000.0
+        );
+        tick += step;
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Formats a latency summary `{n, p50_ms, p95_ms, max_ms}`.
+pub fn latency(v: &serde_json::Value) -> String {
+    match v.get("n").and_then(serde_json::Value::as_u64) {
+        Some(0) | None => "none".into(),
+        Some(n) => format!(
+            "n={n} p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+            v["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            v["p95_ms"].as_f64().unwrap_or(f64::NAN),
+            v["max_ms"].as_f64().unwrap_or(f64::NAN)
+        ),
+    }
+}
+
+/// The figures as indented text.
+pub fn figures_text(f: &serde_json::Value) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "  faults injected: {} ({} holder pauses past the session timeout)",
+        f["faults"], f["holder_pauses_past_timeout"]
+    );
+    if let Some(kinds) = f["faults_by_kind"].as_object() {
+        let mut kinds: Vec<_> = kinds.iter().collect();
+        kinds.sort_by(|a, b| a.0.cmp(b.0));
+        let list: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "    by kind: {}", list.join(", "));
+    }
+    let _ = writeln!(
+        s,
+        "  holds: {}, increments applied: {}, final counter: {}",
+        f["holds"], f["increments_applied"], f["final_counter"]
+    );
+    let st = &f["stale_writes"];
+    let _ = writeln!(s, "  stale writes (reached the store after a newer grant): {}, refused by the store {}, accepted {}, outcome unknown {}", st["in_flight_past_a_newer_grant"], st["refused"], st["accepted"], st["unknown"]);
+    let _ = writeln!(s, "  refused writes in all: {}", f["refused_writes_total"]);
+    let d = &f["double_holder_windows"];
+    let _ = writeln!(s, "  double-holder windows (an older holder still running after a newer grant; expected under pauses): {}, length {}", d["count"], latency(&d["duration"]));
+    let _ = writeln!(
+        s,
+        "  watchdog detection latency (from SIGCONT for pauses, from the fault otherwise):"
+    );
+    if let Some(by) = f["detection_latency_by_fault"].as_object() {
+        let mut by: Vec<_> = by.iter().collect();
+        by.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in by {
+            let _ = writeln!(s, "    {k:<18} {}", latency(v));
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  faults whose victim saw no cancel (lease held, or the victim had already let go): {}",
+        f["faults_without_cancel"]
+    );
+    let _ = writeln!(
+        s,
+        "  partition: cancel ahead of the server's expiry by {}",
+        latency(&f["partition_lease_margin_ms"])
+    );
+    let _ = writeln!(
+        s,
+        "  kill -9: next grant to another worker after {}",
+        latency(&f["failover_after_kill_ms"])
+    );
+    let _ = writeln!(
+        s,
+        "  cancels: {}, of which spurious (no fault nearby): {}",
+        f["cancels"], f["spurious_cancels"]
+    );
+    let g = &f["longest_gap_without_progress"];
+    let _ = writeln!(
+        s,
+        "  longest gap without an acknowledged increment: {:.0} ms (at {:.1} s, during {})",
+        g["ms"].as_f64().unwrap_or(0.0),
+        g["from_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+        g["faults"]
+    );
+    let l = &f["liveness_after_heal"];
+    let _ = writeln!(
+        s,
+        "  after the final heal: first increment after {} ms, {} increments",
+        l["first_after_ms"]
+            .as_f64()
+            .map_or("(none)".into(), |v| format!("{v:.0}")),
+        l["increments"]
+    );
+    s
+}

@@ -1,0 +1,330 @@
+//! The fenced store: a PostgreSQL server of our own (started as the `postgres` user in a temp
+//! dir on a loopback port, fsync on) and the statements workers run against it.
+//!
+//! One row holds the counter and the fence (the highest token seen). Every accepted write also
+//! inserts a row into `log` in the same statement, after the `UPDATE` took the row lock, so
+//! `log.seq` is the commit order of accepted writes.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, NoTls, Statement};
+
+/// A PostgreSQL server that lives as long as this value (and dies with this process).
+pub struct Postgres {
+    child: Child,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+const USER: &str = "chaos";
+
+fn bin_dir() -> Result<PathBuf, String> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|_| "PostgreSQL is not installed: run `sudo apt-get install -y postgresql` (chaos/run does it)".to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").exists())
+        .collect();
+    found.sort();
+    found.pop().ok_or_else(|| {
+        "no /usr/lib/postgresql/*/bin/postgres: run `sudo apt-get install -y postgresql`".into()
+    })
+}
+
+/// The uid/gid to run as: ourselves, or `postgres` when we are root (it refuses root).
+fn identity() -> Result<Option<(u32, u32)>, String> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return Ok(None);
+    }
+    let name = std::ffi::CString::new("postgres").unwrap_or_default();
+    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at once.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return Err(
+            "running as root and there is no `postgres` user: install Debian's postgresql package"
+                .into(),
+        );
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record.
+    Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
+}
+
+fn as_user(cmd: &mut Command, who: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = who {
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+impl Postgres {
+    /// initdb in a fresh temp dir, then start the server on a free loopback port.
+    pub fn start(run_dir: &Path) -> Result<Postgres, String> {
+        let bin = bin_dir()?;
+        let who = identity()?;
+        let dir = std::env::temp_dir().join(format!("zkfence-chaos-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        if let Some((uid, gid)) = who {
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
+            // SAFETY: chown on a path we just created.
+            unsafe { libc::chown(c.as_ptr(), uid, gid) };
+        }
+        let data = dir.join("data");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", USER, "-A", "trust", "--no-sync", "-E", "UTF8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        as_user(&mut initdb, who);
+        let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let port = free_port()?;
+        let log = std::fs::File::create(run_dir.join("postgres.log"))
+            .map_err(|e| format!("postgres.log: {e}"))?;
+        if let Some((uid, gid)) = who {
+            let c =
+                std::ffi::CString::new(run_dir.join("postgres.log").as_os_str().as_encoded_bytes())
+                    .unwrap_or_default();
+            // SAFETY: chown on a file we just created.
+            unsafe { libc::chown(c.as_ptr(), uid, gid) };
+        }
+        let mut cmd = Command::new(bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(&dir)
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=on",
+                "-c",
+                "synchronous_commit=on",
+                "-c",
+                "shared_buffers=32MB",
+                "-c",
+                "max_connections=50",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log);
+        as_user(&mut cmd, who);
+        // SAFETY: prctl in the child before exec; the death signal outlives exec of a
+        // non-setuid binary, so postgres stops with us however we die.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("start postgres: {e}"))?;
+        let pg = Postgres { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "postgres did not listen on port {port} within 30 s; see {}",
+                    run_dir.join("postgres.log").display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(pg)
+    }
+
+    pub fn conninfo(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={USER} dbname=postgres connect_timeout=5",
+            self.port
+        )
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// A row of `log`: one accepted write, in commit order.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub seq: i64,
+    pub op: String,
+    pub kind: String,
+    pub worker: i64,
+    pub token: i64,
+    pub value: i64,
+}
+
+async fn open(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// (Re)creates the schema for one run: counter 0, fence 0, empty log.
+pub async fn reset(conninfo: &str) -> Result<(), String> {
+    let client = open(conninfo)
+        .await
+        .map_err(|e| format!("connect to postgres: {e}"))?;
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS store, log;
+             CREATE TABLE store (id int PRIMARY KEY, counter bigint NOT NULL, fence bigint NOT NULL);
+             INSERT INTO store VALUES (1, 0, 0);
+             CREATE TABLE log (seq bigserial PRIMARY KEY, op text UNIQUE NOT NULL, kind text NOT NULL,
+                               worker int NOT NULL, token bigint NOT NULL, value bigint);",
+        )
+        .await
+        .map_err(|e| format!("create schema: {e}"))
+}
+
+/// The accepted writes in commit order and the final counter.
+pub async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String> {
+    let client = open(conninfo)
+        .await
+        .map_err(|e| format!("connect to postgres: {e}"))?;
+    let rows = client
+        .query(
+            "SELECT seq, op, kind, worker, token, value FROM log ORDER BY seq",
+            &[],
+        )
+        .await
+        .map_err(|e| format!("read log: {e}"))?
+        .iter()
+        .map(|r| Row {
+            seq: r.get(0),
+            op: r.get(1),
+            kind: r.get(2),
+            worker: i64::from(r.get::<_, i32>(3)),
+            token: r.get(4),
+            value: r.get::<_, Option<i64>>(5).unwrap_or(0),
+        })
+        .collect();
+    let store = client
+        .query_one("SELECT counter, fence FROM store WHERE id = 1", &[])
+        .await
+        .map_err(|e| format!("read store: {e}"))?;
+    Ok((rows, store.get(0), store.get(1)))
+}
+
+pub enum Outcome {
+    Ok,
+    Refused,
+    Unknown(String),
+}
+
+/// A worker's connection with its prepared statements.
+pub struct Store {
+    conninfo: String,
+    fencing: bool,
+    conn: Option<(Client, [Statement; 3])>,
+}
+
+impl Store {
+    pub async fn connect_retrying(conninfo: &str, fencing: bool) -> Store {
+        let mut store = Store {
+            conninfo: conninfo.to_owned(),
+            fencing,
+            conn: None,
+        };
+        while store.ensure().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        store
+    }
+
+    async fn ensure(&mut self) -> Result<&(Client, [Statement; 3]), String> {
+        if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            let client = open(&self.conninfo).await.map_err(|e| e.to_string())?;
+            // The mutant without fencing drops the token comparison and nothing else.
+            let check = if self.fencing { "AND fence <= $2" } else { "" };
+            let write = format!(
+                "WITH u AS (UPDATE store SET counter = $1 WHERE id = 1 {check} RETURNING 1)
+                 INSERT INTO log (op, kind, worker, token, value) SELECT $3, 'write', $4, $2, $1 FROM u RETURNING seq"
+            );
+            let check = if self.fencing { "AND fence <= $1" } else { "" };
+            let fence = format!(
+                "WITH u AS (UPDATE store SET fence = $1 WHERE id = 1 {check} RETURNING counter)
+                 INSERT INTO log (op, kind, worker, token, value) SELECT $2, 'fence', $3, $1, counter FROM u RETURNING seq"
+            );
+            let statements = [
+                client.prepare(&write).await.map_err(|e| e.to_string())?,
+                client.prepare(&fence).await.map_err(|e| e.to_string())?,
+                client
+                    .prepare("SELECT counter FROM store WHERE id = 1")
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ];
+            self.conn = Some((client, statements));
+        }
+        self.conn.as_ref().ok_or_else(|| "no connection".into())
+    }
+
+    pub async fn read(&mut self) -> Result<i64, String> {
+        let (client, st) = self.ensure().await?;
+        let row = client
+            .query_one(&st[2], &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(row.get(0))
+    }
+
+    pub async fn write(&mut self, op: &str, worker: u32, token: u64, value: i64) -> Outcome {
+        let worker = worker as i32;
+        let token = token as i64;
+        self.execute(0, &[&value, &token, &op, &worker]).await
+    }
+
+    pub async fn raise_fence(&mut self, op: &str, worker: u32, token: u64) -> Outcome {
+        let worker = worker as i32;
+        let token = token as i64;
+        self.execute(1, &[&token, &op, &worker]).await
+    }
+
+    async fn execute(
+        &mut self,
+        which: usize,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Outcome {
+        let (client, st) = match self.ensure().await {
+            Ok(conn) => conn,
+            Err(err) => return Outcome::Unknown(err),
+        };
+        match client.query(&st[which], params).await {
+            Ok(rows) if rows.is_empty() => Outcome::Refused,
+            Ok(_) => Outcome::Ok,
+            Err(err) => {
+                let message = err.to_string();
+                self.conn = None;
+                Outcome::Unknown(message)
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! One worker process: acquire the lock, raise the store's fence to the token, do token-checked
+//! read-modify-write increments, release, repeat. Every step is one JSON line on stdout with a
+//! `CLOCK_MONOTONIC` timestamp (see [`crate::clock`]); the controller collects them.
+
+use crate::clock::now_ns;
+use crate::rng::Rng;
+use crate::store::{Outcome, Store};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::time::Duration;
+use tokio::time::Instant;
+use zkfence::{FencedLock, LockGuard, LockOptions};
+use zookeeper_client as zk;
+
+/// What a worker is told by the controller.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Worker number.
+    #[arg(long)]
+    pub id: u32,
+    /// ZooKeeper connect string (this worker's proxies).
+    #[arg(long)]
+    pub zk: String,
+    /// PostgreSQL connection string.
+    #[arg(long)]
+    pub pg: String,
+    /// The lock path.
+    #[arg(long)]
+    pub lock: String,
+    /// Session timeout in milliseconds.
+    #[arg(long)]
+    pub session_ms: u64,
+    /// `none`, `fencing-off` or `watchdog-off`.
+    #[arg(long, default_value = "none")]
+    pub mutant: String,
+    /// Increments per hold.
+    #[arg(long, default_value_t = 3)]
+    pub increments: u32,
+    /// Seed for think times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+struct Log {
+    id: u32,
+    pid: u32,
+}
+
+impl Log {
+    /// Writes one event; `t` is taken by the caller where the event's time matters.
+    fn at(&self, t: i64, ev: &str, mut fields: Value) {
+        if let Value::Object(map) = &mut fields {
+            map.insert("t".into(), t.into());
+            map.insert("w".into(), self.id.into());
+            map.insert("pid".into(), self.pid.into());
+            map.insert("ev".into(), ev.into());
+        }
+        let mut out = std::io::stdout().lock();
+        // One write per line: a SIGKILL loses at most the line being written.
+        let _ = out.write_all(format!("{fields}\n").as_bytes());
+        let _ = out.flush();
+    }
+
+    fn now(&self, ev: &str, fields: Value) {
+        self.at(now_ns(), ev, fields);
+    }
+}
+
+pub async fn run(args: WorkerArgs) {
+    let log = Log {
+        id: args.id,
+        pid: std::process::id(),
+    };
+    let mut rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
+    log.now("start", json!({"mutant": args.mutant}));
+    let fencing = args.mutant != "fencing-off";
+    let heed_watchdog = args.mutant != "watchdog-off";
+    let mut store = Store::connect_retrying(&args.pg, fencing).await;
+    let timeout = Duration::from_millis(args.session_ms);
+    let mut ops = 0u64;
+    loop {
+        let client = connect(&args.zk, timeout, &log).await;
+        let lock = match FencedLock::new(
+            client.clone(),
+            args.lock.clone(),
+            LockOptions::default().with_create_parents(true),
+        ) {
+            Ok(lock) => lock,
+            Err(err) => {
+                log.now("fatal", json!({"error": err.to_string()}));
+                std::process::exit(2);
+            }
+        };
+        while !client.state().is_terminated() {
+            log.now("acquire", json!({}));
+            let guard = match lock.acquire_timeout(timeout * 3).await {
+                Ok(Some(guard)) => guard,
+                Ok(None) => {
+                    log.now("acquire-failed", json!({"error": "timed out"}));
+                    continue;
+                }
+                Err(err) => {
+                    log.now("acquire-failed", json!({"error": err.to_string()}));
+                    if !err.is_session_terminal() {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    continue;
+                }
+            };
+            let mut hold = Hold {
+                guard: &guard,
+                log: &log,
+                heed_watchdog,
+                ops: &mut ops,
+            };
+            // One hold in four is a long critical section (a batch job): the faults aimed at
+            // the watchdog (partitions, session expiry, slow links) pick those.
+            let long = rng.range(0, 3) == 0;
+            let increments = if long {
+                args.increments * 20
+            } else {
+                args.increments
+            };
+            hold.work(&mut store, &mut rng, increments, long).await;
+            let token = guard.token().as_u64();
+            log.now("release", json!({"token": token}));
+            let result = guard.release().await;
+            log.now(
+                "released",
+                json!({"token": token, "error": result.err().map(|e| e.to_string())}),
+            );
+            tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
+        }
+        log.now(
+            "session-ended",
+            json!({"state": format!("{:?}", client.state())}),
+        );
+    }
+}
+
+async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
+    loop {
+        let attempt = zk::Client::connector()
+            .with_session_timeout(timeout)
+            .connect(hosts);
+        match tokio::time::timeout(timeout * 2, attempt).await {
+            Ok(Ok(client)) => {
+                log.now(
+                    "session",
+                    json!({"session": client.session_id().0, "timeout_ms": client.session_timeout().as_millis() as u64}),
+                );
+                return client;
+            }
+            Ok(Err(err)) => log.now("connect-failed", json!({"error": err.to_string()})),
+            Err(_) => log.now("connect-failed", json!({"error": "timed out"})),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Hold<'a> {
+    guard: &'a LockGuard,
+    log: &'a Log,
+    heed_watchdog: bool,
+    ops: &'a mut u64,
+}
+
+impl Hold<'_> {
+    fn token(&self) -> u64 {
+        self.guard.token().as_u64()
+    }
+
+    /// Takes the time first, then checks the lease, then reads the deadline: if the check passed,
+    /// the logged time is before the cancellation and the lease left is positive. The
+    /// watchdog-off mutant skips the check and so logs a negative lease left after a pause.
+    fn gate(&self) -> Result<(i64, i64), String> {
+        let t = now_ns();
+        let at = Instant::now();
+        if self.heed_watchdog {
+            self.guard.check().map_err(|e| e.to_string())?;
+        }
+        let deadline = self.guard.lease_deadline();
+        let left_ms = if deadline >= at {
+            (deadline - at).as_millis() as i64
+        } else {
+            -((at - deadline).as_millis() as i64)
+        };
+        Ok((t, left_ms))
+    }
+
+    fn next_op(&mut self) -> String {
+        *self.ops += 1;
+        format!("w{}-{}-{}", self.log.id, self.log.pid, self.ops)
+    }
+
+    async fn work(&mut self, store: &mut Store, rng: &mut Rng, increments: u32, long: bool) {
+        let token = self.token();
+        let seq = self.guard.token().sequence();
+        let t = now_ns();
+        let ok = !self.heed_watchdog || self.guard.check().is_ok();
+        self.log.at(
+            t,
+            "granted",
+            json!({"token": token, "seq": seq, "node": self.guard.node_path(), "session": self.guard.session_id().0, "valid": ok, "long": long}),
+        );
+        if !ok {
+            return;
+        }
+        let observer = self.guard.held();
+        let (id, pid) = (self.log.id, self.log.pid);
+        let watcher = tokio::spawn(async move {
+            let reason = observer.lost().await;
+            if reason != zkfence::LossReason::Released {
+                Log { id, pid }.now("cancel", json!({"token": token, "reason": reason.as_str()}));
+            }
+        });
+        // First raise the fence: from here on every older holder is refused.
+        if self.step(store, "fence", None).await.is_some() {
+            for _ in 0..increments {
+                self.log.now("read", json!({"token": token}));
+                let Ok(counter) = store.read().await else {
+                    break;
+                };
+                tokio::time::sleep(Duration::from_millis(rng.range(10, 40))).await;
+                if self.step(store, "write", Some(counter + 1)).await.is_none() {
+                    break;
+                }
+            }
+        }
+        drop(watcher); // detaches: it still reports a loss during release
+    }
+
+    /// One fenced write; `None` ends the hold (refused, unknown, or the lease gate closed).
+    async fn step(&mut self, store: &mut Store, kind: &str, value: Option<i64>) -> Option<()> {
+        let token = self.token();
+        let (t, left_ms) = match self.gate() {
+            Ok(gate) => gate,
+            Err(why) => {
+                self.log
+                    .now("check-failed", json!({"token": token, "error": why}));
+                return None;
+            }
+        };
+        let op = self.next_op();
+        self.log.at(
+            t,
+            "invoke",
+            json!({"op": op, "kind": kind, "token": token, "value": value, "lease_left_ms": left_ms}),
+        );
+        if kind == "write" {
+            // Preparing the write (serialising a payload, a slow disk): a pause here lands after
+            // the check, so only the fence can stop the write.
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let outcome = match value {
+            Some(value) => store.write(&op, self.log.id, token, value).await,
+            None => store.raise_fence(&op, self.log.id, token).await,
+        };
+        match outcome {
+            Outcome::Ok => {
+                self.log.now("ok", json!({"op": op, "token": token}));
+                Some(())
+            }
+            Outcome::Refused => {
+                self.log
+                    .now("fail", json!({"op": op, "token": token, "why": "refused"}));
+                None
+            }
+            Outcome::Unknown(err) => {
+                self.log
+                    .now("unknown", json!({"op": op, "token": token, "error": err}));
+                None
+            }
+        }
+    }
+}
