@@ -448,7 +448,7 @@ pub fn check(input: &Input) -> Outcome {
     let mut failover = Vec::new();
     for f in &input.faults {
         if let Some((_, pid, token)) = f.victim {
-            if f.kind == "kill-holder" {
+            if f.kind == "kill-holder" || f.kind == "clock-skew-worker" {
                 if let Some(next) = grants.iter().find(|g| g.t > f.start && g.pid != pid) {
                     failover.push(ms(f.start, next.t));
                 }

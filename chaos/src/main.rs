@@ -201,12 +201,16 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
     }
     let st = &main.figures["stale_writes"];
     let summary = format!(
-        "{faults} faults ({pauses} holder pauses past T), {} increments, {} stale writes refused, {} accepted, {} double-holder windows, {} mutants failed as required, {:.0} s",
+        "{faults} faults ({pauses} holder pauses past T), {} increments, {} stale writes refused, {} accepted, {} double-holder windows, {}{:.0} s",
         main.figures["increments_applied"],
         st["refused"],
         st["accepted"],
         main.figures["double_holder_windows"]["count"],
-        results[1..].iter().filter(|r| !r.violations.is_empty()).count(),
+        if results.len() > 1 {
+            format!("{} of {} mutants failed as required, ", results[1..].iter().filter(|r| !r.violations.is_empty()).count(), results.len() - 1)
+        } else {
+            String::new()
+        },
         clock::ms(started, clock::now_ns()) / 1000.0
     );
     let pass = reasons.is_empty();
