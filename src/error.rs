@@ -42,6 +42,19 @@ pub enum Error {
     #[error("invalid lock options: {0}")]
     InvalidOptions(&'static str),
 
+    /// A semaphore's permit count, stored in its node so that all clients agree, differs
+    /// from the count this client was built with. `stored` is 0 when the node's data is not
+    /// a count.
+    #[error("semaphore {path} is set up for {stored} permits (stored in the node's data) but this client asked for {requested}; build it with {stored}, or change the count for everyone with FencedSemaphore::set_permits")]
+    PermitsMismatch {
+        /// The semaphore path.
+        path: String,
+        /// The count all clients use.
+        stored: u32,
+        /// This client's count.
+        requested: u32,
+    },
+
     /// The lock path (or one of its ancestors) does not exist and creating parents is off.
     #[error("lock path {path} does not exist; create it first or enable LockOptions::with_create_parents(true)")]
     NoParent {

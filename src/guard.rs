@@ -25,6 +25,8 @@ struct Shared {
     /// Our registration with the session's watchdog.
     id: u64,
     acquired_at: Instant,
+    /// Release with the lock-delay marker.
+    mark: bool,
 }
 
 /// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
@@ -244,6 +246,19 @@ pub struct LockGuard {
     held: Held,
     /// Keeps the session's watchdog running while we hold the lock; `None` once finished.
     interest: Option<Interest>,
+    /// This process's turn in the lock's in-process queue; dropping it lets the next task
+    /// contend.
+    _local: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+/// What an acquire hands to its guard besides the token.
+pub(crate) struct Handoff {
+    /// The pending watch on our node, set while we waited (the watchdog takes it over).
+    pub(crate) node_watch: Option<crate::lock::NodeWatch>,
+    /// Delete with the release marker (lock-delay is on).
+    pub(crate) mark: bool,
+    /// The in-process queue turn, for exclusive kinds.
+    pub(crate) local: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl std::ops::Deref for LockGuard {
@@ -262,7 +277,7 @@ impl LockGuard {
         token: FencingToken,
         interest: Interest,
         state: GuardState,
-        node_watch: Option<crate::lock::NodeWatch>,
+        handoff: Handoff,
     ) -> LockGuard {
         let watch = interest.watch();
         let id = watch.next_id();
@@ -272,7 +287,7 @@ impl LockGuard {
             id,
             node: node.clone(),
             state: state.clone(),
-            watch: node_watch,
+            watch: handoff.node_watch,
         });
         ::metrics::gauge!(m::HELD_LOCKS).increment(1.0);
         let shared = Shared {
@@ -283,12 +298,14 @@ impl LockGuard {
             state,
             id,
             acquired_at: Instant::now(),
+            mark: handoff.mark,
         };
         LockGuard {
             held: Held {
                 shared: Arc::new(shared),
             },
             interest: Some(interest),
+            _local: handoff.local,
         }
     }
 
@@ -341,11 +358,15 @@ impl LockGuard {
         let shared = self.held.shared.clone();
         let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
         shared.state.lose(LossReason::Released);
-        let deleted = recipe::delete_node(&shared.client, &shared.node).await;
+        let deleted = recipe::delete_node(&shared.client, &shared.node, shared.mark).await;
         if let Err(err) = &deleted {
             if !err.is_session_terminal() {
                 // The node may still be ours: keep trying in the background.
-                crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string());
+                crate::lock::spawn_cleanup(
+                    shared.client.clone(),
+                    shared.node.to_string(),
+                    shared.mark,
+                );
             }
         }
         self.finish();
@@ -391,7 +412,7 @@ impl Drop for LockGuard {
         let shared = self.held.shared.clone();
         shared.state.lose(LossReason::Released);
         self.finish();
-        crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string());
+        crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string(), shared.mark);
     }
 }
 

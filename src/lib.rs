@@ -58,7 +58,10 @@
 //!
 //! # Layout
 //!
-//! - [`lock`](FencedLock): `FencedLock`, `LockOptions`: acquire, try_acquire, run.
+//! - [`lock`](FencedLock): `FencedLock`, `LockOptions`: acquire, try_acquire, run; clones
+//!   share an in-process queue (one ZooKeeper contender per process).
+//! - [`FencedRwLock`]: readers share, writers exclude (Curator-compatible node names).
+//! - [`FencedSemaphore`]: up to N holders, each with its own token and watchdog.
 //! - [`LockGuard`] / [`Held`]: token, check, cancellation, release.
 //! - [`FencingToken`]: the number storage compares.
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.
@@ -104,10 +107,14 @@ pub mod local;
 mod lock;
 pub mod metrics;
 mod recipe;
+mod rwlock;
+mod semaphore;
 mod watchdog;
 
 pub use crate::error::{Error, Result};
 pub use crate::fencing::{FencingToken, ParseTokenError};
 pub use crate::guard::{Held, LockGuard};
-pub use crate::lock::{Contender, FencedLock, LockOptions, ParentMode};
+pub use crate::lock::{Contender, FencedLock, LockOptions, ParentMode, MAX_LOCK_DELAY};
+pub use crate::rwlock::FencedRwLock;
+pub use crate::semaphore::FencedSemaphore;
 pub use crate::watchdog::LossReason;

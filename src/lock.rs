@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
 use crate::metrics as m;
-use crate::recipe::{self, child_path};
+use crate::recipe::{self, child_path, Kind};
 use crate::watchdog::{self, GuardState, LeasePolicy, LossReason};
 
 /// How a lock's parent nodes are created when they are missing.
@@ -67,7 +67,12 @@ pub struct LockOptions {
     ride_out: bool,
     lease: LeasePolicy,
     metrics_label: Option<Arc<str>>,
+    /// How long a successor waits after a predecessor vanished without releasing.
+    lock_delay: Option<Duration>,
 }
+
+/// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 
 impl Default for LockOptions {
     /// Node data `host:<hostname> pid:<pid>`, ACL world:anyone with all permissions, container
@@ -85,6 +90,7 @@ impl Default for LockOptions {
                 margin: None,
             },
             metrics_label: None,
+            lock_delay: None,
         }
     }
 }
@@ -217,6 +223,47 @@ impl LockOptions {
         self
     }
 
+    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when a node this
+    /// contender waits on vanishes **without a release** (its session expired or died, or an
+    /// operator deleted it), the contender waits `delay` more before it takes the lock. A
+    /// holder that stalled past its session may still be finishing a write; the delay narrows
+    /// that window for storage that cannot check fencing tokens. A normal release is never
+    /// delayed. Clamped to [`MAX_LOCK_DELAY`].
+    ///
+    /// How a successor tells the two apart: with this option on, a release deletes the node
+    /// in a multi that first sets its data to `released`, so the successor's watch sees a
+    /// data change before the node goes; a node that just vanishes was not released. The
+    /// cost: a release sends one multi (two operations, one commit) instead of a delete, and
+    /// a successor woken by a release lists the queue once before it proceeds. Every
+    /// contender of a lock should use the same setting; a holder without it releases with a
+    /// plain delete, which its delaying successors take for a failure.
+    ///
+    /// A contender that arrives after a failed holder's node is already gone is not delayed:
+    /// that node outlived the holder's last contact by a whole session timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = zkfence::LockOptions::default().with_lock_delay(Duration::from_secs(5));
+    /// assert_eq!(options.lock_delay(), Some(Duration::from_secs(5)));
+    /// ```
+    pub fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay.min(MAX_LOCK_DELAY));
+        self
+    }
+
+    /// The lock-delay, if one is set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::LockOptions::default().lock_delay(), None);
+    /// ```
+    pub fn lock_delay(&self) -> Option<Duration> {
+        self.lock_delay
+    }
+
     /// The node data.
     ///
     /// # Examples
@@ -281,9 +328,12 @@ impl Contender {
 /// strictly increases from holder to holder, and is cancelled by the session's watchdog as
 /// soon as the lock may be lost.
 ///
-/// `FencedLock` is cheap to clone; clones share the client and the path. Several guards may
-/// be held on one session (on different paths, or the same path from different acquires:
-/// each acquire is its own contender).
+/// `FencedLock` is cheap to clone, and clones share an **in-process queue**: tasks that acquire
+/// through clones of one `FencedLock` first wait in a fair FIFO queue inside the process, and
+/// only the task at its head contends in ZooKeeper. A busy process so keeps at most one node
+/// in the lock's queue (not one per task), and every acquisition still gets its own node and
+/// its own, strictly greater token. Separately created `FencedLock`s on one path are separate
+/// contenders, each with its own node.
 ///
 /// # Examples
 ///
@@ -307,6 +357,9 @@ struct Inner {
     path: Arc<str>,
     options: LockOptions,
     label: String,
+    kind: Kind,
+    /// The in-process queue of exclusive kinds: its holder is this process's one contender.
+    local: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// How long an acquire may wait in the queue.
@@ -338,7 +391,17 @@ impl FencedLock {
         path: impl Into<String>,
         options: LockOptions,
     ) -> Result<FencedLock> {
-        let path = path.into();
+        FencedLock::with_kind(client, path.into(), options, Kind::Mutex)
+    }
+
+    /// A contender of `kind` on `path`: the mutex, a reader or writer of a read/write lock, or
+    /// a semaphore lease. Each kind is the same queue with its own "may I proceed?" predicate.
+    pub(crate) fn with_kind(
+        client: zk::Client,
+        path: String,
+        options: LockOptions,
+        kind: Kind,
+    ) -> Result<FencedLock> {
         recipe::validate_lock_path(&path)?;
         if options.acls.is_empty() {
             return Err(Error::InvalidOptions("the ACL list is empty; use zookeeper_client::Acls::anyone_all() or name at least one"));
@@ -350,6 +413,10 @@ impl FencedLock {
                 path: path.into(),
                 options,
                 label,
+                kind,
+                local: kind
+                    .exclusive()
+                    .then(|| Arc::new(tokio::sync::Mutex::new(()))),
             }),
         })
     }
@@ -681,8 +748,29 @@ impl FencedLock {
         result
     }
 
-    /// The protocol: create (with the listing pipelined behind it), then wait on the
-    /// predecessor until we are first.
+    /// Waits in the in-process queue (exclusive kinds only) for this process's turn to
+    /// contend in ZooKeeper. `Ok(None)`: busy (`Wait::Never`) or the deadline passed.
+    async fn local_turn(&self, wait: Wait) -> Option<Option<tokio::sync::OwnedMutexGuard<()>>> {
+        let Some(gate) = &self.inner.local else {
+            return Some(None);
+        };
+        let gate = gate.clone();
+        if let Ok(turn) = gate.clone().try_lock_owned() {
+            return Some(Some(turn));
+        }
+        let _waiting = m::LocalWaiter::new(&self.inner.label);
+        match wait {
+            Wait::Never => None,
+            Wait::Forever => Some(Some(gate.lock_owned().await)),
+            Wait::Until(deadline) => tokio::time::timeout_at(deadline, gate.lock_owned())
+                .await
+                .ok()
+                .map(Some),
+        }
+    }
+
+    /// The protocol: create (with the listing pipelined behind it), then wait on the nodes
+    /// the kind's predicate names until it lets us proceed.
     async fn queue(&self, wait: Wait) -> Result<Option<LockGuard>> {
         let inner = &*self.inner;
         let client = &inner.client;
@@ -691,15 +779,20 @@ impl FencedLock {
         if let Some(err) = Error::from_session_state(client.state(), session) {
             return Err(err);
         }
+        let Some(local) = self.local_turn(wait).await else {
+            return Ok(None);
+        };
         let interest = watchdog::watch_session(client);
         let lease = interest.watch().lease();
-        let prefix = recipe::protected_prefix(&uuid::Uuid::new_v4());
+        let prefix = recipe::protected_prefix(&uuid::Uuid::new_v4(), inner.kind);
+        let mark = inner.options.lock_delay.is_some();
         let mut pending = PendingNode {
             client: client.clone(),
             parent: path.into(),
             prefix,
             node: None,
             armed: true,
+            mark,
         };
         let create_path = child_path(path, &pending.prefix);
         let create_options =
@@ -708,6 +801,7 @@ impl FencedLock {
         // Create our node; the listing rides right behind it on the session.
         let mut attempt = 0;
         let mut parent_attempts = 0;
+        let mut permits = None;
         let (name, stat, mut listing) = loop {
             if let Wait::Until(deadline) = wait {
                 if Instant::now() >= deadline {
@@ -717,8 +811,13 @@ impl FencedLock {
             let sent = Instant::now();
             let create = client.create(&create_path, &inner.options.data, &create_options);
             let list = client.list_children(path);
+            // A semaphore reads its stored permit count in the same round trip.
+            let stored = matches!(inner.kind, Kind::Semaphore(_)).then(|| client.get_data(path));
             let created = create.await;
             let listed = list.await;
+            if let Some(stored) = stored {
+                permits = stored.await.ok();
+            }
             match created {
                 Ok((stat, sequence)) => {
                     // A write: its reply shows the leader has heard from us since `sent`.
@@ -779,16 +878,24 @@ impl FencedLock {
         }
         let token = FencingToken::new(sequence, stat.czxid as u64);
         tracing::Span::current().record("node", own_path.as_str());
+        if let Kind::Semaphore(requested) = inner.kind {
+            if let Err(err) = agree_on_permits(client, path, requested, permits).await {
+                pending.remove().await?;
+                return Err(err);
+            }
+        }
 
-        // Wait until no lock node sorts before ours. While waiting we also watch our own node
-        // (sent with the first predecessor watch, so it costs no extra round trip): if someone
-        // deletes it, we fail instead of taking a lock we no longer queue for. The watch is
-        // then handed to the watchdog, which keeps watching the node for the guard.
+        // Wait until the kind's predicate lets us proceed. While waiting we also watch our own
+        // node (sent with the first round of watches, so it costs no extra round trip): if
+        // someone deletes it, we fail instead of taking a lock we no longer queue for. The
+        // watch is then handed to the watchdog, which keeps watching the node for the guard.
         let mut own_watch: Option<NodeWatch> = None;
         let deadline = match wait {
             Wait::Until(deadline) => Some(deadline),
             _ => None,
         };
+        // A node we waited on vanished without a release (lock-delay applies).
+        let mut vanished = false;
         let mut attempt = 0;
         loop {
             let children = match listing.take() {
@@ -817,27 +924,31 @@ impl FencedLock {
                 .collect();
             if !duplicates.is_empty() {
                 for duplicate in duplicates {
-                    recipe::delete_node(client, &child_path(path, duplicate)).await?;
+                    recipe::delete_node(client, &child_path(path, duplicate), mark).await?;
                 }
                 continue; // list again without them
             }
-            let position = recipe::position(&children, &name, sequence);
+            let position = inner.kind.position(&children, &name, sequence);
             if !position.present {
                 return Err(node_deleted_while_waiting(client, path, own_path).await);
             }
-            let Some(predecessor) = position.predecessor else {
+            if position.blocking == 0 {
                 break;
-            };
+            }
             if let Wait::Never = wait {
                 pending.remove().await?;
                 return Ok(None);
             }
-            let predecessor = child_path(path, &predecessor);
             let own = own_watch
                 .is_none()
                 .then(|| client.check_and_watch_stat(&own_path));
-            // An exists watch: unlike getData it needs no READ permission on others' nodes.
-            let pred = client.check_and_watch_stat(&predecessor);
+            // Exists watches: unlike getData they need no READ permission on others' nodes.
+            // All of them go out back to back (one round trip).
+            let targets: Vec<String> = position.watch.iter().map(|n| child_path(path, n)).collect();
+            let sent: Vec<_> = targets
+                .iter()
+                .map(|t| client.check_and_watch_stat(t))
+                .collect();
             if let Some(own) = own {
                 match own.await {
                     Ok((Some(_), watcher)) => {
@@ -853,18 +964,37 @@ impl FencedLock {
                     Err(err) => return Err(Error::zk("watch", &own_path, session, err)),
                 }
             }
-            let watcher = match pred.await {
-                Ok((Some(_), watcher)) => watcher,
-                // Gone already: if it was the only node ahead, nothing can sort before us now.
-                // (The creation watch that exists armed is dropped; the client removes it.)
-                Ok((None, _)) if position.ahead == 1 => break,
-                Ok((None, _)) => continue,
-                Err(err) if recipe::is_connection_error(&err) => {
+            let mut watchers: Vec<NodeWatch> = Vec::with_capacity(sent.len());
+            let mut gone = false;
+            let mut failed = None;
+            for (target, reply) in targets.iter().zip(sent) {
+                match reply.await {
+                    Ok((Some(_), watcher)) => {
+                        watchers.push(Box::pin(watchdog::watch_changed(watcher)))
+                    }
+                    // Gone between the listing and the watch (whether released or not is
+                    // unknown: no lock-delay). The creation watch exists armed is dropped;
+                    // the client removes it.
+                    Ok((None, _)) => gone = true,
+                    Err(err) => {
+                        failed.get_or_insert((target, err));
+                    }
+                }
+            }
+            if let Some((target, err)) = failed {
+                if recipe::is_connection_error(&err) {
                     recipe::await_reconnect(client, &mut attempt).await?;
                     continue;
                 }
-                Err(err) => return Err(Error::zk("watch", &predecessor, session, err)),
-            };
+                return Err(Error::zk("watch", target, session, err));
+            }
+            if gone {
+                // If it was the only blocker, nothing can block us now; else list again.
+                if position.blocking == 1 {
+                    break;
+                }
+                continue;
+            }
             let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
             let woke = tokio::select! {
                 biased;
@@ -872,7 +1002,7 @@ impl FencedLock {
                     own_watch = None;
                     Woke::Own(event)
                 }
-                event = watchdog::watch_changed(watcher) => Woke::Predecessor(event),
+                (event, _, _) = futures_util::future::select_all(watchers) => Woke::Blocker(event),
                 _ = sleep_until_opt(deadline) => Woke::Timeout,
             };
             let event = match woke {
@@ -883,18 +1013,42 @@ impl FencedLock {
                 Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
                     return Err(node_deleted_while_waiting(client, path, own_path).await);
                 }
-                Woke::Own(event) | Woke::Predecessor(event) => event,
+                Woke::Own(event) | Woke::Blocker(event) => event,
             };
             match event.event_type {
-                // The zero-round-trip handoff: our last listing showed it as the only one ahead.
-                zk::EventType::NodeDeleted if position.ahead == 1 => break,
+                zk::EventType::NodeDeleted => {
+                    // Released nodes announce themselves with a data change first when
+                    // lock-delay is on; this one just vanished.
+                    vanished |= mark;
+                    // The zero-round-trip handoff: our last listing showed it as the only
+                    // blocker, and nothing new can sort before us.
+                    if position.blocking == 1 {
+                        break;
+                    }
+                }
                 zk::EventType::Session => {
                     if let Some(err) = Error::from_session_state(event.session_state, session) {
                         return Err(err);
                     }
                 }
-                _ => {} // list again
+                _ => {} // a release marker (data changed), or own-node noise: list again
             }
+        }
+        if let (true, Some(delay)) = (vanished, inner.options.lock_delay) {
+            // A holder ahead of us failed rather than released: give its stalled work time
+            // to end before ours starts (bounded by our own deadline).
+            let until = Instant::now() + delay;
+            tracing::debug!(
+                delay_ms = delay.as_millis() as u64,
+                "lock-delay: a node ahead vanished without a release"
+            );
+            ::metrics::counter!(m::LOCK_DELAYS_TOTAL, "lock" => inner.label.clone()).increment(1);
+            if deadline.is_some_and(|d| d < until) {
+                sleep_until_opt(deadline).await;
+                pending.remove().await?;
+                return Ok(None);
+            }
+            tokio::time::sleep_until(until).await;
         }
 
         pending.armed = false;
@@ -908,7 +1062,11 @@ impl FencedLock {
             token,
             watch.interest(),
             state,
-            own_watch,
+            crate::guard::Handoff {
+                node_watch: own_watch,
+                mark,
+                local,
+            },
         );
         Ok(Some(guard))
     }
@@ -928,8 +1086,65 @@ pub(crate) type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send
 
 enum Woke {
     Own(zk::WatchedEvent),
-    Predecessor(zk::WatchedEvent),
+    Blocker(zk::WatchedEvent),
     Timeout,
+}
+
+/// Makes all clients of a semaphore agree on its permit count: the count stored in the
+/// semaphore node's data. The first client stores its own (a versioned set, so two first
+/// clients cannot both win); later ones must match it.
+async fn agree_on_permits(
+    client: &zk::Client,
+    path: &str,
+    requested: u32,
+    mut read: Option<(Vec<u8>, zk::Stat)>,
+) -> Result<()> {
+    let session = client.session_id();
+    let mut attempt = 0;
+    loop {
+        let (data, stat) = match read.take() {
+            Some(read) => read,
+            None => match client.get_data(path).await {
+                Ok(read) => read,
+                Err(err) if recipe::is_connection_error(&err) => {
+                    recipe::await_reconnect(client, &mut attempt).await?;
+                    continue;
+                }
+                Err(err) => return Err(Error::zk("get", path, session, err)),
+            },
+        };
+        if data.is_empty() {
+            let value = requested.to_string();
+            match client
+                .set_data(path, value.as_bytes(), Some(stat.version))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::BadVersion) => continue, // another client stored first
+                Err(err) if recipe::is_connection_error(&err) => {
+                    recipe::await_reconnect(client, &mut attempt).await?;
+                    continue;
+                }
+                Err(err) => return Err(Error::zk("set", path, session, err)),
+            }
+        }
+        let stored = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        return match stored {
+            Some(stored) if stored == requested => Ok(()),
+            Some(stored) => Err(Error::PermitsMismatch {
+                path: path.to_owned(),
+                stored,
+                requested,
+            }),
+            None => Err(Error::PermitsMismatch {
+                path: path.to_owned(),
+                stored: 0,
+                requested,
+            }),
+        };
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {
@@ -1027,6 +1242,8 @@ struct PendingNode {
     node: Option<String>,
     /// Whether something of ours may exist and must be cleaned up.
     armed: bool,
+    /// Delete with the release marker (lock-delay is on).
+    mark: bool,
 }
 
 impl PendingNode {
@@ -1036,8 +1253,10 @@ impl PendingNode {
     /// a reconnect, or the delete fails, the drop cleans up in the background.
     async fn remove(&mut self) -> Result<()> {
         match &self.node {
-            Some(node) => recipe::delete_node(&self.client, node).await.map(|_| ())?,
-            None => remove_by_prefix(&self.client, &self.parent, &self.prefix).await?,
+            Some(node) => recipe::delete_node(&self.client, node, self.mark)
+                .await
+                .map(|_| ())?,
+            None => remove_by_prefix(&self.client, &self.parent, &self.prefix, self.mark).await?,
         }
         self.armed = false;
         Ok(())
@@ -1050,15 +1269,16 @@ impl Drop for PendingNode {
             return;
         }
         let client = self.client.clone();
+        let mark = self.mark;
         match self.node.take() {
-            Some(node) => spawn_cleanup(client, node),
+            Some(node) => spawn_cleanup(client, node, mark),
             None => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
                     std::mem::take(&mut self.prefix),
                 );
                 spawn_task(async move {
-                    let outcome = match remove_by_prefix(&client, &parent, &prefix).await {
+                    let outcome = match remove_by_prefix(&client, &parent, &prefix, mark).await {
                         Ok(()) => "deleted",
                         Err(_) => "failed",
                     };
@@ -1072,17 +1292,23 @@ impl Drop for PendingNode {
 
 /// Deletes every node of ours with `prefix` (a create retried after a lost reply can have
 /// landed twice).
-async fn remove_by_prefix(client: &zk::Client, parent: &str, prefix: &str) -> Result<()> {
+async fn remove_by_prefix(
+    client: &zk::Client,
+    parent: &str,
+    prefix: &str,
+    mark: bool,
+) -> Result<()> {
     while let Some((name, _)) = recipe::find_own_node(client, parent, prefix).await? {
-        recipe::delete_node(client, &child_path(parent, &name)).await?;
+        recipe::delete_node(client, &child_path(parent, &name), mark).await?;
     }
     Ok(())
 }
 
-/// Deletes `node` in a task of its own (retrying across ConnectionLoss).
-pub(crate) fn spawn_cleanup(client: zk::Client, node: String) {
+/// Deletes `node` in a task of its own (retrying across ConnectionLoss), with the release
+/// marker when `mark`.
+pub(crate) fn spawn_cleanup(client: zk::Client, node: String, mark: bool) {
     spawn_task(async move {
-        let outcome = match recipe::delete_node(&client, &node).await {
+        let outcome = match recipe::delete_node(&client, &node, mark).await {
             Ok(true) => "deleted",
             Ok(false) => "absent",
             Err(err) => {

@@ -28,6 +28,11 @@ pub const LOSS_DETECTION_SECONDS: &str = "zkfence_loss_detection_seconds";
 pub const LEASE_PROBES_TOTAL: &str = "zkfence_lease_probes_total";
 /// Gauge: sessions watched by a watchdog in this process.
 pub const WATCHED_SESSIONS: &str = "zkfence_watched_sessions";
+/// Gauge: tasks waiting in an in-process queue (behind this process's one contender).
+pub const LOCAL_WAITERS: &str = "zkfence_local_waiters";
+/// Counter: acquisitions held back by the lock-delay after a node ahead vanished without a
+/// release.
+pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
 
 /// Registers units and help text for every zkfence metric with the installed recorder. Call
 /// it once after installing your recorder; recording works without it.
@@ -68,6 +73,27 @@ pub fn describe() {
         WATCHED_SESSIONS,
         "sessions watched by a watchdog in this process"
     );
+    describe_gauge!(LOCAL_WAITERS, "tasks waiting in an in-process queue");
+    describe_counter!(
+        LOCK_DELAYS_TOTAL,
+        "acquisitions held back by the lock-delay after a failed holder"
+    );
+}
+
+/// Counts one task in [`LOCAL_WAITERS`] while it lives (cancel safe).
+pub(crate) struct LocalWaiter(String);
+
+impl LocalWaiter {
+    pub(crate) fn new(label: &str) -> LocalWaiter {
+        metrics::gauge!(LOCAL_WAITERS, "lock" => label.to_owned()).increment(1.0);
+        LocalWaiter(label.to_owned())
+    }
+}
+
+impl Drop for LocalWaiter {
+    fn drop(&mut self) {
+        metrics::gauge!(LOCAL_WAITERS, "lock" => std::mem::take(&mut self.0)).decrement(1.0);
+    }
 }
 
 /// The `lock` label value: the configured name, or empty.

@@ -1,8 +1,12 @@
 //! The queue protocol shared by the lock kinds: node names, queue order, finding our node
 //! after a lost create reply, and deletes that survive ConnectionLoss.
 //!
-//! Node names follow Apache Curator's protected mode, `_c_<uuid>-lock-<seq>`, so a Curator
-//! `InterProcessMutex` and a zkfence lock on the same path share one queue.
+//! Node names follow Apache Curator's protected mode, `_c_<uuid>-<marker><seq>`, so a Curator
+//! `InterProcessMutex` (`lock-`) or `InterProcessReadWriteLock` (`__READ__` / `__WRIT__`) and
+//! a zkfence lock on the same path share one queue.
+//!
+//! Every kind uses the same queue loop; only [`Kind::position`], the "may I proceed, and what
+//! do I watch?" predicate, differs (Curator's driver idea).
 
 use std::time::Duration;
 
@@ -10,8 +14,106 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 
-/// What precedes the sequence number in every lock node name (Curator's `lock-` lock name).
+/// Curator's mutex lock name, before the sequence in `InterProcessMutex` nodes (and ours).
 pub(crate) const LOCK_NAME: &str = "lock-";
+/// Curator's `InterProcessReadWriteLock` markers.
+pub(crate) const READ_NAME: &str = "__READ__";
+pub(crate) const WRITE_NAME: &str = "__WRIT__";
+/// The data a release writes into its node just before deleting it when lock-delay is on.
+pub(crate) const RELEASED: &[u8] = b"released";
+/// Semaphore leases (the name Curator's `InterProcessSemaphoreV2` gives its lease nodes).
+pub(crate) const LEASE_NAME: &str = "lease-";
+
+/// Whether a queue node shares the lock with its neighbours (a reader) or excludes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Shared,
+    Exclusive,
+}
+
+/// The lock kinds, each a predicate over the one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One holder; waits for every earlier node.
+    Mutex,
+    /// Shares with other readers; waits only for earlier exclusive nodes.
+    Read,
+    /// A write lock: one holder; waits for every earlier node, readers included.
+    Write,
+    /// Up to `n` holders: proceeds when fewer than `n` nodes sort before it.
+    Semaphore(u32),
+}
+
+impl Kind {
+    /// The marker before the sequence in this kind's node names.
+    pub(crate) fn marker(self) -> &'static str {
+        match self {
+            Kind::Mutex => LOCK_NAME,
+            Kind::Read => READ_NAME,
+            Kind::Write => WRITE_NAME,
+            Kind::Semaphore(_) => LEASE_NAME,
+        }
+    }
+
+    /// Whether this kind queues in-process first (one ZooKeeper contender per process).
+    pub(crate) fn exclusive(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Write)
+    }
+
+    /// Where our node (`own`, sequence `own_seq`) stands in `children`, in one pass and
+    /// without sorting: how many nodes block us, and the ones to watch (the nearest blockers).
+    pub(crate) fn position(self, children: &[String], own: &str, own_seq: i32) -> Position {
+        let mut present = false;
+        let mut ahead: Vec<(i32, &String, Role)> = Vec::new();
+        for child in children {
+            if child == own {
+                present = true;
+                continue;
+            }
+            let Some((seq, role)) = parse_node(child) else {
+                continue;
+            };
+            let d = distance(own_seq, seq);
+            if d < 0 {
+                ahead.push((d, child, role));
+            }
+        }
+        let watch_nearest = |mut nodes: Vec<(i32, &String, Role)>, n: usize| -> Vec<String> {
+            // Nearest first: the largest (least negative) distances.
+            nodes.sort_by_key(|&(d, _, _)| std::cmp::Reverse(d));
+            nodes
+                .into_iter()
+                .take(n)
+                .map(|(_, name, _)| name.clone())
+                .collect()
+        };
+        let (blocking, watch) = match self {
+            Kind::Mutex | Kind::Write => {
+                let blocking = ahead.len();
+                (blocking, watch_nearest(ahead, 1))
+            }
+            Kind::Read => {
+                let writers: Vec<_> = ahead
+                    .into_iter()
+                    .filter(|&(_, _, role)| role == Role::Exclusive)
+                    .collect();
+                (writers.len(), watch_nearest(writers, 1))
+            }
+            Kind::Semaphore(n) => {
+                // Any of the n nearest nodes ahead going away admits us when exactly n are
+                // ahead; nodes further ahead going away never do (those n still block).
+                let n = n.max(1) as usize;
+                let blocking = (ahead.len() + 1).saturating_sub(n);
+                (blocking, watch_nearest(ahead, n))
+            }
+        };
+        Position {
+            present,
+            blocking,
+            watch: if blocking > 0 { watch } else { Vec::new() },
+        }
+    }
+}
 
 /// Checks that `path` can be a lock path: an absolute ZooKeeper path, not the root, not under
 /// the reserved `/zookeeper` tree, and free of what the server would refuse.
@@ -55,20 +157,34 @@ fn is_forbidden_char(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
 }
 
-/// The name prefix of one contender: `_c_<uuid>-lock-`. The server appends the sequence.
-pub(crate) fn protected_prefix(id: &uuid::Uuid) -> String {
-    format!("_c_{id}-{LOCK_NAME}")
+/// The name prefix of one contender: `_c_<uuid>-<marker>`. The server appends the sequence.
+pub(crate) fn protected_prefix(id: &uuid::Uuid, kind: Kind) -> String {
+    format!("_c_{id}-{}", kind.marker())
 }
 
-/// The sequence number of a lock node's name, if it is one: the digits after the last
-/// `lock-` (Curator's rule), which are negative after the 2³¹ wrap.
-pub(crate) fn parse_sequence(name: &str) -> Option<i32> {
-    let at = name.rfind(LOCK_NAME)?;
-    let digits = &name[at + LOCK_NAME.len()..];
+/// The sequence number and role of a queue node's name, if it is one: the digits after the
+/// last marker (Curator's rule), which are negative after the 2³¹ wrap. Unknown names are
+/// not queue nodes. Readers (`__READ__`) share; every other marker excludes.
+pub(crate) fn parse_node(name: &str) -> Option<(i32, Role)> {
+    let (at, marker) = [LOCK_NAME, READ_NAME, WRITE_NAME, LEASE_NAME]
+        .into_iter()
+        .filter_map(|m| name.rfind(m).map(|at| (at, m)))
+        .max_by_key(|&(at, _)| at)?;
+    let digits = &name[at + marker.len()..];
     if digits.len() < 10 {
         return None;
     }
-    digits.parse::<i32>().ok()
+    let role = if marker == READ_NAME {
+        Role::Shared
+    } else {
+        Role::Exclusive
+    };
+    digits.parse::<i32>().ok().map(|seq| (seq, role))
+}
+
+/// The sequence number of a queue node's name (see [`parse_node`]).
+pub(crate) fn parse_sequence(name: &str) -> Option<i32> {
+    parse_node(name).map(|(seq, _)| seq)
 }
 
 /// Queue order between two sequences, by serial-number arithmetic (RFC 1982): `a` precedes
@@ -83,39 +199,12 @@ pub(crate) fn distance(from: i32, to: i32) -> i32 {
 pub(crate) struct Position {
     /// Is our node in the listing at all.
     pub(crate) present: bool,
-    /// How many lock nodes sort before ours.
-    pub(crate) ahead: usize,
-    /// The node immediately before ours, the only one we watch.
-    pub(crate) predecessor: Option<String>,
-}
-
-/// Finds our node (`own`, sequence `own_seq`) in `children` and its immediate predecessor, in
-/// one pass and without sorting.
-pub(crate) fn position(children: &[String], own: &str, own_seq: i32) -> Position {
-    let mut present = false;
-    let mut ahead = 0;
-    let mut nearest: Option<(i32, &String)> = None;
-    for child in children {
-        if child == own {
-            present = true;
-            continue;
-        }
-        let Some(seq) = parse_sequence(child) else {
-            continue;
-        };
-        let d = distance(own_seq, seq);
-        if d < 0 {
-            ahead += 1;
-            if nearest.is_none_or(|(best, _)| d > best) {
-                nearest = Some((d, child));
-            }
-        }
-    }
-    Position {
-        present,
-        ahead,
-        predecessor: nearest.map(|(_, name)| name.clone()),
-    }
+    /// How many nodes must go before we may proceed (0: proceed now).
+    pub(crate) blocking: usize,
+    /// The nodes we watch: the nearest blockers (one for a mutex, writer or reader; `n` for
+    /// a semaphore of `n`). When one of them goes and `blocking` was 1, we proceed with no
+    /// further request.
+    pub(crate) watch: Vec<String>,
 }
 
 /// Sorts lock node names into queue order (serial order relative to the first one), dropping
@@ -192,10 +281,24 @@ pub(crate) async fn session_alive(client: &zk::Client, path: &str) -> Result<()>
 ///
 /// Returns `Ok(true)` when this call deleted the node, `Ok(false)` when the node was already
 /// gone before the first attempt.
-pub(crate) async fn delete_node(client: &zk::Client, path: &str) -> Result<bool> {
+pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> Result<bool> {
     let mut attempt = 0;
     loop {
-        match client.delete(path, None).await {
+        let deleted = if mark {
+            // The release marker for lock-delay: the data change fires the successor's watch
+            // before the node goes, in the same transaction.
+            let mut multi = client.new_multi_writer();
+            match multi
+                .add_set_data(path, RELEASED, None)
+                .and_then(|()| multi.add_delete(path, None))
+            {
+                Ok(()) => multi.commit().await.map(|_| ()).map_err(zk::Error::from),
+                Err(err) => Err(err),
+            }
+        } else {
+            client.delete(path, None).await
+        };
+        match deleted {
             Ok(()) => return Ok(true),
             Err(zk::Error::NoNode) => return Ok(attempt > 0),
             Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
@@ -327,41 +430,148 @@ mod tests {
         assert_eq!(seqs, vec![i32::MAX - 1, i32::MAX, i32::MIN, i32::MIN + 1]);
         let children = names(&[i32::MAX - 1, i32::MAX, i32::MIN]);
         let own = children[2].clone();
-        let pos = position(&children, &own, i32::MIN);
+        let pos = Kind::Mutex.position(&children, &own, i32::MIN);
         assert_eq!(
             pos,
             Position {
                 present: true,
-                ahead: 2,
-                predecessor: Some(children[1].clone())
+                blocking: 2,
+                watch: vec![children[1].clone()]
             }
         );
     }
 
     #[test]
-    fn position_watches_only_the_immediate_predecessor() {
+    fn a_mutex_watches_only_the_immediate_predecessor() {
         let children = names(&[3, 7, 5, 9, 1]);
-        let pos = position(&children, &children[3], 9);
+        let pos = Kind::Mutex.position(&children, &children[3], 9);
         assert_eq!(
             pos,
             Position {
                 present: true,
-                ahead: 4,
-                predecessor: Some(children[1].clone())
+                blocking: 4,
+                watch: vec![children[1].clone()]
             }
         );
-        let first = position(&children, &children[4], 1);
+        let first = Kind::Mutex.position(&children, &children[4], 1);
         assert_eq!(
             first,
             Position {
                 present: true,
-                ahead: 0,
-                predecessor: None
+                blocking: 0,
+                watch: vec![]
             }
         );
-        let gone = position(&children, "_c_0f-lock-0000000004", 4);
+        let gone = Kind::Mutex.position(&children, "_c_0f-lock-0000000004", 4);
         assert!(!gone.present);
-        assert_eq!(gone.ahead, 2);
+        assert_eq!(gone.blocking, 2);
+    }
+
+    fn rw(spec: &[(char, i32)]) -> Vec<String> {
+        spec.iter()
+            .map(|&(k, s)| {
+                let marker = if k == 'r' { READ_NAME } else { WRITE_NAME };
+                format!("_c_{k}{s}-{marker}{s:010}")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reader_waits_only_for_the_nearest_earlier_writer() {
+        // R1 W2 R3 W4 R5: R5 is blocked by two writers and watches W4, the nearest.
+        let children = rw(&[('r', 1), ('w', 2), ('r', 3), ('w', 4), ('r', 5)]);
+        let r5 = Kind::Read.position(&children, &children[4], 5);
+        assert_eq!(
+            (r5.blocking, r5.watch.clone()),
+            (2, vec![children[3].clone()])
+        );
+        // R3 waits for W2 only, not for R1.
+        let r3 = Kind::Read.position(&children, &children[2], 3);
+        assert_eq!(
+            (r3.blocking, r3.watch.clone()),
+            (1, vec![children[1].clone()])
+        );
+        // R1 proceeds; a second reader right behind it proceeds too.
+        assert_eq!(Kind::Read.position(&children, &children[0], 1).blocking, 0);
+        let readers = rw(&[('r', 1), ('r', 2)]);
+        assert_eq!(Kind::Read.position(&readers, &readers[1], 2).blocking, 0);
+        // W2 waits for R1; W4 for everything before it, watching R3.
+        let w2 = Kind::Write.position(&children, &children[1], 2);
+        assert_eq!(
+            (w2.blocking, w2.watch.clone()),
+            (1, vec![children[0].clone()])
+        );
+        let w4 = Kind::Write.position(&children, &children[3], 4);
+        assert_eq!((w4.blocking, w4.watch), (3, vec![children[2].clone()]));
+    }
+
+    #[test]
+    fn curator_mutex_nodes_exclude_readers() {
+        let mut children = rw(&[('r', 2)]);
+        children.push("_c_x-lock-0000000001".into());
+        let r = Kind::Read.position(&children, &children[0], 2);
+        assert_eq!(r.blocking, 1);
+    }
+
+    #[test]
+    fn a_semaphore_of_n_watches_its_n_nearest_predecessors() {
+        let children = names(&[1, 2, 3, 4, 5]);
+        // With 3 permits: nodes 1, 2, 3 hold; 4 is blocked by one (any of 1..3 leaving
+        // admits it) and watches all three; 5 is blocked by two and watches 2, 3, 4.
+        for (i, seq) in [(0, 1), (1, 2), (2, 3)] {
+            assert_eq!(
+                Kind::Semaphore(3)
+                    .position(&children, &children[i], seq)
+                    .blocking,
+                0
+            );
+        }
+        let four = Kind::Semaphore(3).position(&children, &children[3], 4);
+        assert_eq!(four.blocking, 1);
+        assert_eq!(
+            four.watch,
+            vec![
+                children[2].clone(),
+                children[1].clone(),
+                children[0].clone()
+            ]
+        );
+        let five = Kind::Semaphore(3).position(&children, &children[4], 5);
+        assert_eq!(five.blocking, 2);
+        assert_eq!(
+            five.watch,
+            vec![
+                children[3].clone(),
+                children[2].clone(),
+                children[1].clone()
+            ]
+        );
+        // One permit is a mutex.
+        assert_eq!(
+            Kind::Semaphore(1).position(&children, &children[4], 5),
+            Kind::Mutex.position(&children, &children[4], 5)
+        );
+    }
+
+    #[test]
+    fn parses_every_marker() {
+        assert_eq!(
+            parse_node("_c_x-__READ__0000000007"),
+            Some((7, Role::Shared))
+        );
+        assert_eq!(
+            parse_node("_c_x-__WRIT__0000000008"),
+            Some((8, Role::Exclusive))
+        );
+        assert_eq!(
+            parse_node("_c_x-lease-0000000009"),
+            Some((9, Role::Exclusive))
+        );
+        // The last marker wins, as in Curator's fixForSorting.
+        assert_eq!(
+            parse_node("_c_lock-x-__READ__0000000010"),
+            Some((10, Role::Shared))
+        );
     }
 
     #[test]

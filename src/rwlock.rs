@@ -1,0 +1,272 @@
+//! [`FencedRwLock`]: readers share, writers exclude; one queue, Curator-compatible names.
+
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lock::{FencedLock, LockOptions};
+use crate::recipe::Kind;
+
+/// A fair, fenced read/write lock on one ZooKeeper path.
+///
+/// Readers and writers queue together as ephemeral sequential nodes, `_c_<uuid>-__READ__<seq>`
+/// and `_c_<uuid>-__WRIT__<seq>`: the names Apache Curator's `InterProcessReadWriteLock` uses,
+/// so a mixed fleet of Curator and zkfence clients excludes each other. A writer waits for
+/// every earlier node (readers included) and watches only its predecessor. A reader waits only
+/// for earlier writers and watches only the **nearest earlier writer**; readers behind one
+/// writer all proceed when it goes. The queue is FIFO, so a stream of readers cannot starve a
+/// writer: readers that arrive after a waiting writer queue behind it.
+///
+/// Every guard is a [`LockGuard`], with the same token, cancellation, watchdog and
+/// [`check`](crate::Held::check) as the mutex's; [`reader`](Self::reader) and
+/// [`writer`](Self::writer) give the [`FencedLock`] handles for `run` and `contenders`.
+///
+/// **What the token means here.** Tokens are the nodes' creation zxids, so they follow queue
+/// order across both kinds: a writer's token exceeds the token of every reader and writer
+/// that held before it, and a reader's token exceeds that of every writer before it. Storage
+/// fences writes as with the mutex (`… WHERE fence <= $writer_token`, raising `fence`).
+/// Readers do not move the fence; a reader that finds `fence > its token` in what it read is
+/// looking at a writer that came after it, so its own lock has been lost.
+///
+/// Writers (like the mutex) queue in-process first: clones of one `FencedRwLock` keep at most
+/// one writer node per process. Readers each get their own node.
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
+/// let rw = zkfence::FencedRwLock::new(client, "/locks/catalog", zkfence::LockOptions::default())?;
+/// let read = rw.read().await?; // shared with other readers
+/// println!("reading under token {}", read.token());
+/// read.release().await?;
+/// let write = rw.write().await?; // alone
+/// write.check()?;
+/// // UPDATE catalog SET …, fence = $1 WHERE fence <= $1  -- $1 = write.token().as_u64()
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedRwLock {
+    reader: FencedLock,
+    writer: FencedLock,
+}
+
+impl FencedRwLock {
+    /// A read/write lock on `path`, using `client`'s session. Nothing is sent yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::new`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+    /// let rw = zkfence::FencedRwLock::new(client, "/locks/catalog", zkfence::LockOptions::default())?;
+    /// # let _ = rw; Ok(()) }
+    /// ```
+    pub fn new(
+        client: zk::Client,
+        path: impl Into<String>,
+        options: LockOptions,
+    ) -> Result<FencedRwLock> {
+        let path = path.into();
+        Ok(FencedRwLock {
+            reader: FencedLock::with_kind(
+                client.clone(),
+                path.clone(),
+                options.clone(),
+                Kind::Read,
+            )?,
+            writer: FencedLock::with_kind(client, path, options, Kind::Write)?,
+        })
+    }
+
+    /// The lock path.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(rw: zkfence::FencedRwLock) {
+    /// assert_eq!(rw.path(), "/locks/catalog");
+    /// # }
+    /// ```
+    pub fn path(&self) -> &str {
+        self.writer.path()
+    }
+
+    /// The read side as a [`FencedLock`]: its `acquire` takes a read lock, and its
+    /// [`run`](FencedLock::run) runs a cancellable section under one.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// let token = rw
+    ///     .reader()
+    ///     .run(|held| async move { Ok::<_, zkfence::Error>(held.token()) })
+    ///     .await?;
+    /// # let _ = token; Ok(()) }
+    /// ```
+    pub fn reader(&self) -> &FencedLock {
+        &self.reader
+    }
+
+    /// The write side as a [`FencedLock`]: its `acquire` takes the write lock, and its
+    /// [`run`](FencedLock::run) runs a cancellable section under it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// rw.writer()
+    ///     .run(|held| async move {
+    ///         held.check()?;
+    ///         Ok::<_, zkfence::Error>(())
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn writer(&self) -> &FencedLock {
+        &self.writer
+    }
+
+    /// Waits for a read lock: until no writer is ahead in the queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire`]: no node is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// let guard = rw.read().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read(&self) -> Result<LockGuard> {
+        self.reader.acquire().await
+    }
+
+    /// Takes a read lock if no writer holds or waits for the lock, else `None` at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// if let Some(guard) = rw.try_read().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
+        self.reader.try_acquire().await
+    }
+
+    /// As [`read`](Self::read), giving up after `timeout` with `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire_timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// if let Some(guard) = rw.read_timeout(std::time::Duration::from_secs(1)).await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.reader.acquire_timeout(timeout).await
+    }
+
+    /// Waits for the write lock: until no node at all is ahead in the queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// let guard = rw.write().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write(&self) -> Result<LockGuard> {
+        self.writer.acquire().await
+    }
+
+    /// Takes the write lock if nobody holds or waits for the lock, else `None` at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// if let Some(guard) = rw.try_write().await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
+        self.writer.try_acquire().await
+    }
+
+    /// As [`write`](Self::write), giving up after `timeout` with `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire_timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
+    /// if let Some(guard) = rw.write_timeout(std::time::Duration::from_secs(1)).await? {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.writer.acquire_timeout(timeout).await
+    }
+}

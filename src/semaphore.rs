@@ -1,0 +1,277 @@
+//! [`FencedSemaphore`]: up to N holders, each with its own token and watchdog.
+
+use std::future::Future;
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::guard::{Held, LockGuard};
+use crate::lock::{Contender, FencedLock, LockOptions};
+use crate::recipe::Kind;
+
+/// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
+///
+/// Contenders queue as ephemeral sequential nodes `_c_<uuid>-lease-<seq>`; the first
+/// `permits` nodes hold a lease. A waiter watches only the `permits` nodes just ahead of it
+/// (any one of them leaving admits it when exactly `permits` are ahead; nodes further ahead
+/// leaving cannot), so a release wakes at most `permits` waiters, never the whole queue.
+/// Each lease is a [`LockGuard`] with its own fencing token (strictly increasing per
+/// acquisition), its own cancellation and its own lease watchdog.
+///
+/// **All clients agree on the count.** The count lives in the semaphore node's data: the
+/// first client to use the path stores its own (a versioned write, so two first clients
+/// cannot both win), and every acquire reads it in the same round trip as its create and
+/// listing. A client built with a different count gets [`Error::PermitsMismatch`] from
+/// `acquire` (its node is removed first): it never admits holders by a count the others do
+/// not share. [`set_permits`](Self::set_permits) changes the count for everyone; clients still
+/// built with the old one then fail until rebuilt, and holders already admitted keep their
+/// leases (lowering the count takes effect as they release).
+///
+/// # Examples
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
+/// let pool = zkfence::FencedSemaphore::new(client, "/semaphores/exports", 3, zkfence::LockOptions::default())?;
+/// let lease = pool.acquire().await?; // one of at most 3
+/// println!("lease token {}", lease.token());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedSemaphore {
+    lock: FencedLock,
+    permits: u32,
+}
+
+impl FencedSemaphore {
+    /// A semaphore of `permits` on `path`, using `client`'s session. Nothing is sent yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::new`]; [`Error::InvalidOptions`] for zero permits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+    /// let pool = zkfence::FencedSemaphore::new(client, "/semaphores/exports", 3, zkfence::LockOptions::default())?;
+    /// assert_eq!(pool.permits(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub fn new(
+        client: zk::Client,
+        path: impl Into<String>,
+        permits: u32,
+        options: LockOptions,
+    ) -> Result<FencedSemaphore> {
+        if permits == 0 {
+            return Err(Error::InvalidOptions(
+                "a semaphore needs at least one permit",
+            ));
+        }
+        Ok(FencedSemaphore {
+            lock: FencedLock::with_kind(client, path.into(), options, Kind::Semaphore(permits))?,
+            permits,
+        })
+    }
+
+    /// The count this client was built with.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(pool: zkfence::FencedSemaphore) {
+    /// println!("{} permits", pool.permits());
+    /// # }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The semaphore path.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(pool: zkfence::FencedSemaphore) {
+    /// println!("{}", pool.path());
+    /// # }
+    /// ```
+    pub fn path(&self) -> &str {
+        self.lock.path()
+    }
+
+    /// Waits for a lease: until fewer than `permits` nodes are ahead in the queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::acquire`], and [`Error::PermitsMismatch`] when the stored count
+    /// differs from this client's.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire`]: no node is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// let lease = pool.acquire().await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        self.lock.acquire().await
+    }
+
+    /// Takes a lease if one is free now, else `None` at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// match pool.try_acquire().await? {
+    ///     Some(lease) => lease.release().await?,
+    ///     None => println!("all permits taken"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.lock.try_acquire().await
+    }
+
+    /// As [`acquire`](Self::acquire), giving up after `timeout` with `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::acquire_timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(1)).await? {
+    ///     lease.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
+        self.lock.acquire_timeout(timeout).await
+    }
+
+    /// Runs a cancellable critical section under a lease, as [`FencedLock::run`].
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::run`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// let token = pool
+    ///     .run(|held| async move {
+    ///         held.check()?;
+    ///         Ok::<_, zkfence::Error>(held.token().as_u64())
+    ///     })
+    ///     .await?;
+    /// # let _ = token; Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T, E>(&self, f: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.lock.run(f).await
+    }
+
+    /// The holders: the first `permits` nodes of the queue (by the stored count, as this
+    /// client knows it).
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::contenders`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// for holder in pool.holders().await? {
+    ///     println!("{} token {}", holder.identity(), holder.token);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn holders(&self) -> Result<Vec<Contender>> {
+        let mut queue = self.lock.contenders().await?;
+        queue.truncate(self.permits as usize);
+        Ok(queue)
+    }
+
+    /// Changes the stored count, for every client (creating the semaphore node if needed).
+    /// Clients built with another count get [`Error::PermitsMismatch`] until rebuilt.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] for zero; ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one write, which either happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// pool.set_permits(5).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        if permits == 0 {
+            return Err(Error::InvalidOptions(
+                "a semaphore needs at least one permit",
+            ));
+        }
+        let client = self.lock.client();
+        let path = self.path();
+        let value = permits.to_string();
+        match client.set_data(path, value.as_bytes(), None).await {
+            Ok(_) => Ok(()),
+            Err(zk::Error::NoNode) => {
+                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                match client.create(path, value.as_bytes(), &options).await {
+                    Ok(_) => Ok(()),
+                    Err(zk::Error::NodeExists) => client
+                        .set_data(path, value.as_bytes(), None)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| Error::zk("set", path, client.session_id(), e)),
+                    Err(err) => Err(Error::zk("create", path, client.session_id(), err)),
+                }
+            }
+            Err(err) => Err(Error::zk("set", path, client.session_id(), err)),
+        }
+    }
+}

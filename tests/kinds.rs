@@ -1,0 +1,382 @@
+//! The other lock kinds on the same queue, against a real ZooKeeper server: the read/write
+//! lock, the semaphore, the in-process queue of a shared `FencedLock`, and the lock-delay.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{children, chroot, connect, expire_session, shared, wait_until, CountingProxy};
+use tokio::time::Instant;
+use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions};
+
+const T: Duration = Duration::from_secs(10);
+const PATH: &str = "/locks/kinds";
+
+async fn rw_on(hosts: &str) -> FencedRwLock {
+    FencedRwLock::new(connect(hosts, T).await, PATH, LockOptions::default()).unwrap()
+}
+
+async fn queued(hosts: &str, n: usize) {
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{n} queue nodes"),
+        || async { children(hosts, PATH).await.len() == n },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_writers_exclude_and_queue_order_holds() {
+    let hosts = chroot(shared(), "rw-order").await;
+    let (a, b, c, d) = (
+        rw_on(&hosts).await,
+        rw_on(&hosts).await,
+        rw_on(&hosts).await,
+        rw_on(&hosts).await,
+    );
+
+    // R1 and R2 hold at once.
+    let r1 = a.read().await.unwrap();
+    let r2 = tokio::time::timeout(Duration::from_secs(5), b.read())
+        .await
+        .expect("a second reader is not blocked by the first")
+        .unwrap();
+
+    let probe = rw_on(&hosts).await;
+    assert!(
+        probe.try_write().await.unwrap().is_none(),
+        "a writer got in while readers held"
+    );
+    let r = probe
+        .try_read()
+        .await
+        .unwrap()
+        .expect("a third reader shares too");
+    r.release().await.unwrap();
+
+    // W3 queues behind them; R4, arriving after W3, queues behind W3 (no writer starvation).
+    let w3 = tokio::spawn(async move { c.write().await.unwrap() });
+    queued(&hosts, 3).await;
+    assert!(
+        probe.try_read().await.unwrap().is_none(),
+        "a reader overtook a waiting writer"
+    );
+    let r4 = tokio::spawn(async move { d.read().await.unwrap() });
+    queued(&hosts, 4).await;
+    assert!(!w3.is_finished(), "the writer got in while readers held");
+    assert!(!r4.is_finished(), "a reader overtook a waiting writer");
+
+    let (t1, t2) = (r1.token(), r2.token());
+    r1.release().await.unwrap();
+    queued(&hosts, 3).await;
+    assert!(!w3.is_finished(), "the writer got in while a reader held");
+    r2.release().await.unwrap();
+    let w3 = tokio::time::timeout(Duration::from_secs(5), w3)
+        .await
+        .expect("the writer gets the lock once the readers are gone")
+        .unwrap();
+    assert!(
+        w3.token() > t1 && w3.token() > t2,
+        "a writer's token exceeds earlier readers'"
+    );
+    queued(&hosts, 2).await;
+    assert!(!r4.is_finished(), "a reader got in while the writer held");
+    let t3 = w3.token();
+    w3.release().await.unwrap();
+    let r4 = tokio::time::timeout(Duration::from_secs(5), r4)
+        .await
+        .expect("the reader gets in after the writer")
+        .unwrap();
+    assert!(r4.token() > t3, "a reader's token exceeds earlier writers'");
+    r4.release().await.unwrap();
+    queued(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_readers_does_not_starve_a_writer() {
+    let hosts = chroot(shared(), "rw-starve").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_in = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let rw = rw_on(&hosts).await;
+        let (stop, writer_in, overlaps, readers_in) = (
+            stop.clone(),
+            writer_in.clone(),
+            overlaps.clone(),
+            readers_in.clone(),
+        );
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let guard = rw.read().await.unwrap();
+                readers_in.fetch_add(1, Ordering::SeqCst);
+                if writer_in.load(Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                readers_in.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    // Let the readers overlap each other for a while, then a writer arrives.
+    wait_until(Duration::from_secs(10), "two readers at once", || async {
+        readers_in.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    let writer = rw_on(&hosts).await;
+    let started = Instant::now();
+    for _ in 0..5 {
+        let guard = tokio::time::timeout(Duration::from_secs(5), writer.write())
+            .await
+            .expect("a writer waits at most for the readers ahead of it")
+            .unwrap();
+        writer_in.store(true, Ordering::SeqCst);
+        if readers_in.load(Ordering::SeqCst) > 0 {
+            overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        writer_in.store(false, Ordering::SeqCst);
+        guard.release().await.unwrap();
+    }
+    let writes_took = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    eprintln!("5 writes among {reads} reads took {writes_took:?}");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a writer overlapped a reader"
+    );
+    assert!(reads >= 8, "the readers made progress ({reads})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_never_admits_more_than_its_permits() {
+    let hosts = chroot(shared(), "semaphore").await;
+    let holders = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let tokens: Arc<Mutex<Vec<(usize, zkfence::FencingToken)>>> = Arc::default();
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    for session in 0..8 {
+        let pool = FencedSemaphore::new(connect(&hosts, T).await, PATH, 3, LockOptions::default())
+            .unwrap();
+        let (holders, max_seen, tokens) = (holders.clone(), max_seen.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut leases = 0;
+            while Instant::now() < until {
+                let lease = pool.acquire().await.unwrap();
+                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                max_seen.fetch_max(now, Ordering::SeqCst);
+                tokens.lock().unwrap().push((session, lease.token()));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                holders.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+                leases += 1;
+            }
+            leases
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        let leases = task.await.unwrap();
+        assert!(leases > 0, "a session starved");
+        total += leases;
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    eprintln!(
+        "{total} leases, at most {} at once",
+        max_seen.load(Ordering::SeqCst)
+    );
+    assert!(
+        max_seen.load(Ordering::SeqCst) <= 3,
+        "more holders than permits"
+    );
+    assert_eq!(
+        max_seen.load(Ordering::SeqCst),
+        3,
+        "the permits were never all used"
+    );
+    let mut unique: Vec<_> = tokens.iter().map(|(_, t)| *t).collect();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), tokens.len(), "two leases shared a token");
+    for session in 0..8 {
+        let mine: Vec<_> = tokens
+            .iter()
+            .filter(|(s, _)| *s == session)
+            .map(|(_, t)| *t)
+            .collect();
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "tokens of one session decreased"
+        );
+    }
+    queued(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_is_woken_by_any_holder_ahead() {
+    let hosts = chroot(shared(), "semaphore-wake").await;
+    let pool = || async {
+        FencedSemaphore::new(connect(&hosts, T).await, PATH, 2, LockOptions::default()).unwrap()
+    };
+    let (a, b, c) = (pool().await, pool().await, pool().await);
+    let first = a.acquire().await.unwrap();
+    let second = b.acquire().await.unwrap();
+    let third = tokio::spawn(async move { c.acquire().await.unwrap() });
+    queued(&hosts, 3).await;
+    assert!(!third.is_finished(), "a third holder with two permits");
+    // The holder furthest ahead leaves (not the waiter's immediate predecessor).
+    first.release().await.unwrap();
+    let third = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the waiter is admitted when any of the two holders leaves")
+        .unwrap();
+    assert_eq!(a.holders().await.unwrap().len(), 2);
+    second.release().await.unwrap();
+    third.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_clients_must_agree_on_the_count() {
+    let hosts = chroot(shared(), "semaphore-count").await;
+    let three =
+        FencedSemaphore::new(connect(&hosts, T).await, PATH, 3, LockOptions::default()).unwrap();
+    let five =
+        FencedSemaphore::new(connect(&hosts, T).await, PATH, 5, LockOptions::default()).unwrap();
+    let lease = three.acquire().await.unwrap();
+    match five.acquire().await {
+        Err(Error::PermitsMismatch {
+            stored: 3,
+            requested: 5,
+            ..
+        }) => {}
+        other => panic!("expected PermitsMismatch, got {other:?}"),
+    }
+    queued(&hosts, 1).await; // the refused client left nothing behind
+    five.set_permits(5).await.unwrap();
+    five.acquire().await.unwrap().release().await.unwrap();
+    assert!(matches!(
+        three.try_acquire().await,
+        Err(Error::PermitsMismatch {
+            stored: 5,
+            requested: 3,
+            ..
+        })
+    ));
+    lease.release().await.unwrap();
+    assert!(matches!(
+        FencedSemaphore::new(connect(&hosts, T).await, PATH, 0, LockOptions::default()),
+        Err(Error::InvalidOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn clones_of_one_lock_queue_in_process_fairly_with_one_node() {
+    let hosts = chroot(shared(), "in-process").await;
+    let server = hosts.split('/').next().unwrap().to_owned();
+    let chroot_path = &hosts[server.len()..];
+    let proxy = CountingProxy::start(&server).await;
+    let client = connect(&format!("{}{chroot_path}", proxy.addr), T).await;
+    let lock = FencedLock::new(client, PATH, LockOptions::default()).unwrap();
+    let first = lock.acquire().await.unwrap();
+    let creates_before = proxy.counts().get(&15).copied().unwrap_or(0);
+
+    // 16 tasks queue in spawn order (each is polled once, and so queued, before the next).
+    let order: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let (lock, order, inside) = (lock.clone(), order.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            assert!(
+                !inside.swap(true, Ordering::SeqCst),
+                "two tasks held the lock"
+            );
+            order.lock().unwrap().push(i);
+            tokio::task::yield_now().await;
+            inside.store(false, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        }));
+        tokio::task::yield_now().await;
+    }
+    // While the first guard is held, the 16 waiters have no node of their own.
+    assert_eq!(
+        children(&hosts, PATH).await.len(),
+        1,
+        "waiting tasks created nodes"
+    );
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "try_acquire while the process holds"
+    );
+    first.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..16).collect::<Vec<_>>(),
+        "in-process order is FIFO"
+    );
+    let creates = proxy.counts().get(&15).copied().unwrap_or(0) - creates_before;
+    assert_eq!(creates, 16, "one node per acquisition");
+    queued(&hosts, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_delay_follows_a_failed_holder_but_never_a_release() {
+    let hosts = chroot(shared(), "lock-delay").await;
+    let delay = Duration::from_millis(1500);
+    let options = LockOptions::default().with_lock_delay(delay);
+    let lock_for = |client| FencedLock::new(client, PATH, options.clone()).unwrap();
+
+    // A release: the successor gets the lock at once.
+    let a = lock_for(connect(&hosts, T).await);
+    let b = lock_for(connect(&hosts, T).await);
+    let held = a.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { (b.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 2).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (next, granted_at) = waiter.await.unwrap();
+    let handoff = granted_at - released_at;
+    assert!(
+        handoff < delay / 2,
+        "a released lock was delayed {handoff:?}"
+    );
+    next.release().await.unwrap();
+
+    // A holder whose session ends: the successor waits out the delay.
+    let victim = connect(&hosts, T).await;
+    let c = lock_for(victim.clone());
+    let d = lock_for(connect(&hosts, T).await);
+    let held = c.acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { (d.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 2).await;
+    let expired_from = Instant::now();
+    expire_session(&hosts, &victim).await;
+    let (next, granted_at) = waiter.await.unwrap();
+    let waited = granted_at - expired_from;
+    eprintln!("release handoff {handoff:?}; after expiry the successor waited {waited:?}");
+    assert!(
+        waited >= delay,
+        "the successor of a failed holder waited only {waited:?}"
+    );
+    assert!(held.check().is_err());
+    drop(held);
+    next.release().await.unwrap();
+}
