@@ -43,6 +43,16 @@ impl Event {
         self.body.get("kind").and_then(Value::as_str)
     }
 
+    /// A grant whose lease check passed right after `acquire` returned.
+    fn valid_grant(&self) -> bool {
+        self.ev == "granted" && self.body.get("valid").and_then(Value::as_bool) == Some(true)
+    }
+
+    /// A read lock's grant (readers share the lock with each other).
+    fn reader(&self) -> bool {
+        self.body.get("role").and_then(Value::as_str) == Some("read")
+    }
+
     pub fn line(&self, t0: i64) -> String {
         let mut fields = self.body.clone();
         if let Value::Object(map) = &mut fields {
@@ -119,6 +129,8 @@ pub struct Hold {
     pub start: i64,
     pub end: i64,
     pub how: String,
+    /// A read lock's hold.
+    pub shared: bool,
 }
 
 pub struct Outcome {
@@ -280,24 +292,48 @@ pub fn check(input: &Input) -> Outcome {
         });
     }
 
-    // 5. Tokens strictly increase in grant order.
-    let grants: Vec<&Event> = events
-        .iter()
-        .filter(|e| e.ev == "granted" && e.body.get("valid").and_then(Value::as_bool) == Some(true))
-        .collect();
-    for pair in grants.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if b.token() <= a.token() {
+    // 5. Tokens strictly increase in grant order: an exclusive grant's token exceeds every
+    //    earlier grant's; a reader's exceeds every earlier exclusive grant's (readers that
+    //    share may be granted in any order among themselves).
+    let grants: Vec<&Event> = events.iter().filter(|e| e.valid_grant()).collect();
+    let (mut last_any, mut last_writer): (Option<&Event>, Option<&Event>) = (None, None);
+    for &g in &grants {
+        let bound = if g.reader() { last_writer } else { last_any };
+        if let Some(before) = bound.filter(|b| g.token() <= b.token()) {
             violations.push(Violation {
                 invariant: "tokens strictly increase in grant order",
                 summary: format!(
                     "w{} was granted token {:?} after w{} got {:?}",
-                    b.w,
-                    b.token(),
-                    a.w,
-                    a.token()
+                    g.w,
+                    g.token(),
+                    before.w,
+                    before.token()
                 ),
-                evidence: timeline(&[a.w, b.w], b.t),
+                evidence: timeline(&[before.w, g.w], g.t),
+            });
+        }
+        if last_any.is_none_or(|a| g.token() > a.token()) {
+            last_any = Some(g);
+        }
+        if !g.reader() && last_writer.is_none_or(|a| g.token() > a.token()) {
+            last_writer = Some(g);
+        }
+    }
+
+    // 5b. A reader whose lease held around a read never saw a newer writer's fence: no writer
+    //     after it can have been granted while its node existed.
+    for e in events.iter().filter(|e| e.ev == "observe") {
+        let fence = e.body.get("fence").and_then(Value::as_u64).unwrap_or(0);
+        let valid = e.body.get("valid").and_then(Value::as_bool) == Some(true);
+        if valid && Some(fence) >= e.token() {
+            violations.push(Violation {
+                invariant: "a reader never sees a newer writer while its lease holds",
+                summary: format!(
+                    "w{} read fence {fence} under read token {:?}",
+                    e.w,
+                    e.token()
+                ),
+                evidence: timeline(&[e.w], e.t),
             });
         }
     }
@@ -351,7 +387,7 @@ pub fn check(input: &Input) -> Outcome {
     for e in &events {
         last_seen.insert(e.pid, e.t);
         match e.ev.as_str() {
-            "granted" if e.body.get("valid").and_then(Value::as_bool) == Some(true) => {
+            "granted" if e.valid_grant() => {
                 open.insert(
                     e.pid,
                     Hold {
@@ -362,6 +398,7 @@ pub fn check(input: &Input) -> Outcome {
                         start: e.t,
                         end: e.t,
                         how: String::new(),
+                        shared: e.reader(),
                     },
                 );
             }
@@ -385,14 +422,15 @@ pub fn check(input: &Input) -> Outcome {
         holds.push(hold);
     }
     holds.sort_by_key(|h| h.start);
-    // A double-holder window: a hold that still believed itself current after a newer grant
-    // to another worker, from that grant to the moment the older holder stopped.
+    // A double-holder window: a hold that still believed itself current after a newer,
+    // conflicting grant to another worker (readers do not conflict with readers), from that
+    // grant to the moment the older holder stopped.
     let mut double_ms = Vec::new();
     for (i, a) in holds.iter().enumerate() {
         if let Some(b) = holds[i + 1..]
             .iter()
             .take_while(|b| b.start < a.end)
-            .find(|b| b.pid != a.pid)
+            .find(|b| b.pid != a.pid && !(a.shared && b.shared))
         {
             double_ms.push(ms(b.start, a.end));
         }
@@ -408,7 +446,7 @@ pub fn check(input: &Input) -> Outcome {
     for e in &events {
         let token = e.token().unwrap_or(0);
         match e.ev.as_str() {
-            "granted" if e.body.get("valid").and_then(Value::as_bool) == Some(true) => {
+            "granted" if e.valid_grant() && !e.reader() => {
                 newest = newest.max(token);
             }
             "fail" | "ok" | "unknown" if e.op().is_some() => {
@@ -587,6 +625,59 @@ mod tests {
             heal_at: 0,
             end_at: 10_000_000_000,
         }
+    }
+
+    #[test]
+    fn readers_may_be_granted_out_of_order_but_not_before_an_earlier_writer() {
+        let mut history = clean_history();
+        history.events.push(ev(
+            11,
+            3,
+            "granted",
+            json!({"token": 20, "valid": true, "role": "read"}),
+        ));
+        history.events.push(ev(
+            12,
+            4,
+            "granted",
+            json!({"token": 18, "valid": true, "role": "read"}),
+        ));
+        assert!(check(&history).violations.is_empty());
+        history.events.push(ev(
+            13,
+            4,
+            "granted",
+            json!({"token": 11, "valid": true, "role": "read"}),
+        ));
+        assert_eq!(
+            invariants(&check(&history)),
+            ["tokens strictly increase in grant order"]
+        );
+    }
+
+    #[test]
+    fn a_reader_seeing_a_newer_fence_under_its_lease_fails() {
+        let mut history = clean_history();
+        history.events.push(ev(
+            11,
+            3,
+            "observe",
+            json!({"token": 11, "fence": 12, "counter": 1, "valid": false}),
+        ));
+        assert!(
+            check(&history).violations.is_empty(),
+            "an invalid read is not held against it"
+        );
+        history.events.push(ev(
+            12,
+            3,
+            "observe",
+            json!({"token": 11, "fence": 12, "counter": 1, "valid": true}),
+        ));
+        assert_eq!(
+            invariants(&check(&history)),
+            ["a reader never sees a newer writer while its lease holds"]
+        );
     }
 
     fn invariants(outcome: &Outcome) -> Vec<&'static str> {

@@ -149,6 +149,8 @@ struct State {
 pub struct Scenario {
     pub name: String,
     pub mutant: Mutant,
+    /// Workers use a read/write lock.
+    pub rw: bool,
     pub lock: String,
     pub session_ms: u64,
     pub seed: u64,
@@ -172,6 +174,7 @@ impl Scenario {
         cluster: &Cluster,
         name: &str,
         mutant: Mutant,
+        rw: bool,
         workers: u32,
         session_ms: u64,
         seed: u64,
@@ -199,6 +202,7 @@ impl Scenario {
         Ok(Scenario {
             name: name.to_owned(),
             mutant,
+            rw,
             lock: format!("/chaos/{name}-{seed}/lock"),
             session_ms,
             seed,
@@ -235,6 +239,7 @@ impl Scenario {
             .args(["--session-ms", &self.session_ms.to_string()])
             .args(["--mutant", self.mutant.name()])
             .args(["--seed", &self.seed.to_string()])
+            .args(self.rw.then_some("--rw"))
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
         let stderr = std::fs::OpenOptions::new()
@@ -848,6 +853,37 @@ pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
     let n = head.len();
     head.extend(rest);
     (head, n)
+}
+
+/// The read/write scenario: holders of either kind paused past T (readers included), killed,
+/// expired and cut off, and a leader pause. No parent deletion: a reader's lease check cannot
+/// see an operator's delete before its watch fires, so its reads would race the next writer.
+pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Think,
+        },
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Write,
+        },
+        PauseHolder {
+            factor: 2.0,
+            phase: Phase::Any,
+        },
+        PauseHolder {
+            factor: 4.0,
+            phase: Phase::Any,
+        },
+        KillHolder,
+        ExpireHolder,
+        PartitionHolder,
+        PauseLeader,
+    ];
+    rng.shuffle(&mut faults);
+    faults
 }
 
 /// The long run draws each fault from every kind, skew included.

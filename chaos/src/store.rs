@@ -244,7 +244,7 @@ pub enum Outcome {
 pub struct Store {
     conninfo: String,
     fencing: bool,
-    conn: Option<(Client, [Statement; 3])>,
+    conn: Option<(Client, [Statement; 4])>,
 }
 
 impl Store {
@@ -260,7 +260,7 @@ impl Store {
         store
     }
 
-    async fn ensure(&mut self) -> Result<&(Client, [Statement; 3]), String> {
+    async fn ensure(&mut self) -> Result<&(Client, [Statement; 4]), String> {
         if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
             let client = open(&self.conninfo).await.map_err(|e| e.to_string())?;
             // The mutant without fencing drops the token comparison and nothing else.
@@ -281,6 +281,10 @@ impl Store {
                     .prepare("SELECT counter FROM store WHERE id = 1")
                     .await
                     .map_err(|e| e.to_string())?,
+                client
+                    .prepare("SELECT counter, fence FROM store WHERE id = 1")
+                    .await
+                    .map_err(|e| e.to_string())?,
             ];
             self.conn = Some((client, statements));
         }
@@ -294,6 +298,16 @@ impl Store {
             .await
             .map_err(|e| e.to_string())?;
         Ok(row.get(0))
+    }
+
+    /// The counter and the fence, for readers.
+    pub async fn peek(&mut self) -> Result<(i64, i64), String> {
+        let (client, st) = self.ensure().await?;
+        let row = client
+            .query_one(&st[3], &[])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((row.get(0), row.get(1)))
     }
 
     pub async fn write(&mut self, op: &str, worker: u32, token: u64, value: i64) -> Outcome {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::{FencedLock, LockGuard, LockOptions};
+use zkfence::{FencedLock, FencedRwLock, LockGuard, LockOptions};
 use zookeeper_client as zk;
 
 /// What a worker is told by the controller.
@@ -39,6 +39,9 @@ pub struct WorkerArgs {
     /// Seed for think times.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Use a read/write lock: most holds read (under the read lock), the rest write.
+    #[arg(long)]
+    pub rw: bool,
 }
 
 struct Log {
@@ -80,19 +83,31 @@ pub async fn run(args: WorkerArgs) {
     let mut ops = 0u64;
     loop {
         let client = connect(&args.zk, timeout, &log).await;
-        let lock = match FencedLock::new(
-            client.clone(),
-            args.lock.clone(),
-            LockOptions::default().with_create_parents(true),
-        ) {
-            Ok(lock) => lock,
+        let options = LockOptions::default().with_create_parents(true);
+        let locks = if args.rw {
+            FencedRwLock::new(client.clone(), args.lock.clone(), options)
+                .map(|rw| (rw.writer().clone(), Some(rw.reader().clone())))
+        } else {
+            FencedLock::new(client.clone(), args.lock.clone(), options).map(|lock| (lock, None))
+        };
+        let (writer, reader) = match locks {
+            Ok(locks) => locks,
             Err(err) => {
                 log.now("fatal", json!({"error": err.to_string()}));
                 std::process::exit(2);
             }
         };
         while !client.state().is_terminated() {
-            log.now("acquire", json!({}));
+            // In the read/write scenario, six holds in ten read.
+            let read = reader.is_some() && rng.range(0, 9) < 6;
+            let lock = match (&reader, read) {
+                (Some(reader), true) => reader,
+                _ => &writer,
+            };
+            log.now(
+                "acquire",
+                json!({"role": if read { "read" } else { "write" }}),
+            );
             let guard = match lock.acquire_timeout(timeout * 3).await {
                 Ok(Some(guard)) => guard,
                 Ok(None) => {
@@ -112,6 +127,7 @@ pub async fn run(args: WorkerArgs) {
                 log: &log,
                 heed_watchdog,
                 ops: &mut ops,
+                read,
             };
             // One hold in four is a long critical section (a batch job): the faults aimed at
             // the watchdog (partitions, session expiry, slow links) pick those.
@@ -121,7 +137,11 @@ pub async fn run(args: WorkerArgs) {
             } else {
                 args.increments
             };
-            hold.work(&mut store, &mut rng, increments, long).await;
+            if read {
+                hold.observe(&mut store, &mut rng, args.increments).await;
+            } else {
+                hold.work(&mut store, &mut rng, increments, long).await;
+            }
             let token = guard.token().as_u64();
             log.now("release", json!({"token": token}));
             let result = guard.release().await;
@@ -163,6 +183,7 @@ struct Hold<'a> {
     log: &'a Log,
     heed_watchdog: bool,
     ops: &'a mut u64,
+    read: bool,
 }
 
 impl Hold<'_> {
@@ -193,7 +214,9 @@ impl Hold<'_> {
         format!("w{}-{}-{}", self.log.id, self.log.pid, self.ops)
     }
 
-    async fn work(&mut self, store: &mut Store, rng: &mut Rng, increments: u32, long: bool) {
+    /// Logs the grant (valid if the lease check passes right after it) and starts the task
+    /// that logs a watchdog cancellation. `None`: the grant was already stale.
+    fn granted(&self, long: bool) -> Option<tokio::task::JoinHandle<()>> {
         let token = self.token();
         let seq = self.guard.token().sequence();
         let t = now_ns();
@@ -201,19 +224,57 @@ impl Hold<'_> {
         self.log.at(
             t,
             "granted",
-            json!({"token": token, "seq": seq, "node": self.guard.node_path(), "session": self.guard.session_id().0, "valid": ok, "long": long}),
+            json!({"token": token, "seq": seq, "node": self.guard.node_path(), "session": self.guard.session_id().0,
+                   "valid": ok, "long": long, "role": if self.read { "read" } else { "write" }}),
         );
         if !ok {
-            return;
+            return None;
         }
         let observer = self.guard.held();
         let (id, pid) = (self.log.id, self.log.pid);
-        let watcher = tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             let reason = observer.lost().await;
             if reason != zkfence::LossReason::Released {
                 Log { id, pid }.now("cancel", json!({"token": token, "reason": reason.as_str()}));
             }
-        });
+        }))
+    }
+
+    /// A reader's hold: reads of the counter and the fence, each between two lease checks.
+    /// While the lease holds, no writer after us can have been granted, so the fence (the
+    /// newest writer's token the store accepted) must be below our token.
+    async fn observe(&mut self, store: &mut Store, rng: &mut Rng, reads: u32) {
+        let Some(watcher) = self.granted(false) else {
+            return;
+        };
+        let token = self.token();
+        for _ in 0..reads {
+            if let Err(why) = self.gate() {
+                self.log
+                    .now("check-failed", json!({"token": token, "error": why}));
+                break;
+            }
+            let Ok((counter, fence)) = store.peek().await else {
+                break;
+            };
+            let valid = self.gate().is_ok();
+            self.log.now(
+                "observe",
+                json!({"token": token, "counter": counter, "fence": fence, "valid": valid}),
+            );
+            if !valid {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.range(10, 40))).await;
+        }
+        drop(watcher);
+    }
+
+    async fn work(&mut self, store: &mut Store, rng: &mut Rng, increments: u32, long: bool) {
+        let Some(watcher) = self.granted(long) else {
+            return;
+        };
+        let token = self.token();
         // First raise the fence: from here on every older holder is refused.
         if self.step(store, "fence", None).await.is_some() {
             for _ in 0..increments {

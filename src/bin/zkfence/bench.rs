@@ -84,6 +84,13 @@ pub(crate) struct Args {
     /// With --matrix: where to write the chart.
     #[arg(long, default_value = "bench.svg")]
     chart: PathBuf,
+    /// Measure the in-process queue instead: --tasks tasks of one process on one lock, sharing
+    /// one FencedLock (clones: one ZooKeeper contender at a time) versus each with its own.
+    #[arg(long)]
+    in_process: bool,
+    /// With --in-process: tasks in the process.
+    #[arg(long, default_value_t = 64)]
+    tasks: usize,
 }
 
 /// One run's figures, printed as one JSON line.
@@ -144,7 +151,7 @@ fn percentile(samples: &mut [u64], p: f64) -> f64 {
 }
 
 pub(crate) async fn bench(args: Args) -> u8 {
-    if args.matrix || args.scale {
+    if args.matrix || args.scale || args.in_process {
         return with_server(&args).await;
     }
     let Some(hosts) = args.connect.clone() else {
@@ -530,7 +537,9 @@ async fn with_server(args: &Args) -> u8 {
             local.addr()
         }
     };
-    let result = if args.scale {
+    let result = if args.in_process {
+        in_process(args, &hosts).await
+    } else if args.scale {
         scale(args, &hosts).await
     } else {
         matrix(args, &hosts).await
@@ -927,4 +936,117 @@ fn chart(reports: &[Report]) -> String {
     );
     svg.push_str("</svg>\n");
     svg
+}
+
+/// One side of the in-process comparison.
+#[derive(Debug, Default)]
+struct InProcess {
+    acquisitions: u64,
+    seconds: f64,
+    creates: u64,
+    requests: u64,
+    max_nodes: usize,
+}
+
+/// `--tasks` tasks of one process on one lock and one session: sharing one `FencedLock`
+/// (clones queue in process; one node at a time) versus one `FencedLock` each (one node each).
+async fn in_process(args: &Args, hosts: &str) -> Result<u8, String> {
+    let server = hosts.split(',').next().unwrap_or(hosts).to_owned();
+    let admin = connect_raw(&server).await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match admin.create(&args.lock, &[], &persistent).await {
+        Ok(_) | Err(zk::Error::NodeExists) => {}
+        Err(err) => return Err(format!("create {}: {err}", args.lock)),
+    }
+    let mut sides = Vec::new();
+    for shared in [true, false] {
+        let proxy = CountingProxy::start(&server).await;
+        let client = connect_raw(&proxy.addr).await?;
+        let path = format!("{}/in-process-{shared}-{}", args.lock, std::process::id());
+        let one = FencedLock::new(client.clone(), path.clone(), LockOptions::default())
+            .map_err(|e| e.to_string())?;
+        let counting = Arc::new(AtomicBool::new(false));
+        let acquisitions = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let measure_from = start + Duration::from_secs_f64(args.warmup);
+        let until = measure_from + Duration::from_secs_f64(args.seconds);
+        let mut tasks = Vec::new();
+        for _ in 0..args.tasks {
+            let lock = if shared {
+                one.clone()
+            } else {
+                FencedLock::new(client.clone(), path.clone(), LockOptions::default())
+                    .map_err(|e| e.to_string())?
+            };
+            let (counting, acquisitions) = (counting.clone(), acquisitions.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    let Ok(guard) = lock.acquire().await else {
+                        continue;
+                    };
+                    if counting.load(Ordering::Relaxed) {
+                        acquisitions.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = guard.release().await;
+                }
+            }));
+        }
+        tokio::time::sleep_until(measure_from).await;
+        let (creates0, requests0) = (proxy.counts().get(&15).copied().unwrap_or(0), proxy.total());
+        counting.store(true, Ordering::Relaxed);
+        let mut max_nodes = 0;
+        while Instant::now() < until {
+            if let Ok(children) = admin.list_children(&path).await {
+                max_nodes = max_nodes.max(children.len());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        counting.store(false, Ordering::Relaxed);
+        let side = InProcess {
+            acquisitions: acquisitions.load(Ordering::Relaxed),
+            seconds: args.seconds,
+            creates: proxy.counts().get(&15).copied().unwrap_or(0) - creates0,
+            requests: proxy.total() - requests0,
+            max_nodes,
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+        let per = |n: u64| n as f64 / side.acquisitions.max(1) as f64;
+        println!(
+            "{{\"mode\":\"in-process\",\"shared_lock\":{shared},\"tasks\":{},\"seconds\":{},\"acquisitions\":{},\"acq_per_s\":{:.1},\"nodes_created_per_acq\":{:.3},\"requests_per_acq\":{:.2},\"max_queue_nodes\":{}}}",
+            args.tasks,
+            side.seconds,
+            side.acquisitions,
+            side.acquisitions as f64 / side.seconds,
+            per(side.creates),
+            per(side.requests),
+            side.max_nodes
+        );
+        sides.push(side);
+    }
+    let (shared, separate) = (&sides[0], &sides[1]);
+    let rate = |s: &InProcess| s.acquisitions as f64 / s.seconds;
+    println!();
+    println!("| {} tasks, one session | acq/s | nodes created / acq | requests / acq | most nodes queued |", args.tasks);
+    println!("| --- | --- | --- | --- | --- |");
+    for (name, side) in [
+        ("one shared FencedLock (in-process queue)", shared),
+        ("a FencedLock per task", separate),
+    ] {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.2} | {} |",
+            rate(side),
+            side.creates as f64 / side.acquisitions.max(1) as f64,
+            side.requests as f64 / side.acquisitions.max(1) as f64,
+            side.max_nodes
+        );
+    }
+    println!(
+        "in-process queue / separate contenders: throughput {:.2}x, queue nodes {} vs {}",
+        rate(shared) / rate(separate).max(f64::MIN_POSITIVE),
+        shared.max_nodes,
+        separate.max_nodes
+    );
+    Ok(0)
 }
