@@ -223,9 +223,10 @@ impl LockOptions {
         self
     }
 
-    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when a node this
-    /// contender waits on vanishes **without a release** (its session expired or died, or an
-    /// operator deleted it), the contender waits `delay` more before it takes the lock. A
+    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when the last
+    /// node blocking this contender (the holder it waits for) vanishes **without a release**
+    /// (its session expired, or an operator deleted it), the contender waits `delay` more
+    /// before it takes the lock. A
     /// holder that stalled past its session may still be finishing a write; the delay narrows
     /// that window for storage that cannot check fencing tokens. A normal release is never
     /// delayed. Clamped to [`MAX_LOCK_DELAY`].
@@ -894,7 +895,7 @@ impl FencedLock {
             Wait::Until(deadline) => Some(deadline),
             _ => None,
         };
-        // A node we waited on vanished without a release (lock-delay applies).
+        // The last node blocking us vanished without a release (lock-delay applies).
         let mut vanished = false;
         let mut attempt = 0;
         loop {
@@ -1018,8 +1019,10 @@ impl FencedLock {
             match event.event_type {
                 zk::EventType::NodeDeleted => {
                     // Released nodes announce themselves with a data change first when
-                    // lock-delay is on; this one just vanished.
-                    vanished |= mark;
+                    // lock-delay is on; this one just vanished. It held (or was next to hold)
+                    // the lock if it was our last blocker; a waiter further ahead failing
+                    // delays nobody.
+                    vanished |= mark && position.blocking == 1;
                     // The zero-round-trip handoff: our last listing showed it as the only
                     // blocker, and nothing new can sort before us.
                     if position.blocking == 1 {
