@@ -204,6 +204,43 @@ impl FencedSemaphore {
         self.lock.run(f).await
     }
 
+    /// As [`run`](Self::run), but gives up waiting for a lease after `timeout` and returns
+    /// `Ok(None)` without running `f`.
+    ///
+    /// # Errors
+    ///
+    /// As [`FencedLock::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`FencedLock::run_timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
+    /// let done = pool
+    ///     .run_timeout(std::time::Duration::from_secs(2), |held| async move {
+    ///         held.check()?;
+    ///         Ok::<_, zkfence::Error>(())
+    ///     })
+    ///     .await?;
+    /// println!("ran: {}", done.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_timeout<F, Fut, T, E>(
+        &self,
+        timeout: Duration,
+        f: F,
+    ) -> std::result::Result<Option<T>, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.lock.run_timeout(timeout, f).await
+    }
+
     /// The holders: the first `permits` nodes of the queue (by the stored count, as this
     /// client knows it).
     ///
