@@ -248,7 +248,7 @@ pub struct LockGuard {
     interest: Option<Interest>,
     /// This process's turn in the lock's in-process queue; dropping it lets the next task
     /// contend.
-    _local: Option<tokio::sync::OwnedMutexGuard<()>>,
+    local: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 /// What an acquire hands to its guard besides the token.
@@ -305,7 +305,7 @@ impl LockGuard {
                 shared: Arc::new(shared),
             },
             interest: Some(interest),
-            _local: handoff.local,
+            local: handoff.local,
         }
     }
 
@@ -366,6 +366,7 @@ impl LockGuard {
                     shared.client.clone(),
                     shared.node.to_string(),
                     shared.mark,
+                    None,
                 );
             }
         }
@@ -412,7 +413,12 @@ impl Drop for LockGuard {
         let shared = self.held.shared.clone();
         shared.state.lose(LossReason::Released);
         self.finish();
-        crate::lock::spawn_cleanup(shared.client.clone(), shared.node.to_string(), shared.mark);
+        crate::lock::spawn_cleanup(
+            shared.client.clone(),
+            shared.node.to_string(),
+            shared.mark,
+            self.local.take(),
+        );
     }
 }
 

@@ -223,10 +223,10 @@ impl LockOptions {
         self
     }
 
-    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when the last
-    /// node blocking this contender (the holder it waits for) vanishes **without a release**
-    /// (its session expired, or an operator deleted it), the contender waits `delay` more
-    /// before it takes the lock. A
+    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when a node this
+    /// contender watches while it waits vanishes **without a release** (its session expired,
+    /// or an operator deleted it), the contender waits `delay` more before it takes the
+    /// lock; if it gives up during the delay, its successor inherits it. A
     /// holder that stalled past its session may still be finishing a write; the delay narrows
     /// that window for storage that cannot check fencing tokens. A normal release is never
     /// delayed. Clamped to [`MAX_LOCK_DELAY`].
@@ -239,8 +239,14 @@ impl LockOptions {
     /// contender of a lock should use the same setting; a holder without it releases with a
     /// plain delete, which its delaying successors take for a failure.
     ///
-    /// A contender that arrives after a failed holder's node is already gone is not delayed:
-    /// that node outlived the holder's last contact by a whole session timeout.
+    /// It errs towards delaying. A successor is also delayed when the node that vanished was a
+    /// waiter (not the holder) whose session ended, and when it was disconnected while the
+    /// release happened (on reconnect the server reports the deletion, not the marker). It
+    /// is not delayed when the node vanished in the one round trip between its listing and
+    /// its watch, nor when it arrives after a failed holder's node is already gone (that node
+    /// outlived the holder's last contact by a whole session timeout). The marker is a write:
+    /// the lock nodes' ACL must grant the creator WRITE (the default ACL does); without it a
+    /// release falls back to a plain delete.
     ///
     /// # Examples
     ///
@@ -629,8 +635,9 @@ impl FencedLock {
         }
     }
 
-    /// The queue, in order: the holder first, then the waiters. Includes Curator's and other
-    /// clients' nodes that follow the `…lock-<seq>` naming.
+    /// The queue, in order: the holder first, then the waiters (for a read lock or a
+    /// semaphore, several of the first nodes may hold). Includes Curator's and other clients'
+    /// nodes named `…lock-<seq>`, `…__READ__<seq>`, `…__WRIT__<seq>` or `…lease-<seq>`.
     ///
     /// # Errors
     ///
@@ -704,6 +711,35 @@ impl FencedLock {
             }
         }
         Ok(out)
+    }
+
+    /// Sets the lock node's own data (creating it and its parents as persistent nodes, with
+    /// this lock's ACLs, when missing), retried across ConnectionLoss. For the semaphore's
+    /// stored count.
+    pub(crate) async fn store_data(&self, data: &[u8]) -> Result<()> {
+        let client = &self.inner.client;
+        let path = &*self.inner.path;
+        let mut attempt = 0;
+        let mut created = false;
+        loop {
+            match client.set_data(path, data, None).await {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NoNode) if !created => {
+                    created = true;
+                    recipe::create_parents(
+                        client,
+                        path,
+                        zk::CreateMode::Persistent,
+                        &self.inner.options.acls,
+                    )
+                    .await?;
+                }
+                Err(err) if recipe::is_connection_error(&err) => {
+                    recipe::await_reconnect(client, &mut attempt).await?
+                }
+                Err(err) => return Err(Error::zk("set", path, client.session_id(), err)),
+            }
+        }
     }
 
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
@@ -895,7 +931,7 @@ impl FencedLock {
             Wait::Until(deadline) => Some(deadline),
             _ => None,
         };
-        // The last node blocking us vanished without a release (lock-delay applies).
+        // A node we waited on vanished without a release (lock-delay applies).
         let mut vanished = false;
         let mut attempt = 0;
         loop {
@@ -1019,10 +1055,11 @@ impl FencedLock {
             match event.event_type {
                 zk::EventType::NodeDeleted => {
                     // Released nodes announce themselves with a data change first when
-                    // lock-delay is on; this one just vanished. It held (or was next to hold)
-                    // the lock if it was our last blocker; a waiter further ahead failing
-                    // delays nobody.
-                    vanished |= mark && position.blocking == 1;
+                    // lock-delay is on; this one just vanished. Any such node counts, not
+                    // only the last blocker: one failed session often owns several nodes
+                    // (a holder and a waiter), and the waiter's deletion may be the one we
+                    // see. Erring this way delays a successor of a failed waiter too.
+                    vanished |= mark;
                     // The zero-round-trip handoff: our last listing showed it as the only
                     // blocker, and nothing new can sort before us.
                     if position.blocking == 1 {
@@ -1041,6 +1078,9 @@ impl FencedLock {
             // A holder ahead of us failed rather than released: give its stalled work time
             // to end before ours starts (bounded by our own deadline).
             let until = Instant::now() + delay;
+            // If we give up during the delay, our node goes without the release marker, so
+            // our successor inherits the delay instead of walking straight in.
+            pending.mark = false;
             tracing::debug!(
                 delay_ms = delay.as_millis() as u64,
                 "lock-delay: a node ahead vanished without a release"
@@ -1274,7 +1314,7 @@ impl Drop for PendingNode {
         let client = self.client.clone();
         let mark = self.mark;
         match self.node.take() {
-            Some(node) => spawn_cleanup(client, node, mark),
+            Some(node) => spawn_cleanup(client, node, mark, None),
             None => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
@@ -1309,8 +1349,17 @@ async fn remove_by_prefix(
 
 /// Deletes `node` in a task of its own (retrying across ConnectionLoss), with the release
 /// marker when `mark`.
-pub(crate) fn spawn_cleanup(client: zk::Client, node: String, mark: bool) {
+///
+/// `local`, the in-process queue turn of a dropped guard, is given up only once the delete is
+/// done, so the process's next contender does not queue behind its own stale node.
+pub(crate) fn spawn_cleanup(
+    client: zk::Client,
+    node: String,
+    mark: bool,
+    local: Option<tokio::sync::OwnedMutexGuard<()>>,
+) {
     spawn_task(async move {
+        let _local = local;
         let outcome = match recipe::delete_node(&client, &node, mark).await {
             Ok(true) => "deleted",
             Ok(false) => "absent",

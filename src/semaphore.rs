@@ -7,7 +7,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::guard::{Held, LockGuard};
-use crate::lock::{Contender, FencedLock, LockOptions};
+use crate::lock::{Contender, FencedLock, LockOptions, ParentMode};
 use crate::recipe::Kind;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
@@ -24,9 +24,17 @@ use crate::recipe::Kind;
 /// cannot both win), and every acquire reads it in the same round trip as its create and
 /// listing. A client built with a different count gets [`Error::PermitsMismatch`] from
 /// `acquire` (its node is removed first): it never admits holders by a count the others do
-/// not share. [`set_permits`](Self::set_permits) changes the count for everyone; clients still
-/// built with the old one then fail until rebuilt, and holders already admitted keep their
-/// leases (lowering the count takes effect as they release).
+/// not share. The semaphore node is created persistent (not as a container, whatever the
+/// options say), so the count survives idle periods.
+///
+/// [`set_permits`](Self::set_permits) changes the count for everyone: clients still built
+/// with the old count fail at their next acquire until rebuilt. Holders already admitted
+/// keep their leases, and waiters that read the old count before the change still admit by
+/// it; so lower the count only after rebuilding the clients, or accept a transition with up
+/// to the old count of holders.
+///
+/// Cost: a waiter sets `permits` watches, and a release wakes up to `permits` waiters, each
+/// of which lists the queue: fine for small counts, not meant for thousands of permits.
 ///
 /// # Examples
 ///
@@ -71,6 +79,8 @@ impl FencedSemaphore {
                 "a semaphore needs at least one permit",
             ));
         }
+        // The node holds the count: it must not be reaped as an empty container.
+        let options = options.with_parent_mode(ParentMode::Persistent);
         Ok(FencedSemaphore {
             lock: FencedLock::with_kind(client, path.into(), options, Kind::Semaphore(permits))?,
             permits,
@@ -241,8 +251,8 @@ impl FencedSemaphore {
         self.lock.run_timeout(timeout, f).await
     }
 
-    /// The holders: the first `permits` nodes of the queue (by the stored count, as this
-    /// client knows it).
+    /// The holders: the first `permits` nodes of the queue, by this client's count (which
+    /// `acquire` checks against the stored one).
     ///
     /// # Errors
     ///
@@ -267,8 +277,10 @@ impl FencedSemaphore {
         Ok(queue)
     }
 
-    /// Changes the stored count, for every client (creating the semaphore node if needed).
-    /// Clients built with another count get [`Error::PermitsMismatch`] until rebuilt.
+    /// Changes the stored count, for every client, creating the semaphore node (persistent,
+    /// with this client's ACLs) and its parents if needed. Clients built with another count
+    /// get [`Error::PermitsMismatch`] at their next acquire until rebuilt (see the type's docs
+    /// for lowering the count).
     ///
     /// # Errors
     ///
@@ -276,7 +288,7 @@ impl FencedSemaphore {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: one write, which either happened or not.
+    /// Cancel safe: one write (and the creates it may need), each of which happened or not.
     ///
     /// # Examples
     ///
@@ -291,24 +303,6 @@ impl FencedSemaphore {
                 "a semaphore needs at least one permit",
             ));
         }
-        let client = self.lock.client();
-        let path = self.path();
-        let value = permits.to_string();
-        match client.set_data(path, value.as_bytes(), None).await {
-            Ok(_) => Ok(()),
-            Err(zk::Error::NoNode) => {
-                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                match client.create(path, value.as_bytes(), &options).await {
-                    Ok(_) => Ok(()),
-                    Err(zk::Error::NodeExists) => client
-                        .set_data(path, value.as_bytes(), None)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| Error::zk("set", path, client.session_id(), e)),
-                    Err(err) => Err(Error::zk("create", path, client.session_id(), err)),
-                }
-            }
-            Err(err) => Err(Error::zk("set", path, client.session_id(), err)),
-        }
+        self.lock.store_data(permits.to_string().as_bytes()).await
     }
 }
