@@ -281,6 +281,11 @@ async fn semaphore_clients_must_agree_on_the_count() {
         FencedSemaphore::new(connect(&hosts, T).await, PATH, 0, LockOptions::default()),
         Err(Error::InvalidOptions(_))
     ));
+    // The count outlives the leases: the node is persistent, not a reapable container.
+    queued(&hosts, 0).await;
+    let (data, stat) = connect(&hosts, T).await.get_data(PATH).await.unwrap();
+    assert_eq!(data, b"5");
+    assert_eq!(stat.ephemeral_owner, 0);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -379,4 +384,45 @@ async fn lock_delay_follows_a_failed_holder_but_never_a_release() {
     assert!(held.check().is_err());
     drop(held);
     next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_inherits_the_lock_delay_when_the_delayed_one_gives_up() {
+    let hosts = chroot(shared(), "lock-delay-inherit").await;
+    let delay = Duration::from_secs(3);
+    let options = LockOptions::default().with_lock_delay(delay);
+    let victim = connect(&hosts, T).await;
+    let a = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
+    let b = FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap();
+    let c = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let held = a.acquire().await.unwrap();
+    // B will give up at `b_gives_up`; C queues behind B and so watches B, not A.
+    let b_gives_up = Instant::now() + Duration::from_millis(2500);
+    let b_waits = tokio::spawn(async move {
+        b.acquire_timeout(b_gives_up - Instant::now())
+            .await
+            .unwrap()
+    });
+    queued(&hosts, 2).await;
+    let c_waits = tokio::spawn(async move { (c.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 3).await;
+    // A fails; B starts its 3 s delay and gives up inside it.
+    expire_session(&hosts, &victim).await;
+    assert!(
+        Instant::now() + Duration::from_millis(200) < b_gives_up,
+        "the expiry took too long for B to be inside its delay when it gives up"
+    );
+    assert!(
+        b_waits.await.unwrap().is_none(),
+        "B timed out during its delay"
+    );
+    let (guard, granted_at) = c_waits.await.unwrap();
+    let after_b = granted_at - b_gives_up;
+    eprintln!("C got the lock {after_b:?} after B gave up");
+    assert!(
+        after_b >= delay,
+        "C walked in {after_b:?} after B gave up inside its delay"
+    );
+    drop(held);
+    guard.release().await.unwrap();
 }
