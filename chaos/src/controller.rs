@@ -169,17 +169,28 @@ pub struct Collected {
     pub end_at: i64,
 }
 
+/// What one scenario runs.
+pub struct Spec<'a> {
+    pub name: &'a str,
+    pub mutant: Mutant,
+    pub rw: bool,
+    pub workers: u32,
+    pub session_ms: u64,
+    pub seed: u64,
+    pub dir: PathBuf,
+}
+
 impl Scenario {
-    pub async fn new(
-        cluster: &Cluster,
-        name: &str,
-        mutant: Mutant,
-        rw: bool,
-        workers: u32,
-        session_ms: u64,
-        seed: u64,
-        dir: PathBuf,
-    ) -> Result<Scenario, String> {
+    pub async fn new(cluster: &Cluster, spec: Spec<'_>) -> Result<Scenario, String> {
+        let Spec {
+            name,
+            mutant,
+            rw,
+            workers,
+            session_ms,
+            seed,
+            dir,
+        } = spec;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         crate::store::reset(&cluster.pg.conninfo()).await?;
         let mut proxies = Vec::new();
@@ -225,7 +236,10 @@ impl Scenario {
 
     /// Starts worker `id` (again), under libfaketime at `skew` when given.
     pub fn spawn_worker(&self, id: u32, skew: Option<f64>) -> Result<(), String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // Our own executable even if a rebuild has replaced the file on disk since we started
+        // (then current_exe() names a deleted path); the child is a fork of us, so its
+        // /proc/self/exe is this very binary.
+        let exe = std::path::PathBuf::from("/proc/self/exe");
         let zk_hosts: Vec<&str> = self.proxies[id as usize]
             .iter()
             .map(|p| p.addr.as_str())
@@ -307,6 +321,13 @@ impl Scenario {
             }
         });
         Ok(())
+    }
+
+    /// Restarts a worker after a fault; a failure is loud (the run then fails on progress).
+    fn respawn(&self, id: u32, skew: Option<f64>) {
+        if let Err(err) = self.spawn_worker(id, skew) {
+            println!("  chaos: could not restart worker {id}: {err}");
+        }
     }
 
     fn signal(&self, id: usize, signal: i32) {
@@ -438,7 +459,7 @@ impl Scenario {
                 let start = now_ns();
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let skew = self.lock_state().slots[id].skew;
-                let _ = self.spawn_worker(id as u32, skew);
+                self.respawn(id as u32, skew);
                 record(
                     format!("w{id} token {token} SIGKILL, restarted after 1 s"),
                     start,
@@ -632,7 +653,7 @@ impl Scenario {
                 self.signal(id, libc::SIGKILL);
                 let start = now_ns();
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                let _ = self.spawn_worker(id as u32, Some(*rate));
+                self.respawn(id as u32, Some(*rate));
                 record(format!("w{id} (token {token}) killed and restarted with its clock at {rate}× real time (libfaketime)"), start, now_ns(), start, Some((id as u32, pid, token)), None, false)
             }
         };
@@ -667,7 +688,7 @@ impl Scenario {
             };
             if !alive || skew.is_some() {
                 self.signal(id, libc::SIGKILL);
-                let _ = self.spawn_worker(id as u32, None);
+                self.respawn(id as u32, None);
             }
         }
         for i in 0..3 {

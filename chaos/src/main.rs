@@ -277,13 +277,15 @@ async fn scenario(
     let sc = Arc::new(
         Scenario::new(
             cluster,
-            name,
-            mutant,
-            rw,
-            args.workers,
-            args.session_ms,
-            seed,
-            dir.join(name),
+            controller::Spec {
+                name,
+                mutant,
+                rw,
+                workers: args.workers,
+                session_ms: args.session_ms,
+                seed,
+                dir: dir.join(name),
+            },
         )
         .await?,
     );
