@@ -562,6 +562,8 @@ pub fn check(input: &Input) -> Outcome {
         "faults_by_kind": by_kind,
         "holder_pauses_past_timeout": input.faults.iter().filter(|f| f.pause_past_timeout).count(),
         "holds": holds.len(),
+        "read_holds": holds.iter().filter(|h| h.shared).count(),
+        "reader_observations": events.iter().filter(|e| e.ev == "observe").count(),
         "increments_applied": writes.len(),
         "fence_raises_applied": input.rows.len() - writes.len(),
         "final_counter": input.counter,

@@ -187,8 +187,8 @@ pub fn figures_text(f: &serde_json::Value) -> String {
     }
     let _ = writeln!(
         s,
-        "  holds: {}, increments applied: {}, final counter: {}",
-        f["holds"], f["increments_applied"], f["final_counter"]
+        "  holds: {} ({} under a read lock, {} reads checked), increments applied: {}, final counter: {}",
+        f["holds"], f["read_holds"], f["reader_observations"], f["increments_applied"], f["final_counter"]
     );
     let st = &f["stale_writes"];
     let _ = writeln!(s, "  stale writes (reached the store after a newer grant): {}, refused by the store {}, accepted {}, outcome unknown {}", st["in_flight_past_a_newer_grant"], st["refused"], st["accepted"], st["unknown"]);
