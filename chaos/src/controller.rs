@@ -406,21 +406,17 @@ impl Scenario {
         let t = self.timeout();
         let name = kind.name();
         self.lock_state().current = name.to_owned();
-        let record = |detail: String,
-                      start: i64,
-                      end: i64,
-                      reference: i64,
-                      victim,
-                      expired_at,
-                      past: bool| Fault {
+        // A fault from `start` to now, noticeable from `start`, aimed at nobody; the arms
+        // below fill in what differs.
+        let record = |detail: String, start: i64| Fault {
             kind: name.to_owned(),
             detail,
             start,
-            end,
-            reference,
-            victim,
-            expired_at,
-            pause_past_timeout: past,
+            end: now_ns(),
+            reference: start,
+            victim: None,
+            expired_at: None,
+            pause_past_timeout: false,
         };
         let fault = match kind {
             FaultKind::PauseHolder { factor, phase } => {
@@ -439,18 +435,19 @@ impl Scenario {
                 self.signal(id, libc::SIGCONT);
                 let end = now_ns();
                 self.lock_state().slots[id].paused = false;
-                record(
-                    format!(
+                Fault {
+                    end: end,
+                    reference: end,
+                    victim: Some((id as u32, pid, token)),
+                    pause_past_timeout: *factor > 1.0,
+                    ..record(
+                        format!(
                         "w{id} token {token} SIGSTOP {:.1} s ({factor}×T) in its {actual} phase",
                         t.as_secs_f64() * factor
                     ),
-                    start,
-                    end,
-                    end,
-                    Some((id as u32, pid, token)),
-                    None,
-                    *factor > 1.0,
-                )
+                        start,
+                    )
+                }
             }
             FaultKind::KillHolder => {
                 let (id, pid, token, _, _) =
@@ -460,15 +457,13 @@ impl Scenario {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let skew = self.lock_state().slots[id].skew;
                 self.respawn(id as u32, skew);
-                record(
-                    format!("w{id} token {token} SIGKILL, restarted after 1 s"),
-                    start,
-                    now_ns(),
-                    start,
-                    Some((id as u32, pid, token)),
-                    None,
-                    false,
-                )
+                Fault {
+                    victim: Some((id as u32, pid, token)),
+                    ..record(
+                        format!("w{id} token {token} SIGKILL, restarted after 1 s"),
+                        start,
+                    )
+                }
             }
             FaultKind::ExpireHolder => {
                 let (id, pid, token, node, session) = self.long_holder().await?;
@@ -477,18 +472,17 @@ impl Scenario {
                     crate::expire::close_session(&self.hosts, session, self.session_ms as i32)
                         .await;
                 let expired = wait_gone(&cluster.admin, &node, Duration::from_secs(5)).await;
-                record(
-                    format!(
-                        "w{id} token {token} session {session:#x} closed from outside ({})",
-                        how.unwrap_or_else(|e| e)
-                    ),
-                    start,
-                    now_ns(),
-                    start,
-                    Some((id as u32, pid, token)),
-                    expired,
-                    false,
-                )
+                Fault {
+                    victim: Some((id as u32, pid, token)),
+                    expired_at: expired,
+                    ..record(
+                        format!(
+                            "w{id} token {token} session {session:#x} closed from outside ({})",
+                            how.unwrap_or_else(|e| e)
+                        ),
+                        start,
+                    )
+                }
             }
             FaultKind::PartitionHolder => {
                 let (id, pid, token, node, _) = self.long_holder().await?;
@@ -501,15 +495,7 @@ impl Scenario {
                 for p in &self.proxies[id] {
                     p.blackhole(false);
                 }
-                record(
-                    format!("w{id} token {token} cut off from all three servers (it still reaches PostgreSQL)"),
-                    start,
-                    now_ns(),
-                    start,
-                    Some((id as u32, pid, token)),
-                    expired,
-                    false,
-                )
+                Fault { victim: Some((id as u32, pid, token)), expired_at: expired, ..record(format!("w{id} token {token} cut off from all three servers (it still reaches PostgreSQL)"), start) }
             }
             FaultKind::SlowHolder => {
                 let (id, pid, token, _, _) = self.long_holder().await?;
@@ -522,19 +508,17 @@ impl Scenario {
                 for p in &self.proxies[id] {
                     p.delay(Duration::ZERO);
                 }
-                record(
-                    format!(
-                        "w{id} token {token}: every ZooKeeper frame delayed {} ms for {:.1} s",
-                        delay.as_millis(),
-                        (t * 2).as_secs_f64()
-                    ),
-                    start,
-                    now_ns(),
-                    start,
-                    Some((id as u32, pid, token)),
-                    None,
-                    false,
-                )
+                Fault {
+                    victim: Some((id as u32, pid, token)),
+                    ..record(
+                        format!(
+                            "w{id} token {token}: every ZooKeeper frame delayed {} ms for {:.1} s",
+                            delay.as_millis(),
+                            (t * 2).as_secs_f64()
+                        ),
+                        start,
+                    )
+                }
             }
             FaultKind::PauseLeader => {
                 let leader = self.leader(cluster).await?;
@@ -548,11 +532,6 @@ impl Scenario {
                         t.as_secs_f64() * 1.5
                     ),
                     start,
-                    now_ns(),
-                    start,
-                    None,
-                    None,
-                    false,
                 )
             }
             FaultKind::KillLeader { down_ms } => {
@@ -577,11 +556,6 @@ impl Scenario {
                         down.as_millis()
                     ),
                     start,
-                    now_ns(),
-                    start,
-                    None,
-                    None,
-                    false,
                 )
             }
             FaultKind::PauseAll => {
@@ -596,11 +570,6 @@ impl Scenario {
                 record(
                     format!("all three servers SIGSTOP {:.1} s", t.as_secs_f64()),
                     start,
-                    now_ns(),
-                    start,
-                    None,
-                    None,
-                    false,
                 )
             }
             FaultKind::KillAll => {
@@ -622,30 +591,24 @@ impl Scenario {
                 record(
                     format!("all three servers SIGKILL, down 1 s, {outcome}"),
                     start,
-                    now_ns(),
-                    start,
-                    None,
-                    None,
-                    false,
                 )
             }
             FaultKind::DeleteParent => {
                 let victim = self.long_holder().await;
                 let start = now_ns();
                 let deleted = delete_tree(&cluster.admin, &self.lock).await;
-                record(
-                    format!(
-                        "{} and its {} queue nodes deleted in one multi",
-                        self.lock,
-                        deleted.unwrap_or(0)
-                    ),
-                    start,
-                    now_ns(),
-                    start,
-                    victim.map(|(id, pid, token, _, _)| (id as u32, pid, token)),
-                    Some(start),
-                    false,
-                )
+                Fault {
+                    victim: victim.map(|(id, pid, token, _, _)| (id as u32, pid, token)),
+                    expired_at: Some(start),
+                    ..record(
+                        format!(
+                            "{} and its {} queue nodes deleted in one multi",
+                            self.lock,
+                            deleted.unwrap_or(0)
+                        ),
+                        start,
+                    )
+                }
             }
             FaultKind::SkewWorker { rate } => {
                 let (id, pid, token, _, _) =
@@ -654,7 +617,7 @@ impl Scenario {
                 let start = now_ns();
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 self.respawn(id as u32, Some(*rate));
-                record(format!("w{id} (token {token}) killed and restarted with its clock at {rate}× real time (libfaketime)"), start, now_ns(), start, Some((id as u32, pid, token)), None, false)
+                Fault { victim: Some((id as u32, pid, token)), ..record(format!("w{id} (token {token}) killed and restarted with its clock at {rate}× real time (libfaketime)"), start) }
             }
         };
         let mut st = self.lock_state();
