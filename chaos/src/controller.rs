@@ -436,7 +436,7 @@ impl Scenario {
                 let end = now_ns();
                 self.lock_state().slots[id].paused = false;
                 Fault {
-                    end: end,
+                    end,
                     reference: end,
                     victim: Some((id as u32, pid, token)),
                     pause_past_timeout: *factor > 1.0,
