@@ -747,6 +747,7 @@ impl FencedLock {
         let span = tracing::debug_span!(
             "acquire",
             lock_path = %self.inner.path,
+            kind = self.inner.kind.name(),
             session_id = %client.session_id(),
             fencing_token = tracing::field::Empty,
             node = tracing::field::Empty,

@@ -55,6 +55,16 @@ impl Kind {
         }
     }
 
+    /// The kind's name in traces.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Semaphore(_) => "semaphore",
+        }
+    }
+
     /// Whether this kind queues in-process first (one ZooKeeper contender per process).
     pub(crate) fn exclusive(self) -> bool {
         matches!(self, Kind::Mutex | Kind::Write)
