@@ -44,7 +44,7 @@ pub fn timeline_svg(
     );
     let _ = writeln!(
         s,
-        r##"<text x="{left}" y="38" fill="#555">bars: lock holds (label: token sequence); shaded: faults; red tick: refused write; black diamond: watchdog cancel; red X: stale write accepted</text>"##
+        r##"<text x="{left}" y="38" fill="#555">bars: lock holds (label: token sequence; pale R: read lock); shaded: faults; red tick: refused write; black diamond: watchdog cancel; red X: stale write accepted</text>"##
     );
     for (i, f) in faults.iter().enumerate() {
         let (a, b) = (x(f.start), x(f.end).max(x(f.start) + 2.0));
@@ -81,9 +81,15 @@ pub fn timeline_svg(
     for h in &outcome.holds {
         let (a, b) = (x(h.start), x(h.end).max(x(h.start) + 1.5));
         let color = COLORS[(h.seq.unsigned_abs() % COLORS.len() as u64) as usize];
+        // Read-lock holds are hatched-light and labelled R<seq>: they may overlap each other.
+        let (opacity, role) = if h.shared {
+            (0.45, "read")
+        } else {
+            (1.0, "write")
+        };
         let _ = writeln!(
             s,
-            r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="22" fill="{color}"><title>token {} (seq {}), {:.0} ms, ended by {}</title></rect>"##,
+            r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="22" fill="{color}" fill-opacity="{opacity}"><title>{role} token {} (seq {}), {:.0} ms, ended by {}</title></rect>"##,
             y(h.w) + 6.0,
             b - a,
             h.token,
@@ -94,9 +100,11 @@ pub fn timeline_svg(
         if b - a > 22.0 {
             let _ = writeln!(
                 s,
-                r##"<text x="{:.1}" y="{:.1}" fill="white" font-size="9">{}</text>"##,
+                r##"<text x="{:.1}" y="{:.1}" fill="{}" font-size="9">{}{}</text>"##,
                 a + 2.0,
                 y(h.w) + 21.0,
+                if h.shared { "black" } else { "white" },
+                if h.shared { "R" } else { "" },
                 h.seq
             );
         }
