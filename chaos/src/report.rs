@@ -199,7 +199,12 @@ pub fn figures_text(f: &serde_json::Value) -> String {
         f["holds"], f["read_holds"], f["reader_observations"], f["increments_applied"], f["final_counter"]
     );
     let st = &f["stale_writes"];
-    let _ = writeln!(s, "  stale writes (reached the store after a newer grant): {}, refused by the store {}, accepted {}, outcome unknown {}", st["in_flight_past_a_newer_grant"], st["refused"], st["accepted"], st["unknown"]);
+    let _ = writeln!(
+        s,
+        "  stale writes (outcome after a newer grant): {}; refused by the store {}; accepted out of order {}; \
+         acknowledged late but committed before the newer holder's fence {}; outcome unknown {}",
+        st["in_flight_past_a_newer_grant"], st["refused"], st["accepted_out_of_order"], st["acknowledged_late"], st["unknown"]
+    );
     let _ = writeln!(s, "  refused writes in all: {}", f["refused_writes_total"]);
     let d = &f["double_holder_windows"];
     let _ = writeln!(s, "  double-holder windows (an older holder still running after a newer grant; expected under pauses): {}, length {}", d["count"], latency(&d["duration"]));
