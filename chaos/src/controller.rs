@@ -468,9 +468,7 @@ impl Scenario {
             FaultKind::ExpireHolder => {
                 let (id, pid, token, node, session) = self.long_holder().await?;
                 let start = now_ns();
-                let how =
-                    crate::expire::close_session(&self.hosts, session, self.session_ms as i32)
-                        .await;
+                let how = zkfence::local::expire_session(&self.hosts, zk::SessionId(session)).await;
                 let expired = wait_gone(&cluster.admin, &node, Duration::from_secs(5)).await;
                 Fault {
                     victim: Some((id as u32, pid, token)),

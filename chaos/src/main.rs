@@ -3,7 +3,6 @@
 mod checker;
 mod clock;
 mod controller;
-mod expire;
 mod report;
 mod rng;
 mod store;

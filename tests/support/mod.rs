@@ -144,29 +144,19 @@ pub async fn chroot(hosts: &str, name: &str) -> String {
     format!("{hosts}{path}")
 }
 
-/// Expires `victim`'s session for real: a second client joins the same session (id and
-/// password), then closes it; the server ends the session and the victim hears `Expired`.
-/// The victim may win the session back before the join completes (each connect moves the
-/// session), so the join is retried until the close lands.
+/// Expires `victim`'s session for real, from outside ([`zkfence::local::expire_session`]:
+/// the server closes the session and deletes its nodes), and waits until the victim hears
+/// `Expired`. `hosts` may carry a chroot.
 pub async fn expire_session(hosts: &str, victim: &zk::Client) {
-    for _ in 0..20 {
-        let joined = zk::Client::connector()
-            .with_session(victim.session().clone())
-            .with_session_timeout(victim.session_timeout())
-            .connect(hosts)
-            .await;
-        if let Ok(thief) = joined {
-            drop(thief); // dropping the last handle sends closeSession
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if victim.state() == zk::SessionState::Expired {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    let servers = hosts.split('/').next().unwrap_or(hosts);
+    for _ in 0..10 {
+        let _ = zkfence::local::expire_session(servers, victim.session_id()).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if victim.state() == zk::SessionState::Expired {
+                return;
             }
-        }
-        if victim.state() == zk::SessionState::Expired {
-            return;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     panic!("could not expire session {}", victim.session_id());

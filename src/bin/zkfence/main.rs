@@ -69,7 +69,23 @@ enum Command {
     DemoWorker(demo::WorkerArgs),
 }
 
+/// `zookeeper-client` 0.11 unwraps a closed watch channel (`session/watch.rs`) when a client
+/// goes away under a watch; zkfence's watchdog catches that panic, but the default hook would
+/// still print it. Keep stderr to messages that mean something to the user.
+fn quiet_caught_upstream_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let upstream = info.location().is_some_and(|l| {
+            l.file().contains("zookeeper-client") && l.file().ends_with("watch.rs")
+        });
+        if !upstream {
+            default(info);
+        }
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_caught_upstream_panics();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
