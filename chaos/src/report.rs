@@ -24,7 +24,8 @@ pub fn timeline_svg(
     outcome: &Outcome,
     faults: &[Fault],
 ) -> String {
-    let width = 1400.0;
+    // About 4 px per second (at least 1400, at most 8000), so long runs stay readable.
+    let width = (ms(t0, end) / 250.0).clamp(1400.0, 8000.0);
     let left = 70.0;
     let lane = 46.0;
     let top = 60.0;
@@ -62,6 +63,10 @@ pub fn timeline_svg(
             escape(&format!("{}: {}", f.kind, f.detail))
         );
         let label_y = top + lane * f64::from(workers) + 14.0 + 12.0 * (i % 3) as f64;
+        // Named under the lanes when they fit; always in the band's tooltip.
+        if faults.len() as f64 > width / 40.0 {
+            continue;
+        }
         let _ = writeln!(
             s,
             r##"<text x="{a:.1}" y="{label_y:.1}" font-size="9" fill="#a33">{}</text>"##,
