@@ -859,8 +859,8 @@ fn session_password(id: i64) -> Vec<u8> {
 ///
 /// # Errors
 ///
-/// A message naming the last server tried when none took the close (the session may already
-/// be gone).
+/// A message naming the server when it does not know the session (it never existed, or has
+/// already ended), or the last failure when no attempt got a close acknowledged.
 ///
 /// # Examples
 ///
@@ -873,17 +873,46 @@ fn session_password(id: i64) -> Vec<u8> {
 pub async fn expire_session(hosts: &str, session: zk::SessionId) -> Result<String, String> {
     let (id, timeout_ms) = (session.0, 30_000);
     let mut last = String::from("no server given");
-    for host in hosts.split(',') {
-        match tokio::time::timeout(Duration::from_secs(3), close_via(host, id, timeout_ms)).await {
-            Ok(Ok(())) => return Ok(host.to_owned()),
-            Ok(Err(err)) => last = format!("{host}: {err}"),
-            Err(_) => last = format!("{host}: no answer within 3 s"),
+    // The owner may win the session back before our close is read (the server then drops
+    // our connection unanswered): try again until a close is acknowledged or the server no
+    // longer knows the session.
+    for attempt in 0..20u64 {
+        for host in hosts.split(',') {
+            let tried =
+                tokio::time::timeout(Duration::from_secs(3), close_via(host, id, timeout_ms));
+            match tried.await {
+                Ok(Ok(Closing::Closed)) => return Ok(host.to_owned()),
+                Ok(Ok(Closing::Gone)) if attempt > 0 => return Ok(host.to_owned()),
+                Ok(Ok(Closing::Gone)) => {
+                    return Err(format!(
+                        "{host}: the server does not know session {:#x}",
+                        id
+                    ))
+                }
+                Ok(Ok(Closing::Unknown)) => {
+                    last = format!("{host}: the connection closed unanswered")
+                }
+                Ok(Err(err)) => last = format!("{host}: {err}"),
+                Err(_) => last = format!("{host}: no answer within 3 s"),
+            }
         }
+        tokio::time::sleep(Duration::from_millis(20 * (attempt + 1))).await;
     }
     Err(last)
 }
 
-async fn close_via(host: &str, id: i64, timeout_ms: i32) -> std::io::Result<()> {
+/// What one reattach-and-close attempt achieved.
+enum Closing {
+    /// The server acknowledged the close.
+    Closed,
+    /// The server refused to reattach: the session no longer exists.
+    Gone,
+    /// The connection closed before the close was answered (the owner took the session back,
+    /// or the server closed the session without answering).
+    Unknown,
+}
+
+async fn close_via(host: &str, id: i64, timeout_ms: i32) -> std::io::Result<Closing> {
     let mut stream = tokio::net::TcpStream::connect(host).await?;
     let password = session_password(id);
     let mut connect = Vec::new();
@@ -894,33 +923,37 @@ async fn close_via(host: &str, id: i64, timeout_ms: i32) -> std::io::Result<()> 
     connect.extend_from_slice(&(password.len() as i32).to_be_bytes());
     connect.extend_from_slice(&password);
     connect.push(0); // not read-only
-                     // The close goes out with the connect: once the server moves the session to this
-                     // connection, the owner reconnects at once and would take the session back (closing this
-                     // connection) before a second round trip.
     let mut close = Vec::new();
     close.extend_from_slice(&1i32.to_be_bytes()); // xid
     close.extend_from_slice(&OP_CLOSE_SESSION.to_be_bytes());
+    // The close goes out with the connect: once the server moves the session to this
+    // connection, the owner reconnects at once and would take the session back (closing this
+    // connection) before a second round trip.
     let mut out = Vec::new();
     for body in [&connect, &close] {
         out.extend_from_slice(&(body.len() as i32).to_be_bytes());
         out.extend_from_slice(body);
     }
     stream.write_all(&out).await?;
-    // The server often closes the connection without answering once the session is closed;
-    // only an explicit refusal is an error. The caller checks that the session's nodes went.
+    // ConnectResponse: protocol version (4), negotiated timeout (4), session id (8), ...
     match recv(&mut stream).await {
         Ok(reply) if reply.len() >= 16 => {
             if i64::from_be_bytes(reply[8..16].try_into().unwrap_or_default()) != id {
-                return Err(std::io::Error::other(
-                    "the server does not know the session (already expired?)",
-                ));
+                return Ok(Closing::Gone);
             }
         }
         Ok(_) => return Err(std::io::Error::other("short connect response")),
-        Err(_) => return Ok(()),
+        Err(_) => return Ok(Closing::Unknown),
     }
-    let _ = recv(&mut stream).await;
-    Ok(())
+    // ReplyHeader: xid (4), zxid (8), err (4).
+    match recv(&mut stream).await {
+        Ok(reply) if reply.len() >= 16 && reply[12..16] == [0, 0, 0, 0] => Ok(Closing::Closed),
+        Ok(reply) => Err(std::io::Error::other(format!(
+            "closeSession answered {:?}",
+            reply.get(12..16)
+        ))),
+        Err(_) => Ok(Closing::Unknown),
+    }
 }
 
 async fn recv(stream: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
