@@ -248,7 +248,7 @@ pub struct LockGuard {
     interest: Option<Interest>,
     /// This process's turn in the lock's in-process queue; dropping it lets the next task
     /// contend.
-    local: Option<tokio::sync::OwnedMutexGuard<()>>,
+    local: Option<crate::lock::LocalTurn>,
 }
 
 /// What an acquire hands to its guard besides the token.
@@ -258,7 +258,7 @@ pub(crate) struct Handoff {
     /// Delete with the release marker (lock-delay is on).
     pub(crate) mark: bool,
     /// The in-process queue turn, for exclusive kinds.
-    pub(crate) local: Option<tokio::sync::OwnedMutexGuard<()>>,
+    pub(crate) local: Option<crate::lock::LocalTurn>,
 }
 
 impl std::ops::Deref for LockGuard {

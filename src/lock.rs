@@ -786,24 +786,24 @@ impl FencedLock {
         result
     }
 
-    /// Waits in the in-process queue (exclusive kinds only) for this process's turn to
-    /// contend in ZooKeeper. `Ok(None)`: busy (`Wait::Never`) or the deadline passed.
-    async fn local_turn(&self, wait: Wait) -> Option<Option<tokio::sync::OwnedMutexGuard<()>>> {
-        let Some(gate) = &self.inner.local else {
-            return Some(None);
+    /// Waits in the in-process queue for this process's turn to contend in ZooKeeper.
+    /// `Ok(None)` when this kind has no in-process queue (readers, semaphore leases);
+    /// `Err(Busy)` when the turn did not come (`Wait::Never`, or the deadline passed).
+    async fn local_turn(&self, wait: Wait) -> std::result::Result<Option<LocalTurn>, Busy> {
+        let Some(gate) = self.inner.local.clone() else {
+            return Ok(None);
         };
-        let gate = gate.clone();
         if let Ok(turn) = gate.clone().try_lock_owned() {
-            return Some(Some(turn));
+            return Ok(Some(turn));
         }
         let _waiting = m::LocalWaiter::new(&self.inner.label);
         match wait {
-            Wait::Never => None,
-            Wait::Forever => Some(Some(gate.lock_owned().await)),
+            Wait::Never => Err(Busy),
+            Wait::Forever => Ok(Some(gate.lock_owned().await)),
             Wait::Until(deadline) => tokio::time::timeout_at(deadline, gate.lock_owned())
                 .await
-                .ok()
-                .map(Some),
+                .map(Some)
+                .map_err(|_| Busy),
         }
     }
 
@@ -817,7 +817,7 @@ impl FencedLock {
         if let Some(err) = Error::from_session_state(client.state(), session) {
             return Err(err);
         }
-        let Some(local) = self.local_turn(wait).await else {
+        let Ok(local) = self.local_turn(wait).await else {
             return Ok(None);
         };
         let interest = watchdog::watch_session(client);
@@ -1128,6 +1128,12 @@ async fn node_deleted_while_waiting(client: &zk::Client, path: &str, node: Strin
 /// A pending `OneshotWatcher::changed()` on a node.
 pub(crate) type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;
 
+/// A task's turn at the head of a lock's in-process queue.
+pub(crate) type LocalTurn = tokio::sync::OwnedMutexGuard<()>;
+
+/// The in-process queue's turn did not come in time.
+struct Busy;
+
 enum Woke {
     Own(zk::WatchedEvent),
     Blocker(zk::WatchedEvent),
@@ -1357,7 +1363,7 @@ pub(crate) fn spawn_cleanup(
     client: zk::Client,
     node: String,
     mark: bool,
-    local: Option<tokio::sync::OwnedMutexGuard<()>>,
+    local: Option<LocalTurn>,
 ) {
     spawn_task(async move {
         let _local = local;

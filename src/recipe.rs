@@ -70,8 +70,9 @@ impl Kind {
         matches!(self, Kind::Mutex | Kind::Write)
     }
 
-    /// Where our node (`own`, sequence `own_seq`) stands in `children`, in one pass and
-    /// without sorting: how many nodes block us, and the ones to watch (the nearest blockers).
+    /// Where our node (`own`, sequence `own_seq`) stands in `children`, in linear time
+    /// without sorting the listing: how many nodes block us, and the ones to watch (the
+    /// nearest blockers).
     pub(crate) fn position(self, children: &[String], own: &str, own_seq: i32) -> Position {
         let mut present = false;
         let mut ahead: Vec<(i32, &String, Role)> = Vec::new();
@@ -89,13 +90,15 @@ impl Kind {
             }
         }
         let watch_nearest = |mut nodes: Vec<(i32, &String, Role)>, n: usize| -> Vec<String> {
-            // Nearest first: the largest (least negative) distances.
-            nodes.sort_by_key(|&(d, _, _)| std::cmp::Reverse(d));
-            nodes
-                .into_iter()
-                .take(n)
-                .map(|(_, name, _)| name.clone())
-                .collect()
+            // The n nearest (largest, least negative distances) in linear time: a listing of a
+            // long queue is never sorted; only the n picked are ordered, nearest first.
+            let nearest = std::cmp::Reverse;
+            if nodes.len() > n && n > 0 {
+                nodes.select_nth_unstable_by_key(n - 1, |&(d, _, _)| nearest(d));
+                nodes.truncate(n);
+            }
+            nodes.sort_unstable_by_key(|&(d, _, _)| nearest(d));
+            nodes.into_iter().map(|(_, name, _)| name.clone()).collect()
         };
         let (blocking, watch) = match self {
             Kind::Mutex | Kind::Write => {

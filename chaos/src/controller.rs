@@ -776,46 +776,27 @@ async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
     None
 }
 
+/// A holder pause of `factor` × T, aimed at `phase`.
+fn pause(factor: f64, phase: Phase) -> FaultKind {
+    FaultKind::PauseHolder { factor, phase }
+}
+
 /// The smoke schedule: the four holder pauses past T that the mutants replay come first, then
 /// every other fault kind, each at least once, in seeded order.
 pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
     use FaultKind::*;
     let mut head = vec![
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Think,
-        },
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Write,
-        },
-        PauseHolder {
-            factor: 4.0,
-            phase: Phase::Think,
-        },
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Write,
-        },
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        pause(4.0, Phase::Think),
+        pause(2.0, Phase::Write),
     ];
     rng.shuffle(&mut head);
     let mut rest = vec![
-        PauseHolder {
-            factor: 4.0,
-            phase: Phase::Write,
-        },
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Any,
-        },
-        PauseHolder {
-            factor: 0.5,
-            phase: Phase::Any,
-        },
-        PauseHolder {
-            factor: 0.5,
-            phase: Phase::Think,
-        },
+        pause(4.0, Phase::Write),
+        pause(2.0, Phase::Any),
+        pause(0.5, Phase::Any),
+        pause(0.5, Phase::Think),
         KillHolder,
         KillHolder,
         ExpireHolder,
@@ -843,22 +824,10 @@ pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
 pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     use FaultKind::*;
     let mut faults = vec![
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Think,
-        },
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Write,
-        },
-        PauseHolder {
-            factor: 2.0,
-            phase: Phase::Any,
-        },
-        PauseHolder {
-            factor: 4.0,
-            phase: Phase::Any,
-        },
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        pause(2.0, Phase::Any),
+        pause(4.0, Phase::Any),
         KillHolder,
         ExpireHolder,
         PartitionHolder,
