@@ -1,5 +1,7 @@
 //! [`Error`] and [`Result`]: one error type for every fallible operation of the crate.
 
+use std::time::Duration;
+
 use zookeeper_client as zk;
 
 use crate::watchdog::LossReason;
@@ -41,6 +43,38 @@ pub enum Error {
     /// The [`LockOptions`](crate::LockOptions) cannot be used as given.
     #[error("invalid lock options: {0}")]
     InvalidOptions(&'static str),
+
+    /// The create request a lock would send (its node data, path and ACLs) is larger than
+    /// ZooKeeper accepts. A server closes the connection of a client that sends a packet over
+    /// its `jute.maxbuffer`, so sending it would disconnect the session (and cancel every lock
+    /// it holds) on every retry.
+    #[error("a lock node create would be {bytes} bytes, over ZooKeeper's default jute.maxbuffer ({limit} bytes), and the server would drop the connection; keep LockOptions::with_data to an identity (a few hundred bytes) and store payloads elsewhere")]
+    RequestTooLarge {
+        /// The size of the create request, in bytes.
+        bytes: usize,
+        /// The largest request zkfence sends.
+        limit: usize,
+    },
+
+    /// The client's session is read-only (built with `Connector::with_readonly(true)` and
+    /// attached to a server in read-only mode). A lock needs writes, and `zookeeper-client`
+    /// gives a read-only session a new id when it reaches a writable server, which would leave
+    /// the lock's watchdog on the old one.
+    #[error("the zookeeper client holds a read-only session; locks need writes: connect without Connector::with_readonly(true), or wait until a writable server is reachable")]
+    ReadOnlySession,
+
+    /// With this session timeout and tickTime the lease could not be renewed before it lapses:
+    /// a follower tells the leader a session is alive only every `tickTime/2`, so proofs come
+    /// too far apart.
+    #[error("a session timeout of {session_timeout:?} leaves no room for a lease with a tickTime of {tick:?} (followers report a session's activity to the leader every tickTime/2); use a session timeout of at least {needed:?}")]
+    LeaseTooShort {
+        /// The negotiated session timeout.
+        session_timeout: Duration,
+        /// The tickTime the lease assumes (given, or `T/2`).
+        tick: Duration,
+        /// The shortest session timeout that works with this tickTime and margin.
+        needed: Duration,
+    },
 
     /// A semaphore's permit count, stored in its node so that all clients agree, differs
     /// from the count this client was built with. `stored` is 0 when the node's data is not

@@ -103,6 +103,7 @@
 mod error;
 mod fencing;
 mod guard;
+mod lease;
 pub mod local;
 mod lock;
 pub mod metrics;

@@ -15,9 +15,10 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
+use crate::lease::LeasePolicy;
 use crate::metrics as m;
 use crate::recipe::{self, child_path, Kind};
-use crate::watchdog::{self, GuardState, LeasePolicy, LossReason};
+use crate::watchdog::{self, GuardState, LossReason};
 
 /// How a lock's parent nodes are created when they are missing.
 ///
@@ -76,8 +77,8 @@ pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 
 impl Default for LockOptions {
     /// Node data `host:<hostname> pid:<pid>`, ACL world:anyone with all permissions, container
-    /// parents created when missing, cancel at once on disconnect, 1% drift, and a margin of
-    /// `T/4` (at least 100 ms).
+    /// parents created when missing, cancel at once on disconnect, 1% drift, a margin of `T/20`
+    /// (20 ms to 500 ms), and the ensemble's tickTime taken as `T/2`.
     fn default() -> Self {
         LockOptions {
             data: default_identity().into_bytes(),
@@ -85,10 +86,7 @@ impl Default for LockOptions {
             create_parents: true,
             parent_mode: ParentMode::Container,
             ride_out: false,
-            lease: LeasePolicy {
-                drift: 0.01,
-                margin: None,
-            },
+            lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
         }
@@ -174,11 +172,10 @@ impl LockOptions {
         self
     }
 
-    /// Time given up from the lease (default `T/4`, at least 100 ms, `T` the negotiated
-    /// session timeout): the lease ends `margin` before the earliest instant the leader could
-    /// expire the session. It covers scheduling jitter and the delay with which a follower
-    /// forwards session touches to the leader (every `tickTime/2`, which ZooKeeper keeps at or
-    /// below `T/4`). Lower it only if you know your ensemble's tickTime.
+    /// Slack given up from the lease for scheduling and network jitter (default `T/20`,
+    /// between 20 ms and 500 ms, `T` the negotiated session timeout): the lease ends `margin`
+    /// before the earliest instant the leader could expire the session, and a follower is
+    /// allowed `margin` of lateness when it relays the session's activity to the leader.
     ///
     /// # Examples
     ///
@@ -188,6 +185,48 @@ impl LockOptions {
     /// ```
     pub fn with_lease_margin(mut self, margin: Duration) -> Self {
         self.lease.margin = Some(margin);
+        self
+    }
+
+    /// The ensemble's `tickTime`, if you know it (by default zkfence assumes `T/2`, the
+    /// largest ZooKeeper's default `minSessionTimeout = 2·tickTime` allows).
+    ///
+    /// A follower tells the leader that a session is alive only every `tickTime/2`, so a
+    /// reply proves the leader heard from the session only that long before the request was
+    /// sent (see "The guarantee" in the crate docs): a shorter tick gives a longer, fresher
+    /// lease. Give the real value or a larger one, never a smaller one. Set it when your
+    /// servers' `minSessionTimeout` is below `2·tickTime`, or to gain lease time when the
+    /// tick is well below `T/2`. Settings that leave no room to renew the lease (a tick close
+    /// to `T`) are refused by [`FencedLock::new`] with [`Error::LeaseTooShort`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // Stock ZooKeeper settings (tickTime=2000) with a 20 s session.
+    /// let options = zkfence::LockOptions::default().with_tick_time(std::time::Duration::from_secs(2));
+    /// # let _ = options;
+    /// ```
+    pub fn with_tick_time(mut self, tick: Duration) -> Self {
+        self.lease.tick = (!tick.is_zero()).then_some(tick);
+        self
+    }
+
+    /// **Unsound; for zkfence's chaos suite only.** Keeps the lease rule zkfence had before
+    /// it learnt that a leader answers its own clients' syncs without a quorum: each `sync`
+    /// reply extends the lease from its send time, margin `T/4`. The chaos suite runs it as a
+    /// mutant to show that its partition faults catch it. Only built with the `mutants`
+    /// feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mutant = zkfence::LockOptions::default().with_legacy_sync_lease_mutant(true);
+    /// # let _ = mutant;
+    /// ```
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn with_legacy_sync_lease_mutant(mut self, on: bool) -> Self {
+        self.lease.legacy = on;
         self
     }
 
@@ -412,6 +451,24 @@ impl FencedLock {
         recipe::validate_lock_path(&path)?;
         if options.acls.is_empty() {
             return Err(Error::InvalidOptions("the ACL list is empty; use zookeeper_client::Acls::anyone_all() or name at least one"));
+        }
+        if client.session().is_readonly() {
+            return Err(Error::ReadOnlySession);
+        }
+        let bytes = create_request_bytes(client.path(), &path, &options);
+        if bytes > MAX_REQUEST_BYTES {
+            return Err(Error::RequestTooLarge {
+                bytes,
+                limit: MAX_REQUEST_BYTES,
+            });
+        }
+        let t = client.session_timeout();
+        if let Err(why) = options.lease.check_feasible(t) {
+            return Err(Error::LeaseTooShort {
+                session_timeout: t,
+                tick: why.tick,
+                needed: why.needed(&options.lease),
+            });
         }
         let label = m::lock_label(&options.metrics_label);
         Ok(FencedLock {
@@ -820,7 +877,7 @@ impl FencedLock {
         let Ok(local) = self.local_turn(wait).await else {
             return Ok(None);
         };
-        let interest = watchdog::watch_session(client);
+        let interest = watchdog::watch_session(client, &inner.options.lease, path);
         let lease = interest.watch().lease();
         let prefix = recipe::protected_prefix(&uuid::Uuid::new_v4(), inner.kind);
         let mark = inner.options.lock_delay.is_some();
@@ -852,14 +909,20 @@ impl FencedLock {
             // A semaphore reads its stored permit count in the same round trip.
             let stored = matches!(inner.kind, Kind::Semaphore(_)).then(|| client.get_data(path));
             let created = create.await;
+            if let Err(err) = &created {
+                if !recipe::is_connection_error(err) {
+                    // Refused by a server, which so saw the session: a reply for the lease.
+                    lease.replied(sent, Instant::now());
+                }
+            }
             let listed = list.await;
             if let Some(stored) = stored {
                 permits = stored.await.ok();
             }
             match created {
                 Ok((stat, sequence)) => {
-                    // A write: its reply shows the leader has heard from us since `sent`.
-                    lease.extend(sent);
+                    // A committed write: a proof for the lease (see `crate::lease`).
+                    lease.committed(sent, Instant::now());
                     break (format!("{}{sequence}", pending.prefix), stat, listed.ok());
                 }
                 Err(zk::Error::NoNode) if inner.options.create_parents && parent_attempts < 8 => {
@@ -940,7 +1003,7 @@ impl FencedLock {
                 Some(children) => children,
                 None => {
                     // A listing is a read, which a follower cut off from the leader still
-                    // answers: it does not extend the lease (the watchdog's synced probes do).
+                    // answers: it proves nothing for the lease (committed writes do).
                     match client.list_children(path).await {
                         Ok(children) => children,
                         Err(zk::Error::NoNode) => {
@@ -1114,6 +1177,23 @@ impl FencedLock {
         );
         Ok(Some(guard))
     }
+}
+
+/// The largest create request zkfence sends: ZooKeeper's default `jute.maxbuffer` (1 MiB − 1),
+/// less room for what the leader adds when it turns the request into a transaction
+/// (`TxnHeader`, the digest) and forwards it to its followers.
+const MAX_REQUEST_BYTES: usize = 0xfffff - 1024;
+
+/// The serialized size of our create request: header, path (chroot, lock path, protected
+/// name), data, ACLs and flags, as jute writes them (a length before every string).
+fn create_request_bytes(chroot: &str, path: &str, options: &LockOptions) -> usize {
+    let name = "/_c_00000000-0000-0000-0000-000000000000-__WRIT__0000000000";
+    let acls: usize = options
+        .acls
+        .iter()
+        .map(|acl| 4 + 4 + acl.scheme().len() + 4 + acl.id().len())
+        .sum();
+    4 + 8 + (4 + chroot.len() + path.len() + name.len()) + (4 + options.data.len()) + 4 + acls + 4
 }
 
 /// The error for our queue node gone while waiting: the session's own error if the deletion

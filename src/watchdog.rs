@@ -6,13 +6,12 @@
 //! - **Session events**, from a persistent watch (every Disconnected/SyncConnected/Expired is
 //!   delivered, even a quick flap that `zookeeper-client`'s latest-value state channel would
 //!   hide) and from the state channel as a backstop.
-//! - **Each guard's own node**, with an exists watch: deleted by an admin or a parent cleanup
+//! - **Each guard's own node**, with a data watch: deleted by an admin or a parent cleanup
 //!   means [`LossReason::NodeDeleted`].
-//! - **The lease**: `send time of the last request that got a reply + T·(1 − drift) − margin`,
-//!   `T` the negotiated session timeout. The server cannot expire the session before
-//!   `send time + T`, so the lease ends before the server could hand the lock to someone
-//!   else. The watchdog probes every `T/3` with a cheap read of one of its nodes so that the
-//!   lease keeps moving while all is well; the acquire path's own replies move it too.
+//! - **The lease** ([`crate::lease`]): `anchor + T·(1 − drift) − margin`, the anchor moved
+//!   only by committed writes paired with an earlier reply. The watchdog keeps the proofs
+//!   coming with a probe: a `multi` holding one `check` of a held node, sent a pair gap after
+//!   the newest reply, which also finds a node that is gone.
 //!
 //! The lease is stored as an atomic next to the guards, so [`LockGuard::check`] compares it
 //! with the monotonic clock synchronously: after a process pause (which `CLOCK_MONOTONIC`
@@ -35,6 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use crate::lease::{LeaseCell, LeasePolicy};
 use crate::metrics as m;
 
 /// Why a held lock was lost (or ended), as reported by [`LockGuard::lost`] and
@@ -126,72 +126,6 @@ impl fmt::Display for LossReason {
     }
 }
 
-/// The zero of the lease clock. Lease deadlines are nanoseconds after it, so they fit an
-/// atomic and `check()` never takes a lock.
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn to_nanos(at: Instant) -> u64 {
-    at.saturating_duration_since(*EPOCH).as_nanos() as u64
-}
-
-fn from_nanos(nanos: u64) -> Instant {
-    *EPOCH + Duration::from_nanos(nanos)
-}
-
-/// How the lease is computed from the session timeout.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct LeasePolicy {
-    /// Fraction of `T` given up for clock-rate differences between us and the server.
-    pub(crate) drift: f64,
-    /// Time given up for scheduling jitter and for the delay with which a follower forwards
-    /// our session's touches to the leader; `None` for the default, [`default_margin`].
-    pub(crate) margin: Option<Duration>,
-}
-
-/// The default margin: `T/4`, at least 100 ms. ZooKeeper requires `T ≥ 2·tickTime`, and a
-/// follower forwards the sessions it was touched by to the leader every `tickTime/2 ≤ T/4`,
-/// so a touch the leader has not seen yet is covered, with any ensemble configuration.
-pub(crate) fn default_margin(session_timeout: Duration) -> Duration {
-    (session_timeout / 4).max(Duration::from_millis(100))
-}
-
-impl LeasePolicy {
-    /// How long after a request's send time the lease it earned holds.
-    pub(crate) fn budget(&self, session_timeout: Duration) -> Duration {
-        let margin = self
-            .margin
-            .unwrap_or_else(|| default_margin(session_timeout));
-        session_timeout
-            .mul_f64(1.0 - self.drift)
-            .saturating_sub(margin)
-    }
-}
-
-/// The send time of the newest request of this session that got a reply: the one fact every
-/// lease deadline of the session is computed from.
-#[derive(Debug)]
-pub(crate) struct LeaseCell {
-    last_acked_send: AtomicU64,
-}
-
-impl LeaseCell {
-    fn new() -> LeaseCell {
-        LeaseCell {
-            last_acked_send: AtomicU64::new(0),
-        }
-    }
-
-    /// A request sent at `sent` got a reply: the server heard from us no earlier than then.
-    pub(crate) fn extend(&self, sent: Instant) {
-        self.last_acked_send
-            .fetch_max(to_nanos(sent), Ordering::AcqRel);
-    }
-
-    pub(crate) fn last_acked_send(&self) -> Instant {
-        from_nanos(self.last_acked_send.load(Ordering::Acquire))
-    }
-}
-
 /// What one guard shares with the watchdog: its cancellation, the reason, and its lease.
 #[derive(Debug)]
 pub(crate) struct GuardState {
@@ -222,7 +156,7 @@ impl GuardState {
 
     /// The current lease deadline.
     pub(crate) fn deadline(&self) -> Instant {
-        self.lease.last_acked_send() + self.budget
+        self.lease.anchor() + self.budget
     }
 
     /// The reason, once lost or released (a token cancelled by its owner counts as released).
@@ -295,6 +229,9 @@ pub(crate) struct SessionWatch {
     session: i64,
     timeout: Duration,
     lease: Arc<LeaseCell>,
+    /// A node the probe may check when no guard is held: the newest lock path (we list it,
+    /// so we can read it).
+    probe_path: Mutex<Arc<str>>,
     token: CancellationToken,
     events: mpsc::UnboundedSender<Event>,
     /// Acquires in progress plus guards held; the task exits when it stays zero.
@@ -324,18 +261,25 @@ impl Drop for Interest {
     }
 }
 
-/// The session's watchdog, started if it is not running, with one more unit of interest.
-pub(crate) fn watch_session(client: &zk::Client) -> Interest {
-    // The lease clock's zero must predate every send time it will be asked to record.
-    LazyLock::force(&EPOCH);
+/// The session's watchdog, started if it is not running, with one more unit of interest, for
+/// a lock on `lock_path` leasing with `policy`.
+pub(crate) fn watch_session(
+    client: &zk::Client,
+    policy: &LeasePolicy,
+    lock_path: &str,
+) -> Interest {
     let session = client.session_id().0;
     let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(watch) = sessions.get(&session) {
         // A task whose runtime shut down has dropped its receiver: replace it.
         if !watch.closed.load(Ordering::Acquire) && !watch.events.is_closed() {
+            watch.adopt(policy, lock_path);
             // The driver lets its client handle go only while nobody is interested, so it
             // needs one again only when interest rises from zero (not on every acquire).
             if watch.interest.fetch_add(1, Ordering::AcqRel) == 0 {
+                // No probe ran while idle: the next proof is a cold one (marked here, before
+                // the caller's create can record its reply).
+                watch.lease.restart();
                 watch.send(Event::Attach(client.clone()));
             }
             return Interest {
@@ -344,6 +288,7 @@ pub(crate) fn watch_session(client: &zk::Client) -> Interest {
         }
     }
     let (watch, rx) = SessionWatch::new(session, client.session_timeout());
+    watch.adopt(policy, lock_path);
     let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
     drop(sessions);
@@ -361,7 +306,8 @@ impl SessionWatch {
         let watch = SessionWatch {
             session,
             timeout,
-            lease: Arc::new(LeaseCell::new()),
+            lease: Arc::new(LeaseCell::new(timeout)),
+            probe_path: Mutex::new(Arc::from("/")),
             token: CancellationToken::new(),
             events,
             interest: AtomicU64::new(1),
@@ -373,6 +319,22 @@ impl SessionWatch {
 
     pub(crate) fn lease(&self) -> &LeaseCell {
         &self.lease
+    }
+
+    /// A lock with `policy` on `lock_path` uses this session.
+    fn adopt(&self, policy: &LeasePolicy, lock_path: &str) {
+        self.lease.adopt(policy, self.timeout);
+        let mut path = self.probe_path.lock().unwrap_or_else(|e| e.into_inner());
+        if **path != *lock_path {
+            *path = Arc::from(lock_path);
+        }
+    }
+
+    fn probe_path(&self) -> Arc<str> {
+        self.probe_path
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn session_timeout(&self) -> Duration {
@@ -403,7 +365,7 @@ impl SessionWatch {
 const LINGER: Duration = Duration::from_secs(1);
 
 type NodeWatch = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
-type Probe = Pin<Box<dyn Future<Output = Option<(Instant, Option<u64>, bool)>> + Send>>;
+type Probe = Pin<Box<dyn Future<Output = ProbeReply> + Send>>;
 
 /// A guard's node for the driver to watch.
 pub(crate) struct NodeToWatch {
@@ -542,7 +504,7 @@ impl Core {
     /// The earliest lease deadline among registered guards.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let shortest = self.budgets.keys().next()?;
-        Some(self.lease.last_acked_send() + *shortest)
+        Some(self.lease.anchor() + *shortest)
     }
 
     /// Cancels every guard whose lease deadline has passed.
@@ -639,7 +601,10 @@ impl Driver {
         let strong = watch.upgrade();
         let (session, lease, timeout) = match &strong {
             Some(w) => (w.session, w.lease.clone(), w.timeout),
-            None => (0, Arc::new(LeaseCell::new()), Duration::from_secs(10)),
+            None => {
+                let timeout = Duration::from_secs(10);
+                (0, Arc::new(LeaseCell::new(timeout)), timeout)
+            }
         };
         Driver {
             watch,
@@ -654,7 +619,6 @@ impl Driver {
         let mut node_watches: FuturesUnordered<NodeWatch> = FuturesUnordered::new();
         let mut probe: Option<Probe> = None;
         let mut turn = 0usize;
-        let probe_every = self.timeout / 3;
         let mut next_probe = Instant::now();
         let mut idle_since: Option<Instant> = None;
         // The state channel first, and the state as it is now: a disconnect that happens
@@ -673,7 +637,10 @@ impl Driver {
             tokio::select! {
                 biased;
                 event = self.events.recv() => match event {
-                    Some(Event::Attach(client)) => self.client = Some(client),
+                    Some(Event::Attach(client)) => {
+                        self.client = Some(client);
+                        next_probe = Instant::now();
+                    }
                     Some(event) => {
                         if let Some(node) = self.core.apply(event, Instant::now()) {
                             if let Some(client) = &self.client {
@@ -697,22 +664,17 @@ impl Driver {
                 _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
                 Some(reply) = poll_opt(&mut probe) => {
                     probe = None;
-                    if let Some((sent, gone, ok)) = reply {
-                        if ok {
-                            self.core.lease.extend(sent);
-                            if let Some(client) = &self.client {
-                                self.core.apply(Event::SessionId(client.session_id().0), Instant::now());
-                            }
-                        }
-                        if let Some(id) = gone {
-                            self.core.apply(Event::NodeGone { id }, Instant::now());
-                        }
-                    }
+                    next_probe = self.on_probe(reply);
                 }
                 _ = tokio::time::sleep_until(next_probe), if probe.is_none() && self.client.is_some() => {
-                    next_probe = Instant::now() + probe_every;
-                    if let Some(client) = &self.client {
-                        probe = Some(Box::pin(probe_session(client.clone(), self.core.probe_target(turn))));
+                    // A reply that came in since (an acquire's create) moves the probe on: it
+                    // would pair with nothing until a gap has passed.
+                    let due = self.probe_due();
+                    if due > Instant::now() {
+                        next_probe = due;
+                    } else if let Some(client) = &self.client {
+                        let target = self.probe_target(turn);
+                        probe = Some(Box::pin(probe_session(client.clone(), target, self.core.lease.is_legacy())));
                         turn = turn.wrapping_add(1);
                     }
                 }
@@ -733,6 +695,73 @@ impl Driver {
             };
         }
         ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    /// When the next probe can prove something: a pair gap after the newest reply (or every
+    /// `T/3` under the legacy rule).
+    fn probe_due(&self) -> Instant {
+        let lease = &self.core.lease;
+        if lease.is_legacy() {
+            return lease
+                .newest_reply()
+                .map_or_else(Instant::now, |r| r + self.timeout / 3);
+        }
+        lease
+            .newest_reply()
+            .map_or_else(Instant::now, |r| r + lease.gap())
+    }
+
+    /// What the next probe checks: a held node (in turn), else the newest lock path.
+    fn probe_target(&self, turn: usize) -> ProbeTarget {
+        match self.core.probe_target(turn) {
+            Some((id, path)) => ProbeTarget {
+                guard: Some(id),
+                path,
+            },
+            None => ProbeTarget {
+                guard: None,
+                path: self
+                    .watch
+                    .upgrade()
+                    .map_or_else(|| Arc::from("/"), |w| w.probe_path()),
+            },
+        }
+    }
+
+    /// Records what a probe proved; returns when to probe next.
+    fn on_probe(&mut self, reply: ProbeReply) -> Instant {
+        let lease = self.core.lease.clone();
+        let now = Instant::now();
+        let outcome = match reply.answer {
+            Answer::Committed => {
+                lease.committed(reply.sent, now);
+                if let Some(client) = &self.client {
+                    self.core
+                        .apply(Event::SessionId(client.session_id().0), now);
+                }
+                "committed"
+            }
+            Answer::Synced => {
+                lease.synced(reply.sent);
+                lease.replied(reply.sent, now);
+                "synced"
+            }
+            Answer::Refused(gone) => {
+                lease.replied(reply.sent, now);
+                if let Some(id) = gone {
+                    self.core.apply(Event::NodeGone { id }, now);
+                }
+                "refused"
+            }
+            Answer::None => "failed",
+        };
+        ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
+        match reply.answer {
+            // Nothing came back (the connection broke): try again a gap later, or at once
+            // when the client reconnects (`on_state`).
+            Answer::None => now + lease.gap().max(Duration::from_millis(10)),
+            _ => self.probe_due(),
+        }
     }
 
     /// Applies a session state; after a reconnect, probes at once so that the lease is
@@ -778,29 +807,80 @@ impl Driver {
     }
 }
 
-/// One probe of the session, timed from its send: `(sent, node gone, proved alive)`.
+/// What a probe checks: a held guard's node, or (with none held) a lock path.
+#[derive(Debug)]
+struct ProbeTarget {
+    guard: Option<u64>,
+    path: Arc<str>,
+}
+
+/// What came back for a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// The write was committed: a proof for the lease.
+    Committed,
+    /// The legacy rule's `sync` was answered.
+    Synced,
+    /// A server answered with an error; the guard whose node is gone, if that was the error.
+    Refused(Option<u64>),
+    /// No answer (the connection broke, the session ended).
+    None,
+}
+
+/// One probe, timed from its send.
+#[derive(Debug)]
+struct ProbeReply {
+    sent: Instant,
+    answer: Answer,
+}
+
+/// One probe of the session: a `multi` holding one `check` of the target (any version). It is
+/// a write, so it is committed only by a leader with a quorum (see [`crate::lease`]); it
+/// changes nothing and fires no watch, and on a held node it also finds the node gone.
 ///
-/// A `sync` then a read of one held node, sent back to back. Only the sync's reply extends
-/// the lease: a follower answers it only after the leader has (a follower cut off from the
-/// leader cannot, though it would still answer plain reads), so it shows that our session's
-/// touches are reaching the leader, which is the server that expires sessions.
-async fn probe_session(
-    client: zk::Client,
-    target: Option<(u64, Arc<str>)>,
-) -> Option<(Instant, Option<u64>, bool)> {
-    let path = target.as_ref().map_or("/", |(_, node)| node);
+/// Under the legacy rule (the chaos suite's mutant) it is a `sync` then a read, as before
+/// issue 11: unsound, since a leader answers its own clients' syncs without a quorum.
+async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) -> ProbeReply {
     let sent = Instant::now();
-    let synced = client.sync(path);
-    let read = client.check_stat(path);
-    let alive = synced.await.is_ok();
-    let stat = read.await;
-    let outcome = if alive { "ok" } else { "failed" };
-    ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
-    let gone = match (&target, stat) {
-        (Some((id, _)), Ok(None)) => Some(*id),
-        _ => None,
+    let result = if legacy {
+        let synced = client.sync(&target.path);
+        let read = client.check_stat(&target.path);
+        let synced = synced.await;
+        match read.await {
+            Ok(None) => Err(zk::Error::NoNode),
+            _ => synced,
+        }
+    } else {
+        let mut multi = client.new_multi_writer();
+        match multi.add_check_version(&target.path, -1) {
+            Ok(()) => multi.commit().await.map(|_| ()).map_err(zk::Error::from),
+            Err(err) => Err(err),
+        }
     };
-    Some((sent, gone, alive))
+    let answer = match result {
+        Ok(()) if legacy => Answer::Synced,
+        Ok(()) => Answer::Committed,
+        Err(zk::Error::NoNode) => Answer::Refused(target.guard),
+        Err(err) if answered_by_server(&err) => Answer::Refused(None),
+        Err(_) => Answer::None,
+    };
+    ProbeReply { sent, answer }
+}
+
+/// Whether a request that failed with `err` reached a server, which then saw the session.
+fn answered_by_server(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::NoNode
+            | zk::Error::NoAuth
+            | zk::Error::BadVersion
+            | zk::Error::NodeExists
+            | zk::Error::NotEmpty
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::InvalidAcl
+            | zk::Error::QuotaExceeded
+            | zk::Error::RuntimeInconsistent
+    )
 }
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.
@@ -963,10 +1043,12 @@ mod tests {
     use super::*;
 
     const T: Duration = Duration::from_secs(10);
-    const POLICY: LeasePolicy = LeasePolicy {
-        drift: 0.01,
-        margin: Some(Duration::from_millis(100)),
-    };
+    fn policy() -> LeasePolicy {
+        LeasePolicy {
+            margin: Some(Duration::from_millis(100)),
+            ..LeasePolicy::default()
+        }
+    }
 
     /// A session watchdog with no ZooKeeper behind it: events come only from the test.
     fn start() -> Arc<SessionWatch> {
@@ -979,7 +1061,7 @@ mod tests {
     fn register(watch: &Arc<SessionWatch>, ride_out: bool) -> (u64, Arc<GuardState>) {
         let state = Arc::new(GuardState::new(
             watch,
-            POLICY.budget(T),
+            policy().budget(T),
             ride_out,
             String::new(),
         ));
@@ -1001,39 +1083,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lease_budget_is_t_less_drift_less_margin() {
-        assert_eq!(POLICY.budget(T), Duration::from_millis(9_800));
-        assert_eq!(POLICY.budget(Duration::from_millis(50)), Duration::ZERO);
-        let default = LeasePolicy {
-            drift: 0.01,
-            margin: None,
-        };
-        assert_eq!(default.budget(T), Duration::from_millis(7_400)); // 9.9 s - T/4
-        assert_eq!(
-            default.budget(Duration::from_millis(400)),
-            Duration::from_millis(296)
-        ); // 396 ms - 100 ms
-    }
-
     #[tokio::test(start_paused = true)]
-    async fn deadline_follows_the_newest_acknowledged_send() {
+    async fn deadline_follows_the_anchor_and_the_guards_budget() {
         let watch = start();
-        let sent = Instant::now();
-        watch.lease().extend(sent);
+        let anchor = Instant::now();
+        watch.lease().prove(anchor);
         let (_, guard) = register(&watch, false);
-        assert_eq!(guard.deadline(), sent + Duration::from_millis(9_800));
-        watch.lease().extend(sent + Duration::from_secs(3));
-        assert_eq!(guard.deadline(), sent + Duration::from_millis(12_800));
-        // A late reply to an older request never moves the deadline back.
-        watch.lease().extend(sent + Duration::from_secs(1));
-        assert_eq!(guard.deadline(), sent + Duration::from_millis(12_800));
+        assert_eq!(guard.deadline(), anchor + Duration::from_millis(9_800));
+        watch.lease().prove(anchor + Duration::from_secs(3));
+        assert_eq!(guard.deadline(), anchor + Duration::from_millis(12_800));
+        // An older proof never moves the deadline back.
+        watch.lease().prove(anchor + Duration::from_secs(1));
+        assert_eq!(guard.deadline(), anchor + Duration::from_millis(12_800));
     }
 
     #[tokio::test(start_paused = true)]
     async fn disconnect_cancels_at_once_unless_riding_out() {
         let watch = start();
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         let (_, strict) = register(&watch, false);
         let (_, patient) = register(&watch, true);
         settle().await;
@@ -1061,12 +1128,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reconnect_with_fresh_replies_keeps_a_riding_out_guard() {
         let watch = start();
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         let (_, patient) = register(&watch, true);
         watch.send(Event::State(zk::SessionState::Disconnected));
         tokio::time::advance(Duration::from_secs(5)).await;
         watch.send(Event::State(zk::SessionState::SyncConnected));
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         tokio::time::advance(Duration::from_secs(9)).await;
         settle().await;
         assert_eq!(patient.check(), Ok(()));
@@ -1084,7 +1151,7 @@ mod tests {
             (zk::SessionState::AuthFailed, LossReason::AuthFailed),
         ] {
             let watch = start();
-            watch.lease().extend(Instant::now());
+            watch.lease().prove(Instant::now());
             let guards: Vec<_> = (0..3).map(|i| register(&watch, i == 0).1).collect();
             watch.send(Event::State(state));
             settle().await;
@@ -1100,7 +1167,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deleted_node_cancels_only_its_guard() {
         let watch = start();
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         let (gone, victim) = register(&watch, false);
         let (_, bystander) = register(&watch, false);
         watch.send(Event::NodeGone { id: gone });
@@ -1112,7 +1179,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn another_session_id_cancels_with_session_changed() {
         let watch = start();
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         let (_, guard) = register(&watch, true);
         watch.send(Event::SessionId(7));
         settle().await;
@@ -1126,8 +1193,8 @@ mod tests {
     async fn check_fails_past_the_deadline_before_the_watchdog_runs() {
         // No driver at all: only the clock and the shared lease.
         let (watch, _events) = SessionWatch::new(7, T);
-        watch.lease().extend(Instant::now());
-        let guard = GuardState::new(&watch, POLICY.budget(T), false, String::new());
+        watch.lease().prove(Instant::now());
+        let guard = GuardState::new(&watch, policy().budget(T), false, String::new());
         tokio::time::advance(Duration::from_millis(9_799)).await;
         assert_eq!(guard.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -1141,7 +1208,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn release_wins_over_later_losses_and_unregistered_guards_are_ignored() {
         let watch = start();
-        watch.lease().extend(Instant::now());
+        watch.lease().prove(Instant::now());
         let (id, guard) = register(&watch, false);
         settle().await;
         assert!(guard.lose(LossReason::Released));

@@ -1,0 +1,465 @@
+//! The lease: from which instant a session is proven alive in the eyes of the one server that
+//! can expire it, and how long after that instant its locks may still be trusted.
+//!
+//! # What a reply proves
+//!
+//! Only the leader's session tracker expires sessions (`SessionTrackerImpl`, run by
+//! `LeaderZooKeeperServer`); it expires a session no earlier than `T` after the last time it
+//! touched it (`ExpiryQueue::update` rounds `now + T` *up* to the next tick). The leader
+//! touches a session:
+//! - on every request the session sends to the leader itself (`ZooKeeperServer::submitRequestNow`
+//!   calls `touch` before the request enters the pipeline);
+//! - when a follower relays that it saw the session: a follower collects the sessions that
+//!   sent it anything (`LearnerSessionTracker::touchSession`) and lists them in its reply to
+//!   the leader's `PING` (`Learner::ping`), which the leader sends every `tickTime/2`; requests
+//!   a follower *forwards* do not touch the session on the leader
+//!   (`LeaderZooKeeperServer::submitLearnerRequest` skips `touch`);
+//! - on a reconnect (`REVALIDATE`), and for every session when a new leader starts its tracker
+//!   (`SessionTrackerImpl`'s constructor touches every session it loads).
+//!
+//! From that:
+//! 1. **A read reply proves nothing**: a follower cut off from the leader keeps answering reads.
+//! 2. **A `sync` reply proves nothing either**: a leader answers its own clients' syncs without
+//!    a quorum round (its `CommitProcessor` is built with `matchSyncs = false`), and one cut off
+//!    from its followers keeps doing so until it notices lost quorum, about
+//!    `syncLimit · tickTime` later, while the followers may already have elected a new leader.
+//! 3. **A committed write `k`, sent at `s_k`, proves that no *later* leader can expire the
+//!    session before `s_k + T`**: the write needs acknowledgements from a quorum, every later
+//!    leader is established by a quorum, two quorums share a server, and that server
+//!    acknowledged `k` (after `s_k`) before it followed the later leader; a new leader builds
+//!    its session tracker only after that (`Leader::lead` → `startZkServer`), touching every
+//!    session. It also proves the session was not yet closing when the leader prepared `k`
+//!    (`PrepRequestProcessor` calls `checkSession`).
+//! 4. **The leader that committed `k` heard from the session no earlier than `s_j`, for any
+//!    request `j` whose reply came back at `r_j ≤ s_k − G`**, `G` the longest the follower can
+//!    go without relaying to the leader (`tickTime/2` plus jitter): `j` touched the follower
+//!    when it arrived (at or before `r_j`); within `G` the follower answered a leader `PING`
+//!    with that touch; that answer and the later forward of `k` travel the same ordered
+//!    connection, so the leader processed the touch before it saw `k`. A client on the leader
+//!    itself touches it directly, which is only better. (If the client moved to another
+//!    server in between, that server's `REVALIDATE` touched the leader after `r_j`.)
+//!
+//! So every committed write `k` moves the **anchor** to `max{ s_j : r_j ≤ s_k − G }`, and the
+//! leader cannot expire the session before `anchor + T` on its clock. The lease deadline is
+//! `anchor + T·(1 − drift) − margin` on ours. The watchdog keeps proofs coming with a write of
+//! its own, a `multi` holding one `check` of a held node (it changes nothing and fires no
+//! watch), sent `G` after the newest reply so that each probe pairs with the one before it.
+//!
+//! The one exception is the first proof after the session's watchdog starts, when no earlier
+//! reply of ours is known: it rests on `zookeeper-client` itself keeping the connection alive
+//! (it pings a connection idle for `3T/20`, checking every `T/20`, so the follower saw the
+//! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin`.
+//!
+//! `G` needs the ensemble's tickTime, which a client cannot read: zkfence takes the largest
+//! one ZooKeeper's default session bounds allow, `T/2` (the server refuses a session timeout
+//! below `minSessionTimeout`, which defaults to `2·tickTime`), unless told
+//! ([`LockOptions::with_tick_time`](crate::LockOptions::with_tick_time)). Nothing here
+//! depends on `syncLimit` or `initLimit`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The zero of the lease clock. Instants are stored as nanoseconds after it, so they fit an
+/// atomic and `check()` never takes a lock.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Starts the lease clock; it must predate every instant the lease is asked to record.
+pub(crate) fn start_clock() {
+    LazyLock::force(&EPOCH);
+}
+
+fn to_nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(*EPOCH).as_nanos() as u64
+}
+
+fn from_nanos(nanos: u64) -> Instant {
+    *EPOCH + Duration::from_nanos(nanos)
+}
+
+/// How zkfence turns proofs into a lease: the knobs of [`LockOptions`](crate::LockOptions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct LeasePolicy {
+    /// Fraction of a duration given up for clock-rate differences between us and the servers.
+    pub(crate) drift: f64,
+    /// Slack for scheduling and network jitter; `None` for [`default_margin`].
+    pub(crate) margin: Option<Duration>,
+    /// The ensemble's tickTime, if the user knows it; `None` assumes the largest ZooKeeper's
+    /// default session bounds allow, `T/2`.
+    pub(crate) tick: Option<Duration>,
+    /// The rule before issue 11 (sync replies extend the lease from their send time, margin
+    /// `T/4`), kept only so the chaos suite can show that it fails.
+    #[cfg(feature = "mutants")]
+    pub(crate) legacy: bool,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        LeasePolicy {
+            drift: 0.01,
+            margin: None,
+            tick: None,
+            #[cfg(feature = "mutants")]
+            legacy: false,
+        }
+    }
+}
+
+/// The default margin: `T/20`, between 20 ms and 500 ms.
+pub(crate) fn default_margin(session_timeout: Duration) -> Duration {
+    (session_timeout / 20).clamp(Duration::from_millis(20), Duration::from_millis(500))
+}
+
+/// How long `zookeeper-client` 0.11 lets a connection go without sending: a ping after
+/// `3T/20` idle, checked every `T/20` (its `reset_timeout`, with no connection timeout set).
+pub(crate) fn client_keepalive(session_timeout: Duration) -> Duration {
+    session_timeout / 5
+}
+
+/// Why a lease cannot be kept with these settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Infeasible {
+    pub(crate) session_timeout: Duration,
+    pub(crate) tick: Duration,
+}
+
+impl Infeasible {
+    /// The shortest session timeout (in steps of 10 ms) at which `policy` can keep a lease.
+    pub(crate) fn needed(&self, policy: &LeasePolicy) -> Duration {
+        let step = Duration::from_millis(10);
+        let mut t = self.session_timeout + step;
+        while policy.check_feasible(t).is_err() && t < Duration::from_secs(3600) {
+            t += step;
+        }
+        t
+    }
+}
+
+impl LeasePolicy {
+    /// The margin in use for a session of `t`.
+    pub(crate) fn margin(&self, t: Duration) -> Duration {
+        self.margin.unwrap_or_else(|| default_margin(t))
+    }
+
+    /// How long after the anchor the lease holds: `T·(1 − drift) − margin`.
+    pub(crate) fn budget(&self, t: Duration) -> Duration {
+        #[cfg(feature = "mutants")]
+        if self.legacy {
+            let margin = self
+                .margin
+                .unwrap_or_else(|| (t / 4).max(Duration::from_millis(100)));
+            return t.mul_f64(1.0 - self.drift).saturating_sub(margin);
+        }
+        t.mul_f64(1.0 - self.drift).saturating_sub(self.margin(t))
+    }
+
+    /// The tickTime assumed for a session of `t`.
+    pub(crate) fn tick(&self, t: Duration) -> Duration {
+        self.tick.unwrap_or(t / 2)
+    }
+
+    /// `G`: the longest a follower may go between relaying a session's touches to the leader,
+    /// `tickTime/2` on the leader's clock plus jitter.
+    pub(crate) fn pair_gap(&self, t: Duration) -> Duration {
+        (self.tick(t) / 2).mul_f64(1.0 + self.drift) + self.margin(t)
+    }
+
+    /// Whether the lease can be renewed before it lapses: proofs arrive about every `G` plus a
+    /// round trip and each anchors about `G` back, so the budget must cover two gaps and some
+    /// round trips.
+    pub(crate) fn check_feasible(&self, t: Duration) -> Result<(), Infeasible> {
+        #[cfg(feature = "mutants")]
+        if self.legacy {
+            return Ok(());
+        }
+        let needed = self.pair_gap(t) * 2 + self.margin(t) * 2;
+        if self.budget(t) >= needed {
+            Ok(())
+        } else {
+            Err(Infeasible {
+                session_timeout: t,
+                tick: self.tick(t),
+            })
+        }
+    }
+
+    #[cfg(feature = "mutants")]
+    pub(crate) fn legacy(&self) -> bool {
+        self.legacy
+    }
+
+    #[cfg(not(feature = "mutants"))]
+    pub(crate) fn legacy(&self) -> bool {
+        false
+    }
+}
+
+/// The most replies remembered; older ones can no longer move the anchor anyway.
+const HISTORY: usize = 256;
+
+/// What one session's replies have proven: the anchor, and the recent replies that later
+/// committed writes can pair with.
+#[derive(Debug)]
+pub(crate) struct LeaseCell {
+    /// The leader that can expire the session heard from it no earlier than this instant.
+    anchor: AtomicU64,
+    /// `G` in nanoseconds: the largest any lock on this session asked for.
+    gap: AtomicU64,
+    /// The reply time of the newest reply, for the watchdog's next probe.
+    newest_reply: AtomicU64,
+    /// True until the first proof after the watchdog (re)started: that one may lean on the
+    /// client's keepalive.
+    cold: AtomicBool,
+    /// `T/5` plus margin, for the cold proof.
+    keepalive: Duration,
+    /// Sync replies count, from their send time (the pre-issue-11 rule, for the chaos mutant).
+    legacy: AtomicBool,
+    /// `(sent, replied)` of recent requests that got a server reply, oldest first.
+    replies: Mutex<VecDeque<(u64, u64)>>,
+}
+
+impl LeaseCell {
+    pub(crate) fn new(session_timeout: Duration) -> LeaseCell {
+        start_clock();
+        LeaseCell {
+            anchor: AtomicU64::new(0),
+            gap: AtomicU64::new(0),
+            newest_reply: AtomicU64::new(0),
+            cold: AtomicBool::new(true),
+            keepalive: client_keepalive(session_timeout) + default_margin(session_timeout),
+            legacy: AtomicBool::new(false),
+            replies: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// A lock with `policy` uses this session: `G` becomes at least its gap.
+    pub(crate) fn adopt(&self, policy: &LeasePolicy, session_timeout: Duration) {
+        let gap = policy.pair_gap(session_timeout).as_nanos() as u64;
+        self.gap.fetch_max(gap, Ordering::AcqRel);
+        if policy.legacy() {
+            self.legacy.store(true, Ordering::Release);
+        }
+    }
+
+    /// The watchdog starts (or starts again after an idle spell): the next proof is a cold one.
+    pub(crate) fn restart(&self) {
+        self.cold.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn gap(&self) -> Duration {
+        Duration::from_nanos(self.gap.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn anchor(&self) -> Instant {
+        from_nanos(self.anchor.load(Ordering::Acquire))
+    }
+
+    /// When the newest server reply arrived, if any did.
+    pub(crate) fn newest_reply(&self) -> Option<Instant> {
+        match self.newest_reply.load(Ordering::Acquire) {
+            0 => None,
+            nanos => Some(from_nanos(nanos)),
+        }
+    }
+
+    pub(crate) fn is_legacy(&self) -> bool {
+        self.legacy.load(Ordering::Acquire)
+    }
+
+    fn replies(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, u64)>> {
+        self.replies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request sent at `sent` got a server reply (of any kind) at `at`: the server it was
+    /// connected to saw the session by then.
+    pub(crate) fn replied(&self, sent: Instant, at: Instant) {
+        let (sent, at) = (to_nanos(sent), to_nanos(at));
+        self.newest_reply.fetch_max(at, Ordering::AcqRel);
+        let mut replies = self.replies();
+        // Replies of one session come back in the order the requests went out, but callers
+        // record them from different tasks: keep the list sorted by reply time.
+        let at_index = replies.partition_point(|&(_, r)| r <= at);
+        replies.insert(at_index, (sent, at));
+        if replies.len() > HISTORY {
+            replies.pop_front();
+        }
+    }
+
+    /// A write sent at `sent` was committed, its reply arriving at `at`: moves the anchor to the
+    /// newest earlier reply at least `G` before `sent` (see the module docs), or on a cold
+    /// start to what the client's keepalive guarantees.
+    pub(crate) fn committed(&self, sent: Instant, at: Instant) {
+        if self.is_legacy() {
+            self.synced(sent);
+            return;
+        }
+        let gap = self.gap();
+        let mut candidate = {
+            let mut replies = self.replies();
+            let bound = to_nanos(sent.checked_sub(gap).unwrap_or(*EPOCH));
+            // The newest reply that came back at least G before this write was sent.
+            let newest = replies.partition_point(|&(_, r)| r <= bound);
+            let found = newest.checked_sub(1).map(|i| replies[i].0);
+            // Older replies can never beat that one for a later write: forget them.
+            if let Some(i) = newest.checked_sub(1) {
+                replies.drain(..i);
+            }
+            found.map(from_nanos)
+        };
+        if self.cold.swap(false, Ordering::AcqRel) {
+            let keepalive = sent.checked_sub(gap + self.keepalive).unwrap_or(*EPOCH);
+            candidate = Some(candidate.map_or(keepalive, |c| c.max(keepalive)));
+        }
+        if let Some(candidate) = candidate {
+            self.anchor.fetch_max(to_nanos(candidate), Ordering::AcqRel);
+        }
+        self.replied(sent, at);
+    }
+
+    /// Sets the anchor directly (tests of the watchdog that only need a live lease).
+    #[cfg(test)]
+    pub(crate) fn prove(&self, anchor: Instant) {
+        self.anchor.fetch_max(to_nanos(anchor), Ordering::AcqRel);
+    }
+
+    /// The pre-issue-11 rule: a `sync` (or create) reply extends the lease from its send time.
+    /// Unsound when the ensemble is partitioned; only the chaos suite's mutant uses it.
+    pub(crate) fn synced(&self, sent: Instant) {
+        self.anchor.fetch_max(to_nanos(sent), Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(4);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn cell(policy: &LeasePolicy) -> LeaseCell {
+        let cell = LeaseCell::new(T);
+        cell.adopt(policy, T);
+        cell
+    }
+
+    #[test]
+    fn budget_gap_and_margin_follow_the_session_timeout() {
+        let policy = LeasePolicy::default();
+        assert_eq!(policy.margin(T), ms(200));
+        assert_eq!(policy.budget(T), ms(3_760)); // 3.96 s - 200 ms
+        assert_eq!(policy.pair_gap(T), ms(1_210)); // tick T/2: 1 s x 1.01 + 200 ms
+        let known_tick = LeasePolicy {
+            tick: Some(ms(200)),
+            ..policy
+        };
+        assert_eq!(known_tick.pair_gap(T), ms(301));
+        assert_eq!(default_margin(ms(400)), ms(20));
+        assert_eq!(default_margin(Duration::from_secs(60)), ms(500));
+    }
+
+    #[test]
+    fn a_lease_that_cannot_be_renewed_in_time_is_refused() {
+        let policy = LeasePolicy::default();
+        for t in [ms(400), T, Duration::from_secs(40)] {
+            assert_eq!(policy.check_feasible(t), Ok(()), "{t:?} at tick T/2");
+        }
+        // A tick as long as the session timeout (minSessionTimeout lowered below 2 ticks).
+        let slow = LeasePolicy {
+            tick: Some(T),
+            ..policy
+        };
+        assert_eq!(
+            slow.check_feasible(T),
+            Err(Infeasible {
+                session_timeout: T,
+                tick: T
+            })
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_committed_write_anchors_at_the_newest_reply_a_gap_before_it() {
+        let policy = LeasePolicy {
+            tick: Some(ms(400)),
+            ..LeasePolicy::default()
+        };
+        let cell = cell(&policy);
+        let gap = cell.gap(); // 202 ms + 200 ms
+        assert_eq!(gap, ms(402));
+        let t0 = Instant::now();
+        cell.restart();
+        cell.cold.store(false, Ordering::Release);
+        // j1 sent at 0, answered at 10; j2 sent at 100, answered at 110.
+        cell.replied(t0, t0 + ms(10));
+        cell.replied(t0 + ms(100), t0 + ms(110));
+        // k sent at 300: no reply is G before it, so nothing is proven yet.
+        cell.committed(t0 + ms(300), t0 + ms(310));
+        assert_eq!(cell.anchor(), *EPOCH);
+        // k sent at 420: j1 (answered at 10 <= 420 - 402) qualifies, j2 does not.
+        cell.committed(t0 + ms(420), t0 + ms(430));
+        assert_eq!(cell.anchor(), t0);
+        // k sent at 720: the newest qualifying reply is the write at 300 (answered at 310).
+        cell.committed(t0 + ms(720), t0 + ms(730));
+        assert_eq!(cell.anchor(), t0 + ms(300));
+        // Never its own send time: a write's reply alone proves the leader heard nothing.
+        assert!(cell.anchor() < t0 + ms(720));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_anchor_never_moves_back() {
+        let cell = cell(&LeasePolicy::default());
+        cell.cold.store(false, Ordering::Release);
+        let t0 = Instant::now();
+        let gap = cell.gap();
+        cell.replied(t0 + ms(500), t0 + ms(510));
+        cell.committed(t0 + ms(510) + gap, t0 + ms(520) + gap);
+        assert_eq!(cell.anchor(), t0 + ms(500));
+        // A slow write sent long ago and answered only now proves less: ignored.
+        cell.committed(t0 + ms(600), t0 + ms(900) + gap);
+        assert_eq!(cell.anchor(), t0 + ms(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_first_proof_after_a_restart_leans_on_the_client_keepalive() {
+        let cell = cell(&LeasePolicy::default());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let gap = cell.gap();
+        let s = Instant::now();
+        // Cold: nothing known before it, the client pinged within T/5 (+ margin).
+        cell.committed(s, s + ms(5));
+        assert_eq!(cell.anchor(), s - gap - ms(800) - ms(200));
+        // Warm: a write with no reply G before it proves nothing new.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let later = Instant::now();
+        cell.committed(later, later + ms(5));
+        assert_eq!(cell.anchor(), s - gap - ms(1_000));
+        // After a restart (the watchdog was idle), cold again.
+        cell.restart();
+        tokio::time::advance(ms(100)).await;
+        let again = Instant::now();
+        cell.committed(again, again + ms(5));
+        assert_eq!(cell.anchor(), again - gap - ms(1_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replies_recorded_out_of_order_are_sorted_and_history_is_bounded() {
+        let cell = cell(&LeasePolicy::default());
+        cell.cold.store(false, Ordering::Release);
+        let t0 = Instant::now();
+        cell.replied(t0 + ms(20), t0 + ms(30));
+        cell.replied(t0, t0 + ms(10));
+        let order: Vec<u64> = cell.replies().iter().map(|&(_, r)| r).collect();
+        assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
+        for i in 0..(HISTORY as u64 * 2) {
+            cell.replied(t0 + ms(i), t0 + ms(i + 1));
+        }
+        assert_eq!(cell.replies().len(), HISTORY);
+        assert_eq!(cell.newest_reply(), Some(t0 + ms(HISTORY as u64 * 2)));
+    }
+}
