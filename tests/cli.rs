@@ -5,7 +5,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{chroot, connect, shared, wait_until, ZooKeeper};
+use support::{chroot, connect, shared, wait_until, CountingProxy, ZooKeeper};
 use zkfence::{FencedLock, LockOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
@@ -146,6 +146,94 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
     eprintln!(
         "loss (node deleted) -> SIGTERM to the command: {:.1} ms",
         (term.saturating_sub(deleted_at)) as f64 / 1e6
+    );
+}
+
+/// A loss that lands with the command's exit gives 76, whatever the command returned.
+///
+/// zkfence talks to ZooKeeper through a proxy. While the command runs, the proxy starts to
+/// hold every frame for `HELD` and the test deletes our lock node from another client, then
+/// lets the command exit 0 at once (it blocks reading a FIFO). So the command exits after the
+/// loss but before zkfence can hear of it: the `NodeDeleted` notification is still held in
+/// the proxy, and zkfence learns of the loss only around its release (the notification
+/// arriving, or the release's delete finding no node). The test checks that the command had
+/// exited before the notification went through. Before the fix, the command's 0 won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    const HELD: Duration = Duration::from_secs(1);
+    let hosts = chroot(shared(), "cli-race").await;
+    let server = hosts.split('/').next().unwrap();
+    let proxy = CountingProxy::start(server.split(',').next().unwrap()).await;
+    let through_proxy = format!("{}{}", proxy.addr, &hosts[server.len()..]);
+    let dir = temp("race");
+    let fifo = dir.join("go");
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let script = r#"echo $$ > "$DIR/pid" && mv "$DIR/pid" "$DIR/ready"
+        read -r _ < "$DIR/go"
+        exit 0"#;
+    // A long session keeps the lease comfortable while the proxy holds frames.
+    let child = run_sh(&through_proxy, &["--session-timeout", "20s"], script, &dir);
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
+    let pid = std::fs::read_to_string(dir.join("ready")).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+
+    let admin = connect(&hosts, Duration::from_secs(10)).await;
+    let nodes = admin.list_children("/locks/cli").await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    let notified = proxy.notifications();
+    proxy.delay(HELD);
+    admin
+        .delete(&format!("/locks/cli/{}", nodes[0]), None)
+        .await
+        .unwrap();
+    // The command exits as soon as it reads a line (the open fails until it is reading).
+    let mut opened = None;
+    wait_until(
+        Duration::from_secs(10),
+        "the command to read the FIFO",
+        || {
+            opened = opened.take().or_else(|| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo)
+                    .ok()
+            });
+            std::future::ready(opened.is_some())
+        },
+    )
+    .await;
+    std::io::Write::write_all(&mut opened.take().unwrap(), b"go\n").unwrap();
+    wait_until(Duration::from_secs(10), "the command to exit", || {
+        // A zombie (exited, not yet reaped) or gone (reaped).
+        let state = std::fs::read_to_string(&stat).unwrap_or_default();
+        let exited = state
+            .rsplit_once(") ")
+            .is_none_or(|(_, s)| s.starts_with('Z'));
+        std::future::ready(exited)
+    })
+    .await;
+    assert_eq!(
+        proxy.notifications(),
+        notified,
+        "the NodeDeleted notification reached zkfence before the command exited: no race"
+    );
+
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains("exited with 0") && stderr.contains("deleted"),
+        "{stderr}"
     );
 }
 

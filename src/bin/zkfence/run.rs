@@ -5,7 +5,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
-use zkfence::{FencedLock, LockOptions};
+use zkfence::{FencedLock, LockOptions, LossReason};
 
 use crate::{
     connect, fail, parse_duration, EXIT_CANNOT_RUN, EXIT_LOCK_LOST, EXIT_TIMEOUT, EXIT_USAGE,
@@ -129,10 +129,7 @@ pub(crate) async fn run(args: Args) -> u8 {
                     Ok(status) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)) as u8,
                     Err(_) => crate::EXIT_FAILURE,
                 };
-                if let Err(err) = guard.release().await {
-                    eprintln!("zkfence: the command finished, but {err}");
-                }
-                return code;
+                return finish(&args.lock, guard, code).await;
             }
             reason = guard.lost() => break reason,
             _ = interrupts.recv() => signal_group(pgid, libc::SIGINT),
@@ -157,6 +154,46 @@ pub(crate) async fn run(args: Args) -> u8 {
     // Best effort: the node may still be ours (a disconnect we did not ride out).
     let _ = guard.release().await;
     EXIT_LOCK_LOST
+}
+
+/// The exit code once the command has exited (and been reaped) with `code`: `code` if the lock
+/// was held all along, [`EXIT_LOCK_LOST`] if it was lost at any point before its release was
+/// confirmed, whatever the command returned.
+///
+/// The exit and the loss can arrive together (and the `select!` above then takes either), or
+/// the loss can still be on its way (a `NodeDeleted` notification in flight) when the exit is
+/// seen. So this is the one place that decides, from the guard's own state: first by
+/// [`check`](zkfence::Held::check), synchronously, with nothing awaited since the exit (the
+/// watchdog's verdict and the lease deadline by the monotonic clock); then by the release,
+/// which reports [`LockLost`](zkfence::Error::LockLost) for a loss recorded before it and for
+/// a node that was already gone.
+async fn finish(lock: &str, guard: zkfence::LockGuard, code: u8) -> u8 {
+    let checked = guard.check().err().as_ref().and_then(loss);
+    let released = guard.release().await;
+    match checked.or_else(|| released.as_ref().err().and_then(loss)) {
+        Some(reason) => {
+            eprintln!(
+                "zkfence: the command exited with {code}, but lock {lock} was lost before it was released ({reason})"
+            );
+            EXIT_LOCK_LOST
+        }
+        None => {
+            if let Err(err) = released {
+                // Held until the command was reaped (the check passed after it): the code
+                // stands, though the node may outlive us until the session ends.
+                eprintln!("zkfence: the command finished, but {err}");
+            }
+            code
+        }
+    }
+}
+
+/// The reason, when `err` says the lock was lost (not merely released).
+fn loss(err: &zkfence::Error) -> Option<LossReason> {
+    match err {
+        zkfence::Error::LockLost(reason) if *reason != LossReason::Released => Some(*reason),
+        _ => None,
+    }
 }
 
 fn signal_group(pgid: i32, signal: i32) {
