@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::metrics as m;
-use crate::recipe;
+use crate::recipe::{self, Deleted};
 use crate::watchdog::{Event, GuardState, Interest, LossReason};
 
 /// What a guard and its [`Held`] handles share.
@@ -334,7 +334,11 @@ impl LockGuard {
     ///
     /// - [`Error::LockLost`] if the lock had been lost while held (the node is still deleted
     ///   when the session allows): the work done under it may have overlapped another holder,
-    ///   and only fenced writes are known to be safe.
+    ///   and only fenced writes are known to be safe. Also when that cannot be ruled out:
+    ///   [`LossReason::NodeDeleted`] when the node was already gone, and
+    ///   [`LossReason::ReleaseUnconfirmed`] when the delete's reply was lost and its retry found
+    ///   the node gone (our delete, or someone else's first: ZooKeeper keeps no record of who
+    ///   deleted a node).
     /// - [`Error::SessionExpired`] / [`Error::ClientClosed`]: the session is gone, and its
     ///   ephemeral node with it.
     /// - [`Error::AccessDenied`] and other ZooKeeper errors: the node remains until the
@@ -373,8 +377,11 @@ impl LockGuard {
         self.finish();
         let outcome = match (lost, deleted) {
             (Some(reason), _) => Err(Error::LockLost(reason)),
-            (None, Ok(true)) => Ok(()),
-            (None, Ok(false)) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            (None, Ok(Deleted::Confirmed)) => Ok(()),
+            (None, Ok(Deleted::Absent)) => Err(Error::LockLost(LossReason::NodeDeleted)),
+            (None, Ok(Deleted::Unconfirmed)) => {
+                Err(Error::LockLost(LossReason::ReleaseUnconfirmed))
+            }
             (None, Err(err)) => Err(err),
         };
         match &outcome {

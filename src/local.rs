@@ -72,21 +72,38 @@ struct Jvm {
 }
 
 impl Jvm {
-    fn spawn(dir: &Path, main: &str, args: &[&str]) -> Result<Jvm, StartError> {
+    /// Starts `java <flags> <main> <args>` under the wrapper, inside network namespace
+    /// `netns` when given.
+    fn spawn(
+        dir: &Path,
+        netns: Option<&str>,
+        flags: &[String],
+        main: &str,
+        args: &[&str],
+    ) -> Result<Jvm, StartError> {
         if !Path::new(JARS).join("zookeeper.jar").exists() {
             return Err(StartError::NotInstalled);
         }
         let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-            -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' \
+            -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' $ZK_JVMFLAGS \
             -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar "$@" >"$ZK_LOG" 2>&1 &
             pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
-        let mut wrapper = Command::new("bash")
+        let mut command = match netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, "bash"]);
+                command
+            }
+            None => Command::new("bash"),
+        };
+        let mut wrapper = command
             .arg("-c")
             .arg(script)
             .arg("zk-wrapper")
             .arg(main)
             .args(args)
             .env("ZK_LOG", dir.join("server.log"))
+            .env("ZK_JVMFLAGS", flags.join(" "))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -140,12 +157,16 @@ pub fn four_letter(addr: &str, word: &str) -> Option<String> {
     Some(out)
 }
 
-/// One server process: its port, its files, its JVM.
+/// One server process: its address, its files, its JVM.
 #[derive(Debug)]
 struct Node {
+    host: String,
     port: u16,
     dir: PathBuf,
     main: &'static str,
+    /// The network namespace it runs in, if it has its own.
+    netns: Option<String>,
+    jvm_flags: Vec<String>,
     jvm: Mutex<Option<Jvm>>,
 }
 
@@ -164,35 +185,58 @@ fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The settings every server here shares: a 200 ms tick (sessions from 400 ms), no fsync,
-/// loopback only, four-letter words on, the admin server off.
-fn base_config(dir: &Path, port: u16) -> String {
+/// The settings every server here shares: the tick and limits of `options` (sessions from
+/// 2 ticks to 20 ticks, at least 30 s), no fsync, four-letter words on, the admin server off.
+fn base_config(dir: &Path, host: &str, port: u16, options: &EnsembleOptions) -> String {
+    let tick = options.tick.as_millis().max(1);
     format!(
-        "tickTime=200\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-         maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=30000\nforceSync=no\nadmin.enableServer=false\n\
-         4lw.commands.whitelist=*\n",
-        dir.join("data").display()
+        "tickTime={tick}\ninitLimit={}\nsyncLimit={}\ndataDir={}\nclientPort={port}\nclientPortAddress={host}\n\
+         maxClientCnxns=0\nminSessionTimeout={}\nmaxSessionTimeout={}\nforceSync=no\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=*\n{}",
+        options.init_limit,
+        options.sync_limit,
+        dir.join("data").display(),
+        2 * tick,
+        (20 * tick).max(30_000),
+        options.config.iter().map(|line| format!("{line}\n")).collect::<String>(),
     )
 }
 
 impl Node {
-    fn new(port: u16, dir: PathBuf, main: &'static str, config: &str) -> Result<Node, StartError> {
+    fn new(
+        host: &str,
+        port: u16,
+        dir: PathBuf,
+        main: &'static str,
+        config: &str,
+        netns: Option<String>,
+        jvm_flags: Vec<String>,
+    ) -> Result<Node, StartError> {
         std::fs::write(dir.join("zoo.cfg"), config)?;
         Ok(Node {
+            host: host.to_owned(),
             port,
             dir,
             main,
+            netns,
+            jvm_flags,
             jvm: Mutex::new(None),
         })
     }
 
     fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     fn spawn(&self) -> Result<(), StartError> {
         let cfg = self.dir.join("zoo.cfg");
-        let jvm = Jvm::spawn(&self.dir, self.main, &[&cfg.to_string_lossy()])?;
+        let jvm = Jvm::spawn(
+            &self.dir,
+            self.netns.as_deref(),
+            &self.jvm_flags,
+            self.main,
+            &[&cfg.to_string_lossy()],
+        )?;
         *self.jvm.lock().unwrap_or_else(|e| e.into_inner()) = Some(jvm);
         Ok(())
     }
@@ -288,9 +332,17 @@ impl LocalZooKeeper {
     pub fn start() -> Result<LocalZooKeeper, StartError> {
         let port = free_port()?;
         let dir = temp_dir("zk")?;
-        let config = base_config(&dir, port);
+        let config = base_config(&dir, "127.0.0.1", port, &EnsembleOptions::default());
         let zk = LocalZooKeeper {
-            node: Node::new(port, dir, STANDALONE, &config)?,
+            node: Node::new(
+                "127.0.0.1",
+                port,
+                dir,
+                STANDALONE,
+                &config,
+                None,
+                Vec::new(),
+            )?,
         };
         zk.node.spawn()?;
         zk.node.wait_serving(START_TIMEOUT)?;
@@ -417,6 +469,246 @@ impl LocalZooKeeper {
 #[derive(Debug)]
 pub struct LocalEnsemble {
     nodes: Vec<Node>,
+    /// Set when each server has its own network namespace (see [`EnsembleOptions`]).
+    isolated: bool,
+}
+
+/// How a [`LocalEnsemble`] is set up: its tick and limits, extra JVM flags, and whether each
+/// server gets a network namespace of its own so that the links between servers can be cut.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let options = zkfence::local::EnsembleOptions::default()
+///     .with_tick(Duration::from_millis(2000))
+///     .with_sync_limit(5);
+/// assert_eq!(options.tick(), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone)]
+pub struct EnsembleOptions {
+    tick: Duration,
+    sync_limit: u32,
+    init_limit: u32,
+    namespaces: bool,
+    jvm_flags: Vec<String>,
+    /// Extra `zoo.cfg` lines.
+    config: Vec<String>,
+}
+
+impl Default for EnsembleOptions {
+    /// A 200 ms tick, `syncLimit=5`, `initLimit=10`, every server on loopback.
+    fn default() -> Self {
+        EnsembleOptions {
+            tick: Duration::from_millis(200),
+            sync_limit: 5,
+            init_limit: 10,
+            namespaces: false,
+            jvm_flags: Vec::new(),
+            config: Vec::new(),
+        }
+    }
+}
+
+impl EnsembleOptions {
+    /// The servers' `tickTime` (default 200 ms). Sessions from 2 to 20 ticks (at least 30 s)
+    /// can be negotiated.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_tick(std::time::Duration::from_secs(2));
+    /// # let _ = options;
+    /// ```
+    pub fn with_tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// The servers' `syncLimit` in ticks (default 5): how long a leader keeps leading without
+    /// hearing from a quorum, and a follower following a silent leader.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_sync_limit(10);
+    /// # let _ = options;
+    /// ```
+    pub fn with_sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks.max(1);
+        self
+    }
+
+    /// The servers' `initLimit` in ticks (default 10).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_init_limit(20);
+    /// # let _ = options;
+    /// ```
+    pub fn with_init_limit(mut self, ticks: u32) -> Self {
+        self.init_limit = ticks.max(1);
+        self
+    }
+
+    /// One more JVM flag for every server, e.g. `-Dreadonlymode.enabled=true`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_jvm_flag("-Dreadonlymode.enabled=true");
+    /// # let _ = options;
+    /// ```
+    pub fn with_jvm_flag(mut self, flag: impl Into<String>) -> Self {
+        self.jvm_flags.push(flag.into());
+        self
+    }
+
+    /// One more `zoo.cfg` setting for every server, e.g. `localSessionsEnabled=true`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_config("localSessionsEnabled", "true");
+    /// # let _ = options;
+    /// ```
+    pub fn with_config(mut self, key: &str, value: &str) -> Self {
+        self.config.push(format!("{key}={value}"));
+        self
+    }
+
+    /// Gives each server a network namespace and an address of its own (`10.77.<n>.<i>`, on a
+    /// bridge in this process's namespace), so that [`LocalEnsemble::cut`] can cut the links
+    /// between servers while clients still reach every server. Needs root, and this process
+    /// must already run in a private network and mount namespace (`unshare --net --mount`):
+    /// it adds a bridge, and it refuses to touch the machine's own network.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::local::EnsembleOptions::default().with_own_network_namespaces(true);
+    /// # let _ = options;
+    /// ```
+    pub fn with_own_network_namespaces(mut self, on: bool) -> Self {
+        self.namespaces = on;
+        self
+    }
+
+    /// The tick.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::local::EnsembleOptions::default().tick().as_millis(), 200);
+    /// ```
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// The sync limit, in ticks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::local::EnsembleOptions::default().sync_limit(), 5);
+    /// ```
+    pub fn sync_limit(&self) -> u32 {
+        self.sync_limit
+    }
+}
+
+/// What [`LocalEnsemble::cut`] does to the packets one server sends another.
+///
+/// # Examples
+///
+/// ```
+/// let fault = zkfence::local::LinkFault::Lossy(0.3);
+/// # let _ = fault;
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LinkFault {
+    /// They vanish: the sender learns nothing until its own timeouts fire.
+    Drop,
+    /// They are answered with a TCP reset: the sender's connection fails at once.
+    Reset,
+    /// Each one is lost with this probability (TCP retransmits: a slow, jittery link).
+    Lossy(f64),
+}
+
+/// The ensembles this process has put in network namespaces, for unique names and addresses.
+static NAMESPACED: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `ip`/`iptables` (or any command) and fails with its stderr.
+fn run(program: &str, args: &[&str]) -> Result<(), StartError> {
+    let out = Command::new(program).args(args).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(StartError::Io(std::io::Error::other(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))))
+    }
+}
+
+/// The bridge every namespaced server hangs off, made once per process, after checking that
+/// this process has a network namespace of its own.
+fn bridge() -> Result<(), StartError> {
+    static BRIDGE: Mutex<bool> = Mutex::new(false);
+    let mut made = BRIDGE.lock().unwrap_or_else(|e| e.into_inner());
+    if *made {
+        return Ok(());
+    }
+    // A namespace made for us has nothing but `lo`; the machine's own has its real interfaces.
+    let links = Command::new("ip").args(["-o", "link", "show"]).output()?;
+    let names: Vec<String> = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|name| name.trim().split('@').next().unwrap_or("").to_owned())
+        .collect();
+    if names.iter().any(|name| name != "lo") {
+        return Err(StartError::Io(std::io::Error::other(
+            "servers in network namespaces need a private network namespace: run this process under `unshare --net --mount` (chaos/run does)",
+        )));
+    }
+    run("ip", &["link", "set", "lo", "up"])?;
+    run("ip", &["link", "add", "zkfbr0", "type", "bridge"])?;
+    run("ip", &["addr", "add", "10.77.0.1/16", "dev", "zkfbr0"])?;
+    run("ip", &["link", "set", "zkfbr0", "up"])?;
+    *made = true;
+    Ok(())
+}
+
+/// Server `i` of namespaced ensemble `n`: its own namespace, a veth on the bridge, an address.
+fn namespace(n: u64, i: usize) -> Result<(String, String), StartError> {
+    let (netns, veth) = (format!("zkf-{n}-{i}"), format!("zkf{n}v{i}"));
+    let addr = format!("10.77.{}.{}", n + 1, i + 1);
+    run("ip", &["netns", "add", &netns])?;
+    run(
+        "ip",
+        &[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
+        ],
+    )?;
+    run("ip", &["link", "set", &veth, "master", "zkfbr0", "up"])?;
+    run(
+        "ip",
+        &[
+            "-n",
+            &netns,
+            "addr",
+            "add",
+            &format!("{addr}/16"),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    run("ip", &["-n", &netns, "link", "set", "eth0", "up"])?;
+    run("ip", &["-n", &netns, "link", "set", "lo", "up"])?;
+    Ok((netns, addr))
 }
 
 impl LocalEnsemble {
@@ -433,25 +725,66 @@ impl LocalEnsemble {
     /// # Ok::<(), zkfence::local::StartError>(())
     /// ```
     pub fn start() -> Result<LocalEnsemble, StartError> {
-        let mut ports = Vec::new();
-        for _ in 0..3 {
-            ports.push((free_port()?, free_port()?, free_port()?));
+        LocalEnsemble::start_with(EnsembleOptions::default())
+    }
+
+    /// Starts three servers set up as `options` says, and waits until each serves requests.
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalZooKeeper::start`]; with namespaces, also when this process is not root or
+    /// not in a private network namespace.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use zkfence::local::{EnsembleOptions, LocalEnsemble};
+    /// let options = EnsembleOptions::default().with_tick(std::time::Duration::from_secs(2));
+    /// let ensemble = LocalEnsemble::start_with(options)?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn start_with(options: EnsembleOptions) -> Result<LocalEnsemble, StartError> {
+        // (host, client port, peer port, election port, namespace) per server.
+        let mut places = Vec::new();
+        if options.namespaces {
+            bridge()?;
+            let n = NAMESPACED.fetch_add(1, Ordering::Relaxed);
+            for i in 0..3 {
+                let (netns, addr) = namespace(n, i)?;
+                places.push((addr, 2181, 2888, 3888, Some(netns)));
+            }
+        } else {
+            for _ in 0..3 {
+                let host = "127.0.0.1".to_owned();
+                places.push((host, free_port()?, free_port()?, free_port()?, None));
+            }
         }
-        let servers: String = ports
+        let servers: String = places
             .iter()
             .enumerate()
-            .map(|(i, (_, peer, election))| {
-                format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
+            .map(|(i, (host, _, peer, election, _))| {
+                format!("server.{}={host}:{peer}:{election}\n", i + 1)
             })
             .collect();
-        let mut nodes = Vec::new();
-        for (i, (client, _, _)) in ports.iter().enumerate() {
+        let mut ensemble = LocalEnsemble {
+            nodes: Vec::new(),
+            isolated: options.namespaces,
+        };
+        for (i, (host, client, _, _, netns)) in places.into_iter().enumerate() {
             let dir = temp_dir("ensemble")?;
             std::fs::write(dir.join("data").join("myid"), format!("{}\n", i + 1))?;
-            let config = format!("{}{servers}", base_config(&dir, *client));
-            nodes.push(Node::new(*client, dir, QUORUM, &config)?);
+            let config = format!("{}{servers}", base_config(&dir, &host, client, &options));
+            let node = Node::new(
+                &host,
+                client,
+                dir,
+                QUORUM,
+                &config,
+                netns,
+                options.jvm_flags.clone(),
+            )?;
+            ensemble.nodes.push(node);
         }
-        let ensemble = LocalEnsemble { nodes };
         for node in &ensemble.nodes {
             node.spawn()?;
         }
@@ -459,6 +792,97 @@ impl LocalEnsemble {
             node.wait_serving(START_TIMEOUT)?;
         }
         Ok(ensemble)
+    }
+
+    /// Makes server `from`'s packets to server `to` suffer `fault` (one direction; cut both
+    /// for a symmetric partition). Only traffic between servers is touched: clients reach
+    /// every server as before. Needs [`EnsembleOptions::with_own_network_namespaces`].
+    ///
+    /// # Errors
+    ///
+    /// When the ensemble has no namespaces, or `iptables` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// use zkfence::local::LinkFault;
+    /// // The leader cut off from both followers, the way real networks often do it: their
+    /// // packets to it are reset, its packets to them vanish.
+    /// let leader = ensemble.leader().unwrap();
+    /// for f in (0..3).filter(|&f| f != leader) {
+    ///     ensemble.cut(f, leader, LinkFault::Reset)?;
+    ///     ensemble.cut(leader, f, LinkFault::Drop)?;
+    /// }
+    /// ensemble.heal()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn cut(&self, from: usize, to: usize, fault: LinkFault) -> Result<(), StartError> {
+        let netns = self.nodes[from].netns.as_deref().ok_or_else(|| {
+            StartError::Io(std::io::Error::other(
+                "cutting links needs EnsembleOptions::with_own_network_namespaces(true)",
+            ))
+        })?;
+        let peer = self.nodes[to].host.clone();
+        let mut rule = vec![
+            "netns", "exec", netns, "iptables", "-A", "OUTPUT", "-d", &peer,
+        ];
+        let probability;
+        match fault {
+            LinkFault::Drop => rule.extend(["-j", "DROP"]),
+            LinkFault::Reset => {
+                rule.extend(["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"])
+            }
+            LinkFault::Lossy(p) => {
+                probability = format!("{:.3}", p.clamp(0.0, 1.0));
+                rule.extend([
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    &probability,
+                    "-j",
+                    "DROP",
+                ]);
+            }
+        }
+        run("ip", &rule)
+    }
+
+    /// Removes every link fault: all servers reach each other again.
+    ///
+    /// # Errors
+    ///
+    /// When `iptables` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// ensemble.heal()?;
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn heal(&self) -> Result<(), StartError> {
+        for node in &self.nodes {
+            if let Some(netns) = &node.netns {
+                run("ip", &["netns", "exec", netns, "iptables", "-F", "OUTPUT"])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether each server has its own network namespace (links can be cut).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let ensemble = zkfence::local::LocalEnsemble::start()?;
+    /// assert!(!ensemble.is_isolated());
+    /// # Ok::<(), zkfence::local::StartError>(())
+    /// ```
+    pub fn is_isolated(&self) -> bool {
+        self.isolated
     }
 
     /// The connect string of all three servers.
@@ -567,6 +991,17 @@ impl LocalEnsemble {
     }
 }
 
+impl Drop for LocalEnsemble {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            node.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(netns) = &node.netns {
+                let _ = run("ip", &["netns", "del", netns]);
+            }
+        }
+    }
+}
+
 impl LocalEnsemble {
     /// Kills every server that still runs, starts all three again on their ports and data,
     /// and waits until each serves (a quorum restart: one server alone never serves).
@@ -598,7 +1033,9 @@ impl LocalEnsemble {
 
 /// A TCP proxy in front of a server that counts the requests clients send through it
 /// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
-/// accepted and dropped, connections stay open) or delay every frame (a slow link).
+/// accepted and dropped, connections stay open), drop only the server's replies, delay every
+/// frame (a slow link), refuse new connections and reset the open ones (to steer a client to
+/// other servers).
 ///
 /// # Examples
 ///
@@ -616,8 +1053,7 @@ pub struct CountingProxy {
     pub addr: String,
     counts: Arc<Mutex<HashMap<i32, u64>>>,
     notifications: Arc<AtomicU64>,
-    blackhole: Arc<AtomicBool>,
-    delay_ms: Arc<AtomicU64>,
+    link: Link,
 }
 
 impl CountingProxy {
@@ -644,53 +1080,65 @@ impl CountingProxy {
             .unwrap_or_default();
         let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
         let notifications = Arc::new(AtomicU64::new(0));
-        let blackhole = Arc::new(AtomicBool::new(false));
-        let delay_ms = Arc::new(AtomicU64::new(0));
-        let link = Link {
-            hole: blackhole.clone(),
-            delay_ms: delay_ms.clone(),
-        };
-        let (upstream, shared, notified) =
-            (upstream.to_owned(), counts.clone(), notifications.clone());
+        let link = Link::default();
+        let (upstream, shared, notified, links) = (
+            upstream.to_owned(),
+            counts.clone(),
+            notifications.clone(),
+            link.clone(),
+        );
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if links.refuse.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 let (upstream, counts, notifications, link) = (
                     upstream.clone(),
                     shared.clone(),
                     notified.clone(),
-                    link.clone(),
+                    links.clone(),
                 );
+                let reset = link.reset_token();
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
                         return;
                     };
+                    let _open = link.open();
                     // Without this, Nagle's algorithm and delayed ACKs add ~40 ms to small frames.
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
                     let (mut client_rx, mut client_tx) = client.into_split();
                     let (mut server_rx, mut server_tx) = server.into_split();
                     let back = link.clone();
-                    tokio::spawn(async move {
+                    let replies = async move {
                         // Replies carry their request's xid; watch notifications carry -1.
-                        let _ = forward_frames(&mut server_rx, &mut client_tx, &back, |frame| {
-                            if header_field(frame, 0) == -1 {
-                                notifications.fetch_add(1, Ordering::Relaxed);
-                            }
-                        })
-                        .await;
-                    });
+                        let _ =
+                            forward_frames(&mut server_rx, &mut client_tx, &back, true, |frame| {
+                                if header_field(frame, 0) == -1 {
+                                    notifications.fetch_add(1, Ordering::Relaxed);
+                                }
+                            })
+                            .await;
+                    };
                     // Requests: xid, then the opcode; pings (11) are not counted.
-                    let _ = forward_frames(&mut client_rx, &mut server_tx, &link, |frame| {
-                        let op = header_field(frame, 4);
-                        if op != 11 {
-                            *counts
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .entry(op)
-                                .or_default() += 1;
-                        }
-                    })
-                    .await;
+                    let requests =
+                        forward_frames(&mut client_rx, &mut server_tx, &link, false, |frame| {
+                            let op = header_field(frame, 4);
+                            if op != 11 {
+                                *counts
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .entry(op)
+                                    .or_default() += 1;
+                            }
+                        });
+                    // Either direction ending, or a reset, closes both sockets.
+                    tokio::select! {
+                        _ = replies => {}
+                        _ = requests => {}
+                        _ = reset.cancelled() => {}
+                    }
                 });
             }
         });
@@ -698,8 +1146,7 @@ impl CountingProxy {
             addr,
             counts,
             notifications,
-            blackhole,
-            delay_ms,
+            link,
         }
     }
 
@@ -760,7 +1207,26 @@ impl CountingProxy {
     /// # }
     /// ```
     pub fn blackhole(&self, on: bool) {
-        self.blackhole.store(on, Ordering::SeqCst);
+        self.link.hole.store(on, Ordering::SeqCst);
+    }
+
+    /// Drops the server's frames (replies, notifications) while `on`; requests still reach the
+    /// server. Turning it off closes every open connection, so that no client goes on with a
+    /// reply missing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// proxy.drop_replies(true);  // the next request is applied, its reply lost
+    /// proxy.drop_replies(false);
+    /// # }
+    /// ```
+    pub fn drop_replies(&self, on: bool) {
+        let was = self.link.mute.swap(on, Ordering::SeqCst);
+        if was && !on {
+            self.reset();
+        }
     }
 
     /// Holds every frame, both ways, for `delay` before forwarding it (zero: no delay).
@@ -774,25 +1240,96 @@ impl CountingProxy {
     /// # }
     /// ```
     pub fn delay(&self, delay: Duration) {
-        self.delay_ms
+        self.link
+            .delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// While `on`, closes every new connection at once (the client tries its next server).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// proxy.refuse(true);
+    /// proxy.reset(); // clients behind this proxy move to their other servers
+    /// # }
+    /// ```
+    pub fn refuse(&self, on: bool) {
+        self.link.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes every open connection now.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// proxy.reset();
+    /// # }
+    /// ```
+    pub fn reset(&self) {
+        let mut token = self.link.reset.lock().unwrap_or_else(|e| e.into_inner());
+        token.cancel();
+        *token = tokio_util::sync::CancellationToken::new();
+    }
+
+    /// How many client connections are open through this proxy.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// let on_this_server = proxy.connections() > 0;
+    /// # }
+    /// ```
+    pub fn connections(&self) -> u64 {
+        self.link.open.load(Ordering::SeqCst)
     }
 }
 
-/// The faults a proxy applies to its connections.
-#[derive(Debug, Clone)]
+/// The faults a proxy applies to its connections, shared by all of them.
+#[derive(Debug, Clone, Default)]
 struct Link {
     hole: Arc<AtomicBool>,
+    /// Drop the server's frames only.
+    mute: Arc<AtomicBool>,
     delay_ms: Arc<AtomicU64>,
+    refuse: Arc<AtomicBool>,
+    /// Cancelled (and replaced) by `reset`.
+    reset: Arc<Mutex<tokio_util::sync::CancellationToken>>,
+    open: Arc<AtomicU64>,
+}
+
+impl Link {
+    fn reset_token(&self) -> tokio_util::sync::CancellationToken {
+        self.reset.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Counts one open connection until the returned guard drops.
+    fn open(&self) -> OpenConnection {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        OpenConnection(self.open.clone())
+    }
+}
+
+struct OpenConnection(Arc<AtomicU64>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
 /// first (the connect request or response, which has no header) to `seen`, dropping frames
-/// while the link is blackholed and delaying them while it is slow.
+/// while the link is blackholed (or, from the server, muted) and delaying them while it is
+/// slow.
 async fn forward_frames(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     link: &Link,
+    from_server: bool,
     seen: impl Fn(&[u8]),
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -801,7 +1338,7 @@ async fn forward_frames(
         let len = from.read_i32().await?;
         let mut frame = vec![0u8; len.max(0) as usize];
         from.read_exact(&mut frame).await?;
-        if link.hole.load(Ordering::SeqCst) {
+        if link.hole.load(Ordering::SeqCst) || (from_server && link.mute.load(Ordering::SeqCst)) {
             continue;
         }
         let delay = link.delay_ms.load(Ordering::SeqCst);

@@ -1448,8 +1448,9 @@ pub(crate) fn spawn_cleanup(
     spawn_task(async move {
         let _local = local;
         let outcome = match recipe::delete_node(&client, &node, mark).await {
-            Ok(true) => "deleted",
-            Ok(false) => "absent",
+            Ok(recipe::Deleted::Confirmed) => "deleted",
+            Ok(recipe::Deleted::Absent) => "absent",
+            Ok(recipe::Deleted::Unconfirmed) => "unconfirmed",
             Err(err) => {
                 tracing::debug!(%node, cause = %err, "background delete failed; the node goes with the session");
                 "failed"

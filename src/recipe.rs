@@ -289,12 +289,22 @@ pub(crate) async fn session_alive(client: &zk::Client, path: &str) -> Result<()>
     }
 }
 
-/// Deletes `path`, retrying across ConnectionLoss until the delete is known to have happened
-/// or the session is over. A `NoNode` after a lost reply means our delete went through.
-///
-/// Returns `Ok(true)` when this call deleted the node, `Ok(false)` when the node was already
-/// gone before the first attempt.
-pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> Result<bool> {
+/// What [`delete_node`] found out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deleted {
+    /// The server answered our delete: we deleted the node.
+    Confirmed,
+    /// The node was gone before our first attempt.
+    Absent,
+    /// An attempt lost its reply, and a retry found the node gone: either our delete went
+    /// through, or someone else deleted the node first. Nothing the server keeps tells the two
+    /// apart (a deletion leaves no trace of who made it).
+    Unconfirmed,
+}
+
+/// Deletes `path`, retrying across ConnectionLoss until the node is known to be gone or the
+/// session is over; see [`Deleted`] for what the outcome proves.
+pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> Result<Deleted> {
     let mut attempt = 0;
     loop {
         let deleted = if mark {
@@ -317,8 +327,9 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> 
             client.delete(path, None).await
         };
         match deleted {
-            Ok(()) => return Ok(true),
-            Err(zk::Error::NoNode) => return Ok(attempt > 0),
+            Ok(()) => return Ok(Deleted::Confirmed),
+            Err(zk::Error::NoNode) if attempt == 0 => return Ok(Deleted::Absent),
+            Err(zk::Error::NoNode) => return Ok(Deleted::Unconfirmed),
             Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
             Err(err) => return Err(Error::zk("delete", path, client.session_id(), err)),
         }

@@ -69,6 +69,10 @@ pub enum LossReason {
     /// The lease deadline passed: no reply proved the session alive in time (a process pause,
     /// a starved runtime, a partition).
     LeaseExpired,
+    /// The release's delete lost its reply, and its retry found the node gone: zkfence cannot
+    /// tell its own delete from someone else's before it (after which another contender may
+    /// have held the lock), so it reports the hold as possibly overlapped.
+    ReleaseUnconfirmed,
     /// The guard was released (or dropped) by its owner: not a failure.
     Released,
 }
@@ -90,6 +94,7 @@ impl LossReason {
             LossReason::NodeDeleted => "node_deleted",
             LossReason::SessionChanged => "session_changed",
             LossReason::LeaseExpired => "lease_expired",
+            LossReason::ReleaseUnconfirmed => "release_unconfirmed",
             LossReason::Released => "released",
         }
     }
@@ -120,6 +125,9 @@ impl fmt::Display for LossReason {
             LossReason::SessionChanged => "the client reconnected on another session; stop using the lock and its token",
             LossReason::LeaseExpired => {
                 "the lease lapsed before a reply proved the session alive; stop using the lock and its token"
+            }
+            LossReason::ReleaseUnconfirmed => {
+                "the release lost its reply and the node was gone on retry; someone else may have deleted it first, so treat the work as possibly overlapped (fenced writes are safe)"
             }
             LossReason::Released => "the guard was released",
         })

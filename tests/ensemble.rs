@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{connect, wait_until};
-use zkfence::local::LocalEnsemble;
+use zkfence::local::{EnsembleOptions, LocalEnsemble};
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,4 +92,50 @@ async fn killing_the_leader_cancels_the_holder_keeps_exclusion_and_work_resumes(
         guard.release().await.unwrap();
     }
     ensemble.restart(leader).unwrap();
+}
+
+/// A client allowed to go read-only, attached to a server in read-only mode (two of three
+/// servers down), holds a read-only session whose id changes when it upgrades: the lock refuses
+/// it up front with a clear error instead of leaving its watchdog on a dead id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_session_is_refused_with_a_clear_error() {
+    // A read-only server can only hand out local sessions.
+    let options = EnsembleOptions::default()
+        .with_jvm_flag("-Dreadonlymode.enabled=true")
+        .with_config("localSessionsEnabled", "true");
+    let ensemble = tokio::task::spawn_blocking(move || LocalEnsemble::start_with(options))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let survivor = ensemble.server_addr(0);
+    let ensemble = tokio::task::spawn_blocking(move || {
+        ensemble.kill(1);
+        ensemble.kill(2);
+        ensemble
+    })
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the survivor to serve read-only",
+        || {
+            let survivor = survivor.clone();
+            async move {
+                support::four_letter(&survivor, "srvr")
+                    .is_some_and(|s| s.contains("Mode: read-only"))
+            }
+        },
+    )
+    .await;
+    let client = zookeeper_client::Client::connector()
+        .with_readonly(true)
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&survivor)
+        .await
+        .unwrap();
+    assert!(client.session().is_readonly());
+    let err = FencedLock::new(client, "/locks/ro", LockOptions::default()).unwrap_err();
+    assert_eq!(err, Error::ReadOnlySession);
+    assert!(err.to_string().contains("with_readonly"), "{err}");
+    drop(ensemble);
 }

@@ -550,6 +550,79 @@ async fn bad_input_gets_clear_errors() {
     );
     assert!(err.to_string().contains("acl"), "{err}");
     assert!(denied.try_acquire().await.is_err());
+
+    // Node data over ZooKeeper's default jute.maxbuffer: refused before anything is sent (the
+    // server would drop the connection on every retry, cancelling the session's other locks).
+    let held = FencedLock::new(client.clone(), "/held", LockOptions::default()).unwrap();
+    let guard = held.acquire().await.unwrap();
+    let huge = LockOptions::default().with_data(vec![b'x'; 2 << 20]);
+    let err = FencedLock::new(client.clone(), LOCK, huge).unwrap_err();
+    assert!(
+        matches!(err, Error::RequestTooLarge { bytes, .. } if bytes > 2 << 20),
+        "{err}"
+    );
+    assert!(err.to_string().contains("with_data"), "{err}");
+    assert_eq!(
+        guard.check(),
+        Ok(()),
+        "the session's other lock was disturbed"
+    );
+    // Just under the limit still works end to end.
+    let big = LockOptions::default().with_data(vec![b'x'; 1_000_000]);
+    let big = FencedLock::new(client.clone(), LOCK, big).unwrap();
+    big.acquire().await.unwrap().release().await.unwrap();
+    guard.release().await.unwrap();
+
+    // A lease that could never be renewed: a declared tickTime as long as the session.
+    let err = FencedLock::new(
+        client.clone(),
+        LOCK,
+        LockOptions::default().with_tick_time(T),
+    )
+    .unwrap_err();
+    match &err {
+        Error::LeaseTooShort { needed, .. } => assert!(*needed > T, "{err}"),
+        other => panic!("expected LeaseTooShort, got {other}"),
+    }
+}
+
+/// A release whose delete is applied but whose reply is lost cannot tell its delete from
+/// someone else's before it (after which a successor may have held the lock): it must report
+/// a possible loss, never a clean release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_lost_its_reply_reports_the_hold_unconfirmed() {
+    let hosts = chroot(shared(), "unconfirmed").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let server = server.split(',').next().unwrap_or(server).to_owned();
+    let proxy = CountingProxy::start(&server).await;
+    let lock = lock_on(&format!("{}{root}", proxy.addr), T).await;
+    let guard = lock.acquire().await.unwrap();
+    let node = guard.node_path().to_owned();
+    let observer = connect(&hosts, T).await;
+
+    proxy.drop_replies(true);
+    let release = tokio::spawn(guard.release());
+    wait_until(Duration::from_secs(10), "the delete to be applied", || {
+        let observer = observer.clone();
+        let node = node.clone();
+        async move { observer.check_stat(&node).await.unwrap().is_none() }
+    })
+    .await;
+    assert!(
+        !release.is_finished(),
+        "the release saw a reply it should not have"
+    );
+    proxy.drop_replies(false); // closes the connection: the client reconnects and retries
+    let outcome = tokio::time::timeout(Duration::from_secs(20), release)
+        .await
+        .expect("the release finished after the reconnect")
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Err(Error::LockLost(zkfence::LossReason::ReleaseUnconfirmed))
+    );
+    // The lock itself is fine: the next acquire works on the same session.
+    lock.acquire().await.unwrap().release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

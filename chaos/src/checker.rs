@@ -53,6 +53,19 @@ impl Event {
         self.body.get("role").and_then(Value::as_str) == Some("read")
     }
 
+    /// The worker passed a lease check at `t` (taken just before the check): a valid grant, an
+    /// invoke after a check, a reader's checked observation. `Some(is_reader)` if so.
+    fn passed_check(&self) -> Option<bool> {
+        let flag = |key| self.body.get(key).and_then(Value::as_bool) == Some(true);
+        match self.ev.as_str() {
+            "granted" if flag("valid") => Some(self.reader()),
+            "invoke" if flag("checked") => Some(false),
+            "lease" => Some(false),
+            "observe" if flag("valid") => Some(true),
+            _ => None,
+        }
+    }
+
     pub fn line(&self, t0: i64) -> String {
         let mut fields = self.body.clone();
         if let Value::Object(map) = &mut fields {
@@ -110,6 +123,9 @@ pub struct Input {
     pub heal_at: i64,
     pub end_at: i64,
 }
+
+/// The lease invariant's name (guarantee 1, checked on the shared clock).
+pub const LEASE_INVARIANT: &str = "no lease check passes after a newer conflicting grant";
 
 /// A broken invariant and the evidence.
 #[derive(Debug, Clone)]
@@ -423,6 +439,83 @@ pub fn check(input: &Input) -> Outcome {
         holds.push(hold);
     }
     holds.sort_by_key(|h| h.start);
+
+    // 7. No valid-lease overlap: no worker passes a lease check (every write is invoked
+    //    right after one) after another worker was granted a conflicting hold with a greater
+    //    token. This is guarantee 1, checked on the shared clock without the store. Holders
+    //    whose node an operator deleted behind their lease (delete-parent, expire-holder) are
+    //    exempt: no lease can see that before the node's watch fires.
+    let mut exempt: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    for f in &input.faults {
+        match f.kind.as_str() {
+            "expire-holder" => exempt.extend(f.victim.map(|(_, _, token)| token)),
+            "delete-parent" => exempt.extend(
+                holds
+                    .iter()
+                    .filter(|h| h.start <= f.start && h.end >= f.start)
+                    .map(|h| h.token),
+            ),
+            _ => {}
+        }
+    }
+    let conflicting = |g: &&Event, reader: bool| g.valid_grant() && !(reader && g.reader());
+    let mut overlaps: HashMap<u64, (&Event, &Event, &Event)> = HashMap::new(); // token -> (grant, first, last)
+    let mut exempt_overlaps = 0usize;
+    let (mut top_writer, mut top_any): (Option<&Event>, Option<&Event>) = (None, None);
+    for e in &events {
+        if let Some(reader) = e.passed_check() {
+            let token = e.token().unwrap_or(0);
+            let bound = if reader { top_writer } else { top_any };
+            if bound.is_some_and(|b| b.token() > Some(token) && b.pid != e.pid) {
+                if exempt.contains(&token) {
+                    exempt_overlaps += 1;
+                } else {
+                    overlaps
+                        .entry(token)
+                        .and_modify(|o| o.2 = e)
+                        .or_insert_with(|| {
+                            // The earliest conflicting grant above this token.
+                            let first = grants
+                                .iter()
+                                .find(|g| {
+                                    conflicting(g, reader)
+                                        && g.token() > Some(token)
+                                        && g.pid != e.pid
+                                        && g.t < e.t
+                                })
+                                .copied()
+                                .unwrap_or(e);
+                            (first, e, e)
+                        });
+                }
+            }
+        }
+        if e.valid_grant() {
+            if top_any.is_none_or(|a| e.token() > a.token()) {
+                top_any = Some(e);
+            }
+            if !e.reader() && top_writer.is_none_or(|a| e.token() > a.token()) {
+                top_writer = Some(e);
+            }
+        }
+    }
+    let mut overlap_ms = Vec::new();
+    let mut overlaps: Vec<_> = overlaps.into_iter().collect();
+    overlaps.sort_by_key(|(_, (g, _, _))| g.t);
+    for (token, (grant, first, last)) in &overlaps {
+        let lasted = ms(grant.t, last.t);
+        overlap_ms.push(lasted);
+        violations.push(Violation {
+            invariant: LEASE_INVARIANT,
+            summary: format!(
+                "w{} (token {token}) passed lease checks for {lasted:.1} ms after w{} was granted token {:?}",
+                first.w,
+                grant.w,
+                grant.token()
+            ),
+            evidence: timeline(&[first.w, grant.w], last.t),
+        });
+    }
     // A double-holder window: a hold that still believed itself current after a newer,
     // conflicting grant to another worker (readers do not conflict with readers), from that
     // grant to the moment the older holder stopped.
@@ -489,7 +582,7 @@ pub fn check(input: &Input) -> Outcome {
     let cancels: Vec<&Event> = events.iter().filter(|e| e.ev == "cancel").collect();
     let mut detect: HashMap<String, Vec<f64>> = HashMap::new();
     let mut undetected: HashMap<String, u64> = HashMap::new();
-    let mut margins = Vec::new();
+    let mut margins: HashMap<String, Vec<f64>> = HashMap::new();
     let mut failover = Vec::new();
     for f in &input.faults {
         if let Some((_, pid, token)) = f.victim {
@@ -508,14 +601,45 @@ pub fn check(input: &Input) -> Outcome {
                         .entry(f.kind.clone())
                         .or_default()
                         .push(ms(f.reference, c.t).max(0.0));
-                    if f.kind == "partition-holder" {
-                        if let Some(expired) = f.expired_at {
-                            margins.push(ms(c.t, expired));
-                        }
+                    if let Some(expired) = f.expired_at.filter(|_| f.kind != "expire-holder") {
+                        margins
+                            .entry(f.kind.clone())
+                            .or_default()
+                            .push(ms(c.t, expired));
                     }
                 }
                 None => *undetected.entry(f.kind.clone()).or_default() += 1,
             }
+        }
+    }
+    // A cancel is false when the session outlived it: the worker went on to be granted the
+    // lock again on the same session (no new `session` event in between). Counted per mode.
+    let mut false_cancels: HashMap<&str, u64> = HashMap::new();
+    let mut ride_out: HashMap<u32, bool> = HashMap::new();
+    let mut pending: HashMap<u32, &Event> = HashMap::new();
+    for e in &events {
+        match e.ev.as_str() {
+            "start" => {
+                ride_out.insert(
+                    e.pid,
+                    e.body.get("ride_out").and_then(Value::as_bool) == Some(true),
+                );
+            }
+            "cancel" => {
+                pending.insert(e.pid, e);
+            }
+            "session" | "session-ended" => {
+                pending.remove(&e.pid);
+            }
+            "granted" if pending.remove(&e.pid).is_some() => {
+                let mode = if ride_out.get(&e.pid) == Some(&true) {
+                    "ride_out"
+                } else {
+                    "default"
+                };
+                *false_cancels.entry(mode).or_default() += 1;
+            }
+            _ => {}
         }
     }
     let slack = 2 * input.session_ms as i64 * 1_000_000 + 1_000_000_000;
@@ -580,7 +704,9 @@ pub fn check(input: &Input) -> Outcome {
         "refused_writes_total": refused.len(),
         "detection_latency_by_fault": detect.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>(),
         "faults_without_cancel": undetected,
-        "partition_lease_margin_ms": stats(margins),
+        "lease_margin_by_fault": margins.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>(),
+        "lease_overlaps": {"count": overlap_ms.len(), "duration": stats(overlap_ms), "exempt_operator_deletions": exempt_overlaps},
+        "cancels_on_surviving_sessions": false_cancels,
         "failover_after_kill_ms": stats(failover),
         "cancels": cancels.len(),
         "spurious_cancels": spurious.len(),
@@ -659,9 +785,10 @@ mod tests {
             "granted",
             json!({"token": 11, "valid": true, "role": "read"}),
         ));
+        // A grant is itself a passed check, after a newer writer's grant: both fail.
         assert_eq!(
             invariants(&check(&history)),
-            ["tokens strictly increase in grant order"]
+            ["tokens strictly increase in grant order", LEASE_INVARIANT]
         );
     }
 
@@ -686,7 +813,10 @@ mod tests {
         ));
         assert_eq!(
             invariants(&check(&history)),
-            ["a reader never sees a newer writer while its lease holds"]
+            [
+                "a reader never sees a newer writer while its lease holds",
+                LEASE_INVARIANT
+            ]
         );
     }
 
@@ -795,8 +925,74 @@ mod tests {
             .push(ev(11, 3, "granted", json!({"token": 11, "valid": true})));
         assert_eq!(
             invariants(&check(&history)),
-            ["tokens strictly increase in grant order"]
+            ["tokens strictly increase in grant order", LEASE_INVARIANT]
         );
+    }
+
+    #[test]
+    fn a_lease_check_passing_after_a_newer_grant_fails_unless_an_operator_deleted_the_node() {
+        // w1 (token 10) still passes its lease check at t=8, after w2 was granted 12 at t=6.
+        let mut history = clean_history();
+        history.events.push(ev(
+            8,
+            1,
+            "lease",
+            json!({"token": 10, "lease_left_ms": 700}),
+        ));
+        let outcome = check(&history);
+        assert_eq!(invariants(&outcome), [LEASE_INVARIANT]);
+        assert_eq!(outcome.figures["lease_overlaps"]["count"], 1);
+        // The same after an operator deleted w1's node behind its lease: exempt, but counted.
+        history.faults.push(Fault {
+            kind: "delete-parent".into(),
+            detail: String::new(),
+            start: 5,
+            end: 5,
+            reference: 5,
+            victim: None,
+            expired_at: Some(5),
+            pause_past_timeout: false,
+        });
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        assert_eq!(
+            outcome.figures["lease_overlaps"]["exempt_operator_deletions"],
+            1
+        );
+    }
+
+    #[test]
+    fn readers_sharing_a_lock_do_not_overlap_but_a_reader_after_a_writer_does() {
+        let mut history = clean_history();
+        history.events.push(ev(
+            11,
+            3,
+            "granted",
+            json!({"token": 20, "valid": true, "role": "read"}),
+        ));
+        history.events.push(ev(
+            12,
+            4,
+            "granted",
+            json!({"token": 21, "valid": true, "role": "read"}),
+        ));
+        history.events.push(ev(
+            13,
+            3,
+            "observe",
+            json!({"token": 20, "fence": 12, "counter": 1, "valid": true}),
+        ));
+        assert!(check(&history).violations.is_empty());
+        history
+            .events
+            .push(ev(14, 5, "granted", json!({"token": 22, "valid": true})));
+        history.events.push(ev(
+            15,
+            4,
+            "observe",
+            json!({"token": 21, "fence": 12, "counter": 1, "valid": true}),
+        ));
+        assert_eq!(invariants(&check(&history)), [LEASE_INVARIANT]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use zkfence::local::{four_letter, CountingProxy, LocalEnsemble};
+use zkfence::local::{four_letter, CountingProxy, EnsembleOptions, LinkFault, LocalEnsemble};
 use zookeeper_client as zk;
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -42,17 +42,36 @@ impl Phase {
 /// One kind of fault, with its parameters.
 #[derive(Debug, Clone)]
 pub enum FaultKind {
-    PauseHolder { factor: f64, phase: Phase },
+    PauseHolder {
+        factor: f64,
+        phase: Phase,
+    },
     KillHolder,
     ExpireHolder,
     PartitionHolder,
     SlowHolder,
     PauseLeader,
-    KillLeader { down_ms: u64 },
+    KillLeader {
+        down_ms: u64,
+    },
     PauseAll,
     KillAll,
     DeleteParent,
-    SkewWorker { rate: f64 },
+    SkewWorker {
+        rate: f64,
+    },
+    /// The leader cut off from both followers while a holder is connected to it:
+    /// asymmetric (the followers' packets to it reset, its packets to them dropped) or
+    /// symmetric (dropped both ways: a majority/minority split).
+    IsolateLeader {
+        symmetric: bool,
+    },
+    /// A holder's follower can no longer send to the leader (the leader still reaches it).
+    OneWayFollower,
+    /// A holder's follower cut off from both other servers, both ways (a minority of one).
+    IsolateFollower,
+    /// The links between the leader and the followers lose 30% of their packets for 2T.
+    LossyLeaderLink,
 }
 
 impl FaultKind {
@@ -70,9 +89,23 @@ impl FaultKind {
             FaultKind::KillAll => "kill-all-servers",
             FaultKind::DeleteParent => "delete-parent",
             FaultKind::SkewWorker { .. } => "clock-skew-worker",
+            FaultKind::IsolateLeader { symmetric: false } => "isolate-leader-asym",
+            FaultKind::IsolateLeader { symmetric: true } => "isolate-leader-sym",
+            FaultKind::OneWayFollower => "one-way-follower",
+            FaultKind::IsolateFollower => "isolate-follower",
+            FaultKind::LossyLeaderLink => "lossy-leader-link",
         }
     }
 }
+
+/// The names of the faults that cut links inside the ensemble.
+pub const PARTITION_KINDS: [&str; 5] = [
+    "isolate-leader-asym",
+    "isolate-leader-sym",
+    "one-way-follower",
+    "isolate-follower",
+    "lossy-leader-link",
+];
 
 /// Which variant of the worker runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +113,8 @@ pub enum Mutant {
     None,
     FencingOff,
     WatchdogOff,
+    /// The lease rule before issue 11: sync replies extend the lease from their send time.
+    SyncLease,
 }
 
 impl Mutant {
@@ -88,37 +123,44 @@ impl Mutant {
             Mutant::None => "none",
             Mutant::FencingOff => "fencing-off",
             Mutant::WatchdogOff => "watchdog-off",
+            Mutant::SyncLease => "sync-lease",
         }
     }
 }
 
-/// The servers every scenario of a run shares.
+/// The servers every scenario of a run shares: the main ensemble (tick 200 ms, each server in
+/// a network namespace of its own) and PostgreSQL.
 pub struct Cluster {
     pub ensemble: Arc<LocalEnsemble>,
     pub pg: Postgres,
-    pub admin: zk::Client,
+}
+
+/// Starts a 3-server ensemble with each server in a network namespace of its own, so that the
+/// links between servers can be cut.
+pub async fn start_ensemble(options: &EnsembleOptions) -> Result<Arc<LocalEnsemble>, String> {
+    let options = options.clone().with_own_network_namespaces(true);
+    let ensemble = tokio::task::spawn_blocking(move || LocalEnsemble::start_with(options))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(ensemble))
 }
 
 impl Cluster {
-    pub async fn start(run_dir: &Path) -> Result<Cluster, String> {
-        let ensemble = tokio::task::spawn_blocking(LocalEnsemble::start)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+    pub async fn start(run_dir: &Path, options: EnsembleOptions) -> Result<Cluster, String> {
+        let ensemble = start_ensemble(&options).await?;
         // Started on this (runtime worker) thread, not a blocking-pool thread: the parent-death
         // signal follows the thread that forked, and pool threads exit when idle.
         let pg = Postgres::start(run_dir)?;
-        let admin = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(20))
-            .connect(&ensemble.addr())
-            .await
-            .map_err(|e| format!("connect to the ensemble: {e}"))?;
-        Ok(Cluster {
-            ensemble: Arc::new(ensemble),
-            pg,
-            admin,
-        })
+        Ok(Cluster { ensemble, pg })
     }
+}
+
+/// How one worker runs: its session timeout and whether it rides out disconnects.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerMode {
+    pub session_ms: u64,
+    pub ride_out: bool,
 }
 
 #[derive(Default)]
@@ -133,6 +175,8 @@ struct Slot {
     cancelled: bool,
     phase: Option<Phase>,
     skew: Option<f64>,
+    /// The token of the hold the worker stretched on our SIGUSR1.
+    extended: Option<u64>,
 }
 
 struct State {
@@ -152,14 +196,22 @@ pub struct Scenario {
     /// Workers use a read/write lock.
     pub rw: bool,
     pub lock: String,
+    /// The longest session timeout among the workers.
     pub session_ms: u64,
     pub seed: u64,
     pub dir: PathBuf,
     pub t0: i64,
+    /// The ensemble this scenario runs on, and how it is set up.
+    pub ensemble: Arc<LocalEnsemble>,
+    pub options: EnsembleOptions,
+    modes: Vec<WorkerMode>,
+    long_ms: u64,
     proxies: Vec<Vec<CountingProxy>>,
     state: Arc<Mutex<State>>,
     hosts: String,
     pg: String,
+    /// A client of this scenario's ensemble, for the controller's own reads and deletes.
+    admin: zk::Client,
 }
 
 /// What a scenario returns to the report.
@@ -174,10 +226,14 @@ pub struct Spec<'a> {
     pub name: &'a str,
     pub mutant: Mutant,
     pub rw: bool,
-    pub workers: u32,
-    pub session_ms: u64,
+    /// One per worker.
+    pub modes: Vec<WorkerMode>,
+    /// How far a holder is stretched (ms) when a partition is aimed at it.
+    pub long_ms: u64,
     pub seed: u64,
     pub dir: PathBuf,
+    pub ensemble: Arc<LocalEnsemble>,
+    pub options: EnsembleOptions,
 }
 
 impl Scenario {
@@ -186,23 +242,26 @@ impl Scenario {
             name,
             mutant,
             rw,
-            workers,
-            session_ms,
+            modes,
+            long_ms,
             seed,
             dir,
+            ensemble,
+            options,
         } = spec;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        crate::store::reset(&cluster.pg.conninfo()).await?;
+        let pg = cluster.pg.database(name).await?;
+        crate::store::reset(&pg).await?;
         let mut proxies = Vec::new();
-        for _ in 0..workers {
+        for _ in &modes {
             let mut mine = Vec::new();
             for i in 0..3 {
-                mine.push(CountingProxy::start(&cluster.ensemble.server_addr(i)).await);
+                mine.push(CountingProxy::start(&ensemble.server_addr(i)).await);
             }
             proxies.push(mine);
         }
         let state = State {
-            slots: (0..workers).map(|_| Slot::default()).collect(),
+            slots: modes.iter().map(|_| Slot::default()).collect(),
             events: Vec::new(),
             faults: Vec::new(),
             oks: 0,
@@ -210,20 +269,39 @@ impl Scenario {
             cancels: 0,
             current: String::new(),
         };
+        let admin = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(20))
+            .connect(&ensemble.addr())
+            .await
+            .map_err(|e| format!("connect to the ensemble: {e}"))?;
         Ok(Scenario {
+            admin,
             name: name.to_owned(),
             mutant,
             rw,
             lock: format!("/chaos/{name}-{seed}/lock"),
-            session_ms,
+            session_ms: modes.iter().map(|m| m.session_ms).max().unwrap_or(2000),
             seed,
             dir,
             t0: now_ns(),
+            hosts: ensemble.addr(),
+            ensemble,
+            options,
+            modes,
+            long_ms,
             proxies,
             state: Arc::new(Mutex::new(state)),
-            hosts: cluster.ensemble.addr(),
-            pg: cluster.pg.conninfo(),
+            pg,
         })
+    }
+
+    pub fn workers(&self) -> u32 {
+        self.modes.len() as u32
+    }
+
+    /// The scenario's own database.
+    pub fn conninfo(&self) -> &str {
+        &self.pg
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -232,6 +310,11 @@ impl Scenario {
 
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.session_ms)
+    }
+
+    /// Worker `id`'s session timeout.
+    fn timeout_of(&self, id: usize) -> Duration {
+        Duration::from_millis(self.modes[id].session_ms)
     }
 
     /// Starts worker `id` (again), under libfaketime at `skew` when given.
@@ -244,16 +327,19 @@ impl Scenario {
             .iter()
             .map(|p| p.addr.as_str())
             .collect();
+        let mode = self.modes[id as usize];
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("worker")
             .args(["--id", &id.to_string()])
             .args(["--zk", &zk_hosts.join(",")])
             .args(["--pg", &self.pg])
             .args(["--lock", &self.lock])
-            .args(["--session-ms", &self.session_ms.to_string()])
+            .args(["--session-ms", &mode.session_ms.to_string()])
             .args(["--mutant", self.mutant.name()])
             .args(["--seed", &self.seed.to_string()])
+            .args(["--long-ms", &self.long_ms.to_string()])
             .args(self.rw.then_some("--rw"))
+            .args(mode.ride_out.then_some("--ride-out"))
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
         let stderr = std::fs::OpenOptions::new()
@@ -402,7 +488,7 @@ impl Scenario {
     }
 
     /// Injects one fault and heals it; returns `None` when no target showed up in time.
-    pub async fn inject(&self, cluster: &Cluster, kind: &FaultKind) -> Option<Fault> {
+    pub async fn inject(&self, kind: &FaultKind) -> Option<Fault> {
         let t = self.timeout();
         let name = kind.name();
         self.lock_state().current = name.to_owned();
@@ -469,7 +555,7 @@ impl Scenario {
                 let (id, pid, token, node, session) = self.long_holder().await?;
                 let start = now_ns();
                 let how = zkfence::local::expire_session(&self.hosts, zk::SessionId(session)).await;
-                let expired = wait_gone(&cluster.admin, &node, Duration::from_secs(5)).await;
+                let expired = wait_gone(&self.admin, &node, Duration::from_secs(5)).await;
                 Fault {
                     victim: Some((id as u32, pid, token)),
                     expired_at: expired,
@@ -488,7 +574,7 @@ impl Scenario {
                 for p in &self.proxies[id] {
                     p.blackhole(true);
                 }
-                let expired = wait_gone(&cluster.admin, &node, t * 3).await;
+                let expired = wait_gone(&self.admin, &node, t * 3).await;
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 for p in &self.proxies[id] {
                     p.blackhole(false);
@@ -519,11 +605,11 @@ impl Scenario {
                 }
             }
             FaultKind::PauseLeader => {
-                let leader = self.leader(cluster).await?;
+                let leader = self.leader().await?;
                 let start = now_ns();
-                cluster.ensemble.pause(leader);
+                self.ensemble.pause(leader);
                 tokio::time::sleep(t.mul_f64(1.5)).await;
-                cluster.ensemble.resume(leader);
+                self.ensemble.resume(leader);
                 record(
                     format!(
                         "server {leader} (leader) SIGSTOP {:.1} s",
@@ -533,9 +619,9 @@ impl Scenario {
                 )
             }
             FaultKind::KillLeader { down_ms } => {
-                let leader = self.leader(cluster).await?;
+                let leader = self.leader().await?;
                 let start = now_ns();
-                let ensemble = cluster.ensemble.clone();
+                let ensemble = self.ensemble.clone();
                 let down = Duration::from_millis(*down_ms);
                 let restarted = tokio::task::spawn_blocking(move || {
                     ensemble.kill(leader);
@@ -559,11 +645,11 @@ impl Scenario {
             FaultKind::PauseAll => {
                 let start = now_ns();
                 for i in 0..3 {
-                    cluster.ensemble.pause(i);
+                    self.ensemble.pause(i);
                 }
                 tokio::time::sleep(t).await;
                 for i in 0..3 {
-                    cluster.ensemble.resume(i);
+                    self.ensemble.resume(i);
                 }
                 record(
                     format!("all three servers SIGSTOP {:.1} s", t.as_secs_f64()),
@@ -572,7 +658,7 @@ impl Scenario {
             }
             FaultKind::KillAll => {
                 let start = now_ns();
-                let ensemble = cluster.ensemble.clone();
+                let ensemble = self.ensemble.clone();
                 let restarted = tokio::task::spawn_blocking(move || {
                     for i in 0..3 {
                         ensemble.kill(i);
@@ -594,7 +680,7 @@ impl Scenario {
             FaultKind::DeleteParent => {
                 let victim = self.long_holder().await;
                 let start = now_ns();
-                let deleted = delete_tree(&cluster.admin, &self.lock).await;
+                let deleted = delete_tree(&self.admin, &self.lock).await;
                 Fault {
                     victim: victim.map(|(id, pid, token, _, _)| (id as u32, pid, token)),
                     expired_at: Some(start),
@@ -603,6 +689,85 @@ impl Scenario {
                             "{} and its {} queue nodes deleted in one multi",
                             self.lock,
                             deleted.unwrap_or(0)
+                        ),
+                        start,
+                    )
+                }
+            }
+            FaultKind::IsolateLeader { symmetric } => {
+                let leader = self.leader().await?;
+                let (id, pid, token, node, _, _) = self.placed_holder(|s| s == leader).await?;
+                let followers: Vec<usize> = (0..3).filter(|&f| f != leader).collect();
+                self.pin(id, leader, &[leader]);
+                let at = self.where_things_are(id).await;
+                let start = now_ns();
+                for &f in &followers {
+                    let inbound = if *symmetric {
+                        LinkFault::Drop
+                    } else {
+                        LinkFault::Reset
+                    };
+                    let _ = self.ensemble.cut(f, leader, inbound);
+                    let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
+                }
+                let expired = self.hold_partition(id, &node, &followers).await;
+                Fault {
+                    victim: Some((id as u32, pid, token)),
+                    expired_at: expired,
+                    ..record(
+                        format!(
+                            "w{id} token {token} on server {leader} (leader), cut off from both followers: {} {at}",
+                            if *symmetric { "dropped both ways" } else { "their packets reset, its packets dropped" }
+                        ),
+                        start,
+                    )
+                }
+            }
+            FaultKind::OneWayFollower | FaultKind::IsolateFollower => {
+                let leader = self.leader().await?;
+                let (id, pid, token, node, _, server) = self.placed_holder(|s| s != leader).await?;
+                let other = (0..3).find(|&o| o != leader && o != server)?;
+                self.pin(id, server, &[server]);
+                let at = self.where_things_are(id).await;
+                let start = now_ns();
+                let one_way = matches!(kind, FaultKind::OneWayFollower);
+                let _ = self.ensemble.cut(server, leader, LinkFault::Drop);
+                if !one_way {
+                    let _ = self.ensemble.cut(leader, server, LinkFault::Drop);
+                    let _ = self.ensemble.cut(server, other, LinkFault::Drop);
+                    let _ = self.ensemble.cut(other, server, LinkFault::Drop);
+                }
+                let expired = self.hold_partition(id, &node, &[leader, other]).await;
+                Fault {
+                    victim: Some((id as u32, pid, token)),
+                    expired_at: expired,
+                    ..record(
+                        if one_way {
+                            format!("w{id} token {token} on server {server} (follower): its packets to the leader {leader} dropped, the leader's still arrive {at}")
+                        } else {
+                            format!("w{id} token {token} on server {server} (follower), cut off from both other servers both ways {at}")
+                        },
+                        start,
+                    )
+                }
+            }
+            FaultKind::LossyLeaderLink => {
+                let leader = self.leader().await?;
+                let holder = self.long_holder().await;
+                let start = now_ns();
+                for f in (0..3).filter(|&f| f != leader) {
+                    let _ = self.ensemble.cut(leader, f, LinkFault::Lossy(0.3));
+                    let _ = self.ensemble.cut(f, leader, LinkFault::Lossy(0.3));
+                }
+                tokio::time::sleep(t * 2).await;
+                let _ = self.ensemble.heal();
+                self.await_quorum().await;
+                Fault {
+                    victim: holder.map(|(id, pid, token, _, _)| (id as u32, pid, token)),
+                    ..record(
+                        format!(
+                            "30% of the packets between the leader {leader} and the followers lost for {:.1} s",
+                            (t * 2).as_secs_f64()
                         ),
                         start,
                     )
@@ -624,9 +789,166 @@ impl Scenario {
         Some(fault)
     }
 
-    async fn leader(&self, cluster: &Cluster) -> Option<usize> {
+    /// Steers every other worker onto a server `on` accepts (the rest onto the others), then
+    /// waits for a holder connected to such a server and stretches its hold (SIGUSR1) so that
+    /// it lasts through the fault; returns it, with its server, once it acknowledged.
+    async fn placed_holder(
+        &self,
+        on: impl Fn(usize) -> bool,
+    ) -> Option<(usize, u32, u64, String, i64, usize)> {
+        let good: Vec<usize> = (0..3).filter(|&s| on(s)).collect();
+        let bad: Vec<usize> = (0..3).filter(|&s| !on(s)).collect();
+        let mut sides = Vec::new();
+        for (w, proxies) in self.proxies.iter().enumerate() {
+            let side = if w % 2 == 0 || bad.is_empty() {
+                good.clone()
+            } else {
+                bad.clone()
+            };
+            for (s, p) in proxies.iter().enumerate() {
+                p.refuse(!side.contains(&s));
+                if !side.contains(&s) {
+                    p.reset();
+                }
+            }
+            sides.push(side);
+        }
+        // Let the resets land: no worker keeps a connection where it is refused.
+        let settled = now_ns() + 3_000_000_000;
+        while now_ns() < settled
+            && self.proxies.iter().zip(&sides).any(|(proxies, side)| {
+                (0..3).any(|s| !side.contains(&s) && proxies[s].connections() > 0)
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let deadline = now_ns() + 40_000_000_000;
+        while now_ns() < deadline {
+            let Some((id, pid, token, node, session)) =
+                self.holder(Phase::Any, Duration::from_millis(500)).await
+            else {
+                continue;
+            };
+            let servers: Vec<usize> = (0..3)
+                .filter(|&s| self.proxies[id][s].connections() > 0)
+                .collect();
+            let [server] = servers[..] else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            if !on(server) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            self.signal(id, libc::SIGUSR1);
+            let acked = now_ns() + 500_000_000;
+            while now_ns() < acked {
+                if self.lock_state().slots[id].extended == Some(token) {
+                    return Some((id, pid, token, node, session, server));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        None
+    }
+
+    /// The servers' modes and worker `id`'s open connections per server, for a fault's detail.
+    async fn where_things_are(&self, id: usize) -> String {
+        let ensemble = self.ensemble.clone();
+        let modes = tokio::task::spawn_blocking(move || {
+            (0..3)
+                .map(|i| {
+                    let mode = four_letter(&ensemble.server_addr(i), "srvr")
+                        .and_then(|s| {
+                            s.lines()
+                                .find_map(|l| l.strip_prefix("Mode: ").map(str::to_owned))
+                        })
+                        .unwrap_or_else(|| "-".into());
+                    format!("{i}:{mode}")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .await
+        .unwrap_or_default();
+        let conns: Vec<String> = (0..3)
+            .map(|s| self.proxies[id][s].connections().to_string())
+            .collect();
+        format!("[servers {modes}; w{id} connections {}]", conns.join("/"))
+    }
+
+    /// Keeps worker `id` on `server` (its other proxies refuse connections) and moves every
+    /// other worker off `away` (refused and reset there), so that the victim stays on the cut
+    /// side and its successors queue on the other.
+    fn pin(&self, id: usize, server: usize, away: &[usize]) {
+        for (s, p) in self.proxies[id].iter().enumerate() {
+            p.refuse(s != server);
+        }
+        for (w, proxies) in self.proxies.iter().enumerate().filter(|(w, _)| *w != id) {
+            let _ = w;
+            for &s in away {
+                proxies[s].refuse(true);
+                proxies[s].reset();
+            }
+        }
+    }
+
+    /// Holds a partition long enough for the victim's session to expire on the majority side
+    /// and for a stale leader to notice it lost its quorum (`syncLimit` ticks), plus 2 s; then
+    /// heals the links and the proxies and waits for the ensemble to serve again. Returns when
+    /// the majority deleted the victim's node, if it did.
+    async fn hold_partition(&self, id: usize, node: &str, majority: &[usize]) -> Option<i64> {
+        let start = now_ns();
+        let span = self.options.tick() * self.options.sync_limit()
+            + self.timeout_of(id)
+            + Duration::from_secs(2);
+        let hosts: Vec<String> = majority
+            .iter()
+            .map(|&s| self.ensemble.server_addr(s))
+            .collect();
+        let expired = match zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(20))
+            .connect(&hosts.join(","))
+            .await
+        {
+            Ok(observer) => wait_gone(&observer, node, span).await,
+            Err(_) => None,
+        };
+        let rest = span.saturating_sub(Duration::from_nanos((now_ns() - start).max(0) as u64));
+        tokio::time::sleep(rest).await;
+        let _ = self.ensemble.heal();
+        for proxies in &self.proxies {
+            for p in proxies {
+                p.refuse(false);
+            }
+        }
+        self.await_quorum().await;
+        expired
+    }
+
+    /// Waits (up to 30 s) until all three servers serve again after a partition.
+    async fn await_quorum(&self) {
+        let deadline = now_ns() + 30_000_000_000;
+        while now_ns() < deadline {
+            let ensemble = self.ensemble.clone();
+            let serving = tokio::task::spawn_blocking(move || {
+                (0..3).all(|i| {
+                    four_letter(&ensemble.server_addr(i), "srvr")
+                        .is_some_and(|s| s.contains("Mode:"))
+                })
+            })
+            .await
+            .unwrap_or(false);
+            if serving {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn leader(&self) -> Option<usize> {
         for _ in 0..100 {
-            let ensemble = cluster.ensemble.clone();
+            let ensemble = self.ensemble.clone();
             if let Ok(Some(i)) = tokio::task::spawn_blocking(move || ensemble.leader()).await {
                 return Some(i);
             }
@@ -636,11 +958,13 @@ impl Scenario {
     }
 
     /// The final heal: every worker running and reachable, every server serving.
-    pub async fn heal(&self, cluster: &Cluster) {
+    pub async fn heal(&self) {
+        let _ = self.ensemble.heal();
         for (id, proxies) in self.proxies.iter().enumerate() {
             for p in proxies {
                 p.blackhole(false);
                 p.delay(Duration::ZERO);
+                p.refuse(false);
             }
             self.signal(id, libc::SIGCONT);
             let (alive, skew) = {
@@ -653,8 +977,8 @@ impl Scenario {
             }
         }
         for i in 0..3 {
-            cluster.ensemble.resume(i);
-            let ensemble = cluster.ensemble.clone();
+            self.ensemble.resume(i);
+            let ensemble = self.ensemble.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 let serving = four_letter(&ensemble.server_addr(i), "srvr")
                     .is_some_and(|s| s.contains("Mode:"));
@@ -732,6 +1056,7 @@ fn apply(st: &mut State, id: usize, e: &Event) {
             slot.cancelled = true;
             st.cancels += 1;
         }
+        "extended" => slot.extended = token,
         "release" | "check-failed" | "unknown" => {
             slot.holding = None;
             slot.long_since = None;
@@ -837,11 +1162,38 @@ pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     faults
 }
 
+/// The smoke run's partitions inside the ensemble: each kind once, in seeded order.
+pub fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        IsolateLeader { symmetric: false },
+        OneWayFollower,
+        IsolateLeader { symmetric: true },
+        IsolateFollower,
+        LossyLeaderLink,
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// A partition inside the ensemble, for the long run's partition scenario.
+pub fn partition_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    match rng.range(0, 4) {
+        0 => IsolateLeader { symmetric: false },
+        1 => IsolateLeader { symmetric: true },
+        2 => OneWayFollower,
+        3 => IsolateFollower,
+        _ => LossyLeaderLink,
+    }
+}
+
 /// The long run draws each fault from every kind, skew included.
 pub fn long_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;
     let phases = [Phase::Think, Phase::Write, Phase::Any];
-    match rng.range(0, 15) {
+    match rng.range(0, 16) {
+        15 => partition_fault(rng),
         0..=4 => PauseHolder {
             factor: [0.5, 2.0, 4.0][rng.range(0, 2) as usize],
             phase: phases[rng.range(0, 2) as usize],

@@ -10,21 +10,28 @@ mod worker;
 
 use checker::{Input, Violation};
 use clap::Parser;
-use controller::{Cluster, FaultKind, Mutant, Scenario};
+use controller::{Cluster, FaultKind, Mutant, Scenario, WorkerMode};
 use rng::Rng;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use zkfence::local::{EnsembleOptions, LocalEnsemble};
 
 #[derive(Parser)]
 #[command(about = "zkfence's chaos suite: real ZooKeeper ensemble, real PostgreSQL, real faults")]
 enum Cmd {
-    /// The CI run (about 4 minutes): every fault kind, then the two mutants, which must fail.
+    /// The CI run (about 7 minutes): every fault kind, partitions inside the ensemble, then
+    /// the three mutants, which must fail.
     Smoke(RunArgs),
-    /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`.
+    /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
+    /// partition scenario on a second ensemble running alongside.
     Long(RunArgs),
+    /// The partition experiment of issue 11 with realistic server settings: the leader cut
+    /// off from its followers (asymmetric and symmetric) and a one-way follower cut, `--runs`
+    /// times per lease mode, then the same with the pre-issue-11 lease rule, which must fail.
+    Partition(PartitionArgs),
     /// One worker process (started by the controller).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -50,6 +57,35 @@ struct RunArgs {
     /// Skip the mutants (smoke only; the result then cannot PASS).
     #[arg(long)]
     no_mutants: bool,
+    /// Run only the scenarios with these names (for working on one; the result then cannot
+    /// PASS a smoke run).
+    #[arg(long)]
+    only: Vec<String>,
+}
+
+#[derive(clap::Args, Clone)]
+struct PartitionArgs {
+    /// Seed of the fault order (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Runs of each fault per lease mode (default mode, ride-out mode, the mutant).
+    #[arg(long, default_value_t = 5)]
+    runs: u32,
+    /// The servers' tickTime, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    tick_ms: u64,
+    /// The servers' syncLimit, in ticks.
+    #[arg(long, default_value_t = 5)]
+    sync_limit: u32,
+    /// The workers' session timeout, in milliseconds.
+    #[arg(long, default_value_t = 4000)]
+    session_ms: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Run directory (default: chaos/runs/partition-<seed>).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 fn main() {
@@ -61,18 +97,49 @@ fn main() {
                 .expect("a tokio runtime");
             rt.block_on(worker::run(args));
         }
-        Cmd::Smoke(args) => std::process::exit(controller_main("smoke", args)),
-        Cmd::Long(args) => std::process::exit(controller_main("long", args)),
+        Cmd::Smoke(args) => std::process::exit(controller_main(Mode::Smoke(args))),
+        Cmd::Long(args) => std::process::exit(controller_main(Mode::Long(args))),
+        Cmd::Partition(args) => std::process::exit(controller_main(Mode::Partition(args))),
     }
 }
 
-fn controller_main(mode: &str, args: RunArgs) -> i32 {
+enum Mode {
+    Smoke(RunArgs),
+    Long(RunArgs),
+    Partition(PartitionArgs),
+}
+
+impl Mode {
+    fn name(&self) -> &'static str {
+        match self {
+            Mode::Smoke(_) => "smoke",
+            Mode::Long(_) => "long",
+            Mode::Partition(_) => "partition",
+        }
+    }
+
+    fn seed(&self) -> Option<u64> {
+        match self {
+            Mode::Smoke(a) | Mode::Long(a) => a.seed,
+            Mode::Partition(a) => a.seed,
+        }
+    }
+
+    fn out(&self) -> Option<PathBuf> {
+        match self {
+            Mode::Smoke(a) | Mode::Long(a) => a.out.clone(),
+            Mode::Partition(a) => a.out.clone(),
+        }
+    }
+}
+
+fn controller_main(mode: Mode) -> i32 {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match rt.block_on(run(mode, args)) {
+    match rt.block_on(run(mode)) {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(err) => {
@@ -85,7 +152,25 @@ fn controller_main(mode: &str, args: RunArgs) -> i32 {
 
 enum Plan {
     Fixed(Vec<FaultKind>),
-    Timed { minutes: f64 },
+    /// Faults drawn for `minutes`; only partitions inside the ensemble when `partitions_only`.
+    Timed {
+        minutes: f64,
+        partitions_only: bool,
+    },
+}
+
+/// One scenario to run: its workers, the ensemble it runs on, its faults.
+struct ScenarioPlan {
+    name: &'static str,
+    mutant: Mutant,
+    rw: bool,
+    modes: Vec<WorkerMode>,
+    /// How far a holder is stretched (ms) when a partition is aimed at it: the hold must
+    /// outlast the whole fault, so that a stale holder's checks are seen.
+    long_ms: u64,
+    /// On the partition ensemble rather than the main one.
+    partition: bool,
+    plan: Plan,
 }
 
 struct ScenarioResult {
@@ -96,73 +181,291 @@ struct ScenarioResult {
     faults: serde_json::Value,
 }
 
-async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
-    let seed = args
-        .seed
+/// `n` workers with session timeout `ms`, every other one riding out disconnects if `mixed`.
+fn modes(n: u32, ms: u64, mixed: bool) -> Vec<WorkerMode> {
+    (0..n)
+        .map(|i| WorkerMode {
+            session_ms: ms,
+            ride_out: mixed && i % 2 == 1,
+        })
+        .collect()
+}
+
+/// The partition ensemble of smoke and long runs: a 400 ms tick and `syncLimit=10`, so that a
+/// leader cut off from its followers keeps leading (and answering its clients' syncs) for 4 s,
+/// longer than a 2 s session takes to expire on the other side: the case the old lease rule
+/// got wrong.
+fn partition_ensemble() -> EnsembleOptions {
+    EnsembleOptions::default()
+        .with_tick(Duration::from_millis(400))
+        .with_sync_limit(10)
+}
+
+/// The partition scenario's workers: session timeouts from 2 to 10 ticks of 400 ms, half of
+/// them riding out disconnects.
+fn partition_modes() -> Vec<WorkerMode> {
+    [(800, false), (2000, true), (2000, false), (4000, true)]
+        .into_iter()
+        .map(|(session_ms, ride_out)| WorkerMode {
+            session_ms,
+            ride_out,
+        })
+        .collect()
+}
+
+/// A stretch long enough for a hold to outlast a partition fault on `options` with sessions
+/// up to `t_ms` (the fault lasts `syncLimit` ticks + T + 2 s).
+fn long_hold_ms(options: &EnsembleOptions, t_ms: u64) -> u64 {
+    (options.tick() * options.sync_limit()).as_millis() as u64 + t_ms + 4000
+}
+
+fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
+    match mode {
+        Mode::Smoke(args) => {
+            let (schedule, head) = controller::smoke_schedule(rng);
+            let rw = controller::rw_schedule(rng);
+            let options = partition_ensemble();
+            let long = long_hold_ms(&options, 4000);
+            let mut plans = vec![
+                ScenarioPlan {
+                    name: "main",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: modes(args.workers, args.session_ms, false),
+                    long_ms: 0,
+                    partition: false,
+                    plan: Plan::Fixed(schedule.clone()),
+                },
+                ScenarioPlan {
+                    name: "read-write",
+                    mutant: Mutant::None,
+                    rw: true,
+                    modes: modes(args.workers, args.session_ms, false),
+                    long_ms: 0,
+                    partition: false,
+                    plan: Plan::Fixed(rw),
+                },
+                ScenarioPlan {
+                    name: "partition",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: partition_modes(),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(controller::partition_schedule(rng)),
+                },
+            ];
+            if !args.no_mutants {
+                let head = schedule[..head].to_vec();
+                for (name, mutant) in [
+                    ("mutant-fencing-off", Mutant::FencingOff),
+                    ("mutant-watchdog-off", Mutant::WatchdogOff),
+                ] {
+                    plans.push(ScenarioPlan {
+                        name,
+                        mutant,
+                        rw: false,
+                        modes: modes(args.workers, args.session_ms, false),
+                        long_ms: 0,
+                        partition: false,
+                        plan: Plan::Fixed(head.clone()),
+                    });
+                }
+                plans.push(ScenarioPlan {
+                    name: "mutant-sync-lease",
+                    mutant: Mutant::SyncLease,
+                    rw: false,
+                    modes: modes(args.workers, 2000, true),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(vec![FaultKind::IsolateLeader { symmetric: false }; 2]),
+                });
+            }
+            (plans, options)
+        }
+        Mode::Long(args) => {
+            let options = partition_ensemble();
+            let plans = vec![
+                ScenarioPlan {
+                    name: "main",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: modes(args.workers, args.session_ms, false),
+                    long_ms: 0,
+                    partition: false,
+                    plan: Plan::Timed {
+                        minutes: args.minutes,
+                        partitions_only: false,
+                    },
+                },
+                ScenarioPlan {
+                    name: "partition",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: partition_modes(),
+                    long_ms: long_hold_ms(&options, 4000),
+                    partition: true,
+                    plan: Plan::Timed {
+                        minutes: args.minutes,
+                        partitions_only: true,
+                    },
+                },
+            ];
+            (plans, options)
+        }
+        Mode::Partition(args) => {
+            let options = EnsembleOptions::default()
+                .with_tick(Duration::from_millis(args.tick_ms))
+                .with_sync_limit(args.sync_limit);
+            let long = long_hold_ms(&options, args.session_ms);
+            let faults = |kinds: &[FaultKind], rng: &mut Rng| {
+                let mut all: Vec<FaultKind> =
+                    (0..args.runs).flat_map(|_| kinds.iter().cloned()).collect();
+                rng.shuffle(&mut all);
+                all
+            };
+            let kinds = [
+                FaultKind::IsolateLeader { symmetric: false },
+                FaultKind::OneWayFollower,
+                FaultKind::IsolateLeader { symmetric: true },
+            ];
+            let plans = vec![
+                ScenarioPlan {
+                    name: "partition-default",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: modes(args.workers, args.session_ms, false),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(faults(&kinds, rng)),
+                },
+                ScenarioPlan {
+                    name: "partition-ride-out",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: (0..args.workers)
+                        .map(|_| WorkerMode {
+                            session_ms: args.session_ms,
+                            ride_out: true,
+                        })
+                        .collect(),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(faults(&kinds, rng)),
+                },
+                ScenarioPlan {
+                    name: "mutant-sync-lease",
+                    mutant: Mutant::SyncLease,
+                    rw: false,
+                    modes: modes(args.workers, args.session_ms, true),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(faults(&kinds[..1], rng)),
+                },
+            ];
+            (plans, options)
+        }
+    }
+}
+
+async fn run(mode: Mode) -> Result<bool, String> {
+    let name = mode.name();
+    let seed = mode
+        .seed()
         .unwrap_or_else(|| (clock::now_ns() as u64) % 1_000_000);
-    let dir = args.out.clone().unwrap_or_else(|| {
+    let dir = mode.out().unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("runs")
-            .join(format!("{mode}-{seed}"))
+            .join(format!("{name}-{seed}"))
     });
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let started = clock::now_ns();
     println!(
-        "zkfence chaos: {mode} run, seed {seed}, run directory {}",
+        "zkfence chaos: {name} run, seed {seed}, run directory {}",
         dir.display()
     );
-    println!("starting a 3-server ZooKeeper ensemble and PostgreSQL ...");
-    let cluster = Cluster::start(&dir).await?;
-    println!(
-        "setup: ZooKeeper ensemble {} (Debian's package, QuorumPeerMain, tick 200 ms); PostgreSQL on 127.0.0.1:{} \
-         (fsync on, synchronous commit); {} worker processes, each behind its own TCP proxies to the three servers; \
-         session timeout T = {} ms; lease margin T/4 (the default)",
-        cluster.ensemble.addr(),
-        cluster.pg.port,
-        args.workers,
-        args.session_ms
-    );
     let mut rng = Rng::new(seed);
-    let mut scenarios = Vec::new();
-    if mode == "smoke" {
-        let (schedule, head) = controller::smoke_schedule(&mut rng);
-        let rw = controller::rw_schedule(&mut rng);
-        scenarios.push(("main", Mutant::None, false, Plan::Fixed(schedule.clone())));
-        scenarios.push(("read-write", Mutant::None, true, Plan::Fixed(rw)));
-        if !args.no_mutants {
-            let head = schedule[..head].to_vec();
-            scenarios.push((
-                "mutant-fencing-off",
-                Mutant::FencingOff,
-                false,
-                Plan::Fixed(head.clone()),
-            ));
-            scenarios.push((
-                "mutant-watchdog-off",
-                Mutant::WatchdogOff,
-                false,
-                Plan::Fixed(head),
-            ));
+    let (mut plans, partition_options) = plans(&mode, &mut rng);
+    if let Mode::Smoke(args) | Mode::Long(args) = &mode {
+        if !args.only.is_empty() {
+            plans.retain(|p| args.only.iter().any(|o| o == p.name));
         }
-    } else {
-        let minutes = args.minutes;
-        scenarios.push(("main", Mutant::None, false, Plan::Timed { minutes }));
     }
-    let mut results = Vec::new();
-    for (name, mutant, rw, plan) in scenarios {
-        results.push(
-            scenario(
-                &cluster, name, mutant, rw, plan, &args, seed, &mut rng, &dir,
-            )
-            .await?,
+    let needs_main = plans.iter().any(|p| !p.partition);
+    println!("starting PostgreSQL and the ZooKeeper ensembles (each server in a network namespace of its own) ...");
+    let main_options = EnsembleOptions::default();
+    let cluster = Cluster::start(&dir, main_options.clone()).await?;
+    let partition_ensemble = if plans.iter().any(|p| p.partition) {
+        Some(controller::start_ensemble(&partition_options).await?)
+    } else {
+        None
+    };
+    let describe = |o: &EnsembleOptions| {
+        format!(
+            "tick {} ms, syncLimit {}",
+            o.tick().as_millis(),
+            o.sync_limit()
+        )
+    };
+    if needs_main {
+        println!(
+            "setup: main ensemble {} ({}); ",
+            cluster.ensemble.addr(),
+            describe(&main_options)
         );
     }
+    if let Some(p) = &partition_ensemble {
+        println!(
+            "setup: partition ensemble {} ({})",
+            p.addr(),
+            describe(&partition_options)
+        );
+    }
+    println!(
+        "setup: PostgreSQL on 127.0.0.1:{} (fsync on, synchronous commit), a database per scenario; every worker \
+         behind its own TCP proxies to the three servers; default lease options unless a scenario says otherwise",
+        cluster.pg.port
+    );
 
-    // The verdict: every scenario without a mutant holds every invariant and makes progress
-    // after its heal; every mutant fails.
+    let place = |p: &ScenarioPlan| match (&partition_ensemble, p.partition) {
+        (Some(e), true) => (e.clone(), partition_options.clone()),
+        _ => (cluster.ensemble.clone(), main_options.clone()),
+    };
+    let mut results = Vec::new();
+    if let Mode::Long(_) = mode {
+        // Side by side: the main scenario and the partition scenario, each with its faults.
+        let mut plans = plans.into_iter();
+        let (Some(main), Some(part)) = (plans.next(), plans.next()) else {
+            return Err("the long run has a main and a partition scenario".into());
+        };
+        let ((e1, o1), (e2, o2)) = (place(&main), place(&part));
+        let mut other = Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let (a, b) = tokio::join!(
+            scenario(&cluster, main, e1, o1, seed, &mut rng, &dir),
+            scenario(&cluster, part, e2, o2, seed, &mut other, &dir),
+        );
+        results.push(a?);
+        results.push(b?);
+    } else {
+        for p in plans {
+            let (ensemble, options) = place(&p);
+            results.push(scenario(&cluster, p, ensemble, options, seed, &mut rng, &dir).await?);
+        }
+    }
+    verdict(&mode, seed, &dir, started, &results)
+}
+
+/// Whether the run passes: every scenario without a mutant holds every invariant and makes
+/// progress after its heal; every mutant fails. Prints the report and the RESULT line.
+fn verdict(
+    mode: &Mode,
+    seed: u64,
+    dir: &std::path::Path,
+    started: i64,
+    results: &[ScenarioResult],
+) -> Result<bool, String> {
     let mut reasons = Vec::new();
-    let main = &results[0];
     for r in results.iter().filter(|r| r.mutant == Mutant::None) {
         if !r.violations.is_empty() {
             reasons.push(format!(
@@ -179,14 +482,45 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
             reasons.push(format!("no progress after the final heal in {}", r.name));
         }
     }
-    let faults = main.figures["faults"].as_u64().unwrap_or(0);
-    let pauses = main.figures["holder_pauses_past_timeout"]
-        .as_u64()
-        .unwrap_or(0);
-    if mode == "smoke" && (faults < 20 || pauses < 5) {
-        reasons.push(format!(
-            "only {faults} faults / {pauses} holder pauses past T were injected (need 20 / 5)"
-        ));
+    let count = |r: &ScenarioResult, key: &str| r.figures[key].as_u64().unwrap_or(0);
+    let total_faults: u64 = results
+        .iter()
+        .filter(|r| r.mutant == Mutant::None)
+        .map(|r| count(r, "faults"))
+        .sum();
+    let pauses: u64 = results
+        .iter()
+        .filter(|r| r.mutant == Mutant::None)
+        .map(|r| count(r, "holder_pauses_past_timeout"))
+        .sum();
+    let partitions: u64 = results
+        .iter()
+        .filter(|r| r.mutant == Mutant::None)
+        .map(|r| {
+            r.faults.as_array().map_or(0, |f| {
+                f.iter().filter(|f| is_partition(&f["kind"])).count() as u64
+            })
+        })
+        .sum();
+    if let Mode::Smoke(args) = mode {
+        let main = &results[0];
+        let (faults, main_pauses) = (
+            count(main, "faults"),
+            count(main, "holder_pauses_past_timeout"),
+        );
+        if faults < 20 || main_pauses < 5 {
+            reasons.push(format!(
+                "only {faults} faults / {main_pauses} holder pauses past T were injected in main (need 20 / 5)"
+            ));
+        }
+        if partitions < 4 {
+            reasons.push(format!(
+                "only {partitions} partitions inside the ensemble were injected (need 4)"
+            ));
+        }
+        if args.no_mutants {
+            reasons.push("mutants skipped".into());
+        }
     }
     println!();
     let mutants: Vec<&ScenarioResult> = results
@@ -194,7 +528,15 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
         .filter(|r| r.mutant != Mutant::None)
         .collect();
     for r in &mutants {
-        if r.violations.is_empty() {
+        // The sync-lease mutant must be caught by the lease invariant itself.
+        let caught = match r.mutant {
+            Mutant::SyncLease => r
+                .violations
+                .iter()
+                .any(|v| v.invariant == checker::LEASE_INVARIANT),
+            _ => !r.violations.is_empty(),
+        };
+        if !caught {
             reasons.push(format!("mutant {} passed the checker", r.mutant.name()));
             println!(
                 "mutant {}: PASSED the checker, which it must not",
@@ -211,13 +553,21 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
             );
         }
     }
-    if mode == "smoke" && args.no_mutants {
-        reasons.push("mutants skipped".into());
-    }
+    let overlaps: u64 = results
+        .iter()
+        .filter(|r| r.mutant == Mutant::None)
+        .map(|r| r.figures["lease_overlaps"]["count"].as_u64().unwrap_or(0))
+        .sum();
+    let main = &results[0];
     let st = &main.figures["stale_writes"];
     let summary = format!(
-        "{faults} faults ({pauses} holder pauses past T), {} increments, {} stale writes refused, {} accepted out of order, {} double-holder windows, {}{:.0} s",
-        main.figures["increments_applied"],
+        "{total_faults} faults ({pauses} holder pauses past T, {partitions} partitions inside the ensemble), {} increments, \
+         {} stale writes refused, {} accepted out of order, {} double-holder windows, {overlaps} valid-lease overlaps, {}{:.0} s",
+        results
+            .iter()
+            .filter(|r| r.mutant == Mutant::None)
+            .map(|r| count(r, "increments_applied"))
+            .sum::<u64>(),
         st["refused"],
         st["accepted_out_of_order"],
         main.figures["double_holder_windows"]["count"],
@@ -226,7 +576,7 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
         } else {
             format!(
                 "{} of {} mutants failed as required, ",
-                mutants.iter().filter(|r| !r.violations.is_empty()).count(),
+                mutants.len() - reasons.iter().filter(|r| r.starts_with("mutant ")).count(),
                 mutants.len()
             )
         },
@@ -234,7 +584,7 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
     );
     let pass = reasons.is_empty();
     let report = json!({
-        "mode": mode, "seed": seed, "workers": args.workers, "session_timeout_ms": args.session_ms,
+        "mode": mode.name(), "seed": seed,
         "result": if pass { "PASS" } else { "FAIL" }, "reasons": reasons,
         "scenarios": results.iter().map(|r| json!({
             "name": r.name, "mutant": r.mutant.name(),
@@ -247,9 +597,9 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
         serde_json::to_string_pretty(&report).unwrap_or_default(),
     );
     println!(
-        "report: {}  picture: {}",
+        "report: {}  pictures: {}/<scenario>/timeline.svg",
         dir.join("report.json").display(),
-        dir.join("main").join("timeline.svg").display()
+        dir.display()
     );
     if pass {
         println!("RESULT: PASS {summary}");
@@ -259,20 +609,42 @@ async fn run(mode: &str, args: RunArgs) -> Result<bool, String> {
     Ok(pass)
 }
 
-#[allow(clippy::too_many_arguments)]
+fn is_partition(kind: &serde_json::Value) -> bool {
+    kind.as_str()
+        .is_some_and(|k| controller::PARTITION_KINDS.contains(&k))
+}
+
 async fn scenario(
     cluster: &Cluster,
-    name: &str,
-    mutant: Mutant,
-    rw: bool,
-    plan: Plan,
-    args: &RunArgs,
+    plan: ScenarioPlan,
+    ensemble: Arc<LocalEnsemble>,
+    options: EnsembleOptions,
     seed: u64,
     rng: &mut Rng,
     dir: &std::path::Path,
 ) -> Result<ScenarioResult, String> {
+    let ScenarioPlan {
+        name,
+        mutant,
+        rw,
+        modes,
+        long_ms,
+        plan,
+        ..
+    } = plan;
     println!();
     println!("== scenario {name} (mutant: {}) ==", mutant.name());
+    let workers: Vec<String> = modes
+        .iter()
+        .map(|m| {
+            format!(
+                "T={} ms{}",
+                m.session_ms,
+                if m.ride_out { " ride-out" } else { "" }
+            )
+        })
+        .collect();
+    println!("  workers: {}", workers.join(", "));
     let sc = Arc::new(
         Scenario::new(
             cluster,
@@ -280,15 +652,17 @@ async fn scenario(
                 name,
                 mutant,
                 rw,
-                workers: args.workers,
-                session_ms: args.session_ms,
+                modes,
+                long_ms,
                 seed,
                 dir: dir.join(name),
+                ensemble,
+                options,
             },
         )
         .await?,
     );
-    for id in 0..args.workers {
+    for id in 0..sc.workers() {
         sc.spawn_worker(id, None)?;
     }
     if !sc.progress(Duration::from_secs(60)).await {
@@ -317,7 +691,7 @@ async fn scenario(
     let run_fault = |kind: FaultKind| {
         let sc = sc.clone();
         async move {
-            match sc.inject(cluster, &kind).await {
+            match sc.inject(&kind).await {
                 Some(f) => println!(
                     "  +{:>6.1} s  {:<18} {}",
                     clock::ms(t0, f.start) / 1000.0,
@@ -339,17 +713,25 @@ async fn scenario(
                 run_fault(kind).await;
             }
         }
-        Plan::Timed { minutes } => {
+        Plan::Timed {
+            minutes,
+            partitions_only,
+        } => {
             let until = clock::now_ns() + (minutes * 60e9) as i64;
             while clock::now_ns() < until {
                 tokio::time::sleep(controller::gap(rng)).await;
-                run_fault(controller::long_fault(rng)).await;
+                let kind = if partitions_only {
+                    controller::partition_fault(rng)
+                } else {
+                    controller::long_fault(rng)
+                };
+                run_fault(kind).await;
             }
         }
     }
     println!("  final heal: every worker and server running, links clear");
     let heal_at = clock::now_ns();
-    sc.heal(cluster).await;
+    sc.heal().await;
     let live = sc.progress(Duration::from_secs(30)).await;
     if live {
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -357,7 +739,7 @@ async fn scenario(
     done.store(true, Ordering::Relaxed);
     ticker.abort();
     let collected = sc.finish().await;
-    let (rows, counter, _fence) = store::dump(&cluster.pg.conninfo()).await?;
+    let (rows, counter, _fence) = store::dump(sc.conninfo()).await?;
     // The store's commit order next to the workers' logs, so a run can be examined later.
     let lines: String = rows
         .iter()
@@ -374,7 +756,7 @@ async fn scenario(
         counter,
         events: collected.events,
         faults: collected.faults,
-        session_ms: args.session_ms,
+        session_ms: sc.session_ms,
         t0,
         heal_at,
         end_at: collected.end_at,
@@ -382,11 +764,11 @@ async fn scenario(
     let outcome = checker::check(&input);
     let svg = report::timeline_svg(
         &format!(
-            "zkfence chaos {name} (mutant: {}), seed {seed}, T = {} ms",
+            "zkfence chaos {name} (mutant: {}), seed {seed}, T up to {} ms",
             mutant.name(),
-            args.session_ms
+            sc.session_ms
         ),
-        args.workers,
+        sc.workers(),
         t0,
         collected.end_at,
         &outcome,

@@ -231,8 +231,25 @@ pub fn figures_text(f: &serde_json::Value) -> String {
     );
     let _ = writeln!(
         s,
-        "  partition: cancel ahead of the server's expiry by {}",
-        latency(&f["partition_lease_margin_ms"])
+        "  cancel ahead of the server's expiry (partitions), by fault:"
+    );
+    if let Some(by) = f["lease_margin_by_fault"].as_object() {
+        let mut by: Vec<_> = by.iter().collect();
+        by.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in by {
+            let _ = writeln!(s, "    {k:<20} {}", latency(v));
+        }
+    }
+    let o = &f["lease_overlaps"];
+    let _ = writeln!(
+        s,
+        "  valid-lease overlaps (a check passed after a newer conflicting grant): {}, length {}; exempt (operator deleted the node): {}",
+        o["count"], latency(&o["duration"]), o["exempt_operator_deletions"]
+    );
+    let _ = writeln!(
+        s,
+        "  cancels whose session went on (false cancels), by mode: {}",
+        f["cancels_on_surviving_sessions"]
     );
     let _ = writeln!(
         s,

@@ -140,10 +140,43 @@ impl Postgres {
     }
 
     pub fn conninfo(&self) -> String {
+        self.conninfo_for("postgres")
+    }
+
+    fn conninfo_for(&self, db: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user={USER} dbname=postgres connect_timeout=5",
+            "host=127.0.0.1 port={} user={USER} dbname={db} connect_timeout=5",
             self.port
         )
+    }
+
+    /// A database of its own for one scenario (so that scenarios can run side by side), made
+    /// if missing; returns its connection string.
+    pub async fn database(&self, name: &str) -> Result<String, String> {
+        let db: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let client = open(&self.conninfo())
+            .await
+            .map_err(|e| format!("connect to postgres: {e}"))?;
+        let exists = client
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
+            .await
+            .map_err(|e| format!("look up database {db}: {e}"))?;
+        if exists.is_none() {
+            client
+                .batch_execute(&format!("CREATE DATABASE {db}"))
+                .await
+                .map_err(|e| format!("create database {db}: {e}"))?;
+        }
+        Ok(self.conninfo_for(&db))
     }
 }
 

@@ -30,9 +30,16 @@ pub struct WorkerArgs {
     /// Session timeout in milliseconds.
     #[arg(long)]
     pub session_ms: u64,
-    /// `none`, `fencing-off` or `watchdog-off`.
+    /// `none`, `fencing-off`, `watchdog-off` or `sync-lease` (the pre-issue-11 lease rule).
     #[arg(long, default_value = "none")]
     pub mutant: String,
+    /// Ride out disconnects until the lease ends (`LockOptions::with_ride_out_disconnects`).
+    #[arg(long)]
+    pub ride_out: bool,
+    /// On SIGUSR1 the current hold goes on for at least this long (ms): the controller
+    /// stretches a holder before it cuts its server off, so that the hold spans the fault.
+    #[arg(long, default_value_t = 0)]
+    pub long_ms: u64,
     /// Increments per hold.
     #[arg(long, default_value_t = 3)]
     pub increments: u32,
@@ -69,13 +76,29 @@ impl Log {
     }
 }
 
+/// Set by SIGUSR1: the controller wants the current hold stretched to `--long-ms` from now
+/// (a partition is about to be aimed at it).
+static EXTEND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub async fn run(args: WorkerArgs) {
     let log = Log {
         id: args.id,
         pid: std::process::id(),
     };
+    if let Ok(mut usr1) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+    {
+        tokio::spawn(async move {
+            while usr1.recv().await.is_some() {
+                EXTEND.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
     let mut rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
-    log.now("start", json!({"mutant": args.mutant}));
+    log.now(
+        "start",
+        json!({"mutant": args.mutant, "ride_out": args.ride_out, "session_ms": args.session_ms}),
+    );
     let fencing = args.mutant != "fencing-off";
     let heed_watchdog = args.mutant != "watchdog-off";
     let mut store = Store::connect_retrying(&args.pg, fencing).await;
@@ -83,7 +106,10 @@ pub async fn run(args: WorkerArgs) {
     let mut ops = 0u64;
     loop {
         let client = connect(&args.zk, timeout, &log).await;
-        let options = LockOptions::default().with_create_parents(true);
+        let options = LockOptions::default()
+            .with_create_parents(true)
+            .with_ride_out_disconnects(args.ride_out)
+            .with_legacy_sync_lease_mutant(args.mutant == "sync-lease");
         let locks = if args.rw {
             FencedRwLock::new(client.clone(), args.lock.clone(), options)
                 .map(|rw| (rw.writer().clone(), Some(rw.reader().clone())))
@@ -104,6 +130,7 @@ pub async fn run(args: WorkerArgs) {
                 (Some(reader), true) => reader,
                 _ => &writer,
             };
+            EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
             log.now(
                 "acquire",
                 json!({"role": if read { "read" } else { "write" }}),
@@ -140,7 +167,9 @@ pub async fn run(args: WorkerArgs) {
             if read {
                 hold.observe(&mut store, &mut rng, args.increments).await;
             } else {
-                hold.work(&mut store, &mut rng, increments, long).await;
+                let stretch = Duration::from_millis(args.long_ms);
+                hold.work(&mut store, &mut rng, increments, long, stretch)
+                    .await;
             }
             let token = guard.token().as_u64();
             log.now("release", json!({"token": token}));
@@ -257,8 +286,13 @@ impl Hold<'_> {
             let Ok((counter, fence)) = store.peek().await else {
                 break;
             };
-            let valid = self.gate().is_ok();
-            self.log.now(
+            // The time logged is the one taken before this second check.
+            let (t, valid) = match self.gate() {
+                Ok((t, _)) => (t, true),
+                Err(_) => (now_ns(), false),
+            };
+            self.log.at(
+                t,
                 "observe",
                 json!({"token": token, "counter": counter, "fence": fence, "valid": valid}),
             );
@@ -270,14 +304,30 @@ impl Hold<'_> {
         drop(watcher);
     }
 
-    async fn work(&mut self, store: &mut Store, rng: &mut Rng, increments: u32, long: bool) {
+    /// A writer's hold: raise the fence, then `increments` read-modify-write increments (and
+    /// more for `stretch` once the controller asks for it with SIGUSR1).
+    async fn work(
+        &mut self,
+        store: &mut Store,
+        rng: &mut Rng,
+        increments: u32,
+        long: bool,
+        stretch: Duration,
+    ) {
         let Some(watcher) = self.granted(long) else {
             return;
         };
         let token = self.token();
+        let mut until = Instant::now();
         // First raise the fence: from here on every older holder is refused.
         if self.step(store, "fence", None).await.is_some() {
-            for _ in 0..increments {
+            let mut done = 0;
+            while done < increments || Instant::now() < until {
+                done += 1;
+                if EXTEND.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    until = until.max(Instant::now() + stretch);
+                    self.log.now("extended", json!({"token": token}));
+                }
                 self.log.now("read", json!({"token": token}));
                 let Ok(counter) = store.read().await else {
                     break;
@@ -288,7 +338,38 @@ impl Hold<'_> {
                 }
             }
         }
+        // A stretched hold (a partition is aimed at it) that the store stopped still asks its
+        // lease, as a holder polling `check()` would: how long it stays valid after a newer
+        // holder took over is what the lease invariant measures.
+        self.poll_lease(until).await;
         drop(watcher); // detaches: it still reports a loss during release
+    }
+
+    /// Calls `check()` every 10 ms until it fails or `until` passes, logging a `lease` event
+    /// (with the time taken before the check) for each pass, at most every 20 ms.
+    async fn poll_lease(&self, until: Instant) {
+        let token = self.token();
+        let mut logged = None;
+        while Instant::now() < until {
+            match self.gate() {
+                Ok((t, left_ms)) => {
+                    if logged.is_none_or(|at: i64| t - at >= 20_000_000) {
+                        self.log.at(
+                            t,
+                            "lease",
+                            json!({"token": token, "lease_left_ms": left_ms}),
+                        );
+                        logged = Some(t);
+                    }
+                }
+                Err(why) => {
+                    self.log
+                        .now("check-failed", json!({"token": token, "error": why}));
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// One fenced write; `None` ends the hold (refused, unknown, or the lease gate closed).
@@ -306,7 +387,8 @@ impl Hold<'_> {
         self.log.at(
             t,
             "invoke",
-            json!({"op": op, "kind": kind, "token": token, "value": value, "lease_left_ms": left_ms}),
+            json!({"op": op, "kind": kind, "token": token, "value": value, "lease_left_ms": left_ms,
+                   "checked": self.heed_watchdog}),
         );
         if kind == "write" {
             // Preparing the write (serialising a payload, a slow disk): a pause here lands after
