@@ -50,34 +50,72 @@
 //! (it pings a connection idle for `3T/20`, checking every `T/20`, so the follower saw the
 //! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin`.
 //!
-//! `G` needs the ensemble's tickTime, which a client cannot read: zkfence takes the largest
-//! one ZooKeeper's default session bounds allow, `T/2` (the server refuses a session timeout
-//! below `minSessionTimeout`, which defaults to `2·tickTime`), unless told
-//! ([`LockOptions::with_tick_time`](crate::LockOptions::with_tick_time)). Nothing here
-//! depends on `syncLimit` or `initLimit`.
+//! # Assumptions
+//!
+//! - Clock rates (ours, the servers') differ by at most `drift`.
+//! - **Timing:** between a reply `j` and a write `k` sent `G` later, the follower received a
+//!   leader `PING`: the leader's pings reach a follower at most `G` apart. ZooKeeper itself
+//!   only enforces silences of at most `syncLimit · tickTime`; a leader pause (a GC pause, say)
+//!   or a leader-to-follower stall (TCP retransmissions) longer than `G` breaks the assumption,
+//!   and the lease can then outlast the session on that leader by up to the stall. To cover
+//!   leader pauses of up to `X`, declare a tickTime of at least `2X`.
+//! - `G` needs the ensemble's tickTime, which a client cannot read: zkfence takes the largest
+//!   one ZooKeeper's default session bounds allow, `T/2` (the server refuses a session timeout
+//!   below `minSessionTimeout`, which defaults to `2·tickTime`), unless told
+//!   ([`LockOptions::with_tick_time`](crate::LockOptions::with_tick_time)). A client on an
+//!   observer behind an `ObserverMaster` (`observerMasterPort`) reaches the leader through two
+//!   relays: declare twice the tickTime there.
+//! - Every server negotiates the same session timeout (the same `minSessionTimeout` and
+//!   `maxSessionTimeout`): `zookeeper-client` renegotiates it on every reconnect without
+//!   telling, and zkfence keeps the first.
+//! - The cold proof: the client's default connection timeout (one set between `2T/5` and
+//!   `3T/5` stretches the keepalive to at most `3T/10`); a test pins the `T/5`.
+//! - Not covered: a 2-server ensemble with a quorum oracle (`QuorumOracleMaj`), which gives
+//!   up quorum intersection; and races inside ZooKeeper that lose a touch (the follower's
+//!   touch table swapped while a touch lands) together with a partition.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The zero of the lease clock. Instants are stored as nanoseconds after it, so they fit an
-/// atomic and `check()` never takes a lock.
+/// The zero of the lease clock. Instants are stored as signed nanoseconds from it, so they fit
+/// an atomic and `check()` never takes a lock; instants before it (a cold proof anchors up to
+/// `T` before the process's first acquire) are negative, never clamped up to it.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// "No proof yet": a lease anchored here has ended long ago.
+const NO_PROOF: i64 = i64::MIN;
 
 /// Starts the lease clock; it must predate every instant the lease is asked to record.
 pub(crate) fn start_clock() {
     LazyLock::force(&EPOCH);
 }
 
-fn to_nanos(at: Instant) -> u64 {
-    at.saturating_duration_since(*EPOCH).as_nanos() as u64
+fn to_nanos(at: Instant) -> i64 {
+    match at.checked_duration_since(*EPOCH) {
+        Some(after) => after.as_nanos() as i64,
+        None => -((*EPOCH - at).as_nanos() as i64),
+    }
 }
 
-fn from_nanos(nanos: u64) -> Instant {
-    *EPOCH + Duration::from_nanos(nanos)
+/// The instant `nanos` from the epoch. One the clock cannot represent (before the machine
+/// started counting) can only be a deadline long past: the epoch stands in for it, which is
+/// past too.
+fn from_nanos(nanos: i64) -> Instant {
+    if nanos >= 0 {
+        *EPOCH + Duration::from_nanos(nanos as u64)
+    } else {
+        EPOCH
+            .checked_sub(Duration::from_nanos(nanos.unsigned_abs()))
+            .unwrap_or(*EPOCH)
+    }
+}
+
+fn nanos(d: Duration) -> i64 {
+    d.as_nanos().min(i64::MAX as u128) as i64
 }
 
 /// How zkfence turns proofs into a lease: the knobs of [`LockOptions`](crate::LockOptions).
@@ -197,48 +235,63 @@ impl LeasePolicy {
     }
 }
 
-/// The most replies remembered; older ones can no longer move the anchor anyway.
+/// The most replies remembered. Past it, every other one is forgotten (the newest kept), so the
+/// list covers its whole span at a coarser grain rather than losing its oldest part, which is
+/// the part the next proofs pair with. Forgetting a reply only ever proves less.
 const HISTORY: usize = 256;
 
 /// What one session's replies have proven: the anchor, and the recent replies that later
 /// committed writes can pair with.
 #[derive(Debug)]
 pub(crate) struct LeaseCell {
-    /// The leader that can expire the session heard from it no earlier than this instant.
-    anchor: AtomicU64,
+    /// The leader that can expire the session heard from it no earlier than this instant
+    /// (nanoseconds from the epoch; [`NO_PROOF`] until the first proof).
+    anchor: AtomicI64,
     /// `G` in nanoseconds: the largest any lock on this session asked for.
     gap: AtomicU64,
-    /// The reply time of the newest reply, for the watchdog's next probe.
-    newest_reply: AtomicU64,
+    /// The shortest lease budget of the locks on this session, in nanoseconds.
+    budget: AtomicU64,
+    /// When the newest committed write's reply arrived (the watchdog's next probe pairs with
+    /// it); [`NO_PROOF`] before the first.
+    newest_commit: AtomicI64,
     /// True until the first proof after the watchdog (re)started: that one may lean on the
     /// client's keepalive.
     cold: AtomicBool,
-    /// `T/5` plus margin, for the cold proof.
-    keepalive: Duration,
+    /// `T/5` plus the largest margin, for the cold proof.
+    keepalive: AtomicU64,
+    /// `T/5`, the keepalive without its margin.
+    client_keepalive: Duration,
     /// Sync replies count, from their send time (the pre-issue-11 rule, for the chaos mutant).
     legacy: AtomicBool,
-    /// `(sent, replied)` of recent requests that got a server reply, oldest first.
-    replies: Mutex<VecDeque<(u64, u64)>>,
+    /// `(sent, replied)` of recent requests that got a server reply, sorted by reply time.
+    replies: Mutex<VecDeque<(i64, i64)>>,
 }
 
 impl LeaseCell {
     pub(crate) fn new(session_timeout: Duration) -> LeaseCell {
         start_clock();
         LeaseCell {
-            anchor: AtomicU64::new(0),
+            anchor: AtomicI64::new(NO_PROOF),
             gap: AtomicU64::new(0),
-            newest_reply: AtomicU64::new(0),
+            budget: AtomicU64::new(u64::MAX),
+            newest_commit: AtomicI64::new(NO_PROOF),
             cold: AtomicBool::new(true),
-            keepalive: client_keepalive(session_timeout) + default_margin(session_timeout),
+            keepalive: AtomicU64::new(0),
+            client_keepalive: client_keepalive(session_timeout),
             legacy: AtomicBool::new(false),
             replies: Mutex::new(VecDeque::new()),
         }
     }
 
-    /// A lock with `policy` uses this session: `G` becomes at least its gap.
+    /// A lock with `policy` uses this session: `G` becomes at least its gap, the budget at
+    /// most its budget.
     pub(crate) fn adopt(&self, policy: &LeasePolicy, session_timeout: Duration) {
-        let gap = policy.pair_gap(session_timeout).as_nanos() as u64;
+        let gap = nanos(policy.pair_gap(session_timeout)) as u64;
         self.gap.fetch_max(gap, Ordering::AcqRel);
+        let budget = nanos(policy.budget(session_timeout)) as u64;
+        self.budget.fetch_min(budget, Ordering::AcqRel);
+        let keepalive = nanos(self.client_keepalive + policy.margin(session_timeout)) as u64;
+        self.keepalive.fetch_max(keepalive, Ordering::AcqRel);
         if policy.legacy() {
             self.legacy.store(true, Ordering::Release);
         }
@@ -253,15 +306,34 @@ impl LeaseCell {
         Duration::from_nanos(self.gap.load(Ordering::Acquire))
     }
 
-    pub(crate) fn anchor(&self) -> Instant {
-        from_nanos(self.anchor.load(Ordering::Acquire))
+    fn budget(&self) -> Duration {
+        Duration::from_nanos(self.budget.load(Ordering::Acquire))
     }
 
-    /// When the newest server reply arrived, if any did.
-    pub(crate) fn newest_reply(&self) -> Option<Instant> {
-        match self.newest_reply.load(Ordering::Acquire) {
-            0 => None,
-            nanos => Some(from_nanos(nanos)),
+    /// How often the watchdog probes: every pair gap (each probe then pairs with the one
+    /// before it), but no more often than a quarter of what the budget leaves beyond one gap,
+    /// which keeps at least three quarters of it in hand after every renewal.
+    pub(crate) fn probe_period(&self) -> Duration {
+        let gap = self.gap();
+        gap.max(self.budget().saturating_sub(gap) / 4)
+    }
+
+    /// When a lease of `budget` ends: `anchor + budget`, long past before the first proof.
+    pub(crate) fn deadline(&self, budget: Duration) -> Instant {
+        let anchor = self.anchor.load(Ordering::Acquire);
+        from_nanos(anchor.saturating_add(nanos(budget)))
+    }
+
+    /// The lease left at `now` for the shortest budget on this session.
+    pub(crate) fn remaining(&self, now: Instant) -> Duration {
+        self.deadline(self.budget()).saturating_duration_since(now)
+    }
+
+    /// When the newest committed write's reply arrived, if any has.
+    pub(crate) fn newest_commit(&self) -> Option<Instant> {
+        match self.newest_commit.load(Ordering::Acquire) {
+            NO_PROOF => None,
+            at => Some(from_nanos(at)),
         }
     }
 
@@ -269,7 +341,7 @@ impl LeaseCell {
         self.legacy.load(Ordering::Acquire)
     }
 
-    fn replies(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, u64)>> {
+    fn replies(&self) -> std::sync::MutexGuard<'_, VecDeque<(i64, i64)>> {
         self.replies.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -277,45 +349,54 @@ impl LeaseCell {
     /// connected to saw the session by then.
     pub(crate) fn replied(&self, sent: Instant, at: Instant) {
         let (sent, at) = (to_nanos(sent), to_nanos(at));
-        self.newest_reply.fetch_max(at, Ordering::AcqRel);
         let mut replies = self.replies();
-        // Replies of one session come back in the order the requests went out, but callers
-        // record them from different tasks: keep the list sorted by reply time.
-        let at_index = replies.partition_point(|&(_, r)| r <= at);
-        replies.insert(at_index, (sent, at));
+        // Callers record from different tasks: keep the list sorted by reply time.
+        let index = replies.partition_point(|&(_, r)| r <= at);
+        replies.insert(index, (sent, at));
         if replies.len() > HISTORY {
-            replies.pop_front();
+            let last = replies.len() - 1;
+            let mut i = 0;
+            replies.retain(|_| {
+                i += 1;
+                (i - 1) % 2 == 0 || i - 1 == last
+            });
         }
     }
 
     /// A write sent at `sent` was committed, its reply arriving at `at`: moves the anchor to the
-    /// newest earlier reply at least `G` before `sent` (see the module docs), or on a cold
-    /// start to what the client's keepalive guarantees.
+    /// latest send time among the replies that came back at least `G` before `sent` (see the
+    /// module docs), or on a cold start to what the client's keepalive guarantees.
     pub(crate) fn committed(&self, sent: Instant, at: Instant) {
         if self.is_legacy() {
             self.synced(sent);
             return;
         }
-        let gap = self.gap();
+        let sent_at = to_nanos(sent);
+        let gap = nanos(self.gap());
         let mut candidate = {
             let mut replies = self.replies();
-            let bound = to_nanos(sent.checked_sub(gap).unwrap_or(*EPOCH));
-            // The newest reply that came back at least G before this write was sent.
-            let newest = replies.partition_point(|&(_, r)| r <= bound);
-            let found = newest.checked_sub(1).map(|i| replies[i].0);
-            // Older replies can never beat that one for a later write: forget them.
-            if let Some(i) = newest.checked_sub(1) {
-                replies.drain(..i);
+            let old_enough = replies.partition_point(|&(_, r)| r <= sent_at - gap);
+            let best = replies
+                .iter()
+                .take(old_enough)
+                .copied()
+                .max_by_key(|&(s, _)| s);
+            // Every later proof finds all of these old enough too: only the best one matters.
+            if let Some(best) = best {
+                replies.drain(..old_enough);
+                replies.push_front(best);
             }
-            found.map(from_nanos)
+            best.map(|(s, _)| s)
         };
         if self.cold.swap(false, Ordering::AcqRel) {
-            let keepalive = sent.checked_sub(gap + self.keepalive).unwrap_or(*EPOCH);
-            candidate = Some(candidate.map_or(keepalive, |c| c.max(keepalive)));
+            let keepalive = self.keepalive.load(Ordering::Acquire) as i64;
+            let leaning = sent_at - gap - keepalive;
+            candidate = Some(candidate.map_or(leaning, |c| c.max(leaning)));
         }
         if let Some(candidate) = candidate {
-            self.anchor.fetch_max(to_nanos(candidate), Ordering::AcqRel);
+            self.anchor.fetch_max(candidate, Ordering::AcqRel);
         }
+        self.newest_commit.fetch_max(to_nanos(at), Ordering::AcqRel);
         self.replied(sent, at);
     }
 
@@ -325,11 +406,40 @@ impl LeaseCell {
         self.anchor.fetch_max(to_nanos(anchor), Ordering::AcqRel);
     }
 
+    /// The anchor, once there is one.
+    #[cfg(test)]
+    fn anchor(&self) -> Option<Instant> {
+        match self.anchor.load(Ordering::Acquire) {
+            NO_PROOF => None,
+            at => Some(from_nanos(at)),
+        }
+    }
+
     /// The pre-issue-11 rule: a `sync` (or create) reply extends the lease from its send time.
     /// Unsound when the ensemble is partitioned; only the chaos suite's mutant uses it.
     pub(crate) fn synced(&self, sent: Instant) {
         self.anchor.fetch_max(to_nanos(sent), Ordering::AcqRel);
+        self.newest_commit
+            .fetch_max(to_nanos(Instant::now()), Ordering::AcqRel);
     }
+}
+
+/// Whether a request that failed with `err` reached a server, which then saw the session
+/// (errors `zookeeper-client` makes up itself, without a server, do not count).
+pub(crate) fn answered_by_server(err: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as E;
+    matches!(
+        err,
+        E::NoNode
+            | E::NoAuth
+            | E::BadVersion
+            | E::NodeExists
+            | E::NotEmpty
+            | E::NoChildrenForEphemerals
+            | E::InvalidAcl
+            | E::QuotaExceeded
+            | E::RuntimeInconsistent
+    )
 }
 
 #[cfg(test)]
@@ -383,6 +493,20 @@ mod tests {
         );
     }
 
+    #[test]
+    fn probes_come_every_gap_or_a_quarter_of_the_spare_budget() {
+        let default = cell(&LeasePolicy::default());
+        assert_eq!(default.probe_period(), default.gap()); // 1.21 s
+        let fast_tick = LeasePolicy {
+            tick: Some(ms(200)),
+            ..LeasePolicy::default()
+        };
+        let long = LeaseCell::new(Duration::from_secs(10));
+        long.adopt(&fast_tick, Duration::from_secs(10));
+        // budget 9.4 s, gap 0.601 s: (9.4 - 0.601) / 4
+        assert_eq!(long.probe_period(), ms(2_199) + Duration::from_micros(750));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_committed_write_anchors_at_the_newest_reply_a_gap_before_it() {
         let policy = LeasePolicy {
@@ -393,22 +517,35 @@ mod tests {
         let gap = cell.gap(); // 202 ms + 200 ms
         assert_eq!(gap, ms(402));
         let t0 = Instant::now();
-        cell.restart();
         cell.cold.store(false, Ordering::Release);
         // j1 sent at 0, answered at 10; j2 sent at 100, answered at 110.
         cell.replied(t0, t0 + ms(10));
         cell.replied(t0 + ms(100), t0 + ms(110));
         // k sent at 300: no reply is G before it, so nothing is proven yet.
         cell.committed(t0 + ms(300), t0 + ms(310));
-        assert_eq!(cell.anchor(), *EPOCH);
+        assert_eq!(cell.anchor(), None);
+        assert!(cell.deadline(Duration::from_secs(60)) <= Instant::now());
         // k sent at 420: j1 (answered at 10 <= 420 - 402) qualifies, j2 does not.
         cell.committed(t0 + ms(420), t0 + ms(430));
-        assert_eq!(cell.anchor(), t0);
+        assert_eq!(cell.anchor(), Some(t0));
         // k sent at 720: the newest qualifying reply is the write at 300 (answered at 310).
         cell.committed(t0 + ms(720), t0 + ms(730));
-        assert_eq!(cell.anchor(), t0 + ms(300));
+        assert_eq!(cell.anchor(), Some(t0 + ms(300)));
         // Never its own send time: a write's reply alone proves the leader heard nothing.
-        assert!(cell.anchor() < t0 + ms(720));
+        assert!(cell.anchor() < Some(t0 + ms(720)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn among_old_enough_replies_the_latest_send_wins() {
+        let cell = cell(&LeasePolicy::default());
+        cell.cold.store(false, Ordering::Release);
+        let t0 = Instant::now();
+        // A slow request sent at 50 answered after a fast one sent at 80.
+        cell.replied(t0 + ms(80), t0 + ms(90));
+        cell.replied(t0 + ms(50), t0 + ms(95));
+        let k = t0 + ms(95) + cell.gap();
+        cell.committed(k, k + ms(5));
+        assert_eq!(cell.anchor(), Some(t0 + ms(80)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -419,10 +556,24 @@ mod tests {
         let gap = cell.gap();
         cell.replied(t0 + ms(500), t0 + ms(510));
         cell.committed(t0 + ms(510) + gap, t0 + ms(520) + gap);
-        assert_eq!(cell.anchor(), t0 + ms(500));
+        assert_eq!(cell.anchor(), Some(t0 + ms(500)));
         // A slow write sent long ago and answered only now proves less: ignored.
         cell.committed(t0 + ms(600), t0 + ms(900) + gap);
-        assert_eq!(cell.anchor(), t0 + ms(500));
+        assert_eq!(cell.anchor(), Some(t0 + ms(500)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cold_proof_right_after_the_clock_starts_anchors_before_it() {
+        // The first acquire of a process: the clock starts at it, and the cold proof lies
+        // G + T/5 + margin before it. It must not be clamped up to the clock's zero (that
+        // would hand the first lock a lease as long as if the leader had heard us at `s`).
+        let cell = cell(&LeasePolicy::default());
+        let s = Instant::now();
+        cell.committed(s, s + ms(5));
+        let lean = cell.gap() + ms(800) + ms(200);
+        let budget = LeasePolicy::default().budget(T);
+        assert_eq!(cell.deadline(budget), s + budget - lean);
+        assert!(cell.anchor().is_some_and(|a| a < s));
     }
 
     #[tokio::test(start_paused = true)]
@@ -433,18 +584,37 @@ mod tests {
         let s = Instant::now();
         // Cold: nothing known before it, the client pinged within T/5 (+ margin).
         cell.committed(s, s + ms(5));
-        assert_eq!(cell.anchor(), s - gap - ms(800) - ms(200));
+        assert_eq!(cell.anchor(), Some(s - gap - ms(800) - ms(200)));
         // Warm: a write with no reply G before it proves nothing new.
         tokio::time::advance(Duration::from_secs(1)).await;
         let later = Instant::now();
         cell.committed(later, later + ms(5));
-        assert_eq!(cell.anchor(), s - gap - ms(1_000));
+        assert_eq!(cell.anchor(), Some(s - gap - ms(1_000)));
         // After a restart (the watchdog was idle), cold again.
         cell.restart();
         tokio::time::advance(ms(100)).await;
         let again = Instant::now();
         cell.committed(again, again + ms(5));
-        assert_eq!(cell.anchor(), again - gap - ms(1_000));
+        assert_eq!(cell.anchor(), Some(again - gap - ms(1_000)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dense_stream_of_replies_still_leaves_old_ones_to_pair_with() {
+        // 1,000 acquires in 4 s on one session (each create a reply and a commit): the
+        // history stays bounded, and a write sent a gap after the first replies pairs with
+        // one of them rather than finding them forgotten.
+        let cell = cell(&LeasePolicy::default());
+        cell.cold.store(false, Ordering::Release);
+        let t0 = Instant::now();
+        for i in 0..1000u64 {
+            cell.replied(t0 + ms(4 * i), t0 + ms(4 * i + 2));
+        }
+        assert!(cell.replies().len() <= HISTORY);
+        let gap = cell.gap(); // 1.21 s
+        cell.committed(t0 + ms(1_300) + gap, t0 + ms(1_305) + gap);
+        let anchor = cell.anchor().expect("paired with an old reply");
+        assert!(anchor <= t0 + ms(1_300), "{:?}", anchor - t0);
+        assert!(anchor >= t0 + ms(1_000), "{:?}", anchor - t0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -454,12 +624,17 @@ mod tests {
         let t0 = Instant::now();
         cell.replied(t0 + ms(20), t0 + ms(30));
         cell.replied(t0, t0 + ms(10));
-        let order: Vec<u64> = cell.replies().iter().map(|&(_, r)| r).collect();
+        let order: Vec<i64> = cell.replies().iter().map(|&(_, r)| r).collect();
         assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
         for i in 0..(HISTORY as u64 * 2) {
             cell.replied(t0 + ms(i), t0 + ms(i + 1));
         }
-        assert_eq!(cell.replies().len(), HISTORY);
-        assert_eq!(cell.newest_reply(), Some(t0 + ms(HISTORY as u64 * 2)));
+        assert!(cell.replies().len() <= HISTORY);
+        // Thinned, not truncated: the oldest reply's era is still covered.
+        assert!(cell
+            .replies()
+            .front()
+            .is_some_and(|&(s, _)| s <= to_nanos(t0 + ms(30))));
+        assert_eq!(cell.newest_commit(), None, "replies are not commits");
     }
 }

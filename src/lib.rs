@@ -11,14 +11,12 @@
 //! 2. **A holder whose lease may have ended is told** as early as the process can observe
 //!    it: its [`cancellation_token`](Held::cancellation_token) fires and
 //!    [`check`](Held::check) fails, on a disconnect (by default), session expiry, client
-//!    close, deletion of its lock node, or the lease deadline passing. The lease deadline is
-//!    `send time of the last request that got a reply + T·(1 − drift) − margin` (`T` the
-//!    negotiated session timeout, the margin `T/4` by default). Only replies that prove the
-//!    leader heard us count: our create (a write) and the watchdog's probes (a `sync`, which a
-//!    follower cut off from the leader cannot answer). The leader cannot expire the session
-//!    before `send time + T`, so, without process pauses, the holder is told **before** the server
-//!    could hand the lock to someone else. `check()` compares the deadline with the
-//!    monotonic clock synchronously, so after a pause it fails at once.
+//!    close, deletion of its lock node, or the lease deadline passing. Without process pauses,
+//!    and under the assumptions of the next section, the lease ends **before** any server
+//!    could expire the session and hand the lock to someone else, also when the ensemble itself
+//!    is partitioned. `check()`
+//!    compares the deadline with the monotonic clock synchronously, so after a pause it fails
+//!    at once.
 //! 3. **Nothing inside a process can stop a write already in flight** when the process stalls
 //!    (GC pause, SIGSTOP, swap, a slow disk) past its lease. The fencing token makes such a
 //!    write harmless, *if storage checks it*: every later holder has a strictly greater
@@ -26,6 +24,61 @@
 //!    refuses smaller ones (`UPDATE … SET fence = $t … WHERE fence <= $t`, a ZooKeeper multi
 //!    with a version check, a conditional put) refuses the stale holder. Guarantee 3 needs
 //!    the storage's help; without it, guarantees 1 and 2 are all there is.
+//!
+//! # The lease, and what each server reply proves
+//!
+//! Only the leader expires sessions, no earlier than `T` (the negotiated session timeout)
+//! after it last *touched* the session (`SessionTrackerImpl`, whose `ExpiryQueue` rounds
+//! `now + T` up to the next tick). It touches a session on every request the session sends it
+//! directly; a follower only relays that it saw the session in its reply to the leader's
+//! `PING`, every `tickTime/2`, and a request the follower *forwards* touches nothing
+//! (`LeaderZooKeeperServer::submitLearnerRequest`). So, in ZooKeeper 3.8:
+//!
+//! - **A read reply proves nothing**: a follower cut off from the leader still answers reads.
+//! - **A `sync` reply proves nothing**: a leader answers its own clients' syncs without a
+//!   quorum round (its `CommitProcessor` has `matchSyncs = false`), and a leader cut off from
+//!   its followers keeps answering for up to `syncLimit · tickTime`, while the followers elect
+//!   a new leader that expires the session `T` after it took over. zkfence's first lease rule
+//!   extended the lease on sync replies; with the leader cut off that gave two holders with
+//!   valid leases for 3.6–8.8 s (tickTime 2000, syncLimit 5, T = 4 s).
+//! - **A committed write `k`, sent at `s_k`, proves that no later leader can expire the session
+//!   before `s_k + T`**: the write needs a quorum's acknowledgements, every later leader is
+//!   established by a quorum, the two quorums share a server, and that server acknowledged
+//!   `k` before it followed the later leader, which builds its session tracker (touching every
+//!   session) only once established (`Leader::lead` → `startZkServer`).
+//! - **The leader that committed `k` heard from the session no earlier than `s_j`, for any
+//!   request `j` whose reply arrived at `r_j ≤ s_k − G`**, where `G = tickTime/2 · (1 + drift)
+//!   + margin`: `j` touched our server by `r_j`; within `G` that server answered a leader
+//!   `PING` with the touch; the answer travels the same ordered connection as the later
+//!   forward of `k`, so the leader processed the touch before `k` (`LearnerHandler`). On the
+//!   leader itself the touch is direct; after a reconnect, the new server's `REVALIDATE`
+//!   touched the leader after `r_j`.
+//!
+//! So every committed write (our create, and the watchdog's probe: a `multi` holding one
+//! `check` of a held node, which changes nothing and fires no watch) moves the lease's
+//! **anchor** to the newest such `s_j`, and the lease deadline is `anchor + T·(1 − drift) −
+//! margin`. Probes go out every `max(G, (budget − G)/4)`, each pairing with the reply before it:
+//! at `T = 2 s` that is 1.5 committed writes per second per session, whatever the number of
+//! locks it holds; at `T = 10 s`, 0.17.
+//!
+//! Assumptions, stated:
+//! - clock rates differ by at most `drift` (1%);
+//! - **timing:** a follower receives the leader's pings at most `G` apart. ZooKeeper only
+//!   enforces silences up to `syncLimit · tickTime`, so a leader pause or a stalled
+//!   leader-to-follower link longer than `G` can let the lease outlast the session by up to
+//!   the stall; declare a tickTime of `2X` to cover pauses up to `X`;
+//! - the ensemble's tickTime is at most `T/2` (ZooKeeper's default `minSessionTimeout` is
+//!   `2 · tickTime`; set [`LockOptions::with_tick_time`] if yours differs, twice the tick for
+//!   clients of observers behind an `ObserverMaster`; a tick too long to keep a lease is
+//!   refused with [`Error::LeaseTooShort`]);
+//! - every server negotiates the same session timeout (the client renegotiates on reconnect);
+//! - the first lease after a session's watchdog starts has no earlier reply to pair with: it
+//!   rests on `zookeeper-client` pinging an idle connection at least every `T/5` (its default
+//!   connection timeout), and anchors at `s − G − T/5 − margin`.
+//!
+//! The chaos suite (`chaos/run partition`) attacks the partitions this must survive: the
+//! leader cut off asymmetrically and symmetrically, a one-way follower-to-leader cut, a
+//! minority follower, lossy leader links.
 //!
 //! # The fencing token
 //!
@@ -60,8 +113,11 @@
 //!
 //! - [`lock`](FencedLock): `FencedLock`, `LockOptions`: acquire, try_acquire, run; clones
 //!   share an in-process queue (one ZooKeeper contender per process).
-//! - [`FencedRwLock`]: readers share, writers exclude (Curator-compatible node names).
-//! - [`FencedSemaphore`]: up to N holders, each with its own token and watchdog.
+//! - [`FencedRwLock`]: readers share, writers exclude (Curator-compatible node names). A
+//!   writer's token fences storage as the mutex's does; a reader's token only tells it,
+//!   by comparison with the fence, whether a newer writer has been granted.
+//! - [`FencedSemaphore`]: up to N holders, each with its own token and watchdog. Its tokens
+//!   order the leases but do not fence storage: N holders are valid at once.
 //! - [`LockGuard`] / [`Held`]: token, check, cancellation, release.
 //! - [`FencingToken`]: the number storage compares.
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.

@@ -1274,6 +1274,21 @@ impl CountingProxy {
         *token = tokio_util::sync::CancellationToken::new();
     }
 
+    /// The longest the clients went without sending a frame (pings included), over the
+    /// connections open at the time, since the proxy started or since the last call.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence::local::CountingProxy) {
+    /// let quiet = proxy.longest_client_silence(); // how often an idle client pings
+    /// # }
+    /// ```
+    pub fn longest_client_silence(&self) -> Duration {
+        let mut silence = self.link.silence.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut silence.1)
+    }
+
     /// How many client connections are open through this proxy.
     ///
     /// # Examples
@@ -1299,6 +1314,8 @@ struct Link {
     /// Cancelled (and replaced) by `reset`.
     reset: Arc<Mutex<tokio_util::sync::CancellationToken>>,
     open: Arc<AtomicU64>,
+    /// When a client last sent a frame, and the longest gap seen between two.
+    silence: Arc<Mutex<(Option<Instant>, Duration)>>,
 }
 
 impl Link {
@@ -1338,6 +1355,14 @@ async fn forward_frames(
         let len = from.read_i32().await?;
         let mut frame = vec![0u8; len.max(0) as usize];
         from.read_exact(&mut frame).await?;
+        if !from_server {
+            let mut silence = link.silence.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if let Some(last) = silence.0 {
+                silence.1 = silence.1.max(now - last);
+            }
+            silence.0 = Some(now);
+        }
         if link.hole.load(Ordering::SeqCst) || (from_server && link.mute.load(Ordering::SeqCst)) {
             continue;
         }

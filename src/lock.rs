@@ -192,12 +192,14 @@ impl LockOptions {
     /// largest ZooKeeper's default `minSessionTimeout = 2·tickTime` allows).
     ///
     /// A follower tells the leader that a session is alive only every `tickTime/2`, so a
-    /// reply proves the leader heard from the session only that long before the request was
-    /// sent (see "The guarantee" in the crate docs): a shorter tick gives a longer, fresher
-    /// lease. Give the real value or a larger one, never a smaller one. Set it when your
-    /// servers' `minSessionTimeout` is below `2·tickTime`, or to gain lease time when the
-    /// tick is well below `T/2`. Settings that leave no room to renew the lease (a tick close
-    /// to `T`) are refused by [`FencedLock::new`] with [`Error::LeaseTooShort`].
+    /// reply proves the leader heard from the session only that long before a later write was
+    /// sent (see "The lease, and what each server reply proves" in the crate docs): a shorter
+    /// tick gives a fresher lease. Give the real value or a larger one, never a smaller one.
+    /// Set it when your servers' `minSessionTimeout` is below `2·tickTime`; to gain lease time
+    /// when the tick is well below `T/2`; larger than the real tick to cover leader pauses
+    /// (a tick of `2X` covers pauses up to `X`); and at twice the real tick for clients of
+    /// observers behind an `ObserverMaster`. Settings that leave no room to renew the lease (a
+    /// tick close to `T`) are refused by [`FencedLock::new`] with [`Error::LeaseTooShort`].
     ///
     /// # Examples
     ///
@@ -910,7 +912,7 @@ impl FencedLock {
             let stored = matches!(inner.kind, Kind::Semaphore(_)).then(|| client.get_data(path));
             let created = create.await;
             if let Err(err) = &created {
-                if !recipe::is_connection_error(err) {
+                if crate::lease::answered_by_server(err) {
                     // Refused by a server, which so saw the session: a reply for the lease.
                     lease.replied(sent, Instant::now());
                 }

@@ -24,8 +24,12 @@ pub const LOCK_LOST_TOTAL: &str = "zkfence_lock_lost_total";
 /// Histogram, seconds: from the moment a loss became observable (the disconnect seen, the
 /// lease deadline passed, the node's deletion notified) to the guard's cancellation.
 pub const LOSS_DETECTION_SECONDS: &str = "zkfence_loss_detection_seconds";
-/// Counter: watchdog lease probes, by `outcome` (`ok`, `failed`).
+/// Counter: watchdog lease probes, by `outcome`: `committed` (a proof for the lease),
+/// `refused` (a server answered with an error, e.g. the node is gone), `failed` (no answer).
 pub const LEASE_PROBES_TOTAL: &str = "zkfence_lease_probes_total";
+/// Histogram: how much lease a session had left right after each proof, in seconds (per
+/// session, for its shortest budget). Values near zero mean proofs arrive barely in time.
+pub const LEASE_REMAINING_SECONDS: &str = "zkfence_lease_remaining_seconds";
 /// Gauge: sessions watched by a watchdog in this process.
 pub const WATCHED_SESSIONS: &str = "zkfence_watched_sessions";
 /// Gauge: tasks waiting in an in-process queue (behind this process's one contender).
@@ -69,6 +73,11 @@ pub fn describe() {
         "time from an observable loss to the guard's cancellation"
     );
     describe_counter!(LEASE_PROBES_TOTAL, "watchdog lease probes, by outcome");
+    describe_histogram!(
+        LEASE_REMAINING_SECONDS,
+        Unit::Seconds,
+        "lease left right after each proof"
+    );
     describe_gauge!(
         WATCHED_SESSIONS,
         "sessions watched by a watchdog in this process"

@@ -28,7 +28,10 @@ use crate::recipe::Kind;
 /// that held before it, and a reader's token exceeds that of every writer before it. Storage
 /// fences writes as with the mutex (`… WHERE fence <= $writer_token`, raising `fence`).
 /// Readers do not move the fence; a reader that finds `fence > its token` in what it read is
-/// looking at a writer that came after it, so its own lock has been lost.
+/// looking at a writer that came after it, so its own lock has been lost. That is all a
+/// reader's token lets storage do: several readers hold at once and none of them writes, so
+/// nothing can be refused to a stale reader except its read itself, by reading conditionally
+/// (`SELECT … WHERE fence <= $reader_token`: no row once a newer writer has written).
 ///
 /// Writers (like the mutex) queue in-process first: clones of one `FencedRwLock` keep at most
 /// one writer node per process. Readers each get their own node.

@@ -19,6 +19,13 @@ use crate::recipe::Kind;
 /// Each lease is a [`LockGuard`] with its own fencing token (strictly increasing per
 /// acquisition), its own cancellation and its own lease watchdog.
 ///
+/// **The tokens do not fence storage the way the mutex's do.** Up to `permits` holders are
+/// valid at once, so storage that kept the highest token it saw would refuse the older of two
+/// legitimate holders. A lease's token orders and labels its work (and its
+/// [`check`](crate::Held::check) and cancellation still stop it once its lease has lapsed);
+/// to fence a resource that only one holder may write, put that resource behind a
+/// [`FencedLock`](crate::FencedLock) of its own.
+///
 /// **All clients agree on the count.** The count lives in the semaphore node's data: the
 /// first client to use the path stores its own (a versioned write, so two first clients
 /// cannot both win), and every acquire reads it in the same round trip as its create and

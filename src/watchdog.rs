@@ -164,7 +164,7 @@ impl GuardState {
 
     /// The current lease deadline.
     pub(crate) fn deadline(&self) -> Instant {
-        self.lease.anchor() + self.budget
+        self.lease.deadline(self.budget)
     }
 
     /// The reason, once lost or released (a token cancelled by its owner counts as released).
@@ -512,7 +512,7 @@ impl Core {
     /// The earliest lease deadline among registered guards.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let shortest = self.budgets.keys().next()?;
-        Some(self.lease.anchor() + *shortest)
+        Some(self.lease.deadline(*shortest))
     }
 
     /// Cancels every guard whose lease deadline has passed.
@@ -626,6 +626,7 @@ impl Driver {
     pub(crate) async fn run(mut self) {
         let mut node_watches: FuturesUnordered<NodeWatch> = FuturesUnordered::new();
         let mut probe: Option<Probe> = None;
+        let mut last_sent: Option<Instant> = None;
         let mut turn = 0usize;
         let mut next_probe = Instant::now();
         let mut idle_since: Option<Instant> = None;
@@ -672,15 +673,19 @@ impl Driver {
                 _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
                 Some(reply) = poll_opt(&mut probe) => {
                     probe = None;
-                    next_probe = self.on_probe(reply);
+                    next_probe = match self.on_probe(reply) {
+                        Some(retry) => retry,
+                        None => self.probe_due(last_sent),
+                    };
                 }
                 _ = tokio::time::sleep_until(next_probe), if probe.is_none() && self.client.is_some() => {
                     // A reply that came in since (an acquire's create) moves the probe on: it
                     // would pair with nothing until a gap has passed.
-                    let due = self.probe_due();
+                    let due = self.probe_due(last_sent);
                     if due > Instant::now() {
                         next_probe = due;
                     } else if let Some(client) = &self.client {
+                        last_sent = Some(Instant::now());
                         let target = self.probe_target(turn);
                         probe = Some(Box::pin(probe_session(client.clone(), target, self.core.lease.is_legacy())));
                         turn = turn.wrapping_add(1);
@@ -705,18 +710,19 @@ impl Driver {
         ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
     }
 
-    /// When the next probe can prove something: a pair gap after the newest reply (or every
-    /// `T/3` under the legacy rule).
-    fn probe_due(&self) -> Instant {
+    /// When the next probe is due: once it can prove something (a pair gap after the newest
+    /// reply) and a probe period after the last one (every `T/3` under the legacy rule).
+    fn probe_due(&self, last_sent: Option<Instant>) -> Instant {
         let lease = &self.core.lease;
         if lease.is_legacy() {
-            return lease
-                .newest_reply()
-                .map_or_else(Instant::now, |r| r + self.timeout / 3);
+            return last_sent.map_or_else(Instant::now, |s| s + self.timeout / 3);
         }
-        lease
-            .newest_reply()
-            .map_or_else(Instant::now, |r| r + lease.gap())
+        // A probe pairs with the newest committed write once a gap has passed (replies that
+        // are refusals do not move this: a lock retrying an error must not starve the probes).
+        let pairs = lease
+            .newest_commit()
+            .map_or_else(Instant::now, |r| r + lease.gap());
+        last_sent.map_or(pairs, |s| pairs.max(s + lease.probe_period()))
     }
 
     /// What the next probe checks: a held node (in turn), else the newest lock path.
@@ -736,13 +742,15 @@ impl Driver {
         }
     }
 
-    /// Records what a probe proved; returns when to probe next.
-    fn on_probe(&mut self, reply: ProbeReply) -> Instant {
+    /// Records what a probe proved; returns when to try again if nothing came back.
+    fn on_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
         let lease = self.core.lease.clone();
         let now = Instant::now();
         let outcome = match reply.answer {
             Answer::Committed => {
                 lease.committed(reply.sent, now);
+                ::metrics::histogram!(m::LEASE_REMAINING_SECONDS)
+                    .record(lease.remaining(now).as_secs_f64());
                 if let Some(client) = &self.client {
                     self.core
                         .apply(Event::SessionId(client.session_id().0), now);
@@ -764,12 +772,9 @@ impl Driver {
             Answer::None => "failed",
         };
         ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
-        match reply.answer {
-            // Nothing came back (the connection broke): try again a gap later, or at once
-            // when the client reconnects (`on_state`).
-            Answer::None => now + lease.gap().max(Duration::from_millis(10)),
-            _ => self.probe_due(),
-        }
+        // Nothing came back (the connection broke): try again a gap later, or at once when
+        // the client reconnects (`on_state`).
+        (reply.answer == Answer::None).then(|| now + lease.gap().max(Duration::from_millis(10)))
     }
 
     /// Applies a session state; after a reconnect, probes at once so that the lease is
@@ -869,26 +874,10 @@ async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) ->
         Ok(()) if legacy => Answer::Synced,
         Ok(()) => Answer::Committed,
         Err(zk::Error::NoNode) => Answer::Refused(target.guard),
-        Err(err) if answered_by_server(&err) => Answer::Refused(None),
+        Err(err) if crate::lease::answered_by_server(&err) => Answer::Refused(None),
         Err(_) => Answer::None,
     };
     ProbeReply { sent, answer }
-}
-
-/// Whether a request that failed with `err` reached a server, which then saw the session.
-fn answered_by_server(err: &zk::Error) -> bool {
-    matches!(
-        err,
-        zk::Error::NoNode
-            | zk::Error::NoAuth
-            | zk::Error::BadVersion
-            | zk::Error::NodeExists
-            | zk::Error::NotEmpty
-            | zk::Error::NoChildrenForEphemerals
-            | zk::Error::InvalidAcl
-            | zk::Error::QuotaExceeded
-            | zk::Error::RuntimeInconsistent
-    )
 }
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.

@@ -302,7 +302,15 @@ async fn a_thousand_guards_on_one_session_share_one_watchdog() {
         tasks_after <= tasks_before + 2,
         "tasks grew with guards: {tasks_before} -> {tasks_after}"
     );
-    assert!(guards.iter().all(|g| g.check().is_ok()));
+    let now = tokio::time::Instant::now();
+    for (i, g) in guards.iter().enumerate() {
+        if let Err(err) = g.check() {
+            panic!(
+                "guard {i} of 1000 lost after the acquires: {err} (deadline {:?} from now)",
+                g.lease_deadline().checked_duration_since(now)
+            );
+        }
+    }
     expire_session(&hosts, &client).await;
     wait_until(
         Duration::from_secs(10),
@@ -462,4 +470,95 @@ async fn child_holder_process() {
         })
         .await;
     println!("RESULT {result:?}");
+}
+
+/// What the lease costs: while a lock is held, the watchdog's only requests are its probes, one
+/// committed write (a check-only multi) per probe period `max(G, (budget − G)/4)` (`G =
+/// tickTime/2 · 1.01 + margin`, the budget `0.99·T − margin`) plus a round trip, and the one
+/// watch on the guard's node; no syncs, no reads. Printed as `COST` lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_costs_one_committed_write_per_probe_period_and_nothing_else() {
+    let hosts = chroot(shared(), "probe-cost").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let server = server.split(',').next().unwrap_or(server).to_owned();
+    // (session timeout, declared tickTime, the probe period that implies)
+    let cases = [
+        (Duration::from_secs(2), None, Duration::from_millis(605)),
+        (Duration::from_secs(10), None, Duration::from_millis(3025)),
+        (
+            Duration::from_secs(10),
+            Some(Duration::from_millis(200)),
+            Duration::from_millis(2200),
+        ),
+    ];
+    let held_for = Duration::from_secs(6);
+    let mut runs = Vec::new();
+    for (i, (t, tick, gap)) in cases.into_iter().enumerate() {
+        let proxy = CountingProxy::start(&server).await;
+        let client = connect(&format!("{}{root}", proxy.addr), t).await;
+        let mut options = LockOptions::default();
+        if let Some(tick) = tick {
+            options = options.with_tick_time(tick);
+        }
+        let lock = FencedLock::new(client, format!("/cost/{i}"), options).unwrap();
+        runs.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            let before = proxy.counts();
+            tokio::time::sleep(held_for).await;
+            guard.check().unwrap();
+            let after = proxy.counts();
+            guard.release().await.unwrap();
+            let delta = |op: i32| after.get(&op).unwrap_or(&0) - before.get(&op).unwrap_or(&0);
+            let all: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+            (t, tick, gap, delta(14), delta(9), delta(4), all)
+        }));
+    }
+    for run in runs {
+        let (t, tick, period, multis, syncs, watches, all) = run.await.unwrap();
+        let per_s = multis as f64 / held_for.as_secs_f64();
+        eprintln!(
+            "COST T={t:?} tick={} : {multis} probes in {held_for:?} = {per_s:.2} committed writes/s per session (probe period {period:?}); {syncs} syncs; {all} requests in all",
+            tick.map_or("assumed T/2".to_owned(), |t| format!("{t:?}")),
+        );
+        assert_eq!(syncs, 0, "a probe sent a sync");
+        // Besides the probes, only the guard's own node watch (one getData, armed once).
+        assert!(watches <= 1, "{watches} node watches armed");
+        assert_eq!(
+            all,
+            multis + watches,
+            "the watchdog sent something besides its probes"
+        );
+        // One probe per period plus a round trip: never more, and not far fewer.
+        let most = (held_for.as_secs_f64() / period.as_secs_f64()).ceil() as u64 + 1;
+        assert!(
+            (most / 2..=most).contains(&multis),
+            "{multis} probes in {held_for:?} with a period of {period:?} (expected up to {most})"
+        );
+    }
+}
+
+/// The first lease after a session's watchdog starts leans on `zookeeper-client` keeping an idle
+/// connection alive: a ping at least every `T/5` (`zkfence::lease`). If an upgrade of the client
+/// changes that, this fails before the lease rule silently becomes unsound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_sends_at_least_every_fifth_of_the_session_timeout() {
+    let server = shared().split('/').next().unwrap_or_default();
+    let server = server.split(',').next().unwrap_or(server).to_owned();
+    for t in [Duration::from_secs(2), Duration::from_secs(5)] {
+        let proxy = CountingProxy::start(&server).await;
+        let client = connect(&proxy.addr, t).await;
+        let _ = proxy.longest_client_silence(); // from here on: idle
+        tokio::time::sleep(t * 2).await;
+        let silence = proxy.longest_client_silence();
+        eprintln!(
+            "KEEPALIVE T={t:?}: longest silence {silence:?} (T/5 = {:?})",
+            t / 5
+        );
+        assert!(
+            silence <= t / 5 + Duration::from_millis(50),
+            "an idle client was silent for {silence:?} with T = {t:?}"
+        );
+        assert!(!silence.is_zero(), "nothing measured");
+        drop(client);
+    }
 }

@@ -500,11 +500,21 @@ pub fn check(input: &Input) -> Outcome {
         }
     }
     let mut overlap_ms = Vec::new();
+    let mut overlap_by_fault: HashMap<String, Vec<f64>> = HashMap::new();
     let mut overlaps: Vec<_> = overlaps.into_iter().collect();
     overlaps.sort_by_key(|(_, (g, _, _))| g.t);
     for (token, (grant, first, last)) in &overlaps {
         let lasted = ms(grant.t, last.t);
         overlap_ms.push(lasted);
+        // The fault under way when the newer holder was granted, if any.
+        let during = input
+            .faults
+            .iter()
+            .filter(|f| f.start <= grant.t && grant.t <= f.end)
+            .map(|f| f.kind.clone())
+            .next()
+            .unwrap_or_else(|| "none".into());
+        overlap_by_fault.entry(during).or_default().push(lasted);
         violations.push(Violation {
             invariant: LEASE_INVARIANT,
             summary: format!(
@@ -705,7 +715,8 @@ pub fn check(input: &Input) -> Outcome {
         "detection_latency_by_fault": detect.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>(),
         "faults_without_cancel": undetected,
         "lease_margin_by_fault": margins.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>(),
-        "lease_overlaps": {"count": overlap_ms.len(), "duration": stats(overlap_ms), "exempt_operator_deletions": exempt_overlaps},
+        "lease_overlaps": {"count": overlap_ms.len(), "duration": stats(overlap_ms), "exempt_operator_deletions": exempt_overlaps,
+                           "by_fault": overlap_by_fault.into_iter().map(|(k, v)| (k, stats(v))).collect::<HashMap<_, _>>()},
         "cancels_on_surviving_sessions": false_cancels,
         "failover_after_kill_ms": stats(failover),
         "cancels": cancels.len(),

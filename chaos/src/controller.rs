@@ -50,7 +50,12 @@ pub enum FaultKind {
     ExpireHolder,
     PartitionHolder,
     SlowHolder,
-    PauseLeader,
+    /// SIGSTOP the leader for `factor` × T; when `aimed`, with a holder on a follower
+    /// stretched through it (its session's touches reach the leader only through pings).
+    PauseLeader {
+        factor: f64,
+        aimed: bool,
+    },
     KillLeader {
         down_ms: u64,
     },
@@ -82,7 +87,8 @@ impl FaultKind {
             FaultKind::ExpireHolder => "expire-holder",
             FaultKind::PartitionHolder => "partition-holder",
             FaultKind::SlowHolder => "slow-link",
-            FaultKind::PauseLeader => "pause-leader",
+            FaultKind::PauseLeader { aimed: false, .. } => "pause-leader",
+            FaultKind::PauseLeader { aimed: true, .. } => "pause-leader-aimed",
             FaultKind::KillLeader { down_ms: 0 } => "restart-leader",
             FaultKind::KillLeader { .. } => "kill-leader",
             FaultKind::PauseAll => "pause-all-servers",
@@ -604,19 +610,42 @@ impl Scenario {
                     )
                 }
             }
-            FaultKind::PauseLeader => {
+            FaultKind::PauseLeader { factor, aimed } => {
                 let leader = self.leader().await?;
+                let victim = if *aimed {
+                    let (id, pid, token, _, _, server) =
+                        self.placed_holder(|s| s != leader).await?;
+                    self.pin(id, server, &[]);
+                    Some((id, pid, token, server))
+                } else {
+                    None
+                };
                 let start = now_ns();
                 self.ensemble.pause(leader);
-                tokio::time::sleep(t.mul_f64(1.5)).await;
+                tokio::time::sleep(t.mul_f64(*factor)).await;
                 self.ensemble.resume(leader);
-                record(
-                    format!(
-                        "server {leader} (leader) SIGSTOP {:.1} s",
-                        t.as_secs_f64() * 1.5
-                    ),
-                    start,
-                )
+                if let Some((id, ..)) = victim {
+                    // Long enough for the victim's session to expire, or not, and be seen.
+                    tokio::time::sleep(self.timeout_of(id) + Duration::from_secs(2)).await;
+                    for proxies in &self.proxies {
+                        for p in proxies {
+                            p.refuse(false);
+                        }
+                    }
+                }
+                Fault {
+                    victim: victim.map(|(id, pid, token, _)| (id as u32, pid, token)),
+                    ..record(
+                        format!(
+                            "server {leader} (leader) SIGSTOP {:.1} s ({factor}×T){}",
+                            t.as_secs_f64() * factor,
+                            victim.map_or(String::new(), |(id, _, token, server)| format!(
+                                ", w{id} token {token} holding on follower {server}"
+                            ))
+                        ),
+                        start,
+                    )
+                }
             }
             FaultKind::KillLeader { down_ms } => {
                 let leader = self.leader().await?;
@@ -1129,7 +1158,10 @@ pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
         PartitionHolder,
         PartitionHolder,
         SlowHolder,
-        PauseLeader,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
         KillLeader { down_ms: 2000 },
         KillLeader { down_ms: 0 },
         PauseAll,
@@ -1156,7 +1188,10 @@ pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
         KillHolder,
         ExpireHolder,
         PartitionHolder,
-        PauseLeader,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
     ];
     rng.shuffle(&mut faults);
     faults
@@ -1176,14 +1211,19 @@ pub fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     faults
 }
 
-/// A partition inside the ensemble, for the long run's partition scenario.
+/// A partition inside the ensemble, for the long run's partition scenario, or a leader paused
+/// longer than the pair gap under a holder on a follower (the gap's timing assumption).
 pub fn partition_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;
-    match rng.range(0, 4) {
+    match rng.range(0, 5) {
         0 => IsolateLeader { symmetric: false },
         1 => IsolateLeader { symmetric: true },
         2 => OneWayFollower,
         3 => IsolateFollower,
+        4 => PauseLeader {
+            factor: 0.75,
+            aimed: true,
+        },
         _ => LossyLeaderLink,
     }
 }
@@ -1202,7 +1242,10 @@ pub fn long_fault(rng: &mut Rng) -> FaultKind {
         6 => ExpireHolder,
         7 => PartitionHolder,
         8 => SlowHolder,
-        9 => PauseLeader,
+        9 => PauseLeader {
+            factor: [0.75, 1.5][rng.range(0, 1) as usize],
+            aimed: false,
+        },
         10 => KillLeader {
             down_ms: [0, 2000][rng.range(0, 1) as usize],
         },

@@ -86,6 +86,10 @@ struct PartitionArgs {
     /// Run directory (default: chaos/runs/partition-<seed>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Run only the scenarios with these names (partition-default, partition-ride-out,
+    /// mutant-sync-lease).
+    #[arg(long)]
+    only: Vec<String>,
 }
 
 fn main() {
@@ -201,10 +205,11 @@ fn partition_ensemble() -> EnsembleOptions {
         .with_sync_limit(10)
 }
 
-/// The partition scenario's workers: session timeouts from 2 to 10 ticks of 400 ms, half of
-/// them riding out disconnects.
-fn partition_modes() -> Vec<WorkerMode> {
-    [(800, false), (2000, true), (2000, false), (4000, true)]
+/// The partition scenario's workers: session timeouts from 2 to 10 ticks of 400 ms (to 20 in
+/// long runs), half of them riding out disconnects.
+fn partition_modes(long: bool) -> Vec<WorkerMode> {
+    let last = if long { 8000 } else { 4000 };
+    [(800, false), (2000, true), (4000, false), (last, true)]
         .into_iter()
         .map(|(session_ms, ride_out)| WorkerMode {
             session_ms,
@@ -249,7 +254,7 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     name: "partition",
                     mutant: Mutant::None,
                     rw: false,
-                    modes: partition_modes(),
+                    modes: partition_modes(false),
                     long_ms: long,
                     partition: true,
                     plan: Plan::Fixed(controller::partition_schedule(rng)),
@@ -302,8 +307,8 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     name: "partition",
                     mutant: Mutant::None,
                     rw: false,
-                    modes: partition_modes(),
-                    long_ms: long_hold_ms(&options, 4000),
+                    modes: partition_modes(true),
+                    long_ms: long_hold_ms(&options, 8000),
                     partition: true,
                     plan: Plan::Timed {
                         minutes: args.minutes,
@@ -360,9 +365,29 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     modes: modes(args.workers, args.session_ms, true),
                     long_ms: long,
                     partition: true,
-                    plan: Plan::Fixed(faults(&kinds[..1], rng)),
+                    plan: Plan::Fixed(faults(&kinds, rng)),
                 },
             ];
+            // The pair gap's timing assumption under attack: a leader paused longer than the
+            // gap while a holder sits on a follower. Only with `--only leader-pauses`.
+            let mut plans = plans;
+            if args.only.iter().any(|o| o == "leader-pauses") {
+                plans.push(ScenarioPlan {
+                    name: "leader-pauses",
+                    mutant: Mutant::None,
+                    rw: false,
+                    modes: modes(args.workers, args.session_ms, true),
+                    long_ms: long,
+                    partition: true,
+                    plan: Plan::Fixed(faults(
+                        &[0.5, 0.75, 0.9].map(|factor| FaultKind::PauseLeader {
+                            factor,
+                            aimed: true,
+                        }),
+                        rng,
+                    )),
+                });
+            }
             (plans, options)
         }
     }
@@ -387,10 +412,12 @@ async fn run(mode: Mode) -> Result<bool, String> {
     );
     let mut rng = Rng::new(seed);
     let (mut plans, partition_options) = plans(&mode, &mut rng);
-    if let Mode::Smoke(args) | Mode::Long(args) = &mode {
-        if !args.only.is_empty() {
-            plans.retain(|p| args.only.iter().any(|o| o == p.name));
-        }
+    let only = match &mode {
+        Mode::Smoke(args) | Mode::Long(args) => &args.only,
+        Mode::Partition(args) => &args.only,
+    };
+    if !only.is_empty() {
+        plans.retain(|p| only.iter().any(|o| o == p.name));
     }
     let needs_main = plans.iter().any(|p| !p.partition);
     println!("starting PostgreSQL and the ZooKeeper ensembles (each server in a network namespace of its own) ...");

@@ -246,6 +246,13 @@ pub fn figures_text(f: &serde_json::Value) -> String {
         "  valid-lease overlaps (a check passed after a newer conflicting grant): {}, length {}; exempt (operator deleted the node): {}",
         o["count"], latency(&o["duration"]), o["exempt_operator_deletions"]
     );
+    if let Some(by) = o["by_fault"].as_object() {
+        let mut by: Vec<_> = by.iter().collect();
+        by.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in by {
+            let _ = writeln!(s, "    during {k:<20} {}", latency(v));
+        }
+    }
     let _ = writeln!(
         s,
         "  cancels whose session went on (false cancels), by mode: {}",
