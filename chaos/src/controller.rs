@@ -1258,8 +1258,14 @@ pub fn long_fault(rng: &mut Rng) -> FaultKind {
     }
 }
 
+/// The pause between two faults of a fixed schedule.
 pub fn gap(rng: &mut Rng) -> Duration {
     Duration::from_millis(rng.range(1000, 2500))
+}
+
+/// The pause between two faults of a timed (long) run: shorter, for more faults per minute.
+pub fn short_gap(rng: &mut Rng) -> Duration {
+    Duration::from_millis(rng.range(500, 1500))
 }
 
 pub fn elapsed_s(t0: i64) -> f64 {

@@ -746,7 +746,7 @@ async fn scenario(
         } => {
             let until = clock::now_ns() + (minutes * 60e9) as i64;
             while clock::now_ns() < until {
-                tokio::time::sleep(controller::gap(rng)).await;
+                tokio::time::sleep(controller::short_gap(rng)).await;
                 let kind = if partitions_only {
                     controller::partition_fault(rng)
                 } else {
