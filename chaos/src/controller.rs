@@ -1228,6 +1228,24 @@ pub fn partition_fault(rng: &mut Rng) -> FaultKind {
     }
 }
 
+/// The long run's read/write scenario draws holder faults only (its servers are the main
+/// scenario's, which pauses and kills them already): pauses of readers and writers, kills,
+/// expiries, client partitions and slow links.
+pub fn rw_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    let phases = [Phase::Think, Phase::Write, Phase::Any];
+    match rng.range(0, 9) {
+        0..=4 => PauseHolder {
+            factor: [0.5, 2.0, 4.0][rng.range(0, 2) as usize],
+            phase: phases[rng.range(0, 2) as usize],
+        },
+        5 => KillHolder,
+        6 => ExpireHolder,
+        7 => PartitionHolder,
+        _ => SlowHolder,
+    }
+}
+
 /// The long run draws each fault from every kind, skew included.
 pub fn long_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;

@@ -156,10 +156,10 @@ fn controller_main(mode: Mode) -> i32 {
 
 enum Plan {
     Fixed(Vec<FaultKind>),
-    /// Faults drawn for `minutes`; only partitions inside the ensemble when `partitions_only`.
+    /// Faults drawn for `minutes` by `draw`.
     Timed {
         minutes: f64,
-        partitions_only: bool,
+        draw: fn(&mut Rng) -> FaultKind,
     },
 }
 
@@ -300,7 +300,19 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     partition: false,
                     plan: Plan::Timed {
                         minutes: args.minutes,
-                        partitions_only: false,
+                        draw: controller::long_fault,
+                    },
+                },
+                ScenarioPlan {
+                    name: "read-write",
+                    mutant: Mutant::None,
+                    rw: true,
+                    modes: modes(args.workers, args.session_ms, false),
+                    long_ms: 0,
+                    partition: false,
+                    plan: Plan::Timed {
+                        minutes: args.minutes,
+                        draw: controller::rw_fault,
                     },
                 },
                 ScenarioPlan {
@@ -312,7 +324,7 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     partition: true,
                     plan: Plan::Timed {
                         minutes: args.minutes,
-                        partitions_only: true,
+                        draw: controller::partition_fault,
                     },
                 },
             ];
@@ -461,19 +473,23 @@ async fn run(mode: Mode) -> Result<bool, String> {
     };
     let mut results = Vec::new();
     if let Mode::Long(_) = mode {
-        // Side by side: the main scenario and the partition scenario, each with its faults.
+        // Side by side: the main, read/write and partition scenarios, each with its faults.
         let mut plans = plans.into_iter();
-        let (Some(main), Some(part)) = (plans.next(), plans.next()) else {
-            return Err("the long run has a main and a partition scenario".into());
+        let (Some(main), Some(rw), Some(part)) = (plans.next(), plans.next(), plans.next())
+        else {
+            return Err("the long run has a main, a read/write and a partition scenario".into());
         };
-        let ((e1, o1), (e2, o2)) = (place(&main), place(&part));
-        let mut other = Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15);
-        let (a, b) = tokio::join!(
+        let ((e1, o1), (e2, o2), (e3, o3)) = (place(&main), place(&rw), place(&part));
+        let mut rw_rng = Rng::new(seed ^ 0x5851_F42D_4C95_7F2D);
+        let mut part_rng = Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let (a, b, c) = tokio::join!(
             scenario(&cluster, main, e1, o1, seed, &mut rng, &dir),
-            scenario(&cluster, part, e2, o2, seed, &mut other, &dir),
+            scenario(&cluster, rw, e2, o2, seed, &mut rw_rng, &dir),
+            scenario(&cluster, part, e3, o3, seed, &mut part_rng, &dir),
         );
         results.push(a?);
         results.push(b?);
+        results.push(c?);
     } else {
         for p in plans {
             let (ensemble, options) = place(&p);
@@ -740,19 +756,11 @@ async fn scenario(
                 run_fault(kind).await;
             }
         }
-        Plan::Timed {
-            minutes,
-            partitions_only,
-        } => {
+        Plan::Timed { minutes, draw } => {
             let until = clock::now_ns() + (minutes * 60e9) as i64;
             while clock::now_ns() < until {
                 tokio::time::sleep(controller::short_gap(rng)).await;
-                let kind = if partitions_only {
-                    controller::partition_fault(rng)
-                } else {
-                    controller::long_fault(rng)
-                };
-                run_fault(kind).await;
+                run_fault(draw(rng)).await;
             }
         }
     }
