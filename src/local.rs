@@ -684,7 +684,8 @@ fn bridge() -> Result<(), StartError> {
 
 /// Server `i` of namespaced ensemble `n`: its own namespace, a veth on the bridge, an address.
 fn namespace(n: u64, i: usize) -> Result<(String, String), StartError> {
-    let (netns, veth) = (format!("zkf-{n}-{i}"), format!("zkf{n}v{i}"));
+    let netns = format!("zkf-{}-{n}-{i}", std::process::id());
+    let veth = format!("zkf{n}v{i}");
     let addr = format!("10.77.{}.{}", n + 1, i + 1);
     run("ip", &["netns", "add", &netns])?;
     run(

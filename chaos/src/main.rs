@@ -475,8 +475,7 @@ async fn run(mode: Mode) -> Result<bool, String> {
     if let Mode::Long(_) = mode {
         // Side by side: the main, read/write and partition scenarios, each with its faults.
         let mut plans = plans.into_iter();
-        let (Some(main), Some(rw), Some(part)) = (plans.next(), plans.next(), plans.next())
-        else {
+        let (Some(main), Some(rw), Some(part)) = (plans.next(), plans.next(), plans.next()) else {
             return Err("the long run has a main, a read/write and a partition scenario".into());
         };
         let ((e1, o1), (e2, o2), (e3, o3)) = (place(&main), place(&rw), place(&part));
