@@ -296,7 +296,8 @@ fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
                     mutant: Mutant::None,
                     rw: false,
                     modes: modes(args.workers, args.session_ms, false),
-                    long_ms: 0,
+                    // Long runs draw partitions here too: stretch their victims.
+                    long_ms: long_hold_ms(&EnsembleOptions::default(), args.session_ms),
                     partition: false,
                     plan: Plan::Timed {
                         minutes: args.minutes,
