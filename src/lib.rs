@@ -123,7 +123,6 @@
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.
 //! - [`Error`]: one error type with predicates.
 //! - [`metrics`]: metric names and [`metrics::describe`].
-//! - [`local`]: a throwaway local ZooKeeper (Debian's package) for demos and tests.
 //!
 //! # Examples
 //!
@@ -160,7 +159,6 @@ mod error;
 mod fencing;
 mod guard;
 mod lease;
-pub mod local;
 mod lock;
 pub mod metrics;
 mod recipe;

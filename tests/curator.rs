@@ -3,16 +3,14 @@
 //! path and never hold it at the same time; a Curator `InterProcessReadWriteLock` and a
 //! zkfence `FencedRwLock` share one queue with reader/writer exclusion across both.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{chroot, connect, shared};
 use zkfence::{FencedLock, FencedRwLock, LockOptions};
+use zkfence_testkit::harness::{chroot, connect, shared};
 
 const JARS: &[&str] = &[
     "curator-recipes",

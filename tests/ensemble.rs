@@ -1,13 +1,11 @@
 //! A 3-server ensemble: the leader killed under a holder and a waiter. The holder is told, the
 //! lock stays exclusive, and work resumes once the remaining two elect a new leader.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::{connect, wait_until};
-use zkfence::local::{EnsembleOptions, LocalEnsemble};
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
+use zkfence_testkit::harness::{connect, wait_until};
+use zkfence_testkit::{EnsembleOptions, LocalEnsemble};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_cancels_the_holder_keeps_exclusion_and_work_resumes() {
@@ -121,7 +119,7 @@ async fn a_read_only_session_is_refused_with_a_clear_error() {
         || {
             let survivor = survivor.clone();
             async move {
-                support::four_letter(&survivor, "srvr")
+                zkfence_testkit::four_letter(&survivor, "srvr")
                     .is_some_and(|s| s.contains("Mode: read-only"))
             }
         },

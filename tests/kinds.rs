@@ -1,15 +1,14 @@
 //! The other lock kinds on the same queue, against a real ZooKeeper server: the read/write
 //! lock, the semaphore, the in-process queue of a shared `FencedLock`, and the lock-delay.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{children, chroot, connect, expire_session, shared, wait_until, CountingProxy};
 use tokio::time::Instant;
 use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions};
+use zkfence_testkit::harness::{children, chroot, connect, expire_session, shared, wait_until};
+use zkfence_testkit::CountingProxy;
 
 const T: Duration = Duration::from_secs(10);
 const PATH: &str = "/locks/kinds";

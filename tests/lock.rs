@@ -1,16 +1,15 @@
 //! The fenced lock against a real ZooKeeper server: exclusion, FIFO, tokens, cleanup on every
 //! way out, faults, and bad input.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{
-    children, chroot, connect, expire_session, shared, wait_until, CountingProxy, ZooKeeper,
-};
 use zkfence::{Error, FencedLock, LockOptions};
+use zkfence_testkit::harness::{
+    children, chroot, connect, expire_session, shared, wait_until, ZooKeeper,
+};
+use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 const T: Duration = Duration::from_secs(10);
@@ -136,7 +135,7 @@ async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
     let queue = holder.contenders().await.unwrap();
     let watched_by_last = |node: &str| {
         let path = format!("{chroot_path}{LOCK}/{node}");
-        support::watchers_of(shared(), &path).contains(&last_session)
+        zkfence_testkit::harness::watchers_of(shared(), &path).contains(&last_session)
     };
     // Only once the server holds the last waiter's watch on the middle node does its deletion
     // reach the last waiter as a notification (the path this test is about).

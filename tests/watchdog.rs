@@ -3,14 +3,13 @@
 //!
 //! Detection latencies and lease margins are printed (`cargo test --test watchdog -- --nocapture`).
 
-mod support;
-
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{chroot, connect, expire_session, shared, wait_until, CountingProxy, ZooKeeper};
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
+use zkfence_testkit::harness::{chroot, connect, expire_session, shared, wait_until, ZooKeeper};
+use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 const T: Duration = Duration::from_secs(2);

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 /// One worker event (a line of its log).
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     pub t: i64,
     pub w: u32,
     pub pid: u32,
@@ -21,7 +21,7 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn from_json(body: Value) -> Option<Event> {
+    pub(crate) fn from_json(body: Value) -> Option<Event> {
         Some(Event {
             t: body.get("t")?.as_i64()?,
             w: body.get("w")?.as_u64()? as u32,
@@ -66,7 +66,7 @@ impl Event {
         }
     }
 
-    pub fn line(&self, t0: i64) -> String {
+    pub(crate) fn line(&self, t0: i64) -> String {
         let mut fields = self.body.clone();
         if let Value::Object(map) = &mut fields {
             for key in ["t", "w", "pid", "ev"] {
@@ -86,7 +86,7 @@ impl Event {
 
 /// One injected fault, as the controller recorded it.
 #[derive(Debug, Clone)]
-pub struct Fault {
+pub(crate) struct Fault {
     pub kind: String,
     pub detail: String,
     pub start: i64,
@@ -102,7 +102,7 @@ pub struct Fault {
 }
 
 impl Fault {
-    pub fn to_json(&self, t0: i64) -> Value {
+    pub(crate) fn to_json(&self, t0: i64) -> Value {
         json!({
             "kind": self.kind, "detail": self.detail,
             "start_ms": ms(t0, self.start), "end_ms": ms(t0, self.end),
@@ -113,7 +113,7 @@ impl Fault {
 }
 
 /// Everything one scenario produced.
-pub struct Input {
+pub(crate) struct Input {
     pub rows: Vec<Row>,
     pub counter: i64,
     pub events: Vec<Event>,
@@ -125,11 +125,11 @@ pub struct Input {
 }
 
 /// The lease invariant's name (guarantee 1, checked on the shared clock).
-pub const LEASE_INVARIANT: &str = "no lease check passes after a newer conflicting grant";
+pub(crate) const LEASE_INVARIANT: &str = "no lease check passes after a newer conflicting grant";
 
 /// A broken invariant and the evidence.
 #[derive(Debug, Clone)]
-pub struct Violation {
+pub(crate) struct Violation {
     pub invariant: &'static str,
     pub summary: String,
     pub evidence: Vec<String>,
@@ -137,7 +137,7 @@ pub struct Violation {
 
 /// A worker's hold of the lock, from its grant to the first sign it ended.
 #[derive(Debug, Clone)]
-pub struct Hold {
+pub(crate) struct Hold {
     pub w: u32,
     pub pid: u32,
     pub token: u64,
@@ -149,7 +149,7 @@ pub struct Hold {
     pub shared: bool,
 }
 
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub violations: Vec<Violation>,
     pub holds: Vec<Hold>,
     pub figures: Value,
@@ -176,7 +176,7 @@ fn stats(mut xs: Vec<f64>) -> Value {
     json!({"n": xs.len(), "p50_ms": percentile(&xs, 0.5), "p95_ms": percentile(&xs, 0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
 }
 
-pub fn check(input: &Input) -> Outcome {
+pub(crate) fn check(input: &Input) -> Outcome {
     let mut events = input.events.clone();
     events.sort_by_key(|e| e.t);
     let t0 = input.t0;

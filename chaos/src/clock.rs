@@ -6,7 +6,7 @@
 //! clock.
 
 /// Nanoseconds of `CLOCK_MONOTONIC`.
-pub fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -24,6 +24,6 @@ pub fn now_ns() -> i64 {
 }
 
 /// Milliseconds between two readings.
-pub fn ms(from: i64, to: i64) -> f64 {
+pub(crate) fn ms(from: i64, to: i64) -> f64 {
     (to - from) as f64 / 1e6
 }

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use zkfence::local::{four_letter, CountingProxy, EnsembleOptions, LinkFault, LocalEnsemble};
+use zkfence_testkit::{four_letter, CountingProxy, EnsembleOptions, LinkFault, LocalEnsemble};
 use zookeeper_client as zk;
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Where a holder is in its critical section, as its last event says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Between the read and the lease check: a pause here is caught by `check()`.
     Think,
     /// After the check, before the write reaches the store: only the fence can stop it.
@@ -41,7 +41,7 @@ impl Phase {
 
 /// One kind of fault, with its parameters.
 #[derive(Debug, Clone)]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     PauseHolder {
         factor: f64,
         phase: Phase,
@@ -80,7 +80,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             FaultKind::PauseHolder { .. } => "pause-holder",
             FaultKind::KillHolder => "kill-holder",
@@ -105,7 +105,7 @@ impl FaultKind {
 }
 
 /// The names of the faults that cut links inside the ensemble.
-pub const PARTITION_KINDS: [&str; 5] = [
+pub(crate) const PARTITION_KINDS: [&str; 5] = [
     "isolate-leader-asym",
     "isolate-leader-sym",
     "one-way-follower",
@@ -115,7 +115,7 @@ pub const PARTITION_KINDS: [&str; 5] = [
 
 /// Which variant of the worker runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mutant {
+pub(crate) enum Mutant {
     None,
     FencingOff,
     WatchdogOff,
@@ -124,7 +124,7 @@ pub enum Mutant {
 }
 
 impl Mutant {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mutant::None => "none",
             Mutant::FencingOff => "fencing-off",
@@ -136,14 +136,16 @@ impl Mutant {
 
 /// The servers every scenario of a run shares: the main ensemble (tick 200 ms, each server in
 /// a network namespace of its own) and PostgreSQL.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub ensemble: Arc<LocalEnsemble>,
     pub pg: Postgres,
 }
 
 /// Starts a 3-server ensemble with each server in a network namespace of its own, so that the
 /// links between servers can be cut.
-pub async fn start_ensemble(options: &EnsembleOptions) -> Result<Arc<LocalEnsemble>, String> {
+pub(crate) async fn start_ensemble(
+    options: &EnsembleOptions,
+) -> Result<Arc<LocalEnsemble>, String> {
     let options = options.clone().with_own_network_namespaces(true);
     let ensemble = tokio::task::spawn_blocking(move || LocalEnsemble::start_with(options))
         .await
@@ -153,7 +155,7 @@ pub async fn start_ensemble(options: &EnsembleOptions) -> Result<Arc<LocalEnsemb
 }
 
 impl Cluster {
-    pub async fn start(run_dir: &Path, options: EnsembleOptions) -> Result<Cluster, String> {
+    pub(crate) async fn start(run_dir: &Path, options: EnsembleOptions) -> Result<Cluster, String> {
         let ensemble = start_ensemble(&options).await?;
         // Started on this (runtime worker) thread, not a blocking-pool thread: the parent-death
         // signal follows the thread that forked, and pool threads exit when idle.
@@ -164,7 +166,7 @@ impl Cluster {
 
 /// How one worker runs: its session timeout and whether it rides out disconnects.
 #[derive(Debug, Clone, Copy)]
-pub struct WorkerMode {
+pub(crate) struct WorkerMode {
     pub session_ms: u64,
     pub ride_out: bool,
 }
@@ -196,7 +198,7 @@ struct State {
 }
 
 /// One scenario: a set of workers on one lock, a fault schedule, and what they logged.
-pub struct Scenario {
+pub(crate) struct Scenario {
     pub name: String,
     pub mutant: Mutant,
     /// Workers use a read/write lock.
@@ -221,14 +223,14 @@ pub struct Scenario {
 }
 
 /// What a scenario returns to the report.
-pub struct Collected {
+pub(crate) struct Collected {
     pub events: Vec<Event>,
     pub faults: Vec<Fault>,
     pub end_at: i64,
 }
 
 /// What one scenario runs.
-pub struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     pub name: &'a str,
     pub mutant: Mutant,
     pub rw: bool,
@@ -243,7 +245,7 @@ pub struct Spec<'a> {
 }
 
 impl Scenario {
-    pub async fn new(cluster: &Cluster, spec: Spec<'_>) -> Result<Scenario, String> {
+    pub(crate) async fn new(cluster: &Cluster, spec: Spec<'_>) -> Result<Scenario, String> {
         let Spec {
             name,
             mutant,
@@ -301,12 +303,12 @@ impl Scenario {
         })
     }
 
-    pub fn workers(&self) -> u32 {
+    pub(crate) fn workers(&self) -> u32 {
         self.modes.len() as u32
     }
 
     /// The scenario's own database.
-    pub fn conninfo(&self) -> &str {
+    pub(crate) fn conninfo(&self) -> &str {
         &self.pg
     }
 
@@ -324,7 +326,7 @@ impl Scenario {
     }
 
     /// Starts worker `id` (again), under libfaketime at `skew` when given.
-    pub fn spawn_worker(&self, id: u32, skew: Option<f64>) -> Result<(), String> {
+    pub(crate) fn spawn_worker(&self, id: u32, skew: Option<f64>) -> Result<(), String> {
         // Our own executable even if a rebuild has replaced the file on disk since we started
         // (then current_exe() names a deleted path); the child is a fork of us, so its
         // /proc/self/exe is this very binary.
@@ -470,7 +472,7 @@ impl Scenario {
     }
 
     /// Waits (up to `wait`) for the first acknowledged increment from now on.
-    pub async fn progress(&self, wait: Duration) -> bool {
+    pub(crate) async fn progress(&self, wait: Duration) -> bool {
         let before = self.lock_state().oks;
         let deadline = now_ns() + wait.as_nanos() as i64;
         while now_ns() < deadline {
@@ -482,7 +484,7 @@ impl Scenario {
         false
     }
 
-    pub fn counts(&self) -> (u64, u64, u64, usize, String) {
+    pub(crate) fn counts(&self) -> (u64, u64, u64, usize, String) {
         let st = self.lock_state();
         (
             st.oks,
@@ -494,7 +496,7 @@ impl Scenario {
     }
 
     /// Injects one fault and heals it; returns `None` when no target showed up in time.
-    pub async fn inject(&self, kind: &FaultKind) -> Option<Fault> {
+    pub(crate) async fn inject(&self, kind: &FaultKind) -> Option<Fault> {
         let t = self.timeout();
         let name = kind.name();
         self.lock_state().current = name.to_owned();
@@ -560,7 +562,8 @@ impl Scenario {
             FaultKind::ExpireHolder => {
                 let (id, pid, token, node, session) = self.long_holder().await?;
                 let start = now_ns();
-                let how = zkfence::local::expire_session(&self.hosts, zk::SessionId(session)).await;
+                let how =
+                    zkfence_testkit::expire_session(&self.hosts, zk::SessionId(session)).await;
                 let expired = wait_gone(&self.admin, &node, Duration::from_secs(5)).await;
                 Fault {
                     victim: Some((id as u32, pid, token)),
@@ -987,7 +990,7 @@ impl Scenario {
     }
 
     /// The final heal: every worker running and reachable, every server serving.
-    pub async fn heal(&self) {
+    pub(crate) async fn heal(&self) {
         let _ = self.ensemble.heal();
         for (id, proxies) in self.proxies.iter().enumerate() {
             for p in proxies {
@@ -1020,7 +1023,7 @@ impl Scenario {
     }
 
     /// Stops the workers and hands over what they logged.
-    pub async fn finish(&self) -> Collected {
+    pub(crate) async fn finish(&self) -> Collected {
         for id in 0..self.proxies.len() {
             self.signal(id, libc::SIGCONT);
             self.signal(id, libc::SIGKILL);
@@ -1137,7 +1140,7 @@ fn pause(factor: f64, phase: Phase) -> FaultKind {
 
 /// The smoke schedule: the four holder pauses past T that the mutants replay come first, then
 /// every other fault kind, each at least once, in seeded order.
-pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
+pub(crate) fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
     use FaultKind::*;
     let mut head = vec![
         pause(2.0, Phase::Think),
@@ -1178,7 +1181,7 @@ pub fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
 /// The read/write scenario: holders of either kind paused past T (readers included), killed,
 /// expired and cut off, and a leader pause. No parent deletion: a reader's lease check cannot
 /// see an operator's delete before its watch fires, so its reads would race the next writer.
-pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+pub(crate) fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     use FaultKind::*;
     let mut faults = vec![
         pause(2.0, Phase::Think),
@@ -1198,7 +1201,7 @@ pub fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
 }
 
 /// The smoke run's partitions inside the ensemble: each kind once, in seeded order.
-pub fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+pub(crate) fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     use FaultKind::*;
     let mut faults = vec![
         IsolateLeader { symmetric: false },
@@ -1213,7 +1216,7 @@ pub fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
 
 /// A partition inside the ensemble, for the long run's partition scenario, or a leader paused
 /// longer than the pair gap under a holder on a follower (the gap's timing assumption).
-pub fn partition_fault(rng: &mut Rng) -> FaultKind {
+pub(crate) fn partition_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;
     match rng.range(0, 5) {
         0 => IsolateLeader { symmetric: false },
@@ -1231,7 +1234,7 @@ pub fn partition_fault(rng: &mut Rng) -> FaultKind {
 /// The long run's read/write scenario draws holder faults only (its servers are the main
 /// scenario's, which pauses and kills them already): pauses of readers and writers, kills,
 /// expiries, client partitions and slow links.
-pub fn rw_fault(rng: &mut Rng) -> FaultKind {
+pub(crate) fn rw_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;
     let phases = [Phase::Think, Phase::Write, Phase::Any];
     match rng.range(0, 9) {
@@ -1247,7 +1250,7 @@ pub fn rw_fault(rng: &mut Rng) -> FaultKind {
 }
 
 /// The long run draws each fault from every kind, skew included.
-pub fn long_fault(rng: &mut Rng) -> FaultKind {
+pub(crate) fn long_fault(rng: &mut Rng) -> FaultKind {
     use FaultKind::*;
     let phases = [Phase::Think, Phase::Write, Phase::Any];
     match rng.range(0, 16) {
@@ -1277,15 +1280,15 @@ pub fn long_fault(rng: &mut Rng) -> FaultKind {
 }
 
 /// The pause between two faults of a fixed schedule.
-pub fn gap(rng: &mut Rng) -> Duration {
+pub(crate) fn gap(rng: &mut Rng) -> Duration {
     Duration::from_millis(rng.range(1000, 2500))
 }
 
 /// The pause between two faults of a timed (long) run: shorter, for more faults per minute.
-pub fn short_gap(rng: &mut Rng) -> Duration {
+pub(crate) fn short_gap(rng: &mut Rng) -> Duration {
     Duration::from_millis(rng.range(500, 1500))
 }
 
-pub fn elapsed_s(t0: i64) -> f64 {
+pub(crate) fn elapsed_s(t0: i64) -> f64 {
     ms(t0, now_ns()) / 1000.0
 }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use zkfence::local::{EnsembleOptions, LocalEnsemble};
+use zkfence_testkit::{EnsembleOptions, LocalEnsemble};
 
 #[derive(Parser)]
 #[command(about = "zkfence's chaos suite: real ZooKeeper ensemble, real PostgreSQL, real faults")]

@@ -16,7 +16,7 @@ const COLORS: [&str; 6] = [
 
 /// Holders as bars over time (labelled with the token's sequence), faults shaded, refused
 /// writes as red ticks, cancellations as black diamonds, accepted stale writes as red crosses.
-pub fn timeline_svg(
+pub(crate) fn timeline_svg(
     title: &str,
     workers: u32,
     t0: i64,
@@ -172,7 +172,7 @@ pub fn timeline_svg(
 }
 
 /// Formats a latency summary `{n, p50_ms, p95_ms, max_ms}`.
-pub fn latency(v: &serde_json::Value) -> String {
+pub(crate) fn latency(v: &serde_json::Value) -> String {
     match v.get("n").and_then(serde_json::Value::as_u64) {
         Some(0) | None => "none".into(),
         Some(n) => format!(
@@ -185,7 +185,7 @@ pub fn latency(v: &serde_json::Value) -> String {
 }
 
 /// The figures as indented text.
-pub fn figures_text(f: &serde_json::Value) -> String {
+pub(crate) fn figures_text(f: &serde_json::Value) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,

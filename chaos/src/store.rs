@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::{Client, NoTls, Statement};
 
 /// A PostgreSQL server that lives as long as this value (and dies with this process).
-pub struct Postgres {
+pub(crate) struct Postgres {
     child: Child,
     dir: PathBuf,
     pub port: u16,
@@ -59,7 +59,7 @@ fn as_user(cmd: &mut Command, who: Option<(u32, u32)>) {
 
 impl Postgres {
     /// initdb in a fresh temp dir, then start the server on a free loopback port.
-    pub fn start(run_dir: &Path) -> Result<Postgres, String> {
+    pub(crate) fn start(run_dir: &Path) -> Result<Postgres, String> {
         let bin = bin_dir()?;
         let who = identity()?;
         let dir = std::env::temp_dir().join(format!("zkfence-chaos-pg-{}", std::process::id()));
@@ -139,7 +139,7 @@ impl Postgres {
         Ok(pg)
     }
 
-    pub fn conninfo(&self) -> String {
+    pub(crate) fn conninfo(&self) -> String {
         self.conninfo_for("postgres")
     }
 
@@ -152,7 +152,7 @@ impl Postgres {
 
     /// A database of its own for one scenario (so that scenarios can run side by side), made
     /// if missing; returns its connection string.
-    pub async fn database(&self, name: &str) -> Result<String, String> {
+    pub(crate) async fn database(&self, name: &str) -> Result<String, String> {
         let db: String = name
             .chars()
             .map(|c| {
@@ -206,7 +206,7 @@ fn free_port() -> Result<u16, String> {
 
 /// A row of `log`: one accepted write, in commit order.
 #[derive(Debug, Clone)]
-pub struct Row {
+pub(crate) struct Row {
     pub seq: i64,
     pub op: String,
     pub kind: String,
@@ -222,7 +222,7 @@ async fn open(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
 }
 
 /// (Re)creates the schema for one run: counter 0, fence 0, empty log.
-pub async fn reset(conninfo: &str) -> Result<(), String> {
+pub(crate) async fn reset(conninfo: &str) -> Result<(), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
@@ -239,7 +239,7 @@ pub async fn reset(conninfo: &str) -> Result<(), String> {
 }
 
 /// The accepted writes in commit order and the final counter.
-pub async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String> {
+pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
@@ -267,21 +267,21 @@ pub async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String> {
     Ok((rows, store.get(0), store.get(1)))
 }
 
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ok,
     Refused,
     Unknown(String),
 }
 
 /// A worker's connection with its prepared statements.
-pub struct Store {
+pub(crate) struct Store {
     conninfo: String,
     fencing: bool,
     conn: Option<(Client, [Statement; 4])>,
 }
 
 impl Store {
-    pub async fn connect_retrying(conninfo: &str, fencing: bool) -> Store {
+    pub(crate) async fn connect_retrying(conninfo: &str, fencing: bool) -> Store {
         let mut store = Store {
             conninfo: conninfo.to_owned(),
             fencing,
@@ -324,7 +324,7 @@ impl Store {
         self.conn.as_ref().ok_or_else(|| "no connection".into())
     }
 
-    pub async fn read(&mut self) -> Result<i64, String> {
+    pub(crate) async fn read(&mut self) -> Result<i64, String> {
         let (client, st) = self.ensure().await?;
         let row = client
             .query_one(&st[2], &[])
@@ -334,7 +334,7 @@ impl Store {
     }
 
     /// The counter and the fence, for readers.
-    pub async fn peek(&mut self) -> Result<(i64, i64), String> {
+    pub(crate) async fn peek(&mut self) -> Result<(i64, i64), String> {
         let (client, st) = self.ensure().await?;
         let row = client
             .query_one(&st[3], &[])
@@ -343,13 +343,13 @@ impl Store {
         Ok((row.get(0), row.get(1)))
     }
 
-    pub async fn write(&mut self, op: &str, worker: u32, token: u64, value: i64) -> Outcome {
+    pub(crate) async fn write(&mut self, op: &str, worker: u32, token: u64, value: i64) -> Outcome {
         let worker = worker as i32;
         let token = token as i64;
         self.execute(0, &[&value, &token, &op, &worker]).await
     }
 
-    pub async fn raise_fence(&mut self, op: &str, worker: u32, token: u64) -> Outcome {
+    pub(crate) async fn raise_fence(&mut self, op: &str, worker: u32, token: u64) -> Outcome {
         let worker = worker as i32;
         let token = token as i64;
         self.execute(1, &[&token, &op, &worker]).await

@@ -14,7 +14,7 @@ use zookeeper_client as zk;
 
 /// What a worker is told by the controller.
 #[derive(Debug, Clone, clap::Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     /// Worker number.
     #[arg(long)]
     pub id: u32,
@@ -80,7 +80,7 @@ impl Log {
 /// (a partition is about to be aimed at it).
 static EXTEND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub async fn run(args: WorkerArgs) {
+pub(crate) async fn run(args: WorkerArgs) {
     let log = Log {
         id: args.id,
         pid: std::process::id(),

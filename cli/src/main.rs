@@ -164,8 +164,8 @@ pub(crate) async fn connect(hosts: &str, session_timeout: Duration) -> Result<zk
 }
 
 /// Starts a throwaway local ZooKeeper (Debian's package), or says why not on one line.
-pub(crate) async fn start_local_zookeeper() -> Result<zkfence::local::LocalZooKeeper, u8> {
-    let started = match tokio::task::spawn_blocking(zkfence::local::LocalZooKeeper::start).await {
+pub(crate) async fn start_local_zookeeper() -> Result<zkfence_testkit::LocalZooKeeper, u8> {
+    let started = match tokio::task::spawn_blocking(zkfence_testkit::LocalZooKeeper::start).await {
         Ok(started) => started.map_err(|err| (err.to_string(), EXIT_UNAVAILABLE)),
         Err(err) => Err((err.to_string(), EXIT_FAILURE)),
     };

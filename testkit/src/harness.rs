@@ -1,22 +1,29 @@
-//! A real ZooKeeper for tests: Debian's `zookeeper` package run as a JVM on a free loopback
-//! port with a temp data dir and a 200 ms tick (sessions from 400 ms), plus faults (pause,
-//! kill, restart), real session expiry, a fresh chroot per test and a request-counting proxy.
+//! What a test binary needs around a real ZooKeeper: one server shared per test binary
+//! ([`shared`]), a fresh chroot per test ([`chroot`]), connections, real session expiry from
+//! outside, conditions waited on with deadlines ([`wait_until`]), and a standalone server for
+//! the tests that stop or restart one ([`ZooKeeper`], panicking with the reason on failure).
 //!
-//! One server is shared per test binary ([`shared`]); tests that stop or restart a server start
-//! their own ([`ZooKeeper::start`]). `ZKFENCE_TEST_ZK=host:port` points the shared one at an
-//! existing ensemble instead (fault tests then start their own servers as usual).
+//! `ZKFENCE_TEST_ZK=host:port` points the shared server at an existing ensemble instead (fault
+//! tests then start their own servers as usual).
 //!
-//! Servers come from [`zkfence::local::LocalZooKeeper`], which kills its JVM when the test
-//! process goes away, however it goes.
-#![allow(dead_code, unreachable_pub, unused_imports)]
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use zkfence_testkit::harness::{chroot, connect, shared};
+//! let hosts = chroot(shared(), "my-test").await; // "127.0.0.1:port/zkfence-tests/my-test-…"
+//! let client = connect(&hosts, std::time::Duration::from_secs(10)).await;
+//! # let _ = client; }
+//! ```
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use zkfence::local::LocalZooKeeper;
 use zookeeper_client as zk;
+
+use crate::{four_letter, LocalZooKeeper};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -56,32 +63,38 @@ where
     }
 }
 
-pub use zkfence::local::four_letter;
-
-/// One standalone server for one test (the library's launcher, with test-friendly panics).
+/// One standalone server for one test: a [`LocalZooKeeper`] whose failures panic with the
+/// reason (a test has no way on without its server).
+#[derive(Debug)]
 pub struct ZooKeeper(LocalZooKeeper);
 
 impl ZooKeeper {
+    /// Starts one, as [`LocalZooKeeper::start`].
     pub fn start() -> ZooKeeper {
         ZooKeeper(LocalZooKeeper::start().unwrap_or_else(|e| panic!("{e}")))
     }
 
+    /// Its connect string.
     pub fn addr(&self) -> String {
         self.0.addr()
     }
 
+    /// SIGSTOP.
     pub fn pause(&self) {
         self.0.pause()
     }
 
+    /// SIGCONT.
     pub fn resume(&self) {
         self.0.resume()
     }
 
+    /// SIGKILL, keeping its data.
     pub fn kill(&self) {
         self.0.kill()
     }
 
+    /// Starts it again on the same port and data.
     pub fn restart(&self) {
         self.0.restart().unwrap_or_else(|e| panic!("{e}"))
     }
@@ -144,13 +157,13 @@ pub async fn chroot(hosts: &str, name: &str) -> String {
     format!("{hosts}{path}")
 }
 
-/// Expires `victim`'s session for real, from outside ([`zkfence::local::expire_session`]:
+/// Expires `victim`'s session for real, from outside ([`crate::expire_session`]:
 /// the server closes the session and deletes its nodes), and waits until the victim hears
 /// `Expired`. `hosts` may carry a chroot.
 pub async fn expire_session(hosts: &str, victim: &zk::Client) {
     let servers = hosts.split('/').next().unwrap_or(hosts);
     for _ in 0..10 {
-        let _ = zkfence::local::expire_session(servers, victim.session_id()).await;
+        let _ = crate::expire_session(servers, victim.session_id()).await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if victim.state() == zk::SessionState::Expired {
@@ -171,5 +184,3 @@ pub async fn children(hosts: &str, path: &str) -> Vec<String> {
         Err(e) => panic!("list {path}: {e}"),
     }
 }
-
-pub use zkfence::local::CountingProxy;

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use zkfence::local::CountingProxy;
 use zkfence::{FencedLock, LockOptions};
+use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 use crate::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};

@@ -1,12 +1,11 @@
 //! The `zkfence` binary, black-box, against real ZooKeeper.
 
-mod support;
-
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{chroot, connect, shared, wait_until, CountingProxy, ZooKeeper};
 use zkfence::{FencedLock, LockOptions};
+use zkfence_testkit::harness::{chroot, connect, shared, wait_until, ZooKeeper};
+use zkfence_testkit::CountingProxy;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
 
@@ -90,7 +89,9 @@ async fn exit_code_passes_through_and_the_lock_is_released() {
     .unwrap();
     assert_eq!(output.status.code(), Some(7));
     assert!(
-        support::children(&hosts, "/locks/cli").await.is_empty(),
+        zkfence_testkit::harness::children(&hosts, "/locks/cli")
+            .await
+            .is_empty(),
         "the lock node outlived the command"
     );
 }
@@ -299,7 +300,9 @@ async fn timeout_exits_75_and_leaves_no_node() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(text(&output).1.contains("timed out"));
     assert_eq!(
-        support::children(&hosts, "/locks/cli").await.len(),
+        zkfence_testkit::harness::children(&hosts, "/locks/cli")
+            .await
+            .len(),
         1,
         "the timed-out run left its node"
     );
@@ -308,7 +311,7 @@ async fn timeout_exits_75_and_leaves_no_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_one_clear_line_and_a_nonzero_code() {
-    let unreachable = format!("127.0.0.1:{}", support::free_port());
+    let unreachable = format!("127.0.0.1:{}", zkfence_testkit::harness::free_port());
     let cases: [(Vec<&str>, i32, &str); 5] = [
         (
             vec![
@@ -397,7 +400,10 @@ async fn holders_json_lists_the_queue_holder_first() {
     .unwrap();
     let queued = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
     wait_until(Duration::from_secs(10), "the waiter to queue", || async {
-        support::children(&hosts, "/locks/cli").await.len() == 2
+        zkfence_testkit::harness::children(&hosts, "/locks/cli")
+            .await
+            .len()
+            == 2
     })
     .await;
     let output = zkfence(&["holders", "--connect", &hosts, "/locks/cli", "--json"])

@@ -1,0 +1,358 @@
+//! [`CountingProxy`]: a TCP proxy that counts a client's requests and injects link faults.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A TCP proxy in front of a server that counts the requests clients send through it
+/// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
+/// accepted and dropped, connections stay open), drop only the server's replies, delay every
+/// frame (a slow link), refuse new connections and reset the open ones (to steer a client to
+/// other servers).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() {
+/// let proxy = zkfence_testkit::CountingProxy::start("127.0.0.1:2181").await;
+/// // connect clients to proxy.addr ...
+/// println!("{} requests so far", proxy.total());
+/// proxy.blackhole(true); // a partition
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct CountingProxy {
+    /// The address clients connect to.
+    pub addr: String,
+    counts: Arc<Mutex<HashMap<i32, u64>>>,
+    notifications: Arc<AtomicU64>,
+    link: Link,
+}
+
+impl CountingProxy {
+    /// Listens on a free loopback port and forwards to `upstream`.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound (a test tool: there is no way on without one).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let proxy = zkfence_testkit::CountingProxy::start("127.0.0.1:2181").await;
+    /// # }
+    /// ```
+    pub async fn start(upstream: &str) -> CountingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
+        let notifications = Arc::new(AtomicU64::new(0));
+        let link = Link::default();
+        let (upstream, shared, notified, links) = (
+            upstream.to_owned(),
+            counts.clone(),
+            notifications.clone(),
+            link.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if links.refuse.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let (upstream, counts, notifications, link) = (
+                    upstream.clone(),
+                    shared.clone(),
+                    notified.clone(),
+                    links.clone(),
+                );
+                let reset = link.reset_token();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let _open = link.open();
+                    // Without this, Nagle's algorithm and delayed ACKs add ~40 ms to small frames.
+                    let _ = client.set_nodelay(true);
+                    let _ = server.set_nodelay(true);
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let back = link.clone();
+                    let replies = async move {
+                        // Replies carry their request's xid; watch notifications carry -1.
+                        let _ =
+                            forward_frames(&mut server_rx, &mut client_tx, &back, true, |frame| {
+                                if header_field(frame, 0) == -1 {
+                                    notifications.fetch_add(1, Ordering::Relaxed);
+                                }
+                            })
+                            .await;
+                    };
+                    // Requests: xid, then the opcode; pings (11) are not counted.
+                    let requests =
+                        forward_frames(&mut client_rx, &mut server_tx, &link, false, |frame| {
+                            let op = header_field(frame, 4);
+                            if op != 11 {
+                                *counts
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .entry(op)
+                                    .or_default() += 1;
+                            }
+                        });
+                    // Either direction ending, or a reset, closes both sockets.
+                    tokio::select! {
+                        _ = replies => {}
+                        _ = requests => {}
+                        _ = reset.cancelled() => {}
+                    }
+                });
+            }
+        });
+        CountingProxy {
+            addr,
+            counts,
+            notifications,
+            link,
+        }
+    }
+
+    /// Requests by opcode so far (1 create, 2 delete, 3 exists, 4 getData, 8 getChildren, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// let creates = proxy.counts().get(&15).copied().unwrap_or(0); // create2
+    /// # }
+    /// ```
+    pub fn counts(&self) -> HashMap<i32, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// All requests so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// println!("{}", proxy.total());
+    /// # }
+    /// ```
+    pub fn total(&self) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+
+    /// Watch notifications the server has sent through the proxy so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// println!("{} notifications", proxy.notifications());
+    /// # }
+    /// ```
+    pub fn notifications(&self) -> u64 {
+        self.notifications.load(Ordering::Relaxed)
+    }
+
+    /// Drops every frame both ways while `on`, without closing connections.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.blackhole(true);
+    /// proxy.blackhole(false);
+    /// # }
+    /// ```
+    pub fn blackhole(&self, on: bool) {
+        self.link.hole.store(on, Ordering::SeqCst);
+    }
+
+    /// Drops the server's frames (replies, notifications) while `on`; requests still reach the
+    /// server. Turning it off closes every open connection, so that no client goes on with a
+    /// reply missing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.drop_replies(true);  // the next request is applied, its reply lost
+    /// proxy.drop_replies(false);
+    /// # }
+    /// ```
+    pub fn drop_replies(&self, on: bool) {
+        let was = self.link.mute.swap(on, Ordering::SeqCst);
+        if was && !on {
+            self.reset();
+        }
+    }
+
+    /// Holds every frame, both ways, for `delay` before forwarding it (zero: no delay).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.delay(std::time::Duration::from_millis(300)); // a slow link
+    /// proxy.delay(std::time::Duration::ZERO);
+    /// # }
+    /// ```
+    pub fn delay(&self, delay: Duration) {
+        self.link
+            .delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// While `on`, closes every new connection at once (the client tries its next server).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.refuse(true);
+    /// proxy.reset(); // clients behind this proxy move to their other servers
+    /// # }
+    /// ```
+    pub fn refuse(&self, on: bool) {
+        self.link.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes every open connection now.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.reset();
+    /// # }
+    /// ```
+    pub fn reset(&self) {
+        let mut token = self.link.reset.lock().unwrap_or_else(|e| e.into_inner());
+        token.cancel();
+        *token = tokio_util::sync::CancellationToken::new();
+    }
+
+    /// The longest the clients went without sending a frame (pings included), over the
+    /// connections open at the time, since the proxy started or since the last call.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// let quiet = proxy.longest_client_silence(); // how often an idle client pings
+    /// # }
+    /// ```
+    pub fn longest_client_silence(&self) -> Duration {
+        let mut silence = self.link.silence.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut silence.1)
+    }
+
+    /// How many client connections are open through this proxy.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// let on_this_server = proxy.connections() > 0;
+    /// # }
+    /// ```
+    pub fn connections(&self) -> u64 {
+        self.link.open.load(Ordering::SeqCst)
+    }
+}
+
+/// The faults a proxy applies to its connections, shared by all of them.
+#[derive(Debug, Clone, Default)]
+struct Link {
+    hole: Arc<AtomicBool>,
+    /// Drop the server's frames only.
+    mute: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
+    refuse: Arc<AtomicBool>,
+    /// Cancelled (and replaced) by `reset`.
+    reset: Arc<Mutex<tokio_util::sync::CancellationToken>>,
+    open: Arc<AtomicU64>,
+    /// When a client last sent a frame, and the longest gap seen between two.
+    silence: Arc<Mutex<(Option<Instant>, Duration)>>,
+}
+
+impl Link {
+    fn reset_token(&self) -> tokio_util::sync::CancellationToken {
+        self.reset.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Counts one open connection until the returned guard drops.
+    fn open(&self) -> OpenConnection {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        OpenConnection(self.open.clone())
+    }
+}
+
+struct OpenConnection(Arc<AtomicU64>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
+/// first (the connect request or response, which has no header) to `seen`, dropping frames
+/// while the link is blackholed (or, from the server, muted) and delaying them while it is
+/// slow.
+async fn forward_frames(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    link: &Link,
+    from_server: bool,
+    seen: impl Fn(&[u8]),
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut first = true;
+    loop {
+        let len = from.read_i32().await?;
+        let mut frame = vec![0u8; len.max(0) as usize];
+        from.read_exact(&mut frame).await?;
+        if !from_server {
+            let mut silence = link.silence.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if let Some(last) = silence.0 {
+                silence.1 = silence.1.max(now - last);
+            }
+            silence.0 = Some(now);
+        }
+        if link.hole.load(Ordering::SeqCst) || (from_server && link.mute.load(Ordering::SeqCst)) {
+            continue;
+        }
+        let delay = link.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if !first && frame.len() >= 8 {
+            seen(&frame);
+        }
+        first = false;
+        to.write_i32(len).await?;
+        to.write_all(&frame).await?;
+    }
+}
+
+fn header_field(frame: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]])
+}

@@ -1,0 +1,436 @@
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::ensemble::EnsembleOptions;
+
+/// Where Debian's `zookeeper` package puts its jars.
+const JARS: &str = "/usr/share/java";
+
+/// The command that installs what [`LocalZooKeeper`] needs.
+pub const INSTALL_HINT: &str =
+    "ZooKeeper is not installed: run `sudo apt-get install -y zookeeper` (Debian's package), or scripts/demo, which does it";
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Why a local server could not be started.
+///
+/// # Examples
+///
+/// ```
+/// let err = zkfence_testkit::StartError::NotInstalled;
+/// assert!(err.to_string().contains("apt-get install"));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Debian's `zookeeper` package is not installed.
+    #[error("{INSTALL_HINT}")]
+    NotInstalled,
+    /// Running `bash`/`java`, or writing the temp dir, failed.
+    #[error("could not start zookeeper: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server did not answer in time; the message carries the end of its log.
+    #[error("zookeeper did not start within {timeout:?}; last log lines:\n{log}")]
+    NotServing {
+        /// How long we waited.
+        timeout: Duration,
+        /// The end of the server log.
+        log: String,
+    },
+}
+
+/// A JVM under its bash wrapper.
+#[derive(Debug)]
+pub(crate) struct Jvm {
+    wrapper: Child,
+    /// Closing it tells the wrapper to kill the JVM.
+    stdin: Option<ChildStdin>,
+    pid: i32,
+}
+
+impl Jvm {
+    /// Starts `java <flags> <main> <args>` under the wrapper, inside network namespace
+    /// `netns` when given.
+    pub(crate) fn spawn(
+        dir: &Path,
+        netns: Option<&str>,
+        flags: &[String],
+        main: &str,
+        args: &[&str],
+    ) -> Result<Jvm, StartError> {
+        if !Path::new(JARS).join("zookeeper.jar").exists() {
+            return Err(StartError::NotInstalled);
+        }
+        let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+            -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' $ZK_JVMFLAGS \
+            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar "$@" >"$ZK_LOG" 2>&1 &
+            pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
+        let mut command = match netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, "bash"]);
+                command
+            }
+            None => Command::new("bash"),
+        };
+        let mut wrapper = command
+            .arg("-c")
+            .arg(script)
+            .arg("zk-wrapper")
+            .arg(main)
+            .args(args)
+            .env("ZK_LOG", dir.join("server.log"))
+            .env("ZK_JVMFLAGS", flags.join(" "))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdin = wrapper.stdin.take();
+        let mut line = String::new();
+        if let Some(stdout) = wrapper.stdout.take() {
+            BufReader::new(stdout).read_line(&mut line)?;
+        }
+        let pid = line
+            .trim()
+            .parse()
+            .map_err(|_| std::io::Error::other("the zookeeper wrapper printed no pid"))?;
+        Ok(Jvm {
+            wrapper,
+            stdin,
+            pid,
+        })
+    }
+
+    pub(crate) fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a pid we started; at worst it fails with ESRCH.
+        unsafe { libc::kill(self.pid, signal) };
+    }
+}
+
+impl Drop for Jvm {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.signal(libc::SIGCONT);
+        self.stdin.take(); // the wrapper's `read` returns, it reaps the JVM and exits
+        let _ = self.wrapper.wait();
+    }
+}
+
+/// Sends a ZooKeeper four-letter word (`ruok`, `srvr`, `wchs`, ...) and returns the answer.
+///
+/// # Examples
+///
+/// ```no_run
+/// let answer = zkfence_testkit::four_letter("127.0.0.1:2181", "srvr");
+/// println!("{answer:?}");
+/// ```
+pub fn four_letter(addr: &str, word: &str) -> Option<String> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// One server process: its address, its files, its JVM.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) host: String,
+    port: u16,
+    dir: PathBuf,
+    main: &'static str,
+    /// The network namespace it runs in, if it has its own.
+    pub(crate) netns: Option<String>,
+    jvm_flags: Vec<String>,
+    pub(crate) jvm: Mutex<Option<Jvm>>,
+}
+
+pub(crate) fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+pub(crate) fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
+    let name = format!(
+        "zkfence-{kind}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let dir = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(dir.join("data"))?;
+    Ok(dir)
+}
+
+/// The settings every server here shares: the tick and limits of `options` (sessions from
+/// 2 ticks to 20 ticks, at least 30 s), no fsync, four-letter words on, the admin server off.
+pub(crate) fn base_config(dir: &Path, host: &str, port: u16, options: &EnsembleOptions) -> String {
+    let tick = options.tick.as_millis().max(1);
+    format!(
+        "tickTime={tick}\ninitLimit={}\nsyncLimit={}\ndataDir={}\nclientPort={port}\nclientPortAddress={host}\n\
+         maxClientCnxns=0\nminSessionTimeout={}\nmaxSessionTimeout={}\nforceSync=no\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=*\n{}",
+        options.init_limit,
+        options.sync_limit,
+        dir.join("data").display(),
+        2 * tick,
+        (20 * tick).max(30_000),
+        options.config.iter().map(|line| format!("{line}\n")).collect::<String>(),
+    )
+}
+
+impl Node {
+    pub(crate) fn new(
+        host: &str,
+        port: u16,
+        dir: PathBuf,
+        main: &'static str,
+        config: &str,
+        netns: Option<String>,
+        jvm_flags: Vec<String>,
+    ) -> Result<Node, StartError> {
+        std::fs::write(dir.join("zoo.cfg"), config)?;
+        Ok(Node {
+            host: host.to_owned(),
+            port,
+            dir,
+            main,
+            netns,
+            jvm_flags,
+            jvm: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    pub(crate) fn spawn(&self) -> Result<(), StartError> {
+        let cfg = self.dir.join("zoo.cfg");
+        let jvm = Jvm::spawn(
+            &self.dir,
+            self.netns.as_deref(),
+            &self.jvm_flags,
+            self.main,
+            &[&cfg.to_string_lossy()],
+        )?;
+        *self.jvm.lock().unwrap_or_else(|e| e.into_inner()) = Some(jvm);
+        Ok(())
+    }
+
+    pub(crate) fn serving(&self) -> bool {
+        four_letter(&self.addr(), "srvr").is_some_and(|s| s.contains("Mode:"))
+    }
+
+    pub(crate) fn wait_serving(&self, timeout: Duration) -> Result<(), StartError> {
+        let deadline = Instant::now() + timeout;
+        while !self.serving() {
+            if Instant::now() >= deadline {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                return Err(StartError::NotServing {
+                    timeout,
+                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        self.jvm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |j| j.pid)
+    }
+
+    pub(crate) fn signal(&self, signal: i32) {
+        if let Some(jvm) = self.jvm.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            jvm.signal(signal);
+        }
+    }
+
+    pub(crate) fn kill(&self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(self.addr()).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.jvm.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub(crate) const STANDALONE: &str = "org.apache.zookeeper.server.ZooKeeperServerMain";
+pub(crate) const QUORUM: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One standalone ZooKeeper server on a loopback port, stopped (by pid) when dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// let zk = zkfence_testkit::LocalZooKeeper::start()?;
+/// println!("connect to {}", zk.addr());
+/// zk.pause();   // SIGSTOP: sessions see silence
+/// zk.resume();  // SIGCONT
+/// # Ok::<(), zkfence_testkit::StartError>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalZooKeeper {
+    node: Node,
+}
+
+impl LocalZooKeeper {
+    /// Starts a server on a free loopback port and waits (up to 60 s) until it serves requests.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::NotInstalled`] without Debian's `zookeeper` package; the other variants
+    /// when it cannot be run or does not come up.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn start() -> Result<LocalZooKeeper, StartError> {
+        let port = free_port()?;
+        let dir = temp_dir("zk")?;
+        let config = base_config(&dir, "127.0.0.1", port, &EnsembleOptions::default());
+        let zk = LocalZooKeeper {
+            node: Node::new(
+                "127.0.0.1",
+                port,
+                dir,
+                STANDALONE,
+                &config,
+                None,
+                Vec::new(),
+            )?,
+        };
+        zk.node.spawn()?;
+        zk.node.wait_serving(START_TIMEOUT)?;
+        Ok(zk)
+    }
+
+    /// The connect string, `127.0.0.1:<port>`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// assert!(zk.addr().starts_with("127.0.0.1:"));
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn addr(&self) -> String {
+        self.node.addr()
+    }
+
+    /// The server's log so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// eprintln!("{}", zk.log());
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn log(&self) -> String {
+        self.node.log()
+    }
+
+    /// The JVM's pid (0 while killed).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// assert!(zk.pid() > 0);
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn pid(&self) -> i32 {
+        self.node.pid()
+    }
+
+    /// SIGSTOP: the server keeps its sockets open but answers nothing, and its clock keeps
+    /// running, so sessions whose timeout passes during the pause expire when it resumes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// zk.pause();
+    /// zk.resume();
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn pause(&self) {
+        self.node.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// zk.pause();
+    /// zk.resume();
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn resume(&self) {
+        self.node.signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL, keeping the data dir for [`restart`](Self::restart); returns once the port
+    /// refuses connections.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// zk.kill();
+    /// zk.restart()?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn kill(&self) {
+        self.node.kill();
+    }
+
+    /// Kills the server if it runs and starts it again on the same port and data: sessions
+    /// survive if they have not timed out meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let zk = zkfence_testkit::LocalZooKeeper::start()?;
+    /// zk.restart()?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn restart(&self) -> Result<(), StartError> {
+        self.node.kill();
+        self.node.spawn()?;
+        self.node.wait_serving(START_TIMEOUT)
+    }
+}
