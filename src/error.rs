@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use crate::watchdog::LossReason;
+use crate::loss::LossReason;
 
 /// The result type of every fallible zkfence operation.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,9 +10,11 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::loss::LossReason;
 use crate::metrics as m;
-use crate::recipe::{self, Deleted};
-use crate::watchdog::{Event, GuardState, Interest, LossReason};
+use crate::queue::in_process::InProcessTurn;
+use crate::watchdog::{Event, GuardState, Interest};
+use crate::zk::{delete_node, Deleted};
 
 /// What a guard and its [`Held`] handles share.
 #[derive(Debug)]
@@ -248,17 +250,17 @@ pub struct LockGuard {
     interest: Option<Interest>,
     /// This process's turn in the lock's in-process queue; dropping it lets the next task
     /// contend.
-    local: Option<crate::lock::LocalTurn>,
+    turn: Option<InProcessTurn>,
 }
 
 /// What an acquire hands to its guard besides the token.
 pub(crate) struct Handoff {
     /// The pending watch on our node, set while we waited (the watchdog takes it over).
-    pub(crate) node_watch: Option<crate::lock::NodeWatch>,
+    pub(crate) node_watch: Option<crate::zk::NodeWatch>,
     /// Delete with the release marker (lock-delay is on).
     pub(crate) mark: bool,
-    /// The in-process queue turn, for exclusive kinds.
-    pub(crate) local: Option<crate::lock::LocalTurn>,
+    /// The in-process queue turn, for the kinds that queue in process.
+    pub(crate) turn: Option<InProcessTurn>,
 }
 
 impl std::ops::Deref for LockGuard {
@@ -305,7 +307,7 @@ impl LockGuard {
                 shared: Arc::new(shared),
             },
             interest: Some(interest),
-            local: handoff.local,
+            turn: handoff.turn,
         }
     }
 
@@ -362,11 +364,11 @@ impl LockGuard {
         let shared = self.held.shared.clone();
         let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
         shared.state.lose(LossReason::Released);
-        let deleted = recipe::delete_node(&shared.client, &shared.node, shared.mark).await;
+        let deleted = delete_node(&shared.client, &shared.node, shared.mark).await;
         if let Err(err) = &deleted {
             if !err.is_session_terminal() {
                 // The node may still be ours: keep trying in the background.
-                crate::lock::spawn_cleanup(
+                crate::queue::cleanup::spawn_cleanup(
                     shared.client.clone(),
                     shared.node.to_string(),
                     shared.mark,
@@ -420,11 +422,11 @@ impl Drop for LockGuard {
         let shared = self.held.shared.clone();
         shared.state.lose(LossReason::Released);
         self.finish();
-        crate::lock::spawn_cleanup(
+        crate::queue::cleanup::spawn_cleanup(
             shared.client.clone(),
             shared.node.to_string(),
             shared.mark,
-            self.local.take(),
+            self.turn.take(),
         );
     }
 }

@@ -158,18 +158,22 @@
 mod error;
 mod fencing;
 mod guard;
-mod lease;
 mod lock;
+mod loss;
 pub mod metrics;
-mod recipe;
+mod options;
+mod queue;
 mod rwlock;
 mod semaphore;
+mod time;
 mod watchdog;
+mod zk;
 
 pub use crate::error::{Error, Result};
 pub use crate::fencing::{FencingToken, ParseTokenError};
 pub use crate::guard::{Held, LockGuard};
-pub use crate::lock::{Contender, FencedLock, LockOptions, ParentMode, MAX_LOCK_DELAY};
+pub use crate::lock::{Contender, FencedLock};
+pub use crate::loss::LossReason;
+pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
-pub use crate::watchdog::LossReason;

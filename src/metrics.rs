@@ -33,7 +33,7 @@ pub const LEASE_REMAINING_SECONDS: &str = "zkfence_lease_remaining_seconds";
 /// Gauge: sessions watched by a watchdog in this process.
 pub const WATCHED_SESSIONS: &str = "zkfence_watched_sessions";
 /// Gauge: tasks waiting in an in-process queue (behind this process's one contender).
-pub const LOCAL_WAITERS: &str = "zkfence_local_waiters";
+pub const IN_PROCESS_WAITERS: &str = "zkfence_in_process_waiters";
 /// Counter: acquisitions held back by the lock-delay after a node ahead vanished without a
 /// release.
 pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
@@ -82,26 +82,26 @@ pub fn describe() {
         WATCHED_SESSIONS,
         "sessions watched by a watchdog in this process"
     );
-    describe_gauge!(LOCAL_WAITERS, "tasks waiting in an in-process queue");
+    describe_gauge!(IN_PROCESS_WAITERS, "tasks waiting in an in-process queue");
     describe_counter!(
         LOCK_DELAYS_TOTAL,
         "acquisitions held back by the lock-delay after a failed holder"
     );
 }
 
-/// Counts one task in [`LOCAL_WAITERS`] while it lives (cancel safe).
-pub(crate) struct LocalWaiter(String);
+/// Counts one task in [`IN_PROCESS_WAITERS`] while it lives (cancel safe).
+pub(crate) struct InProcessWaiter(String);
 
-impl LocalWaiter {
-    pub(crate) fn new(label: &str) -> LocalWaiter {
-        metrics::gauge!(LOCAL_WAITERS, "lock" => label.to_owned()).increment(1.0);
-        LocalWaiter(label.to_owned())
+impl InProcessWaiter {
+    pub(crate) fn new(label: &str) -> InProcessWaiter {
+        metrics::gauge!(IN_PROCESS_WAITERS, "lock" => label.to_owned()).increment(1.0);
+        InProcessWaiter(label.to_owned())
     }
 }
 
-impl Drop for LocalWaiter {
+impl Drop for InProcessWaiter {
     fn drop(&mut self) {
-        metrics::gauge!(LOCAL_WAITERS, "lock" => std::mem::take(&mut self.0)).decrement(1.0);
+        metrics::gauge!(IN_PROCESS_WAITERS, "lock" => std::mem::take(&mut self.0)).decrement(1.0);
     }
 }
 

@@ -6,8 +6,9 @@ use zookeeper_client as zk;
 
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::lock::{FencedLock, LockOptions};
-use crate::recipe::Kind;
+use crate::lock::FencedLock;
+use crate::options::LockOptions;
+use crate::queue::kind::Kind;
 
 /// A fair, fenced read/write lock on one ZooKeeper path.
 ///

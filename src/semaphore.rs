@@ -7,8 +7,10 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::guard::{Held, LockGuard};
-use crate::lock::{Contender, FencedLock, LockOptions, ParentMode};
-use crate::recipe::Kind;
+use crate::lock::{Contender, FencedLock};
+use crate::options::{LockOptions, ParentMode};
+use crate::queue::kind::Kind;
+use crate::zk::retrying;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///
@@ -311,5 +313,66 @@ impl FencedSemaphore {
             ));
         }
         self.lock.store_data(permits.to_string().as_bytes()).await
+    }
+}
+/// The kind hook of the queue protocol: a semaphore lease is admitted only if this client's
+/// count agrees with the stored one (read in the create's round trip); other kinds are.
+pub(crate) async fn admit(
+    kind: Kind,
+    client: &zk::Client,
+    path: &str,
+    read: Option<(Vec<u8>, zk::Stat)>,
+) -> Result<()> {
+    match kind {
+        Kind::Semaphore(requested) => agree_on_permits(client, path, requested, read).await,
+        _ => Ok(()),
+    }
+}
+
+/// Makes all clients of a semaphore agree on its permit count: the count stored in the
+/// semaphore node's data. The first client stores its own (a versioned set, so two first
+/// clients cannot both win); later ones must match it.
+async fn agree_on_permits(
+    client: &zk::Client,
+    path: &str,
+    requested: u32,
+    mut read: Option<(Vec<u8>, zk::Stat)>,
+) -> Result<()> {
+    let session = client.session_id();
+    loop {
+        let (data, stat) = match read.take() {
+            Some(read) => read,
+            None => match retrying(client, || client.get_data(path)).await? {
+                Ok(read) => read,
+                Err(err) => return Err(Error::zk("get", path, session, err)),
+            },
+        };
+        if data.is_empty() {
+            let value = requested.to_string();
+            // Versioned: two first clients cannot both store, and a repeat after a lost reply
+            // finds the version moved and reads again.
+            let set = || client.set_data(path, value.as_bytes(), Some(stat.version));
+            match retrying(client, set).await? {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::BadVersion) => continue, // another client stored first
+                Err(err) => return Err(Error::zk("set", path, session, err)),
+            }
+        }
+        let stored = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        return match stored {
+            Some(stored) if stored == requested => Ok(()),
+            Some(stored) => Err(Error::PermitsMismatch {
+                path: path.to_owned(),
+                stored,
+                requested,
+            }),
+            None => Err(Error::PermitsMismatch {
+                path: path.to_owned(),
+                stored: 0,
+                requested,
+            }),
+        };
     }
 }

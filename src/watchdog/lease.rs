@@ -424,24 +424,6 @@ impl LeaseCell {
     }
 }
 
-/// Whether a request that failed with `err` reached a server, which then saw the session
-/// (errors `zookeeper-client` makes up itself, without a server, do not count).
-pub(crate) fn answered_by_server(err: &zookeeper_client::Error) -> bool {
-    use zookeeper_client::Error as E;
-    matches!(
-        err,
-        E::NoNode
-            | E::NoAuth
-            | E::BadVersion
-            | E::NodeExists
-            | E::NotEmpty
-            | E::NoChildrenForEphemerals
-            | E::InvalidAcl
-            | E::QuotaExceeded
-            | E::RuntimeInconsistent
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

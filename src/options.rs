@@ -1,0 +1,313 @@
+//! [`LockOptions`] and [`ParentMode`]: how a lock names, creates and protects its nodes, and
+//! how its lease is computed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::watchdog::lease::LeasePolicy;
+
+/// How a lock's parent nodes are created when they are missing.
+///
+/// # Examples
+///
+/// ```
+/// let options = zkfence::LockOptions::default().with_parent_mode(zkfence::ParentMode::Persistent);
+/// # let _ = options;
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParentMode {
+    /// Container nodes, as Apache Curator creates them: the server deletes them once empty, so
+    /// idle locks leave nothing behind. Tokens stay monotonic when the parent is recreated.
+    Container,
+    /// Ordinary persistent nodes, kept until someone deletes them.
+    Persistent,
+}
+
+/// How a [`FencedLock`] creates its nodes and watches its lease. Built with `with_*` methods
+/// from [`LockOptions::default`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use zkfence::LockOptions;
+///
+/// let options = LockOptions::default()
+///     .with_data(b"orders-worker-3".to_vec())
+///     .with_create_parents(true)
+///     .with_ride_out_disconnects(false)
+///     .with_lease_margin(Duration::from_millis(200))
+///     .with_metrics_label("orders");
+/// assert_eq!(options.data(), b"orders-worker-3");
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    /// Stored in our lock node so `contenders()` and operators can tell who holds the lock.
+    pub(crate) data: Vec<u8>,
+    /// ACLs of the lock node and of parents we create.
+    pub(crate) acls: Vec<zk::Acl>,
+    /// Whether missing parents are created rather than reported.
+    pub(crate) create_parents: bool,
+    pub(crate) parent_mode: ParentMode,
+    /// Whether a disconnect cancels at once (false) or only once the lease lapses (true).
+    pub(crate) ride_out: bool,
+    pub(crate) lease: LeasePolicy,
+    pub(crate) metrics_label: Option<Arc<str>>,
+    /// How long a successor waits after a predecessor vanished without releasing.
+    pub(crate) lock_delay: Option<Duration>,
+}
+
+/// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+
+impl Default for LockOptions {
+    /// Node data `host:<hostname> pid:<pid>`, ACL world:anyone with all permissions, container
+    /// parents created when missing, cancel at once on disconnect, 1% drift, a margin of `T/20`
+    /// (20 ms to 500 ms), and the ensemble's tickTime taken as `T/2`.
+    fn default() -> Self {
+        LockOptions {
+            data: default_identity().into_bytes(),
+            acls: zk::Acls::anyone_all().to_vec(),
+            create_parents: true,
+            parent_mode: ParentMode::Container,
+            ride_out: false,
+            lease: LeasePolicy::default(),
+            metrics_label: None,
+            lock_delay: None,
+        }
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_owned());
+    format!("host:{host} pid:{}", std::process::id())
+}
+
+impl LockOptions {
+    /// The data stored in our lock node (default `host:<hostname> pid:<pid>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_data("job-42");
+    /// assert_eq!(options.data(), b"job-42");
+    /// ```
+    pub fn with_data(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.data = data.into();
+        self
+    }
+
+    /// The ACLs of our lock node and of any parents we create (default world:anyone, all).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zookeeper_client::Acls;
+    /// let options = zkfence::LockOptions::default().with_acls(Acls::creator_all().to_vec());
+    /// # let _ = options;
+    /// ```
+    pub fn with_acls(mut self, acls: Vec<zk::Acl>) -> Self {
+        self.acls = acls;
+        self
+    }
+
+    /// Whether missing parents of the lock path are created (default `true`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_create_parents(false);
+    /// # let _ = options;
+    /// ```
+    pub fn with_create_parents(mut self, create: bool) -> Self {
+        self.create_parents = create;
+        self
+    }
+
+    /// How missing parents are created (default [`ParentMode::Container`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_parent_mode(zkfence::ParentMode::Persistent);
+    /// # let _ = options;
+    /// ```
+    pub fn with_parent_mode(mut self, mode: ParentMode) -> Self {
+        self.parent_mode = mode;
+        self
+    }
+
+    /// Whether a disconnect from ZooKeeper is ridden out until the lease deadline (`true`)
+    /// rather than cancelling the guard at once (`false`, the default). Riding out trades a
+    /// little safety margin for availability during short network blips; the lease still
+    /// ends the hold before the server could expire the session.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_ride_out_disconnects(true);
+    /// # let _ = options;
+    /// ```
+    pub fn with_ride_out_disconnects(mut self, ride_out: bool) -> Self {
+        self.ride_out = ride_out;
+        self
+    }
+
+    /// Slack given up from the lease for scheduling and network jitter (default `T/20`,
+    /// between 20 ms and 500 ms, `T` the negotiated session timeout): the lease ends `margin`
+    /// before the earliest instant the leader could expire the session, and a follower is
+    /// allowed `margin` of lateness when it relays the session's activity to the leader.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_lease_margin(std::time::Duration::from_millis(250));
+    /// # let _ = options;
+    /// ```
+    pub fn with_lease_margin(mut self, margin: Duration) -> Self {
+        self.lease.margin = Some(margin);
+        self
+    }
+
+    /// The ensemble's `tickTime`, if you know it (by default zkfence assumes `T/2`, the
+    /// largest ZooKeeper's default `minSessionTimeout = 2·tickTime` allows).
+    ///
+    /// A follower tells the leader that a session is alive only every `tickTime/2`, so a
+    /// reply proves the leader heard from the session only that long before a later write was
+    /// sent (see "The lease, and what each server reply proves" in the crate docs): a shorter
+    /// tick gives a fresher lease. Give the real value or a larger one, never a smaller one.
+    /// Set it when your servers' `minSessionTimeout` is below `2·tickTime`; to gain lease time
+    /// when the tick is well below `T/2`; larger than the real tick to cover leader pauses
+    /// (a tick of `2X` covers pauses up to `X`); and at twice the real tick for clients of
+    /// observers behind an `ObserverMaster`. Settings that leave no room to renew the lease (a
+    /// tick close to `T`) are refused by [`FencedLock::new`] with [`Error::LeaseTooShort`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // Stock ZooKeeper settings (tickTime=2000) with a 20 s session.
+    /// let options = zkfence::LockOptions::default().with_tick_time(std::time::Duration::from_secs(2));
+    /// # let _ = options;
+    /// ```
+    pub fn with_tick_time(mut self, tick: Duration) -> Self {
+        self.lease.tick = (!tick.is_zero()).then_some(tick);
+        self
+    }
+
+    /// **Unsound; for zkfence's chaos suite only.** Keeps the lease rule zkfence had before
+    /// it learnt that a leader answers its own clients' syncs without a quorum: each `sync`
+    /// reply extends the lease from its send time, margin `T/4`. The chaos suite runs it as a
+    /// mutant to show that its partition faults catch it. Only built with the `mutants`
+    /// feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mutant = zkfence::LockOptions::default().with_legacy_sync_lease_mutant(true);
+    /// # let _ = mutant;
+    /// ```
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn with_legacy_sync_lease_mutant(mut self, on: bool) -> Self {
+        self.lease.legacy = on;
+        self
+    }
+
+    /// Fraction of the session timeout given up for clock-rate differences between this host
+    /// and the server (default 0.01, i.e. 1%). Values are clamped to `0.0..=0.5`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_lease_drift(0.02);
+    /// # let _ = options;
+    /// ```
+    pub fn with_lease_drift(mut self, drift: f64) -> Self {
+        self.lease.drift = if drift.is_nan() {
+            0.01
+        } else {
+            drift.clamp(0.0, 0.5)
+        };
+        self
+    }
+
+    /// A name for this lock in metrics (label `lock`). Keep it low-cardinality: a lock's
+    /// purpose, never a per-entity path. Unset by default (empty label).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_metrics_label("orders");
+    /// # let _ = options;
+    /// ```
+    pub fn with_metrics_label(mut self, label: impl Into<String>) -> Self {
+        self.metrics_label = Some(label.into().into());
+        self
+    }
+
+    /// A lock-delay in the spirit of Chubby's and Consul's (off by default): when a node this
+    /// contender watches while it waits vanishes **without a release** (its session expired,
+    /// or an operator deleted it), the contender waits `delay` more before it takes the
+    /// lock; if it gives up during the delay, its successor inherits it. A
+    /// holder that stalled past its session may still be finishing a write; the delay narrows
+    /// that window for storage that cannot check fencing tokens. A normal release is never
+    /// delayed. Clamped to [`MAX_LOCK_DELAY`].
+    ///
+    /// How a successor tells the two apart: with this option on, a release deletes the node
+    /// in a multi that first sets its data to `released`, so the successor's watch sees a
+    /// data change before the node goes; a node that just vanishes was not released. The
+    /// cost: a release sends one multi (two operations, one commit) instead of a delete, and
+    /// a successor woken by a release lists the queue once before it proceeds. Every
+    /// contender of a lock should use the same setting; a holder without it releases with a
+    /// plain delete, which its delaying successors take for a failure.
+    ///
+    /// It errs towards delaying. A successor is also delayed when the node that vanished was a
+    /// waiter (not the holder) whose session ended, and when it was disconnected while the
+    /// release happened (on reconnect the server reports the deletion, not the marker). It
+    /// is not delayed when the node vanished in the one round trip between its listing and
+    /// its watch, nor when it arrives after a failed holder's node is already gone (that node
+    /// outlived the holder's last contact by a whole session timeout). The marker is a write:
+    /// the lock nodes' ACL must grant the creator WRITE (the default ACL does); without it a
+    /// release falls back to a plain delete.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = zkfence::LockOptions::default().with_lock_delay(Duration::from_secs(5));
+    /// assert_eq!(options.lock_delay(), Some(Duration::from_secs(5)));
+    /// ```
+    pub fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = (!delay.is_zero()).then_some(delay.min(MAX_LOCK_DELAY));
+        self
+    }
+
+    /// The lock-delay, if one is set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::LockOptions::default().lock_delay(), None);
+    /// ```
+    pub fn lock_delay(&self) -> Option<Duration> {
+        self.lock_delay
+    }
+
+    /// The node data.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(zkfence::LockOptions::default().data().starts_with(b"host:"));
+    /// ```
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+}

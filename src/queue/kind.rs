@@ -1,0 +1,239 @@
+//! The lock kinds: one queue, and per kind the "may I proceed, and what do I watch?" predicate
+//! (Curator's driver idea).
+
+use super::names::{distance, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME, WRITE_NAME};
+
+/// The lock kinds, each a predicate over the one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One holder; waits for every earlier node.
+    Mutex,
+    /// Shares with other readers; waits only for earlier exclusive nodes.
+    Read,
+    /// A write lock: one holder; waits for every earlier node, readers included.
+    Write,
+    /// Up to `n` holders: proceeds when fewer than `n` nodes sort before it.
+    Semaphore(u32),
+}
+
+impl Kind {
+    /// The marker before the sequence in this kind's node names.
+    pub(crate) fn marker(self) -> &'static str {
+        match self {
+            Kind::Mutex => LOCK_NAME,
+            Kind::Read => READ_NAME,
+            Kind::Write => WRITE_NAME,
+            Kind::Semaphore(_) => LEASE_NAME,
+        }
+    }
+
+    /// The kind's name in traces.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Semaphore(_) => "semaphore",
+        }
+    }
+
+    /// Whether this kind reads the lock node's own data in its create's round trip (a
+    /// semaphore: its stored permit count, for [`crate::semaphore::admit`]).
+    pub(crate) fn reads_lock_data(self) -> bool {
+        matches!(self, Kind::Semaphore(_))
+    }
+
+    /// Whether this kind queues in-process first (one ZooKeeper contender per process): the
+    /// kinds that exclude every other holder.
+    pub(crate) fn queues_in_process(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Write)
+    }
+
+    /// Where our node (`own`, sequence `own_seq`) stands in `children`, in linear time
+    /// without sorting the listing: how many nodes block us, and the ones to watch (the
+    /// nearest blockers).
+    pub(crate) fn position(self, children: &[String], own: &str, own_seq: i32) -> Position {
+        let mut present = false;
+        let mut ahead: Vec<(i32, &String, Role)> = Vec::new();
+        for child in children {
+            if child == own {
+                present = true;
+                continue;
+            }
+            let Some((seq, role)) = parse_node(child) else {
+                continue;
+            };
+            let d = distance(own_seq, seq);
+            if d < 0 {
+                ahead.push((d, child, role));
+            }
+        }
+        let watch_nearest = |mut nodes: Vec<(i32, &String, Role)>, n: usize| -> Vec<String> {
+            // The n nearest (largest, least negative distances) in linear time: a listing of a
+            // long queue is never sorted; only the n picked are ordered, nearest first.
+            let nearest = std::cmp::Reverse;
+            if nodes.len() > n && n > 0 {
+                nodes.select_nth_unstable_by_key(n - 1, |&(d, _, _)| nearest(d));
+                nodes.truncate(n);
+            }
+            nodes.sort_unstable_by_key(|&(d, _, _)| nearest(d));
+            nodes.into_iter().map(|(_, name, _)| name.clone()).collect()
+        };
+        let (blocking, watch) = match self {
+            Kind::Mutex | Kind::Write => {
+                let blocking = ahead.len();
+                (blocking, watch_nearest(ahead, 1))
+            }
+            Kind::Read => {
+                let writers: Vec<_> = ahead
+                    .into_iter()
+                    .filter(|&(_, _, role)| role == Role::Exclusive)
+                    .collect();
+                (writers.len(), watch_nearest(writers, 1))
+            }
+            Kind::Semaphore(n) => {
+                // Any of the n nearest nodes ahead going away admits us when exactly n are
+                // ahead; nodes further ahead going away never do (those n still block).
+                let n = n.max(1) as usize;
+                let blocking = (ahead.len() + 1).saturating_sub(n);
+                (blocking, watch_nearest(ahead, n))
+            }
+        };
+        Position {
+            present,
+            blocking,
+            watch: if blocking > 0 { watch } else { Vec::new() },
+        }
+    }
+}
+
+/// Where we stand in one listing of the lock path's children.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// Is our node in the listing at all.
+    pub(crate) present: bool,
+    /// How many nodes must go before we may proceed (0: proceed now).
+    pub(crate) blocking: usize,
+    /// The nodes we watch: the nearest blockers (one for a mutex, writer or reader; `n` for
+    /// a semaphore of `n`). When one of them goes and `blocking` was 1, we proceed with no
+    /// further request.
+    pub(crate) watch: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::names::mutex_names as names;
+
+    #[test]
+    fn a_mutex_watches_only_the_immediate_predecessor() {
+        let children = names(&[3, 7, 5, 9, 1]);
+        let pos = Kind::Mutex.position(&children, &children[3], 9);
+        assert_eq!(
+            pos,
+            Position {
+                present: true,
+                blocking: 4,
+                watch: vec![children[1].clone()]
+            }
+        );
+        let first = Kind::Mutex.position(&children, &children[4], 1);
+        assert_eq!(
+            first,
+            Position {
+                present: true,
+                blocking: 0,
+                watch: vec![]
+            }
+        );
+        let gone = Kind::Mutex.position(&children, "_c_0f-lock-0000000004", 4);
+        assert!(!gone.present);
+        assert_eq!(gone.blocking, 2);
+    }
+
+    fn rw(spec: &[(char, i32)]) -> Vec<String> {
+        spec.iter()
+            .map(|&(k, s)| {
+                let marker = if k == 'r' { READ_NAME } else { WRITE_NAME };
+                format!("_c_{k}{s}-{marker}{s:010}")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reader_waits_only_for_the_nearest_earlier_writer() {
+        // R1 W2 R3 W4 R5: R5 is blocked by two writers and watches W4, the nearest.
+        let children = rw(&[('r', 1), ('w', 2), ('r', 3), ('w', 4), ('r', 5)]);
+        let r5 = Kind::Read.position(&children, &children[4], 5);
+        assert_eq!(
+            (r5.blocking, r5.watch.clone()),
+            (2, vec![children[3].clone()])
+        );
+        // R3 waits for W2 only, not for R1.
+        let r3 = Kind::Read.position(&children, &children[2], 3);
+        assert_eq!(
+            (r3.blocking, r3.watch.clone()),
+            (1, vec![children[1].clone()])
+        );
+        // R1 proceeds; a second reader right behind it proceeds too.
+        assert_eq!(Kind::Read.position(&children, &children[0], 1).blocking, 0);
+        let readers = rw(&[('r', 1), ('r', 2)]);
+        assert_eq!(Kind::Read.position(&readers, &readers[1], 2).blocking, 0);
+        // W2 waits for R1; W4 for everything before it, watching R3.
+        let w2 = Kind::Write.position(&children, &children[1], 2);
+        assert_eq!(
+            (w2.blocking, w2.watch.clone()),
+            (1, vec![children[0].clone()])
+        );
+        let w4 = Kind::Write.position(&children, &children[3], 4);
+        assert_eq!((w4.blocking, w4.watch), (3, vec![children[2].clone()]));
+    }
+
+    #[test]
+    fn curator_mutex_nodes_exclude_readers() {
+        let mut children = rw(&[('r', 2)]);
+        children.push("_c_x-lock-0000000001".into());
+        let r = Kind::Read.position(&children, &children[0], 2);
+        assert_eq!(r.blocking, 1);
+    }
+
+    #[test]
+    fn a_semaphore_of_n_watches_its_n_nearest_predecessors() {
+        let children = names(&[1, 2, 3, 4, 5]);
+        // With 3 permits: nodes 1, 2, 3 hold; 4 is blocked by one (any of 1..3 leaving
+        // admits it) and watches all three; 5 is blocked by two and watches 2, 3, 4.
+        for (i, seq) in [(0, 1), (1, 2), (2, 3)] {
+            assert_eq!(
+                Kind::Semaphore(3)
+                    .position(&children, &children[i], seq)
+                    .blocking,
+                0
+            );
+        }
+        let four = Kind::Semaphore(3).position(&children, &children[3], 4);
+        assert_eq!(four.blocking, 1);
+        assert_eq!(
+            four.watch,
+            vec![
+                children[2].clone(),
+                children[1].clone(),
+                children[0].clone()
+            ]
+        );
+        let five = Kind::Semaphore(3).position(&children, &children[4], 5);
+        assert_eq!(five.blocking, 2);
+        assert_eq!(
+            five.watch,
+            vec![
+                children[3].clone(),
+                children[2].clone(),
+                children[1].clone()
+            ]
+        );
+        // One permit is a mutex.
+        assert_eq!(
+            Kind::Semaphore(1).position(&children, &children[4], 5),
+            Kind::Mutex.position(&children, &children[4], 5)
+        );
+    }
+}

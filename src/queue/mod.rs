@@ -1,0 +1,556 @@
+//! The queue protocol every lock kind shares: take our turn in the in-process queue, create
+//! our node (the listing pipelined behind it), wait on the nodes the kind's predicate names,
+//! give a failed holder's stalled work its lock-delay, and hand the node to a guard.
+//!
+//! [`kind`] holds the predicates, [`names`] the node names and their order, [`cleanup`] what
+//! removes our node on every way out but a guard, [`in_process`] the queue inside a process.
+
+pub(crate) mod cleanup;
+pub(crate) mod in_process;
+pub(crate) mod kind;
+pub(crate) mod names;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::guard::LockGuard;
+use crate::lock::{FencedLock, Inner};
+use crate::metrics as m;
+use crate::options::{LockOptions, ParentMode};
+use crate::time::sleep_until_opt;
+use crate::watchdog::lease::LeaseCell;
+use crate::watchdog::{self, GuardState};
+use crate::zk::{watch_changed, NodeWatch};
+
+use self::cleanup::PendingNode;
+use self::in_process::InProcessTurn;
+use self::kind::Position;
+use self::names::child_path;
+
+/// How long an acquire may wait in the queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    Forever,
+    Never,
+    Until(Instant),
+}
+
+/// The protocol, as its steps: our turn in the process, our node in the queue, our turn in
+/// the queue, the lock-delay, the guard. `Ok(None)` when the wait ran out.
+pub(crate) async fn acquire(lock: &FencedLock, wait: Wait) -> Result<Option<LockGuard>> {
+    let inner = lock.inner();
+    let client = &inner.client;
+    if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
+        return Err(err);
+    }
+    let Ok(turn) = in_process::take_turn(inner.in_process.as_ref(), &inner.label, wait).await
+    else {
+        return Ok(None);
+    };
+    let interest = watchdog::watch_session(client, &inner.options.lease, &inner.path);
+    let mut attempt = Attempt::new(inner, wait, interest.watch().lease());
+    let Some(created) = attempt.create().await? else {
+        return Ok(None);
+    };
+    let node = attempt.verify(created).await?;
+    let Some(waited) = attempt.wait_turn(&node).await? else {
+        return Ok(None);
+    };
+    if !attempt.delay(waited.vanished).await? {
+        return Ok(None);
+    }
+    Ok(Some(attempt.into_guard(
+        node,
+        waited.own_watch,
+        &interest,
+        turn,
+    )))
+}
+
+/// One acquire in progress: what its steps share.
+struct Attempt<'a> {
+    inner: &'a Inner,
+    client: &'a zk::Client,
+    path: &'a str,
+    session: zk::SessionId,
+    wait: Wait,
+    lease: &'a LeaseCell,
+    /// Our node until a guard owns it: removed on every other way out.
+    pending: PendingNode,
+}
+
+/// What the create's round trip brought back.
+struct Created {
+    name: String,
+    stat: zk::Stat,
+    /// The listing sent right behind the create, when it arrived.
+    listing: Option<Vec<String>>,
+    /// The lock node's own data, for kinds that read it in that round trip.
+    lock_data: Option<(Vec<u8>, zk::Stat)>,
+}
+
+/// Our node in the queue.
+struct Queued {
+    name: String,
+    path: String,
+    sequence: i32,
+    token: FencingToken,
+    listing: Option<Vec<String>>,
+}
+
+/// How the wait for our turn ended, when it did not run out.
+struct Waited {
+    /// A node we waited on vanished without a release (lock-delay applies).
+    vanished: bool,
+    /// The watch on our own node, if one was set while waiting; the watchdog takes it over.
+    own_watch: Option<NodeWatch>,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(inner: &'a Inner, wait: Wait, lease: &'a LeaseCell) -> Attempt<'a> {
+        let client = &inner.client;
+        Attempt {
+            inner,
+            client,
+            path: &inner.path,
+            session: client.session_id(),
+            wait,
+            lease,
+            pending: PendingNode {
+                client: client.clone(),
+                parent: inner.path.to_string(),
+                prefix: names::protected_prefix(&uuid::Uuid::new_v4(), inner.kind),
+                node: None,
+                armed: true,
+                mark: inner.options.lock_delay.is_some(),
+            },
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self.wait {
+            Wait::Until(deadline) => Some(deadline),
+            _ => None,
+        }
+    }
+
+    /// Creates our node, with the listing (and the kind's own read) riding right behind it on
+    /// the session: one round trip plus one commit. Creates missing parents; after a lost
+    /// reply, finds our node by its UUID and our session. `Ok(None)`: the deadline passed.
+    async fn create(&mut self) -> Result<Option<Created>> {
+        let (client, path, options) = (self.client, self.path, &self.inner.options);
+        let create_path = child_path(path, &self.pending.prefix);
+        let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&options.acls));
+        let (mut attempt, mut parent_attempts) = (0, 0);
+        loop {
+            if self.deadline().is_some_and(|d| Instant::now() >= d) {
+                return Ok(None); // `pending` cleans up whatever may have been created
+            }
+            let sent = Instant::now();
+            let create = client.create(&create_path, &options.data, &mode);
+            let list = client.list_children(path);
+            let read = self
+                .inner
+                .kind
+                .reads_lock_data()
+                .then(|| client.get_data(path));
+            let created = create.await;
+            self.record(sent, &created);
+            let listing = list.await.ok();
+            let lock_data = match read {
+                Some(read) => read.await.ok(),
+                None => None,
+            };
+            let err = match created {
+                Ok((stat, sequence)) => {
+                    let name = format!("{}{sequence}", self.pending.prefix);
+                    return Ok(Some(Created {
+                        name,
+                        stat,
+                        listing,
+                        lock_data,
+                    }));
+                }
+                Err(err) => err,
+            };
+            match err {
+                zk::Error::NoNode if options.create_parents && parent_attempts < 8 => {
+                    parent_attempts += 1;
+                    self.create_parents().await?;
+                }
+                zk::Error::NoNode => {
+                    self.pending.armed = false;
+                    return Err(Error::NoParent {
+                        path: path.to_owned(),
+                    });
+                }
+                err if crate::zk::is_connection_error(&err) => {
+                    // Its own loop rather than `retrying`: after a lost reply our node may
+                    // exist, and is found rather than created twice.
+                    crate::zk::await_reconnect(client, &mut attempt).await?;
+                    let prefix = &self.pending.prefix;
+                    if let Some((name, stat)) =
+                        crate::zk::find_own_node(client, path, prefix).await?
+                    {
+                        return Ok(Some(Created {
+                            name,
+                            stat,
+                            listing: None,
+                            lock_data: None,
+                        }));
+                    }
+                }
+                err => {
+                    // The server refused the create: nothing of ours exists.
+                    self.pending.armed = false;
+                    return Err(Error::zk("create", path, self.session, err));
+                }
+            }
+        }
+    }
+
+    /// What the create's reply proves for the lease: a commit, or a refusal (a reply).
+    fn record<T>(&self, sent: Instant, created: &std::result::Result<T, zk::Error>) {
+        match created {
+            // A committed write: a proof for the lease (see `crate::watchdog::lease`).
+            Ok(_) => self.lease.committed(sent, Instant::now()),
+            // Refused by a server, which so saw the session: a reply for the lease.
+            Err(err) if crate::zk::answered_by_server(err) => {
+                self.lease.replied(sent, Instant::now())
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Creates the lock path's missing parents (nothing of ours exists meanwhile).
+    async fn create_parents(&mut self) -> Result<()> {
+        let options = &self.inner.options;
+        let mode = match options.parent_mode {
+            ParentMode::Container => zk::CreateMode::Container,
+            ParentMode::Persistent => zk::CreateMode::Persistent,
+        };
+        self.pending.armed = false;
+        crate::zk::create_parents(self.client, self.path, mode, &options.acls).await?;
+        self.pending.armed = true;
+        Ok(())
+    }
+
+    /// Our node's sequence and token, checked; then the kind's admission (a semaphore's
+    /// agreement on its count, from the data read in the create's round trip).
+    async fn verify(&mut self, created: Created) -> Result<Queued> {
+        let Created {
+            name,
+            stat,
+            listing,
+            lock_data,
+        } = created;
+        let path = child_path(self.path, &name);
+        self.pending.node = Some(path.clone());
+        let unexpected = |message: String| Error::ZooKeeper {
+            op: "create",
+            path: path.clone(),
+            source: zk::Error::UnexpectedError(message),
+        };
+        let Some(sequence) = names::parse_sequence(&name) else {
+            return Err(unexpected(format!(
+                "the server named our node {name:?}, without a 32-bit sequence"
+            )));
+        };
+        if stat.czxid <= 0 {
+            self.pending.remove().await?;
+            return Err(unexpected("the server returned no Stat for our node (ZooKeeper before 3.5?); zkfence needs it for the fencing token".into()));
+        }
+        tracing::Span::current().record("node", path.as_str());
+        let kind = self.inner.kind;
+        if let Err(err) = crate::semaphore::admit(kind, self.client, self.path, lock_data).await {
+            self.pending.remove().await?;
+            return Err(err);
+        }
+        let token = FencingToken::new(sequence, stat.czxid as u64);
+        Ok(Queued {
+            name,
+            path,
+            sequence,
+            token,
+            listing,
+        })
+    }
+
+    /// Waits until the kind's predicate lets us proceed, watching the nodes it names and our
+    /// own node (sent with the first round of watches, so it costs no extra round trip: if
+    /// someone deletes it, we fail instead of taking a lock we no longer queue for).
+    /// `Ok(None)`: the wait ran out (our node is removed).
+    async fn wait_turn(&mut self, node: &Queued) -> Result<Option<Waited>> {
+        let mut listing = node.listing.clone();
+        let mut waited = Waited {
+            vanished: false,
+            own_watch: None,
+        };
+        loop {
+            let children = match listing.take() {
+                Some(children) => children,
+                None => self.list(node).await?,
+            };
+            if self.remove_duplicates(&children, node).await? {
+                continue; // list again without them
+            }
+            let position = self
+                .inner
+                .kind
+                .position(&children, &node.name, node.sequence);
+            if !position.present {
+                return Err(self.node_deleted(node).await);
+            }
+            if position.blocking == 0 {
+                return Ok(Some(waited));
+            }
+            if let Wait::Never = self.wait {
+                self.pending.remove().await?;
+                return Ok(None);
+            }
+            let watchers = match self.arm(&position, node, &mut waited.own_watch).await? {
+                Armed::Watching(watchers) => watchers,
+                Armed::Gone if position.blocking == 1 => return Ok(Some(waited)),
+                Armed::Gone | Armed::Retry => continue,
+            };
+            let event = match self.next_change(watchers, &mut waited.own_watch).await {
+                Woke::Timeout => {
+                    self.pending.remove().await?;
+                    return Ok(None);
+                }
+                Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
+                    return Err(self.node_deleted(node).await);
+                }
+                Woke::Own(event) | Woke::Blocker(event) => event,
+            };
+            match event.event_type {
+                zk::EventType::NodeDeleted => {
+                    // Released nodes announce themselves with a data change first when
+                    // lock-delay is on; this one just vanished. Any such node counts, not
+                    // only the last blocker: one failed session often owns several nodes (a
+                    // holder and a waiter), and the waiter's deletion may be the one we see.
+                    // Erring this way delays a successor of a failed waiter too.
+                    waited.vanished |= self.pending.mark;
+                    // The zero-round-trip handoff: our last listing showed it as the only
+                    // blocker, and nothing new can sort before us.
+                    if position.blocking == 1 {
+                        return Ok(Some(waited));
+                    }
+                }
+                zk::EventType::Session => {
+                    if let Some(err) = Error::from_session_state(event.session_state, self.session)
+                    {
+                        return Err(err);
+                    }
+                }
+                _ => {} // a release marker (data changed), or own-node noise: list again
+            }
+        }
+    }
+
+    /// Lists the queue. A listing is a read, which a follower cut off from the leader still
+    /// answers: it proves nothing for the lease (committed writes do).
+    async fn list(&self, node: &Queued) -> Result<Vec<String>> {
+        let (client, path) = (self.client, self.path);
+        match crate::zk::retrying(client, || client.list_children(path)).await? {
+            Ok(children) => Ok(children),
+            Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
+            Err(err) => Err(Error::zk("list", path, self.session, err)),
+        }
+    }
+
+    /// A create retried after a lost reply may have landed twice: any other node with our
+    /// UUID is ours, and must not sort before us as if it were someone else's. Deletes them;
+    /// `true` if there were any.
+    async fn remove_duplicates(&self, children: &[String], node: &Queued) -> Result<bool> {
+        let prefix = &self.pending.prefix;
+        let duplicates: Vec<&String> = children
+            .iter()
+            .filter(|c| c.starts_with(prefix.as_str()) && **c != node.name)
+            .collect();
+        for duplicate in &duplicates {
+            let path = child_path(self.path, duplicate);
+            crate::zk::delete_node(self.client, &path, self.pending.mark).await?;
+        }
+        Ok(!duplicates.is_empty())
+    }
+
+    /// Sets exists watches on the nodes the predicate names (and on our own node, the first
+    /// time), all back to back: one round trip. Exists watches need no READ permission on
+    /// others' nodes.
+    async fn arm(
+        &self,
+        position: &Position,
+        node: &Queued,
+        own_watch: &mut Option<NodeWatch>,
+    ) -> Result<Armed> {
+        let client = self.client;
+        let own = own_watch
+            .is_none()
+            .then(|| client.check_and_watch_stat(&node.path));
+        let targets: Vec<String> = position
+            .watch
+            .iter()
+            .map(|n| child_path(self.path, n))
+            .collect();
+        let sent: Vec<_> = targets
+            .iter()
+            .map(|t| client.check_and_watch_stat(t))
+            .collect();
+        if let Some(own) = own {
+            match own.await {
+                Ok((Some(_), watcher)) => *own_watch = Some(Box::pin(watch_changed(watcher))),
+                Ok((None, _)) => return Err(self.node_deleted(node).await),
+                Err(err) => return self.watch_failed(&node.path, err).await,
+            }
+        }
+        let mut watchers: Vec<NodeWatch> = Vec::with_capacity(sent.len());
+        let mut gone = false;
+        let mut failed = None;
+        for (target, reply) in targets.iter().zip(sent) {
+            match reply.await {
+                Ok((Some(_), watcher)) => watchers.push(Box::pin(watch_changed(watcher))),
+                // Gone between the listing and the watch (whether released or not is unknown:
+                // no lock-delay). The creation watch exists armed is dropped; the client
+                // removes it.
+                Ok((None, _)) => gone = true,
+                Err(err) => {
+                    failed.get_or_insert((target, err));
+                }
+            }
+        }
+        if let Some((target, err)) = failed {
+            return self.watch_failed(target, err).await;
+        }
+        Ok(if gone {
+            Armed::Gone
+        } else {
+            Armed::Watching(watchers)
+        })
+    }
+
+    /// A watch that could not be set: after a reconnect the queue is listed again (its
+    /// outcome is unknown: a repeat would set it twice); anything else is an error.
+    async fn watch_failed(&self, target: &str, err: zk::Error) -> Result<Armed> {
+        if crate::zk::is_connection_error(&err) {
+            crate::zk::await_reconnect(self.client, &mut 0).await?;
+            return Ok(Armed::Retry);
+        }
+        Err(Error::zk("watch", target, self.session, err))
+    }
+
+    /// Waits for our node, a watched node, or the deadline.
+    async fn next_change(
+        &self,
+        watchers: Vec<NodeWatch>,
+        own_watch: &mut Option<NodeWatch>,
+    ) -> Woke {
+        let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
+        let woke = tokio::select! {
+            biased;
+            event = own_changed => Woke::Own(event),
+            (event, _, _) = futures_util::future::select_all(watchers) => Woke::Blocker(event),
+            _ = sleep_until_opt(self.deadline()) => Woke::Timeout,
+        };
+        if let Woke::Own(_) = woke {
+            *own_watch = None;
+        }
+        woke
+    }
+
+    /// The error for our queue node gone while waiting: the session's own error if the
+    /// deletion was its expiry, [`Error::NodeDeletedWhileWaiting`] if someone deleted it.
+    async fn node_deleted(&self, node: &Queued) -> Error {
+        match crate::zk::session_alive(self.client, self.path).await {
+            Ok(()) => Error::NodeDeletedWhileWaiting {
+                node: node.path.clone(),
+            },
+            Err(err) => err,
+        }
+    }
+
+    /// A holder ahead of us failed rather than released: gives its stalled work the
+    /// lock-delay to end before ours starts, within our own deadline. `Ok(false)`: the
+    /// deadline came first (our node is removed).
+    async fn delay(&mut self, vanished: bool) -> Result<bool> {
+        let Some(delay) = self.inner.options.lock_delay.filter(|_| vanished) else {
+            return Ok(true);
+        };
+        let until = Instant::now() + delay;
+        // If we give up during the delay, our node goes without the release marker, so our
+        // successor inherits the delay instead of walking straight in.
+        self.pending.mark = false;
+        tracing::debug!(
+            delay_ms = delay.as_millis() as u64,
+            "lock-delay: a node ahead vanished without a release"
+        );
+        ::metrics::counter!(m::LOCK_DELAYS_TOTAL, "lock" => self.inner.label.clone()).increment(1);
+        let deadline = self.deadline();
+        if deadline.is_some_and(|d| d < until) {
+            sleep_until_opt(deadline).await;
+            self.pending.remove().await?;
+            return Ok(false);
+        }
+        tokio::time::sleep_until(until).await;
+        Ok(true)
+    }
+
+    /// Hands our node to a guard, which the session's watchdog watches from now on.
+    fn into_guard(
+        mut self,
+        node: Queued,
+        own_watch: Option<NodeWatch>,
+        interest: &watchdog::Interest,
+        turn: Option<InProcessTurn>,
+    ) -> LockGuard {
+        self.pending.armed = false;
+        let inner = self.inner;
+        let watch = interest.watch();
+        let budget = inner.options.lease.budget(watch.session_timeout());
+        let state = GuardState::new(watch, budget, inner.options.ride_out, inner.label.clone());
+        let handoff = crate::guard::Handoff {
+            node_watch: own_watch,
+            mark: self.pending.mark,
+            turn,
+        };
+        let interest = watch.interest();
+        let (client, lock_path) = (self.client.clone(), inner.path.clone());
+        LockGuard::new(
+            client, lock_path, node.path, node.token, interest, state, handoff,
+        )
+    }
+}
+
+/// What arming the watches found.
+enum Armed {
+    Watching(Vec<NodeWatch>),
+    /// A watched node was gone already.
+    Gone,
+    /// The connection broke: list again.
+    Retry,
+}
+
+/// The largest create request zkfence sends: ZooKeeper's default `jute.maxbuffer` (1 MiB − 1),
+/// less room for what the leader adds when it turns the request into a transaction
+/// (`TxnHeader`, the digest) and forwards it to its followers.
+pub(crate) const MAX_REQUEST_BYTES: usize = 0xfffff - 1024;
+
+/// The serialized size of our create request: header, path (chroot, lock path, protected
+/// name), data, ACLs and flags, as jute writes them (a length before every string).
+pub(crate) fn create_request_bytes(chroot: &str, path: &str, options: &LockOptions) -> usize {
+    let name = "/_c_00000000-0000-0000-0000-000000000000-__WRIT__0000000000";
+    let acls: usize = options
+        .acls
+        .iter()
+        .map(|acl| 4 + 4 + acl.scheme().len() + 4 + acl.id().len())
+        .sum();
+    4 + 8 + (4 + chroot.len() + path.len() + name.len()) + (4 + options.data.len()) + 4 + acls + 4
+}
+
+enum Woke {
+    Own(zk::WatchedEvent),
+    Blocker(zk::WatchedEvent),
+    Timeout,
+}

@@ -1,0 +1,429 @@
+//! The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
+//! probes).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::core::{Core, NodeToWatch};
+use super::lease::LeaseCell;
+use super::{Event, SessionWatch, SESSIONS};
+use crate::metrics as m;
+use crate::time::{poll_opt, sleep_until_opt};
+use crate::zk::CatchUnwind;
+
+/// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
+/// or acquire of its session ended. The task itself lives as long as the session; only the
+/// handle, which would keep the session open, is let go.
+const LINGER: Duration = Duration::from_secs(1);
+
+type NodeWatch = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
+type Probe = Pin<Box<dyn Future<Output = ProbeReply> + Send>>;
+
+/// The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
+/// probes). Without a client (unit tests) it only applies what comes through the channel.
+pub(crate) struct Driver {
+    watch: Weak<SessionWatch>,
+    events: mpsc::UnboundedReceiver<Event>,
+    client: Option<zk::Client>,
+    core: Core,
+    timeout: Duration,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        watch: Weak<SessionWatch>,
+        events: mpsc::UnboundedReceiver<Event>,
+        client: Option<zk::Client>,
+    ) -> Driver {
+        let strong = watch.upgrade();
+        let (session, lease, timeout) = match &strong {
+            Some(w) => (w.session, w.lease.clone(), w.timeout),
+            None => {
+                let timeout = Duration::from_secs(10);
+                (0, Arc::new(LeaseCell::new(timeout)), timeout)
+            }
+        };
+        Driver {
+            watch,
+            events,
+            client,
+            core: Core::new(session, lease),
+            timeout,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut node_watches: FuturesUnordered<NodeWatch> = FuturesUnordered::new();
+        let mut probe: Option<Probe> = None;
+        let mut last_sent: Option<Instant> = None;
+        let mut turn = 0usize;
+        let mut next_probe = Instant::now();
+        let mut idle_since: Option<Instant> = None;
+        // The state channel first, and the state as it is now: a disconnect that happens
+        // while the persistent watch below is being registered must not go unseen.
+        let mut states = self.client.as_ref().map(zk::Client::state_watcher);
+        if let Some(client) = &self.client {
+            self.on_state(client.state(), &mut next_probe);
+        }
+        let mut session_events = match &self.client {
+            Some(client) => persistent_session_events(client).await,
+            None => None,
+        };
+        loop {
+            let lease_at = self.core.next_deadline();
+            let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
+            tokio::select! {
+                biased;
+                event = self.events.recv() => match event {
+                    Some(Event::Attach(client)) => {
+                        self.client = Some(client);
+                        next_probe = Instant::now();
+                    }
+                    Some(event) => {
+                        if let Some(node) = self.core.apply(event, Instant::now()) {
+                            if let Some(client) = &self.client {
+                                node_watches.push(Box::pin(watch_node(client.clone(), node)));
+                            }
+                        }
+                    }
+                    None => break,
+                },
+                event = next_session_event(&mut session_events) => {
+                    self.on_state(event, &mut next_probe);
+                }
+                state = next_state(&mut states) => {
+                    self.on_state(state, &mut next_probe);
+                }
+                Some((id, gone)) = node_watches.next() => {
+                    if gone {
+                        self.core.apply(Event::NodeGone { id }, Instant::now());
+                    }
+                }
+                _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
+                Some(reply) = poll_opt(&mut probe) => {
+                    probe = None;
+                    next_probe = match self.on_probe(reply) {
+                        Some(retry) => retry,
+                        None => self.probe_due(last_sent),
+                    };
+                }
+                _ = tokio::time::sleep_until(next_probe), if probe.is_none() && self.client.is_some() => {
+                    // A reply that came in since (an acquire's create) moves the probe on: it
+                    // would pair with nothing until a gap has passed.
+                    let due = self.probe_due(last_sent);
+                    if due > Instant::now() {
+                        next_probe = due;
+                    } else if let Some(client) = &self.client {
+                        last_sent = Some(Instant::now());
+                        let target = self.probe_target(turn);
+                        probe = Some(Box::pin(probe_session(client.clone(), target, self.core.lease.is_legacy())));
+                        turn = turn.wrapping_add(1);
+                    }
+                }
+                _ = sleep_until_opt(detach_at), if self.client.is_some() => {
+                    // Idle: let the session close when the application drops its clients.
+                    self.client = None;
+                    probe = None;
+                }
+            }
+            let idle = self.idle();
+            if idle && self.core.terminal.is_some() && self.try_close() {
+                break;
+            }
+            idle_since = match (idle_since, idle) {
+                (_, false) => None,
+                (Some(t), true) => Some(t),
+                (None, true) => Some(Instant::now()),
+            };
+        }
+        ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    /// When the next probe is due: once it can prove something (a pair gap after the newest
+    /// reply) and a probe period after the last one (every `T/3` under the legacy rule).
+    fn probe_due(&self, last_sent: Option<Instant>) -> Instant {
+        let lease = &self.core.lease;
+        if lease.is_legacy() {
+            return last_sent.map_or_else(Instant::now, |s| s + self.timeout / 3);
+        }
+        // A probe pairs with the newest committed write once a gap has passed (replies that
+        // are refusals do not move this: a lock retrying an error must not starve the probes).
+        let pairs = lease
+            .newest_commit()
+            .map_or_else(Instant::now, |r| r + lease.gap());
+        last_sent.map_or(pairs, |s| pairs.max(s + lease.probe_period()))
+    }
+
+    /// What the next probe checks: a held node (in turn), else the newest lock path.
+    fn probe_target(&self, turn: usize) -> ProbeTarget {
+        match self.core.probe_target(turn) {
+            Some((id, path)) => ProbeTarget {
+                guard: Some(id),
+                path,
+            },
+            None => ProbeTarget {
+                guard: None,
+                path: self
+                    .watch
+                    .upgrade()
+                    .map_or_else(|| Arc::from("/"), |w| w.probe_path()),
+            },
+        }
+    }
+
+    /// Records what a probe proved; returns when to try again if nothing came back.
+    fn on_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
+        let lease = self.core.lease.clone();
+        let now = Instant::now();
+        let outcome = match reply.answer {
+            Answer::Committed => {
+                lease.committed(reply.sent, now);
+                ::metrics::histogram!(m::LEASE_REMAINING_SECONDS)
+                    .record(lease.remaining(now).as_secs_f64());
+                if let Some(client) = &self.client {
+                    self.core
+                        .apply(Event::SessionId(client.session_id().0), now);
+                }
+                "committed"
+            }
+            Answer::Synced => {
+                lease.synced(reply.sent);
+                lease.replied(reply.sent, now);
+                "synced"
+            }
+            Answer::Refused(gone) => {
+                lease.replied(reply.sent, now);
+                if let Some(id) = gone {
+                    self.core.apply(Event::NodeGone { id }, now);
+                }
+                "refused"
+            }
+            Answer::None => "failed",
+        };
+        ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
+        // Nothing came back (the connection broke): try again a gap later, or at once when
+        // the client reconnects (`on_state`).
+        (reply.answer == Answer::None).then(|| now + lease.gap().max(Duration::from_millis(10)))
+    }
+
+    /// Applies a session state; after a reconnect, probes at once so that the lease is
+    /// renewed as soon as the session can prove itself alive again.
+    fn on_state(&mut self, state: zk::SessionState, next_probe: &mut Instant) {
+        if matches!(
+            state,
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        ) {
+            *next_probe = Instant::now();
+        }
+        self.core.apply(Event::State(state), Instant::now());
+    }
+
+    fn idle(&self) -> bool {
+        self.watch
+            .upgrade()
+            .is_none_or(|w| w.interest.load(Ordering::Acquire) == 0)
+            && self.core.guards() == 0
+    }
+
+    /// Leaves the registry once the session is over and nobody is interested; under the
+    /// registry lock, so that nobody can take interest in a watchdog that is about to stop.
+    fn try_close(&mut self) -> bool {
+        let Some(watch) = self.watch.upgrade() else {
+            return true;
+        };
+        let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+        if watch.interest.load(Ordering::Acquire) != 0
+            || !self.events.is_empty()
+            || self.core.guards() != 0
+        {
+            return false;
+        }
+        watch.closed.store(true, Ordering::Release);
+        if sessions
+            .get(&watch.session)
+            .is_some_and(|w| Arc::ptr_eq(w, &watch))
+        {
+            sessions.remove(&watch.session);
+        }
+        true
+    }
+}
+
+/// What a probe checks: a held guard's node, or (with none held) a lock path.
+#[derive(Debug)]
+struct ProbeTarget {
+    guard: Option<u64>,
+    path: Arc<str>,
+}
+
+/// What came back for a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// The write was committed: a proof for the lease.
+    Committed,
+    /// The legacy rule's `sync` was answered.
+    Synced,
+    /// A server answered with an error; the guard whose node is gone, if that was the error.
+    Refused(Option<u64>),
+    /// No answer (the connection broke, the session ended).
+    None,
+}
+
+/// One probe, timed from its send.
+#[derive(Debug)]
+struct ProbeReply {
+    sent: Instant,
+    answer: Answer,
+}
+
+/// One probe of the session: a `multi` holding one `check` of the target (any version). It is
+/// a write, so it is committed only by a leader with a quorum (see [`crate::lease`]); it
+/// changes nothing and fires no watch, and on a held node it also finds the node gone.
+///
+/// Under the legacy rule (the chaos suite's mutant) it is a `sync` then a read, as before
+/// issue 11: unsound, since a leader answers its own clients' syncs without a quorum.
+async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) -> ProbeReply {
+    let sent = Instant::now();
+    let result = if legacy {
+        let synced = client.sync(&target.path);
+        let read = client.check_stat(&target.path);
+        let synced = synced.await;
+        match read.await {
+            Ok(None) => Err(zk::Error::NoNode),
+            _ => synced,
+        }
+    } else {
+        let mut multi = client.new_multi_writer();
+        match multi.add_check_version(&target.path, -1) {
+            Ok(()) => multi.commit().await.map(|_| ()).map_err(zk::Error::from),
+            Err(err) => Err(err),
+        }
+    };
+    let answer = match result {
+        Ok(()) if legacy => Answer::Synced,
+        Ok(()) => Answer::Committed,
+        Err(zk::Error::NoNode) => Answer::Refused(target.guard),
+        Err(err) if crate::zk::answered_by_server(&err) => Answer::Refused(None),
+        Err(_) => Answer::None,
+    };
+    ProbeReply { sent, answer }
+}
+
+/// How long a guard must be held before the watchdog arms its own watch on the guard's node.
+/// Most holds are shorter than this and then cost no request beyond create, list and delete.
+/// A node deleted by someone else within this window is caught when the watch is armed (the
+/// read finds it gone), so detection takes at most this delay plus one round trip.
+/// A guard that waited in the queue already has its watch from the acquire.
+const NODE_WATCH_DELAY: Duration = Duration::from_millis(10);
+
+/// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
+/// starting from the acquire's pending watch when there is one.
+///
+/// Once armed, a released guard's watch is not dropped early: dropping a pending watcher makes
+/// the client send a removeWatches request, while the release's own delete is about to fire it
+/// anyway. The result for an unregistered guard is ignored by [`Core`].
+async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
+    let NodeToWatch {
+        id,
+        node,
+        token,
+        mut pending,
+    } = node;
+    if pending.is_none() {
+        tokio::select! {
+            biased;
+            _ = token.cancelled() => return (id, false),
+            _ = tokio::time::sleep(NODE_WATCH_DELAY) => {}
+        }
+    }
+    let mut attempt = 0;
+    loop {
+        let event = match pending.take() {
+            Some(pending) => pending.await,
+            // getData, not exists: on a missing node it arms no watch (exists would arm a
+            // creation watch that we would then have to remove).
+            None => match client.get_and_watch_data(&node).await {
+                Ok((_, _, watcher)) => crate::zk::watch_changed(watcher).await,
+                Err(zk::Error::NoNode) => return (id, true),
+                Err(err) if crate::zk::is_connection_error(&err) => {
+                    if crate::zk::await_reconnect(&client, &mut attempt)
+                        .await
+                        .is_err()
+                    {
+                        return (id, false);
+                    }
+                    continue;
+                }
+                Err(_) => return (id, false),
+            },
+        };
+        match event.event_type {
+            zk::EventType::NodeDeleted => return (id, true),
+            zk::EventType::Session => return (id, false),
+            _ => {} // data changed: watch again
+        }
+    }
+}
+
+/// A persistent watch on a path nobody creates, for its session events: unlike the state
+/// channel it queues every transition, so a quick Disconnected→SyncConnected flap is seen.
+async fn persistent_session_events(client: &zk::Client) -> Option<zk::PersistentWatcher> {
+    match client
+        .watch(
+            "/zookeeper/zkfence-session-events",
+            zk::AddWatchMode::Persistent,
+        )
+        .await
+    {
+        Ok(watcher) => Some(watcher),
+        Err(err) => {
+            tracing::debug!(cause = %err, "no persistent session watch; relying on the state channel");
+            None
+        }
+    }
+}
+
+/// The next session state from the persistent watch.
+///
+/// `zookeeper-client` 0.11 drops the watch's channel after a terminal state and then panics
+/// if it is polled again (`PersistentReceiver::recv` unwraps). The watcher is let go after a
+/// terminal state, and a panic from it is caught, so that it can never take the watchdog task
+/// down; the state channel then remains as the source of session states.
+async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::SessionState {
+    loop {
+        let polled = match events.as_mut() {
+            Some(watcher) => CatchUnwind(Box::pin(watcher.changed())).await,
+            None => return std::future::pending().await,
+        };
+        match polled {
+            Some(event) if event.event_type == zk::EventType::Session => {
+                if event.session_state.is_terminated() {
+                    *events = None;
+                }
+                return event.session_state;
+            }
+            Some(_) => {}
+            None => {
+                tracing::debug!(
+                    "the persistent session watch closed; relying on the state channel"
+                );
+                *events = None;
+            }
+        }
+    }
+}
+
+async fn next_state(states: &mut Option<zk::StateWatcher>) -> zk::SessionState {
+    match states {
+        Some(states) => states.changed().await,
+        None => std::future::pending().await,
+    }
+}
