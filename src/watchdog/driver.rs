@@ -24,7 +24,8 @@ use crate::zk::CatchUnwind;
 /// handle, which would keep the session open, is let go.
 const LINGER: Duration = Duration::from_secs(1);
 
-type NodeWatch = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
+/// A guard's node watched until it is deleted (`true`) or the session ends.
+type WatchTask = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
 type Probe = Pin<Box<dyn Future<Output = ProbeReply> + Send>>;
 
 /// The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
@@ -35,6 +36,16 @@ pub(crate) struct Driver {
     client: Option<zk::Client>,
     core: Core,
     timeout: Duration,
+    probing: Probing,
+}
+
+/// The probe in flight and when the next one goes.
+struct Probing {
+    in_flight: Option<Probe>,
+    last_sent: Option<Instant>,
+    next: Instant,
+    /// Which held node the next probe checks (they take turns).
+    turn: usize,
 }
 
 impl Driver {
@@ -57,21 +68,23 @@ impl Driver {
             client,
             core: Core::new(session, lease),
             timeout,
+            probing: Probing {
+                in_flight: None,
+                last_sent: None,
+                next: Instant::now(),
+                turn: 0,
+            },
         }
     }
 
     pub(crate) async fn run(mut self) {
-        let mut node_watches: FuturesUnordered<NodeWatch> = FuturesUnordered::new();
-        let mut probe: Option<Probe> = None;
-        let mut last_sent: Option<Instant> = None;
-        let mut turn = 0usize;
-        let mut next_probe = Instant::now();
+        let mut node_watches: FuturesUnordered<WatchTask> = FuturesUnordered::new();
         let mut idle_since: Option<Instant> = None;
         // The state channel first, and the state as it is now: a disconnect that happens
         // while the persistent watch below is being registered must not go unseen.
         let mut states = self.client.as_ref().map(zk::Client::state_watcher);
         if let Some(client) = &self.client {
-            self.on_state(client.state(), &mut next_probe);
+            self.on_state(client.state());
         }
         let mut session_events = match &self.client {
             Some(client) => persistent_session_events(client).await,
@@ -80,71 +93,63 @@ impl Driver {
         loop {
             let lease_at = self.core.next_deadline();
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
+            let (probe_at, probing) = (self.probing.next, self.probing.in_flight.is_some());
             tokio::select! {
                 biased;
                 event = self.events.recv() => match event {
                     Some(Event::Attach(client)) => {
                         self.client = Some(client);
-                        next_probe = Instant::now();
+                        self.probing.next = Instant::now();
                     }
                     Some(event) => {
-                        if let Some(node) = self.core.apply(event, Instant::now()) {
-                            if let Some(client) = &self.client {
-                                node_watches.push(Box::pin(watch_node(client.clone(), node)));
-                            }
+                        let node = self.core.apply(event, Instant::now());
+                        if let (Some(node), Some(client)) = (node, &self.client) {
+                            node_watches.push(Box::pin(watch_node(client.clone(), node)));
                         }
                     }
                     None => break,
                 },
-                event = next_session_event(&mut session_events) => {
-                    self.on_state(event, &mut next_probe);
-                }
-                state = next_state(&mut states) => {
-                    self.on_state(state, &mut next_probe);
-                }
-                Some((id, gone)) = node_watches.next() => {
-                    if gone {
-                        self.core.apply(Event::NodeGone { id }, Instant::now());
-                    }
+                event = next_session_event(&mut session_events) => self.on_state(event),
+                state = next_state(&mut states) => self.on_state(state),
+                Some((id, true)) = node_watches.next() => {
+                    self.core.apply(Event::NodeGone { id }, Instant::now());
                 }
                 _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
-                Some(reply) = poll_opt(&mut probe) => {
-                    probe = None;
-                    next_probe = match self.on_probe(reply) {
-                        Some(retry) => retry,
-                        None => self.probe_due(last_sent),
-                    };
-                }
-                _ = tokio::time::sleep_until(next_probe), if probe.is_none() && self.client.is_some() => {
-                    // A reply that came in since (an acquire's create) moves the probe on: it
-                    // would pair with nothing until a gap has passed.
-                    let due = self.probe_due(last_sent);
-                    if due > Instant::now() {
-                        next_probe = due;
-                    } else if let Some(client) = &self.client {
-                        last_sent = Some(Instant::now());
-                        let target = self.probe_target(turn);
-                        probe = Some(Box::pin(probe_session(client.clone(), target, self.core.lease.is_legacy())));
-                        turn = turn.wrapping_add(1);
-                    }
+                Some(reply) = poll_opt(&mut self.probing.in_flight) => self.on_probe(reply),
+                _ = tokio::time::sleep_until(probe_at), if !probing && self.client.is_some() => {
+                    self.send_probe();
                 }
                 _ = sleep_until_opt(detach_at), if self.client.is_some() => {
                     // Idle: let the session close when the application drops its clients.
                     self.client = None;
-                    probe = None;
+                    self.probing.in_flight = None;
                 }
             }
             let idle = self.idle();
             if idle && self.core.terminal.is_some() && self.try_close() {
                 break;
             }
-            idle_since = match (idle_since, idle) {
-                (_, false) => None,
-                (Some(t), true) => Some(t),
-                (None, true) => Some(Instant::now()),
-            };
+            idle_since = idle.then(|| idle_since.unwrap_or_else(Instant::now));
         }
         ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    /// Sends the next probe if one can prove something now, else moves its time on (a reply
+    /// that came in since, an acquire's create, pairs with nothing until a gap has passed).
+    fn send_probe(&mut self) {
+        let due = self.probe_due(self.probing.last_sent);
+        if due > Instant::now() {
+            self.probing.next = due;
+            return;
+        }
+        let Some(client) = &self.client else {
+            return;
+        };
+        let target = self.probe_target(self.probing.turn);
+        let legacy = self.core.lease.is_legacy();
+        self.probing.in_flight = Some(Box::pin(probe_session(client.clone(), target, legacy)));
+        self.probing.last_sent = Some(Instant::now());
+        self.probing.turn = self.probing.turn.wrapping_add(1);
     }
 
     /// When the next probe is due: once it can prove something (a pair gap after the newest
@@ -179,8 +184,17 @@ impl Driver {
         }
     }
 
+    /// Records what a probe proved, and when the next one goes.
+    fn on_probe(&mut self, reply: ProbeReply) {
+        self.probing.in_flight = None;
+        self.probing.next = match self.record_probe(reply) {
+            Some(retry) => retry,
+            None => self.probe_due(self.probing.last_sent),
+        };
+    }
+
     /// Records what a probe proved; returns when to try again if nothing came back.
-    fn on_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
+    fn record_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
         let lease = self.core.lease.clone();
         let now = Instant::now();
         let outcome = match reply.answer {
@@ -216,12 +230,12 @@ impl Driver {
 
     /// Applies a session state; after a reconnect, probes at once so that the lease is
     /// renewed as soon as the session can prove itself alive again.
-    fn on_state(&mut self, state: zk::SessionState, next_probe: &mut Instant) {
+    fn on_state(&mut self, state: zk::SessionState) {
         if matches!(
             state,
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
         ) {
-            *next_probe = Instant::now();
+            self.probing.next = Instant::now();
         }
         self.core.apply(Event::State(state), Instant::now());
     }
