@@ -18,11 +18,10 @@ use crate::guard::{Held, LockGuard};
 use crate::loss::LossReason;
 use crate::metrics as m;
 use crate::options::LockOptions;
-use crate::queue::in_process::InProcessQueue;
 use crate::queue::kind::Kind;
-use crate::queue::names::{child_path, validate_lock_path};
-use crate::queue::{self, Wait};
-use crate::zk::{create_parents, retrying};
+use crate::queue::{self, Admission, Queue};
+use crate::time::Wait;
+use crate::zk::{child_path, create_parents, retrying};
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///
@@ -96,28 +95,10 @@ impl Contender {
 /// ```
 #[derive(Debug, Clone)]
 pub struct FencedLock {
-    inner: Arc<Inner>,
-}
-
-/// What the clones of one `FencedLock` share.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) client: zk::Client,
-    pub(crate) path: Arc<str>,
-    pub(crate) options: LockOptions,
-    pub(crate) label: String,
-    pub(crate) kind: Kind,
-    /// The in-process queue of the kinds that exclude: its head is this process's one
-    /// contender in ZooKeeper.
-    pub(crate) in_process: Option<InProcessQueue>,
+    queue: Arc<Queue>,
 }
 
 impl FencedLock {
-    /// What the clones share, for the queue protocol.
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
-    }
-
     /// A lock on `path`, using `client`'s session. Nothing is sent to ZooKeeper yet.
     ///
     /// # Errors
@@ -138,7 +119,7 @@ impl FencedLock {
         path: impl Into<String>,
         options: LockOptions,
     ) -> Result<FencedLock> {
-        FencedLock::with_kind(client, path.into(), options, Kind::Mutex)
+        FencedLock::with_kind(client, path.into(), options, Kind::Mutex, None)
     }
 
     /// A contender of `kind` on `path`: the mutex, a reader or writer of a read/write lock, or
@@ -148,41 +129,11 @@ impl FencedLock {
         path: String,
         options: LockOptions,
         kind: Kind,
+        admission: Option<Box<dyn Admission>>,
     ) -> Result<FencedLock> {
-        validate_lock_path(&path)?;
-        if options.acls.is_empty() {
-            return Err(Error::InvalidOptions("the ACL list is empty; use zookeeper_client::Acls::anyone_all() or name at least one"));
-        }
-        if client.session().is_readonly() {
-            return Err(Error::ReadOnlySession);
-        }
-        let bytes = queue::create_request_bytes(client.path(), &path, &options);
-        if bytes > queue::MAX_REQUEST_BYTES {
-            return Err(Error::RequestTooLarge {
-                bytes,
-                limit: queue::MAX_REQUEST_BYTES,
-            });
-        }
-        let t = client.session_timeout();
-        if let Err(why) = options.lease.check_feasible(t) {
-            return Err(Error::LeaseTooShort {
-                session_timeout: t,
-                tick: why.tick,
-                needed: why.needed(&options.lease),
-            });
-        }
-        let label = m::lock_label(&options.metrics_label);
+        let queue = Queue::new(client, path, options, kind, admission)?;
         Ok(FencedLock {
-            inner: Arc::new(Inner {
-                client,
-                path: path.into(),
-                options,
-                label,
-                kind,
-                in_process: kind
-                    .queues_in_process()
-                    .then(|| Arc::new(tokio::sync::Mutex::new(()))),
-            }),
+            queue: Arc::new(queue),
         })
     }
 
@@ -196,7 +147,7 @@ impl FencedLock {
     /// # }
     /// ```
     pub fn path(&self) -> &str {
-        &self.inner.path
+        &self.queue.path
     }
 
     /// The client whose session contends for the lock.
@@ -209,7 +160,7 @@ impl FencedLock {
     /// # }
     /// ```
     pub fn client(&self) -> &zk::Client {
-        &self.inner.client
+        &self.queue.client
     }
 
     /// Waits in the lock's fair FIFO queue until this contender holds the lock.
@@ -417,8 +368,8 @@ impl FencedLock {
     /// # Ok(()) }
     /// ```
     pub async fn contenders(&self) -> Result<Vec<Contender>> {
-        let client = &self.inner.client;
-        let path = &*self.inner.path;
+        let client = &self.queue.client;
+        let path = &*self.queue.path;
         let session = client.session_id();
         let children = match retrying(client, || client.list_children(path)).await? {
             Ok(children) => children,
@@ -461,8 +412,8 @@ impl FencedLock {
     /// this lock's ACLs, when missing), retried across ConnectionLoss. For the semaphore's
     /// stored count.
     pub(crate) async fn store_data(&self, data: &[u8]) -> Result<()> {
-        let client = &self.inner.client;
-        let path = &*self.inner.path;
+        let client = &self.queue.client;
+        let path = &*self.queue.path;
         let mut created = false;
         loop {
             match retrying(client, || client.set_data(path, data, None)).await? {
@@ -470,7 +421,7 @@ impl FencedLock {
                 Err(zk::Error::NoNode) if !created => {
                     created = true;
                     let mode = zk::CreateMode::Persistent;
-                    create_parents(client, path, mode, &self.inner.options.acls).await?;
+                    create_parents(client, path, mode, &self.queue.options.acls).await?;
                 }
                 Err(err) => return Err(Error::zk("set", path, client.session_id(), err)),
             }
@@ -478,17 +429,17 @@ impl FencedLock {
     }
 
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        let client = &self.inner.client;
+        let client = &self.queue.client;
         let span = tracing::debug_span!(
             "acquire",
-            lock_path = %self.inner.path,
-            kind = self.inner.kind.name(),
+            lock_path = %self.queue.path,
+            kind = self.queue.kind.name(),
             session_id = %client.session_id(),
             fencing_token = tracing::field::Empty,
             node = tracing::field::Empty,
         );
         let started = Instant::now();
-        let queued = queue::acquire(self, wait).instrument(span.clone());
+        let queued = queue::acquire(&self.queue, wait).instrument(span.clone());
         let result = match wait {
             // The protocol honours the deadline itself and deletes our node before returning;
             // this bound only matters while ZooKeeper is unreachable (then the node, if any,
@@ -504,7 +455,7 @@ impl FencedLock {
             Ok(Some(guard)) => {
                 span.record("fencing_token", tracing::field::display(guard.token()));
                 span.record("node", guard.node_path());
-                ::metrics::counter!(m::ACQUISITIONS_TOTAL, "lock" => self.inner.label.clone())
+                ::metrics::counter!(m::ACQUISITIONS_TOTAL, "lock" => self.queue.label.clone())
                     .increment(1);
                 tracing::debug!(parent: &span, waited_ms = started.elapsed().as_secs_f64() * 1e3, "acquired");
                 "acquired"
@@ -516,7 +467,7 @@ impl FencedLock {
                 "error"
             }
         };
-        ::metrics::histogram!(m::ACQUIRE_DURATION_SECONDS, "outcome" => outcome, "lock" => self.inner.label.clone())
+        ::metrics::histogram!(m::ACQUIRE_DURATION_SECONDS, "outcome" => outcome, "lock" => self.queue.label.clone())
             .record(started.elapsed().as_secs_f64());
         result
     }

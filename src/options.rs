@@ -26,7 +26,7 @@ pub enum ParentMode {
     Persistent,
 }
 
-/// How a [`FencedLock`] creates its nodes and watches its lease. Built with `with_*` methods
+/// How a [`FencedLock`](crate::FencedLock) creates its nodes and watches its lease. Built with `with_*` methods
 /// from [`LockOptions::default`].
 ///
 /// # Examples
@@ -187,7 +187,8 @@ impl LockOptions {
     /// when the tick is well below `T/2`; larger than the real tick to cover leader pauses
     /// (a tick of `2X` covers pauses up to `X`); and at twice the real tick for clients of
     /// observers behind an `ObserverMaster`. Settings that leave no room to renew the lease (a
-    /// tick close to `T`) are refused by [`FencedLock::new`] with [`Error::LeaseTooShort`].
+    /// tick close to `T`) are refused by [`FencedLock::new`](crate::FencedLock::new) with
+    /// [`Error::LeaseTooShort`](crate::Error::LeaseTooShort).
     ///
     /// # Examples
     ///

@@ -84,8 +84,9 @@ impl FencedRwLock {
                 path.clone(),
                 options.clone(),
                 Kind::Read,
+                None,
             )?,
-            writer: FencedLock::with_kind(client, path, options, Kind::Write)?,
+            writer: FencedLock::with_kind(client, path, options, Kind::Write, None)?,
         })
     }
 

@@ -1,6 +1,7 @@
 //! [`FencedSemaphore`]: up to N holders, each with its own token and watchdog.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use zookeeper_client as zk;
@@ -10,6 +11,7 @@ use crate::guard::{Held, LockGuard};
 use crate::lock::{Contender, FencedLock};
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::kind::Kind;
+use crate::queue::Admission;
 use crate::zk::retrying;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
@@ -91,7 +93,13 @@ impl FencedSemaphore {
         // The node holds the count: it must not be reaped as an empty container.
         let options = options.with_parent_mode(ParentMode::Persistent);
         Ok(FencedSemaphore {
-            lock: FencedLock::with_kind(client, path.into(), options, Kind::Semaphore(permits))?,
+            lock: FencedLock::with_kind(
+                client,
+                path.into(),
+                options,
+                Kind::Semaphore(permits),
+                Some(Box::new(PermitAgreement { permits })),
+            )?,
             permits,
         })
     }
@@ -315,17 +323,21 @@ impl FencedSemaphore {
         self.lock.store_data(permits.to_string().as_bytes()).await
     }
 }
-/// The kind hook of the queue protocol: a semaphore lease is admitted only if this client's
-/// count agrees with the stored one (read in the create's round trip); other kinds are.
-pub(crate) async fn admit(
-    kind: Kind,
-    client: &zk::Client,
-    path: &str,
-    read: Option<(Vec<u8>, zk::Stat)>,
-) -> Result<()> {
-    match kind {
-        Kind::Semaphore(requested) => agree_on_permits(client, path, requested, read).await,
-        _ => Ok(()),
+/// The semaphore's admission in the queue protocol: a lease is admitted only if this client's
+/// count agrees with the stored one (read in the create's round trip).
+#[derive(Debug)]
+struct PermitAgreement {
+    permits: u32,
+}
+
+impl Admission for PermitAgreement {
+    fn admit<'a>(
+        &'a self,
+        client: &'a zk::Client,
+        path: &'a str,
+        read: Option<(Vec<u8>, zk::Stat)>,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+        Box::pin(agree_on_permits(client, path, self.permits, read))
     }
 }
 

@@ -9,10 +9,18 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::queue::names::child_path;
 
 /// The data a release writes into its node just before deleting it when lock-delay is on.
 pub(crate) const RELEASED: &[u8] = b"released";
+
+/// Joins a parent path and a child name.
+pub(crate) fn child_path(parent: &str, name: &str) -> String {
+    let mut path = String::with_capacity(parent.len() + 1 + name.len());
+    path.push_str(parent);
+    path.push('/');
+    path.push_str(name);
+    path
+}
 
 /// A pending `OneshotWatcher::changed()` on a node.
 pub(crate) type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>;

@@ -8,8 +8,7 @@ use zookeeper_client as zk;
 use crate::error::Result;
 use crate::metrics as m;
 use crate::queue::in_process::InProcessTurn;
-use crate::queue::names::child_path;
-use crate::zk::{delete_node, find_own_node, Deleted};
+use crate::zk::{child_path, delete_node, find_own_node, Deleted};
 
 /// Our queue node until it is handed to a guard: deleted on every other way out, including
 /// the acquire future being dropped.

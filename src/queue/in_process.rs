@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::Wait;
 use crate::metrics as m;
+use crate::time::Wait;
 
 /// The queue itself, shared by the clones of one lock.
 pub(crate) type InProcessQueue = Arc<tokio::sync::Mutex<()>>;

@@ -37,12 +37,6 @@ impl Kind {
         }
     }
 
-    /// Whether this kind reads the lock node's own data in its create's round trip (a
-    /// semaphore: its stored permit count, for [`crate::semaphore::admit`]).
-    pub(crate) fn reads_lock_data(self) -> bool {
-        matches!(self, Kind::Semaphore(_))
-    }
-
     /// Whether this kind queues in-process first (one ZooKeeper contender per process): the
     /// kinds that exclude every other holder.
     pub(crate) fn queues_in_process(self) -> bool {

@@ -10,47 +10,117 @@ pub(crate) mod in_process;
 pub(crate) mod kind;
 pub(crate) mod names;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::LockGuard;
-use crate::lock::{FencedLock, Inner};
 use crate::metrics as m;
 use crate::options::{LockOptions, ParentMode};
-use crate::time::sleep_until_opt;
+use crate::queue::in_process::InProcessQueue;
+use crate::time::{sleep_until_opt, Wait};
+use crate::watchdog;
 use crate::watchdog::lease::LeaseCell;
-use crate::watchdog::{self, GuardState};
-use crate::zk::{watch_changed, NodeWatch};
+use crate::zk::{child_path, watch_changed, NodeWatch};
 
 use self::cleanup::PendingNode;
 use self::in_process::InProcessTurn;
-use self::kind::Position;
-use self::names::child_path;
+use self::kind::{Kind, Position};
 
-/// How long an acquire may wait in the queue.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
-    Forever,
-    Never,
-    Until(Instant),
+/// One contender's queue: what the clones of a lock share.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub(crate) client: zk::Client,
+    pub(crate) path: Arc<str>,
+    pub(crate) options: LockOptions,
+    /// The `lock` label of its metrics.
+    pub(crate) label: String,
+    pub(crate) kind: Kind,
+    /// The kind's admission check, if it has one (the semaphore's).
+    admission: Option<Box<dyn Admission>>,
+    /// The in-process queue of the kinds that exclude: its head is this process's one
+    /// contender in ZooKeeper.
+    pub(crate) in_process: Option<InProcessQueue>,
+}
+
+/// A kind's check on the lock node's own data, which the create's round trip reads (pipelined
+/// behind the create) when the kind has one: the semaphore's agreement on its permit count.
+/// An error withdraws our node.
+pub(crate) trait Admission: Send + Sync + std::fmt::Debug {
+    /// Admits our node, or says why not; `read` is the lock node's data and stat, if the
+    /// pipelined read arrived (the check reads it again if not).
+    fn admit<'a>(
+        &'a self,
+        client: &'a zk::Client,
+        path: &'a str,
+        read: Option<(Vec<u8>, zk::Stat)>,
+    ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+}
+
+impl Queue {
+    /// A queue of `kind` on `path`, checked: the path, the ACLs, the session (read-only ones
+    /// cannot create), our create's size, and the lease against the session timeout.
+    pub(crate) fn new(
+        client: zk::Client,
+        path: String,
+        options: LockOptions,
+        kind: Kind,
+        admission: Option<Box<dyn Admission>>,
+    ) -> Result<Queue> {
+        names::validate_lock_path(&path)?;
+        if options.acls.is_empty() {
+            return Err(Error::InvalidOptions("the ACL list is empty; use zookeeper_client::Acls::anyone_all() or name at least one"));
+        }
+        if client.session().is_readonly() {
+            return Err(Error::ReadOnlySession);
+        }
+        let bytes = create_request_bytes(client.path(), &path, &options);
+        if bytes > MAX_REQUEST_BYTES {
+            return Err(Error::RequestTooLarge {
+                bytes,
+                limit: MAX_REQUEST_BYTES,
+            });
+        }
+        let t = client.session_timeout();
+        if let Err(why) = options.lease.check_feasible(t) {
+            return Err(Error::LeaseTooShort {
+                session_timeout: t,
+                tick: why.tick,
+                needed: why.needed(&options.lease),
+            });
+        }
+        Ok(Queue {
+            label: m::lock_label(&options.metrics_label),
+            in_process: kind
+                .queues_in_process()
+                .then(|| Arc::new(tokio::sync::Mutex::new(()))),
+            client,
+            path: path.into(),
+            options,
+            kind,
+            admission,
+        })
+    }
 }
 
 /// The protocol, as its steps: our turn in the process, our node in the queue, our turn in
 /// the queue, the lock-delay, the guard. `Ok(None)` when the wait ran out.
-pub(crate) async fn acquire(lock: &FencedLock, wait: Wait) -> Result<Option<LockGuard>> {
-    let inner = lock.inner();
-    let client = &inner.client;
+pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<LockGuard>> {
+    let client = &queue.client;
     if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
         return Err(err);
     }
-    let Ok(turn) = in_process::take_turn(inner.in_process.as_ref(), &inner.label, wait).await
+    let Ok(turn) = in_process::take_turn(queue.in_process.as_ref(), &queue.label, wait).await
     else {
         return Ok(None);
     };
-    let interest = watchdog::watch_session(client, &inner.options.lease, &inner.path);
-    let mut attempt = Attempt::new(inner, wait, interest.watch().lease());
+    let interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
+    let mut attempt = Attempt::new(queue, wait, interest.watch().lease());
     let Some(created) = attempt.create().await? else {
         return Ok(None);
     };
@@ -71,7 +141,7 @@ pub(crate) async fn acquire(lock: &FencedLock, wait: Wait) -> Result<Option<Lock
 
 /// One acquire in progress: what its steps share.
 struct Attempt<'a> {
-    inner: &'a Inner,
+    queue: &'a Queue,
     client: &'a zk::Client,
     path: &'a str,
     session: zk::SessionId,
@@ -109,38 +179,35 @@ struct Waited {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(inner: &'a Inner, wait: Wait, lease: &'a LeaseCell) -> Attempt<'a> {
-        let client = &inner.client;
+    fn new(queue: &'a Queue, wait: Wait, lease: &'a LeaseCell) -> Attempt<'a> {
+        let client = &queue.client;
         Attempt {
-            inner,
+            queue,
             client,
-            path: &inner.path,
+            path: &queue.path,
             session: client.session_id(),
             wait,
             lease,
             pending: PendingNode {
                 client: client.clone(),
-                parent: inner.path.to_string(),
-                prefix: names::protected_prefix(&uuid::Uuid::new_v4(), inner.kind),
+                parent: queue.path.to_string(),
+                prefix: names::protected_prefix(&uuid::Uuid::new_v4(), queue.kind.marker()),
                 node: None,
                 armed: true,
-                mark: inner.options.lock_delay.is_some(),
+                mark: queue.options.lock_delay.is_some(),
             },
         }
     }
 
     fn deadline(&self) -> Option<Instant> {
-        match self.wait {
-            Wait::Until(deadline) => Some(deadline),
-            _ => None,
-        }
+        self.wait.deadline()
     }
 
     /// Creates our node, with the listing (and the kind's own read) riding right behind it on
     /// the session: one round trip plus one commit. Creates missing parents; after a lost
     /// reply, finds our node by its UUID and our session. `Ok(None)`: the deadline passed.
     async fn create(&mut self) -> Result<Option<Created>> {
-        let (client, path, options) = (self.client, self.path, &self.inner.options);
+        let (client, path, options) = (self.client, self.path, &self.queue.options);
         let create_path = child_path(path, &self.pending.prefix);
         let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&options.acls));
         let (mut attempt, mut parent_attempts) = (0, 0);
@@ -152,9 +219,9 @@ impl<'a> Attempt<'a> {
             let create = client.create(&create_path, &options.data, &mode);
             let list = client.list_children(path);
             let read = self
-                .inner
-                .kind
-                .reads_lock_data()
+                .queue
+                .admission
+                .is_some()
                 .then(|| client.get_data(path));
             let created = create.await;
             self.record(sent, &created);
@@ -226,7 +293,7 @@ impl<'a> Attempt<'a> {
 
     /// Creates the lock path's missing parents (nothing of ours exists meanwhile).
     async fn create_parents(&mut self) -> Result<()> {
-        let options = &self.inner.options;
+        let options = &self.queue.options;
         let mode = match options.parent_mode {
             ParentMode::Container => zk::CreateMode::Container,
             ParentMode::Persistent => zk::CreateMode::Persistent,
@@ -263,10 +330,11 @@ impl<'a> Attempt<'a> {
             return Err(unexpected("the server returned no Stat for our node (ZooKeeper before 3.5?); zkfence needs it for the fencing token".into()));
         }
         tracing::Span::current().record("node", path.as_str());
-        let kind = self.inner.kind;
-        if let Err(err) = crate::semaphore::admit(kind, self.client, self.path, lock_data).await {
-            self.pending.remove().await?;
-            return Err(err);
+        if let Some(admission) = &self.queue.admission {
+            if let Err(err) = admission.admit(self.client, self.path, lock_data).await {
+                self.pending.remove().await?;
+                return Err(err);
+            }
         }
         let token = FencingToken::new(sequence, stat.czxid as u64);
         Ok(Queued {
@@ -297,7 +365,7 @@ impl<'a> Attempt<'a> {
                 continue; // list again without them
             }
             let position = self
-                .inner
+                .queue
                 .kind
                 .position(&children, &node.name, node.sequence);
             if !position.present {
@@ -475,7 +543,7 @@ impl<'a> Attempt<'a> {
     /// lock-delay to end before ours starts, within our own deadline. `Ok(false)`: the
     /// deadline came first (our node is removed).
     async fn delay(&mut self, vanished: bool) -> Result<bool> {
-        let Some(delay) = self.inner.options.lock_delay.filter(|_| vanished) else {
+        let Some(delay) = self.queue.options.lock_delay.filter(|_| vanished) else {
             return Ok(true);
         };
         let until = Instant::now() + delay;
@@ -486,7 +554,7 @@ impl<'a> Attempt<'a> {
             delay_ms = delay.as_millis() as u64,
             "lock-delay: a node ahead vanished without a release"
         );
-        ::metrics::counter!(m::LOCK_DELAYS_TOTAL, "lock" => self.inner.label.clone()).increment(1);
+        ::metrics::counter!(m::LOCK_DELAYS_TOTAL, "lock" => self.queue.label.clone()).increment(1);
         let deadline = self.deadline();
         if deadline.is_some_and(|d| d < until) {
             sleep_until_opt(deadline).await;
@@ -506,17 +574,17 @@ impl<'a> Attempt<'a> {
         turn: Option<InProcessTurn>,
     ) -> LockGuard {
         self.pending.armed = false;
-        let inner = self.inner;
+        let queue = self.queue;
         let watch = interest.watch();
-        let budget = inner.options.lease.budget(watch.session_timeout());
-        let state = GuardState::new(watch, budget, inner.options.ride_out, inner.label.clone());
+        let budget = queue.options.lease.budget(watch.session_timeout());
+        let state = watch.guard_state(budget, queue.options.ride_out, queue.label.clone());
         let handoff = crate::guard::Handoff {
             node_watch: own_watch,
             mark: self.pending.mark,
             turn,
         };
         let interest = watch.interest();
-        let (client, lock_path) = (self.client.clone(), inner.path.clone());
+        let (client, lock_path) = (self.client.clone(), queue.path.clone());
         LockGuard::new(
             client, lock_path, node.path, node.token, interest, state, handoff,
         )

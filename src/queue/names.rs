@@ -5,8 +5,6 @@
 
 use crate::error::{Error, Result};
 
-use super::kind::Kind;
-
 /// Curator's mutex lock name, before the sequence in `InterProcessMutex` nodes (and ours).
 pub(crate) const LOCK_NAME: &str = "lock-";
 /// Curator's `InterProcessReadWriteLock` markers.
@@ -65,8 +63,8 @@ fn is_forbidden_char(c: char) -> bool {
 }
 
 /// The name prefix of one contender: `_c_<uuid>-<marker>`. The server appends the sequence.
-pub(crate) fn protected_prefix(id: &uuid::Uuid, kind: Kind) -> String {
-    format!("_c_{id}-{}", kind.marker())
+pub(crate) fn protected_prefix(id: &uuid::Uuid, marker: &str) -> String {
+    format!("_c_{id}-{marker}")
 }
 
 /// The sequence number and role of a queue node's name, if it is one: the digits after the
@@ -114,15 +112,6 @@ pub(crate) fn queue_order(children: Vec<String>) -> Vec<(String, i32)> {
     nodes
 }
 
-/// Joins a parent path and a child name.
-pub(crate) fn child_path(parent: &str, name: &str) -> String {
-    let mut path = String::with_capacity(parent.len() + 1 + name.len());
-    path.push_str(parent);
-    path.push('/');
-    path.push_str(name);
-    path
-}
-
 /// Names of mutex queue nodes with these sequences, for tests.
 #[cfg(test)]
 pub(crate) fn mutex_names(seqs: &[i32]) -> Vec<String> {
@@ -134,7 +123,7 @@ pub(crate) fn mutex_names(seqs: &[i32]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::kind::Position;
+    use crate::queue::kind::{Kind, Position};
 
     #[test]
     fn parses_curator_names_including_wrapped_sequences() {

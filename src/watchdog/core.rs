@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::lease::LeaseCell;
-use super::{Event, SessionWatch};
 use crate::loss::LossReason;
 use crate::metrics as m;
 
@@ -26,16 +25,17 @@ pub(crate) struct GuardState {
 }
 
 impl GuardState {
-    pub(crate) fn new(
-        session: &SessionWatch,
+    pub(super) fn new(
+        token: CancellationToken,
+        lease: Arc<LeaseCell>,
         budget: Duration,
         ride_out: bool,
         label: String,
     ) -> GuardState {
         GuardState {
-            token: session.token.child_token(),
+            token,
             reason: OnceLock::new(),
-            lease: session.lease.clone(),
+            lease,
             budget,
             ride_out,
             label,
@@ -72,6 +72,42 @@ impl GuardState {
             return Err(self.reason().unwrap_or(LossReason::LeaseExpired));
         }
         Ok(())
+    }
+}
+
+/// Messages to a session's watchdog task.
+pub(crate) enum Event {
+    /// A guard was acquired: watch its node, cancel it on loss.
+    /// `watch` is a pending watch on the node that the acquire already set, if any.
+    Register {
+        id: u64,
+        node: Arc<str>,
+        state: Arc<GuardState>,
+        watch: Option<crate::zk::NodeWatch>,
+    },
+    /// The guard was released or dropped.
+    Unregister { id: u64 },
+    /// A session state change (from the persistent watch or the state channel).
+    State(zk::SessionState),
+    /// The client is on this session id (checked against the one the guards hold).
+    SessionId(i64),
+    /// A guard's node is gone.
+    NodeGone { id: u64 },
+    /// A client handle for probes and node watches, sent when interest rises from zero: the
+    /// task lets its handle go when idle, so that it never keeps a session open by itself.
+    Attach(zk::Client),
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Register { id, node, .. } => write!(f, "Register({id}, {node})"),
+            Event::Unregister { id } => write!(f, "Unregister({id})"),
+            Event::State(state) => write!(f, "State({state})"),
+            Event::SessionId(id) => write!(f, "SessionId({id:#x})"),
+            Event::NodeGone { id } => write!(f, "NodeGone({id})"),
+            Event::Attach(_) => f.write_str("Attach"),
+        }
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -12,9 +11,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::core::{Core, NodeToWatch};
+use super::core::{Core, Event, NodeToWatch};
 use super::lease::LeaseCell;
-use super::{Event, SessionWatch, SESSIONS};
+use super::registry::SessionWatch;
 use crate::metrics as m;
 use crate::time::{poll_opt, sleep_until_opt};
 use crate::zk::CatchUnwind;
@@ -241,10 +240,7 @@ impl Driver {
     }
 
     fn idle(&self) -> bool {
-        self.watch
-            .upgrade()
-            .is_none_or(|w| w.interest.load(Ordering::Acquire) == 0)
-            && self.core.guards() == 0
+        self.watch.upgrade().is_none_or(|w| !w.interested()) && self.core.guards() == 0
     }
 
     /// Leaves the registry once the session is over and nobody is interested; under the
@@ -253,21 +249,8 @@ impl Driver {
         let Some(watch) = self.watch.upgrade() else {
             return true;
         };
-        let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        if watch.interest.load(Ordering::Acquire) != 0
-            || !self.events.is_empty()
-            || self.core.guards() != 0
-        {
-            return false;
-        }
-        watch.closed.store(true, Ordering::Release);
-        if sessions
-            .get(&watch.session)
-            .is_some_and(|w| Arc::ptr_eq(w, &watch))
-        {
-            sessions.remove(&watch.session);
-        }
-        true
+        let (events, core) = (&self.events, &self.core);
+        watch.leave_unless(|| !events.is_empty() || core.guards() != 0)
     }
 }
 

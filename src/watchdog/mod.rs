@@ -8,7 +8,7 @@
 //!   hide) and from the state channel as a backstop.
 //! - **Each guard's own node**, with a data watch: deleted by an admin or a parent cleanup
 //!   means [`LossReason::NodeDeleted`].
-//! - **The lease** ([`crate::lease`]): `anchor + T·(1 − drift) − margin`, the anchor moved
+//! - **The lease** ([`lease`]): `anchor + T·(1 − drift) − margin`, the anchor moved
 //!   only by committed writes paired with an earlier reply. The watchdog keeps the proofs
 //!   coming with a probe: a `multi` holding one `check` of a held node, sent a pair gap after
 //!   the newest reply, which also finds a node that is gone.
@@ -23,96 +23,18 @@
 mod core;
 mod driver;
 pub(crate) mod lease;
+mod registry;
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::metrics as m;
 
-pub(crate) use self::core::GuardState;
+pub(crate) use self::core::{Event, GuardState};
 use self::driver::Driver;
-use self::lease::{LeaseCell, LeasePolicy};
-
-/// Messages to a session's watchdog task.
-pub(crate) enum Event {
-    /// A guard was acquired: watch its node, cancel it on loss.
-    /// `watch` is a pending watch on the node that the acquire already set, if any.
-    Register {
-        id: u64,
-        node: Arc<str>,
-        state: Arc<GuardState>,
-        watch: Option<crate::zk::NodeWatch>,
-    },
-    /// The guard was released or dropped.
-    Unregister { id: u64 },
-    /// A session state change (from the persistent watch or the state channel).
-    State(zk::SessionState),
-    /// The client is on this session id (checked against the one the guards hold).
-    SessionId(i64),
-    /// A guard's node is gone.
-    NodeGone { id: u64 },
-    /// A client handle for probes and node watches, sent when interest rises from zero: the
-    /// task lets its handle go when idle, so that it never keeps a session open by itself.
-    Attach(zk::Client),
-}
-
-impl fmt::Debug for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Event::Register { id, node, .. } => write!(f, "Register({id}, {node})"),
-            Event::Unregister { id } => write!(f, "Unregister({id})"),
-            Event::State(state) => write!(f, "State({state})"),
-            Event::SessionId(id) => write!(f, "SessionId({id:#x})"),
-            Event::NodeGone { id } => write!(f, "NodeGone({id})"),
-            Event::Attach(_) => f.write_str("Attach"),
-        }
-    }
-}
-
-/// The per-session shared part: what acquires and guards hold.
-#[derive(Debug)]
-pub(crate) struct SessionWatch {
-    session: i64,
-    timeout: Duration,
-    lease: Arc<LeaseCell>,
-    /// A node the probe may check when no guard is held: the newest lock path (we list it,
-    /// so we can read it).
-    probe_path: Mutex<Arc<str>>,
-    token: CancellationToken,
-    events: mpsc::UnboundedSender<Event>,
-    /// Acquires in progress plus guards held; the task exits when it stays zero.
-    interest: AtomicU64,
-    closed: AtomicBool,
-    next_id: AtomicU64,
-}
-
-/// The watchdogs of this process, one per live session.
-static SESSIONS: LazyLock<Mutex<HashMap<i64, Arc<SessionWatch>>>> = LazyLock::new(Default::default);
-
-/// A counted interest in a session's watchdog; dropping it lets the watchdog wind down.
-#[derive(Debug)]
-pub(crate) struct Interest {
-    watch: Arc<SessionWatch>,
-}
-
-impl Interest {
-    pub(crate) fn watch(&self) -> &Arc<SessionWatch> {
-        &self.watch
-    }
-}
-
-impl Drop for Interest {
-    fn drop(&mut self) {
-        self.watch.interest.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use self::lease::LeasePolicy;
+pub(crate) use self::registry::Interest;
 
 /// The session's watchdog, started if it is not running, with one more unit of interest, for
 /// a lock on `lock_path` leasing with `policy`.
@@ -121,103 +43,23 @@ pub(crate) fn watch_session(
     policy: &LeasePolicy,
     lock_path: &str,
 ) -> Interest {
-    let session = client.session_id().0;
-    let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(watch) = sessions.get(&session) {
-        // A task whose runtime shut down has dropped its receiver: replace it.
-        if !watch.closed.load(Ordering::Acquire) && !watch.events.is_closed() {
-            watch.adopt(policy, lock_path);
-            // The driver lets its client handle go only while nobody is interested, so it
-            // needs one again only when interest rises from zero (not on every acquire).
-            if watch.interest.fetch_add(1, Ordering::AcqRel) == 0 {
-                // No probe ran while idle: the next proof is a cold one (marked here, before
-                // the caller's create can record its reply).
-                watch.lease.restart();
-                watch.send(Event::Attach(client.clone()));
-            }
-            return Interest {
-                watch: watch.clone(),
-            };
-        }
+    let (interest, events) = registry::join(client, policy, lock_path);
+    if let Some(events) = events {
+        ::metrics::gauge!(m::WATCHED_SESSIONS).increment(1.0);
+        let watch = Arc::downgrade(interest.watch());
+        tokio::spawn(Driver::new(watch, events, Some(client.clone())).run());
     }
-    let (watch, rx) = SessionWatch::new(session, client.session_timeout());
-    watch.adopt(policy, lock_path);
-    let watch = Arc::new(watch);
-    sessions.insert(session, watch.clone());
-    drop(sessions);
-    ::metrics::gauge!(m::WATCHED_SESSIONS).increment(1.0);
-    let driver = Driver::new(Arc::downgrade(&watch), rx, Some(client.clone()));
-    tokio::spawn(driver.run());
-    Interest { watch }
-}
-
-impl SessionWatch {
-    /// A watch with no guards yet and one unit of interest, and the receiving end of its
-    /// event channel, for the [`Driver`].
-    fn new(session: i64, timeout: Duration) -> (SessionWatch, mpsc::UnboundedReceiver<Event>) {
-        let (events, rx) = mpsc::unbounded_channel();
-        let watch = SessionWatch {
-            session,
-            timeout,
-            lease: Arc::new(LeaseCell::new(timeout)),
-            probe_path: Mutex::new(Arc::from("/")),
-            token: CancellationToken::new(),
-            events,
-            interest: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
-            next_id: AtomicU64::new(1),
-        };
-        (watch, rx)
-    }
-
-    pub(crate) fn lease(&self) -> &LeaseCell {
-        &self.lease
-    }
-
-    /// A lock with `policy` on `lock_path` uses this session.
-    fn adopt(&self, policy: &LeasePolicy, lock_path: &str) {
-        self.lease.adopt(policy, self.timeout);
-        let mut path = self.probe_path.lock().unwrap_or_else(|e| e.into_inner());
-        if **path != *lock_path {
-            *path = Arc::from(lock_path);
-        }
-    }
-
-    fn probe_path(&self) -> Arc<str> {
-        self.probe_path
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    pub(crate) fn session_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    pub(crate) fn send(&self, event: Event) {
-        // The task outlives every holder of interest, so the receiver is there.
-        let _ = self.events.send(event);
-    }
-
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// One more unit of interest in this (running) watchdog, for a guard built from an acquire.
-    pub(crate) fn interest(self: &Arc<Self>) -> Interest {
-        self.interest.fetch_add(1, Ordering::AcqRel);
-        Interest {
-            watch: self.clone(),
-        }
-    }
+    interest
 }
 
 #[cfg(test)]
 mod tests {
     //! The state machine, driven through its channel with paused time.
 
+    use super::registry::SessionWatch;
     use super::*;
     use crate::loss::LossReason;
+    use std::time::Duration;
     use tokio::time::Instant;
 
     const T: Duration = Duration::from_secs(10);
@@ -237,12 +79,7 @@ mod tests {
     }
 
     fn register(watch: &Arc<SessionWatch>, ride_out: bool) -> (u64, Arc<GuardState>) {
-        let state = Arc::new(GuardState::new(
-            watch,
-            policy().budget(T),
-            ride_out,
-            String::new(),
-        ));
+        let state = Arc::new(watch.guard_state(policy().budget(T), ride_out, String::new()));
         let id = watch.next_id();
         let node: Arc<str> = format!("/locks/a/n{id}").into();
         watch.send(Event::Register {
@@ -372,7 +209,7 @@ mod tests {
         // No driver at all: only the clock and the shared lease.
         let (watch, _events) = SessionWatch::new(7, T);
         watch.lease().prove(Instant::now());
-        let guard = GuardState::new(&watch, policy().budget(T), false, String::new());
+        let guard = watch.guard_state(policy().budget(T), false, String::new());
         tokio::time::advance(Duration::from_millis(9_799)).await;
         assert_eq!(guard.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(1)).await;

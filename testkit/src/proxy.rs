@@ -85,19 +85,31 @@ impl CountingProxy {
                     let (mut client_rx, mut client_tx) = client.into_split();
                     let (mut server_rx, mut server_tx) = server.into_split();
                     let back = link.clone();
+                    let (closed, closed_back) = (reset.clone(), reset.clone());
                     let replies = async move {
                         // Replies carry their request's xid; watch notifications carry -1.
-                        let _ =
-                            forward_frames(&mut server_rx, &mut client_tx, &back, true, |frame| {
+                        let _ = forward_frames(
+                            &mut server_rx,
+                            &mut client_tx,
+                            &back,
+                            &closed_back,
+                            true,
+                            |frame| {
                                 if header_field(frame, 0) == -1 {
                                     notifications.fetch_add(1, Ordering::Relaxed);
                                 }
-                            })
-                            .await;
+                            },
+                        )
+                        .await;
                     };
                     // Requests: xid, then the opcode; pings (11) are not counted.
-                    let requests =
-                        forward_frames(&mut client_rx, &mut server_tx, &link, false, |frame| {
+                    let requests = forward_frames(
+                        &mut client_rx,
+                        &mut server_tx,
+                        &link,
+                        &closed,
+                        false,
+                        |frame| {
                             let op = header_field(frame, 4);
                             if op != 11 {
                                 *counts
@@ -106,7 +118,8 @@ impl CountingProxy {
                                     .entry(op)
                                     .or_default() += 1;
                             }
-                        });
+                        },
+                    );
                     // Either direction ending, or a reset, closes both sockets.
                     tokio::select! {
                         _ = replies => {}
@@ -197,9 +210,13 @@ impl CountingProxy {
     /// # }
     /// ```
     pub fn drop_replies(&self, on: bool) {
-        let was = self.link.mute.swap(on, Ordering::SeqCst);
-        if was && !on {
+        if on {
+            self.link.mute.store(true, Ordering::SeqCst);
+        } else if self.link.mute.load(Ordering::SeqCst) {
+            // Close the muted connections before unmuting, so that no reply they held back
+            // slips through on them.
             self.reset();
+            self.link.mute.store(false, Ordering::SeqCst);
         }
     }
 
@@ -320,6 +337,7 @@ async fn forward_frames(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     link: &Link,
+    closed: &tokio_util::sync::CancellationToken,
     from_server: bool,
     seen: impl Fn(&[u8]),
 ) -> std::io::Result<()> {
@@ -339,6 +357,11 @@ async fn forward_frames(
         }
         if link.hole.load(Ordering::SeqCst) || (from_server && link.mute.load(Ordering::SeqCst)) {
             continue;
+        }
+        if closed.is_cancelled() {
+            // Reset: nothing more goes through, not even a frame read while the link was faulty
+            // and looked at only now that the fault is lifted.
+            return Ok(());
         }
         let delay = link.delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
