@@ -109,6 +109,44 @@
 //! cycles on one persistent parent; container parents are reaped and start over). zkfence's
 //! own order stays right across the wrap, but a mixed fleet on such a parent would disagree.
 //!
+//! # Secured ensembles: authentication, TLS, and the ACLs a lock needs
+//!
+//! zkfence takes the [`zookeeper_client::Client`] you built, so authentication and TLS are
+//! set up on its `Connector` (TLS needs `zookeeper-client`'s `tls` feature in your
+//! `Cargo.toml`; `examples/secured.rs` does both). A lock's requests need, per node:
+//!
+//! | node | permissions | for |
+//! | --- | --- | --- |
+//! | the lock path (the parent) | CREATE, DELETE, READ | our node's create and delete; the listing |
+//! | each ancestor we create under | CREATE | `with_create_parents(true)` only |
+//! | our own node | READ; WRITE with lock-delay | the watchdog's probe is a `check` (READ); the release marker is a `setData` (without WRITE, releases are delayed like failures) |
+//! | other contenders' nodes | none | waiting uses `exists` watches, which ZooKeeper does not check |
+//! | a semaphore's node | READ; WRITE for `set_permits` | the permit count |
+//!
+//! The nodes zkfence creates (its own, and missing parents) get [`LockOptions::with_acls`].
+//! When every contender authenticates as one identity, `Acls::creator_all()` keeps everyone
+//! else out. With several identities, create the lock path beforehand with an ACL that grants
+//! each of them CREATE, DELETE and READ, and keep `creator_all` for the lock nodes.
+//!
+//! ```no_run
+//! use zkfence::{FencedLock, LockOptions};
+//! use zookeeper_client::{Acls, Client};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connector()
+//!     .with_auth("digest", b"orders-service:s3cret")
+//!     .connect("zk1:2181,zk2:2181,zk3:2181")
+//!     .await?;
+//! let options = LockOptions::default().with_acls(Acls::creator_all().to_vec());
+//! let lock = FencedLock::new(client, "/locks/orders", options)?;
+//! # let _ = lock;
+//! # Ok(()) }
+//! ```
+//!
+//! A refused request surfaces as [`Error::AccessDenied`] naming the node and the operation;
+//! nothing is left behind (a node we could create but not delete stays only until our session
+//! ends).
+//!
 //! # Layout
 //!
 //! - [`lock`](FencedLock): `FencedLock`, `LockOptions`: acquire, try_acquire, run; clones

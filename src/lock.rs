@@ -137,6 +137,25 @@ impl FencedLock {
         })
     }
 
+    /// Checks that `path` can be a lock path, without a client: what [`FencedLock::new`]
+    /// checks first (absolute, not the root, not under `/zookeeper`, no empty, `.` or `..`
+    /// segment, no character the server refuses). For tools that validate input before
+    /// connecting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] saying what is wrong.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(zkfence::FencedLock::check_path("/locks/nightly").is_ok());
+    /// assert!(zkfence::FencedLock::check_path("locks/nightly").is_err());
+    /// ```
+    pub fn check_path(path: &str) -> Result<()> {
+        crate::queue::names::validate_lock_path(path)
+    }
+
     /// The lock path.
     ///
     /// # Examples

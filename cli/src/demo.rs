@@ -11,7 +11,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 use zkfence::{FencedLock, LockOptions};
 
-use crate::{connect, parse_duration, EXIT_FAILURE};
+use crate::connect::Connection as ZkConnection;
+use crate::{parse_duration, EXIT_FAILURE};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -180,7 +181,7 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
     drop(tx);
 
     let mut outcome = Outcome::default();
-    let stall = args.session_timeout * 2;
+    let mut granted = std::collections::HashMap::new(); // worker -> its granted session timeout
     let mut accepted_so_far = 0;
     let mut victim: Option<(u32, i32, i64)> = None; // worker, pid, token
     let mut resume_at: Option<Instant> = None;
@@ -197,6 +198,7 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
                 match event.kind {
                     "acquired" => {
                         let token = event.int("token");
+                        granted.insert(id, Duration::from_millis(event.int("session_ms").max(0) as u64));
                         match victim {
                             Some((v, _, vt)) if !resumed && id != v && !successor_seen => {
                                 successor_seen = true;
@@ -211,12 +213,14 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
                     "writing" if victim.is_none() && accepted_so_far >= 2 => {
                         let token = event.int("token");
                         let pid = children[(id - 1) as usize].id().unwrap_or(0) as i32;
+                        let session = granted.get(&id).copied().filter(|t| !t.is_zero()).unwrap_or(args.session_timeout);
+                        let stall = session * 2;
                         // SAFETY: kill(2) on a worker process we started.
                         unsafe { libc::kill(pid, libc::SIGSTOP) };
                         victim = Some((id, pid, token));
                         resume_at = Some(Instant::now() + stall);
                         say(format!(
-                            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice its session timeout",
+                            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice the session timeout the server granted it",
                             event.int("value") - 1,
                             event.int("value")
                         ));
@@ -224,7 +228,7 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
                     "accepted" => {
                         accepted_so_far += 1;
                         let (token, value) = (event.int("token"), event.int("value"));
-                        if victim.is_some_and(|(v, _, vt)| v == id && resumed && token == vt) {
+                        if successor_seen && victim.is_some_and(|(v, _, vt)| v == id && resumed && token == vt) {
                             outcome.late_write_accepted = true;
                             say(format!(
                                 "the store ACCEPTED worker {id}'s late write: counter = {value} with its stale token {token}, overwriting newer increments"
@@ -357,9 +361,12 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
             }
         };
         let token = guard.token().as_u64() as i64;
+        // The session timeout the server granted (it clamps what we ask for to 2..20 ticks):
+        // the demo freezes us for twice this long.
         println!(
-            "acquired token={token} sequence={}",
-            guard.token().sequence()
+            "acquired token={token} sequence={} session_ms={}",
+            guard.token().sequence(),
+            lock.client().session_timeout().as_millis()
         );
         let read = db.query_row("SELECT value FROM counter WHERE id = 1", [], |row| {
             row.get::<_, i64>(0)
@@ -394,7 +401,9 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
 }
 
 async fn worker_lock(args: &WorkerArgs) -> Result<FencedLock, u8> {
-    let client = connect(&args.connect, args.session_timeout).await?;
+    let client = ZkConnection::plain(&args.connect)
+        .open(args.session_timeout, None)
+        .await?;
     let options = LockOptions::default().with_data(format!(
         "demo worker {} pid {}",
         args.id,

@@ -5,7 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zkfence::{Contender, Error, FencedLock, LockOptions};
 
-use crate::{connect, fail};
+use crate::connect::Connection;
+use crate::fail;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -13,18 +14,21 @@ Examples:
   zkfence holders --connect 127.0.0.1:2181 /locks/nightly
   zkfence holders --connect 127.0.0.1:2181 /locks/nightly --json | jq '.[0].identity'")]
 pub(crate) struct Args {
-    /// ZooKeeper hosts, e.g. `zk1:2181,zk2:2181`.
-    #[arg(long, env = "ZKFENCE_CONNECT")]
-    connect: String,
+    #[command(flatten)]
+    connection: Connection,
     /// The lock path.
+    #[arg(env = "ZKFENCE_LOCK")]
     path: String,
     /// Print a JSON array instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_JSON")]
     json: bool,
 }
 
 pub(crate) async fn holders(args: Args) -> u8 {
-    let client = match connect(&args.connect, Duration::from_secs(10)).await {
+    if let Err(err) = FencedLock::check_path(&args.path) {
+        return fail("bad lock path", &err);
+    }
+    let client = match args.connection.open(Duration::from_secs(10), None).await {
         Ok(client) => client,
         Err(code) => return code,
     };
@@ -55,7 +59,7 @@ pub(crate) async fn holders(args: Args) -> u8 {
             let age = format!("{:.1}s", (now_ms - c.created_ms).max(0) as f64 / 1000.0);
             println!(
                 "{i:<4} {role:<8} {:<22} {:<20} {age:>8}  {:<50} {}",
-                c.token.to_string(),
+                c.token.as_u64().to_string(),
                 c.session_id.to_string(),
                 c.node,
                 c.identity()

@@ -2,40 +2,55 @@
 //! whole idea work in one command (`zkfence demo`).
 
 mod bench;
+mod connect;
 mod demo;
+mod duration;
 mod holders;
 mod run;
+mod terminal;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use zookeeper_client as zk;
+use std::io::IsTerminal as _;
 
-/// Bad input: an invalid lock path, an unusable duration, a command that is missing.
+use clap::{CommandFactory as _, Parser, Subcommand};
+
+pub(crate) use crate::duration::{parse_duration, parse_session_timeout};
+
+/// Bad input: an invalid lock path, an unusable duration or session timeout, unreadable
+/// credentials or certificates.
 pub(crate) const EXIT_USAGE: u8 = 64;
 /// ZooKeeper could not be reached, or the session ended before the lock was acquired.
 pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
-/// Any other failure (ACL denied, an unexpected ZooKeeper error).
+/// Any other failure (an unexpected ZooKeeper error, a lock path missing under a chroot).
 pub(crate) const EXIT_FAILURE: u8 = 70;
+/// ZooKeeper refused us: authentication failed, or an ACL denies what the lock needs.
+pub(crate) const EXIT_NO_PERMISSION: u8 = 77;
 /// `--timeout` passed before the lock was acquired; nothing was run and no node is left.
 pub(crate) const EXIT_TIMEOUT: u8 = 75;
 /// The lock was lost while the command ran: the command was stopped (SIGTERM, then SIGKILL).
 pub(crate) const EXIT_LOCK_LOST: u8 = 76;
-/// The command could not be started (not found, not executable).
+/// The command was found but could not be executed (permissions, not an executable).
+pub(crate) const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// The command was not found.
 pub(crate) const EXIT_CANNOT_RUN: u8 = 127;
 
 const EXIT_CODES: &str = "\
 Exit codes:
   N    run: the command's own exit code (128+signal if a signal ended it)
-  2    command line syntax error
-  64   bad input: invalid lock path, unusable duration
-  69   ZooKeeper unreachable, or the session ended before the lock was acquired
-  70   other failures (e.g. ACL denied)
+  2    command line syntax error (unknown flag, missing argument)
+  64   bad input: invalid lock path, unusable duration or session timeout, unreadable
+       credentials or certificates
+  69   ZooKeeper unreachable within --connect-timeout, or the session ended before the
+       lock was acquired
+  70   other failures (an unexpected ZooKeeper error, the lock path missing)
   75   run --timeout passed before the lock was acquired (nothing ran, no node left)
   76   the lock was lost while the command ran; the command was stopped
-  127  the command could not be started
+  77   permission denied: authentication failed, or an ACL refuses the lock's requests
+  126  the command is not executable
+  127  the command was not found
 
+Every flag can also be set by a ZKFENCE_* variable (see each flag's help).
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=zkfence=debug) for more.";
 
 #[derive(Parser, Debug)]
@@ -64,6 +79,11 @@ enum Command {
     Demo(demo::Args),
     /// Measure acquire/release cycles and handoffs against zookeeper-client's lock and raw ZooKeeper.
     Bench(bench::Args),
+    /// Print a shell completion script, e.g. `zkfence completions bash > /etc/bash_completion.d/zkfence`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// One worker process of the demo (run by `zkfence demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
@@ -88,11 +108,18 @@ fn main() -> ExitCode {
     quiet_caught_upstream_panics();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return parse_error(err),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -111,56 +138,32 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
+            Command::Completions { shell } => {
+                clap_complete::generate(
+                    shell,
+                    &mut Cli::command(),
+                    "zkfence",
+                    &mut std::io::stdout(),
+                );
+                0
+            }
         }
     });
     ExitCode::from(code)
 }
 
-/// Parses `500ms`, `2s`, `1.5s`, `3m`, `1h`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write it like 2s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "" => return Err(format!("{text:?} has no unit; write it like 2s or 500ms")),
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {text:?}; use ms, s, m or h"
-            ))
-        }
+/// Exits for a command line clap refused: bad values (a duration, a session timeout) are bad
+/// input, 64 as the table says; help and version print and exit 0; syntax errors exit 2.
+fn parse_error(err: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let code = match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 2,
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue => EXIT_USAGE,
+        _ => 2,
     };
-    if !seconds.is_finite() || !(0.0..=1e9).contains(&seconds) {
-        return Err(format!("{text:?} is out of range"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
-/// Connects, failing with one clear line (and [`EXIT_UNAVAILABLE`]) when nobody answers.
-pub(crate) async fn connect(hosts: &str, session_timeout: Duration) -> Result<zk::Client, u8> {
-    let attempt = zk::Client::connector()
-        .with_session_timeout(session_timeout)
-        .with_fail_eagerly()
-        .connect(hosts);
-    match tokio::time::timeout(session_timeout.max(Duration::from_secs(5)), attempt).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(err)) => {
-            eprintln!("zkfence: cannot reach ZooKeeper at {hosts}: {err}; check --connect and that the servers are up");
-            Err(EXIT_UNAVAILABLE)
-        }
-        Err(_) => {
-            eprintln!("zkfence: cannot reach ZooKeeper at {hosts}: no session within {session_timeout:?}; check --connect and that the servers are up");
-            Err(EXIT_UNAVAILABLE)
-        }
-    }
+    let _ = err.print();
+    ExitCode::from(code)
 }
 
 /// Starts a throwaway local ZooKeeper (Debian's package), or says why not on one line.
@@ -177,26 +180,21 @@ pub(crate) async fn start_local_zookeeper() -> Result<zkfence_testkit::LocalZooK
 
 /// The exit code for a library error, after printing it on one line.
 pub(crate) fn fail(context: &str, err: &zkfence::Error) -> u8 {
-    eprintln!("zkfence: {context}: {err}");
+    match err {
+        // The library's advice names its API; a command line user needs the flag.
+        zkfence::Error::NoParent { path } => {
+            eprintln!("zkfence: {context}: {path} (or a parent, or the chroot in --connect) does not exist; create it first, e.g. with zkCli.sh create");
+            return EXIT_FAILURE;
+        }
+        zkfence::Error::AccessDenied { op, path, .. } => {
+            eprintln!("zkfence: {context}: ZooKeeper denied {op} on {path}; authenticate with --auth (or ZKFENCE_AUTH) as an identity the ACL grants read, create and delete");
+            return EXIT_NO_PERMISSION;
+        }
+        _ => eprintln!("zkfence: {context}: {err}"),
+    }
     match err {
         zkfence::Error::InvalidPath { .. } | zkfence::Error::InvalidOptions(_) => EXIT_USAGE,
         e if e.is_session_terminal() => EXIT_UNAVAILABLE,
         _ => EXIT_FAILURE,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_need_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
-        assert!(parse_duration("2").unwrap_err().contains("no unit"));
-        assert!(parse_duration("2d").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("fast").is_err());
     }
 }

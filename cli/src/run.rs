@@ -2,13 +2,17 @@
 
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
-use zkfence::{FencedLock, LockOptions, LossReason};
+use zkfence::{FencedLock, FencedSemaphore, LockGuard, LockOptions, LossReason};
+use zookeeper_client::Acls;
 
+use crate::connect::Connection;
+use crate::terminal::Terminal;
 use crate::{
-    connect, fail, parse_duration, EXIT_CANNOT_RUN, EXIT_LOCK_LOST, EXIT_TIMEOUT, EXIT_USAGE,
+    fail, parse_duration, parse_session_timeout, EXIT_CANNOT_RUN, EXIT_LOCK_LOST,
+    EXIT_NOT_EXECUTABLE, EXIT_TIMEOUT, EXIT_USAGE,
 };
 
 #[derive(clap::Args, Debug)]
@@ -24,26 +28,37 @@ Examples:
   zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- \\
       sh -c 'psql -c \"UPDATE t SET v = v + 1, fence = $ZKFENCE_TOKEN WHERE fence <= $ZKFENCE_TOKEN\"'")]
 pub(crate) struct Args {
-    /// ZooKeeper hosts, e.g. `zk1:2181,zk2:2181` (optionally with a chroot: `zk1:2181/app`).
-    #[arg(long, env = "ZKFENCE_CONNECT")]
-    connect: String,
+    #[command(flatten)]
+    connection: Connection,
     /// The lock path, e.g. `/locks/nightly`.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_LOCK")]
     lock: String,
-    /// Give up waiting for the lock after this long (exit 75), e.g. `30s`.
-    #[arg(long, value_parser = parse_duration)]
+    /// Give up after this long, connecting and waiting for the lock together (exit 75), e.g. `30s`.
+    #[arg(long, env = "ZKFENCE_TIMEOUT", value_parser = parse_duration)]
     timeout: Option<Duration>,
-    /// The ZooKeeper session timeout to ask for.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    /// The ZooKeeper session timeout to ask for (1s to 10min; the server may grant less).
+    #[arg(long, env = "ZKFENCE_SESSION_TIMEOUT", value_parser = parse_session_timeout, default_value = "10s")]
     session_timeout: Duration,
     /// After SIGTERM on lock loss, how long before SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, env = "ZKFENCE_GRACE", value_parser = parse_duration, default_value = "5s")]
     grace: Duration,
+    /// How long the final release may take before zkfence exits anyway (the node then goes
+    /// with the session, within the session timeout).
+    #[arg(long, env = "ZKFENCE_RELEASE_TIMEOUT", value_parser = parse_duration, default_value = "3s")]
+    release_timeout: Duration,
     /// Ride out short disconnects until the lease ends, instead of stopping the command at once.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_RIDE_OUT")]
     ride_out: bool,
+    /// Let up to N commands hold at once (a semaphore, as `consul lock -n`); each gets its own
+    /// token. All contenders on a path must agree on N.
+    #[arg(long, env = "ZKFENCE_PERMITS", value_name = "N")]
+    permits: Option<u32>,
+    /// The ACL of the lock nodes zkfence creates: `anyone` (world:anyone, all) or
+    /// `creator` (creator-all: only the identity in --auth).
+    #[arg(long, env = "ZKFENCE_ACL", value_enum, default_value = "anyone")]
+    acl: AclChoice,
     /// Serve the zkfence_* metrics in Prometheus format at this address, e.g. `127.0.0.1:9464`.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
     /// The command and its arguments (after `--`).
     #[arg(
@@ -55,70 +70,136 @@ pub(crate) struct Args {
     command: Vec<String>,
 }
 
+/// The ACL of the lock nodes `run` creates.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AclChoice {
+    /// world:anyone with every permission (ZooKeeper's open default).
+    Anyone,
+    /// creator-all: only the authenticated identity that created a node may touch it.
+    Creator,
+}
+
 pub(crate) async fn run(args: Args) -> u8 {
+    // Everything that can be checked without ZooKeeper is checked first (exit 64).
+    if let Err(err) = FencedLock::check_path(&args.lock) {
+        return fail("bad --lock", &err);
+    }
+    if args.permits == Some(0) {
+        eprintln!("zkfence: --permits must be at least 1");
+        return EXIT_USAGE;
+    }
+    match args.connection.credential() {
+        Ok(None) if args.acl == AclChoice::Creator => {
+            eprintln!("zkfence: --acl creator needs credentials (--auth, ZKFENCE_AUTH or --auth-file): without them every client is the same anonymous creator");
+            return EXIT_USAGE;
+        }
+        Err(code) => return code,
+        Ok(_) => {}
+    }
     if let Some(addr) = args.metrics_addr {
         if let Err(code) = serve_metrics(addr) {
             return code;
         }
     }
-    let client = match connect(&args.connect, args.session_timeout).await {
+    let deadline = args.timeout.map(|t| Instant::now() + t);
+    let client = match args.connection.open(args.session_timeout, deadline).await {
         Ok(client) => client,
+        Err(code)
+            if deadline.is_some_and(|d| Instant::now() >= d) && code == crate::EXIT_UNAVAILABLE =>
+        {
+            return EXIT_TIMEOUT
+        }
         Err(code) => return code,
     };
-    let options = LockOptions::default().with_ride_out_disconnects(args.ride_out);
-    let lock = match FencedLock::new(client, args.lock.clone(), options) {
-        Ok(lock) => lock,
-        Err(err) => return fail("cannot use the lock", &err),
+    let guard = match acquire(&args, client, deadline).await {
+        Ok(guard) => guard,
+        Err(code) => return code,
     };
-    let acquired = match args.timeout {
-        Some(timeout) => lock.acquire_timeout(timeout).await,
-        None => lock.acquire().await.map(Some),
+    tracing::info!(lock = %args.lock, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
+    hold(&args, guard).await
+}
+
+/// Queues for the lock (or one of `--permits` leases) until `deadline`.
+async fn acquire(
+    args: &Args,
+    client: zookeeper_client::Client,
+    deadline: Option<Instant>,
+) -> Result<LockGuard, u8> {
+    let mut options = LockOptions::default().with_ride_out_disconnects(args.ride_out);
+    if args.acl == AclChoice::Creator {
+        options = options.with_acls(Acls::creator_all().to_vec());
+    }
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let acquired = match args.permits {
+        Some(permits) => {
+            let semaphore = FencedSemaphore::new(client, args.lock.clone(), permits, options)
+                .map_err(|err| fail("cannot use the semaphore", &err))?;
+            match left {
+                Some(left) => semaphore.acquire_timeout(left).await,
+                None => semaphore.acquire().await.map(Some),
+            }
+        }
+        None => {
+            let lock = FencedLock::new(client, args.lock.clone(), options)
+                .map_err(|err| fail("cannot use the lock", &err))?;
+            match left {
+                Some(left) => lock.acquire_timeout(left).await,
+                None => lock.acquire().await.map(Some),
+            }
+        }
     };
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
+    match acquired {
+        Ok(Some(guard)) => Ok(guard),
         Ok(None) => {
             eprintln!(
                 "zkfence: timed out after {:?} waiting for {}",
                 args.timeout.unwrap_or_default(),
                 args.lock
             );
-            return EXIT_TIMEOUT;
+            Err(EXIT_TIMEOUT)
         }
-        Err(err) => return fail(&format!("cannot acquire {}", args.lock), &err),
-    };
-    tracing::info!(lock = %args.lock, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
+        Err(err) => Err(fail(&format!("cannot acquire {}", args.lock), &err)),
+    }
+}
 
+/// Runs the command while `guard` holds: its exit code, or [`EXIT_LOCK_LOST`] after stopping
+/// it when the lock is lost.
+async fn hold(args: &Args, guard: LockGuard) -> u8 {
+    let terminal = Terminal::on_stdin();
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("ZKFENCE_TOKEN", guard.token().as_u64().to_string())
         .env("ZKFENCE_SEQUENCE", guard.token().sequence().to_string())
         .env("ZKFENCE_LOCK_PATH", &args.lock)
-        .env("ZKFENCE_NODE", guard.node_path())
-        .process_group(0);
+        .env("ZKFENCE_NODE", guard.node_path());
+    Terminal::prepare(terminal.as_ref(), &mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
             eprintln!("zkfence: cannot run {:?}: {err}", args.command[0]);
-            let _ = guard.release().await;
+            release_bounded(guard, args.release_timeout).await.ok();
             return if err.kind() == std::io::ErrorKind::NotFound {
                 EXIT_CANNOT_RUN
             } else {
-                EXIT_USAGE
+                EXIT_NOT_EXECUTABLE
             };
         }
     };
     let Some(pgid) = child.id().map(|id| id as i32) else {
-        let _ = guard.release().await;
+        release_bounded(guard, args.release_timeout).await.ok();
         return EXIT_CANNOT_RUN;
     };
+    if let Some(terminal) = &terminal {
+        terminal.give_to(pgid);
+    }
     let (Ok(mut interrupts), Ok(mut terminations)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
     ) else {
         eprintln!("zkfence: cannot install signal handlers");
         let _ = child.kill().await;
-        let _ = guard.release().await;
+        release_bounded(guard, args.release_timeout).await.ok();
         return crate::EXIT_FAILURE;
     };
 
@@ -129,7 +210,7 @@ pub(crate) async fn run(args: Args) -> u8 {
                     Ok(status) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)) as u8,
                     Err(_) => crate::EXIT_FAILURE,
                 };
-                return finish(&args.lock, guard, code).await;
+                return finish(&args.lock, guard, code, args.release_timeout).await;
             }
             reason = guard.lost() => break reason,
             _ = interrupts.recv() => signal_group(pgid, libc::SIGINT),
@@ -152,8 +233,20 @@ pub(crate) async fn run(args: Args) -> u8 {
         let _ = child.wait().await;
     }
     // Best effort: the node may still be ours (a disconnect we did not ride out).
-    let _ = guard.release().await;
+    release_bounded(guard, args.release_timeout).await.ok();
     EXIT_LOCK_LOST
+}
+
+/// Releases within `limit`; past it, says so and gives up (the session's end removes the node).
+async fn release_bounded(guard: LockGuard, limit: Duration) -> Result<zkfence::Result<()>, ()> {
+    let node = guard.node_path().to_owned();
+    match tokio::time::timeout(limit, guard.release()).await {
+        Ok(released) => Ok(released),
+        Err(_) => {
+            eprintln!("zkfence: the release of {node} was not confirmed within {limit:?}; the node goes when the session ends");
+            Err(())
+        }
+    }
 }
 
 /// The exit code once the command has exited (and been reaped) with `code`: `code` if the lock
@@ -167,9 +260,10 @@ pub(crate) async fn run(args: Args) -> u8 {
 /// watchdog's verdict and the lease deadline by the monotonic clock); then by the release,
 /// which reports [`LockLost`](zkfence::Error::LockLost) for a loss recorded before it and for
 /// a node that was already gone.
-async fn finish(lock: &str, guard: zkfence::LockGuard, code: u8) -> u8 {
+async fn finish(lock: &str, guard: LockGuard, code: u8, limit: Duration) -> u8 {
     let checked = guard.check().err().as_ref().and_then(loss);
-    let released = guard.release().await;
+    // An unconfirmed release after a passing check leaves the code standing.
+    let released = release_bounded(guard, limit).await.unwrap_or(Ok(()));
     match checked.or_else(|| released.as_ref().err().and_then(loss)) {
         Some(reason) => {
             eprintln!(
@@ -201,11 +295,19 @@ fn signal_group(pgid: i32, signal: i32) {
     unsafe { libc::kill(-pgid, signal) };
 }
 
+/// Seconds: 250 µs to 10 min, about ×2.5 apart.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0, 150.0, 300.0, 600.0,
+];
+
 fn serve_metrics(addr: SocketAddr) -> Result<(), u8> {
-    match metrics_exporter_prometheus::PrometheusBuilder::new()
+    // Histograms with buckets (summaries cannot be aggregated across instances), spanning what
+    // a lock's latencies span: a sub-millisecond uncontended acquire to a many-minute hold.
+    let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
-        .install()
-    {
+        .set_buckets(LATENCY_BUCKETS);
+    match builder.and_then(|builder| builder.install()) {
         Ok(()) => {
             zkfence::metrics::describe();
             Ok(())

@@ -38,12 +38,14 @@
 
 mod ensemble;
 pub mod harness;
+mod postgres;
 mod proxy;
 mod server;
 mod session;
 pub mod stats;
 
 pub use crate::ensemble::{EnsembleOptions, LinkFault, LocalEnsemble};
+pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::proxy::CountingProxy;
 pub use crate::server::{four_letter, LocalZooKeeper, StartError, INSTALL_HINT};
 pub use crate::session::expire_session;

@@ -68,7 +68,7 @@ impl Jvm {
         }
         let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
             -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' $ZK_JVMFLAGS \
-            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar "$@" >"$ZK_LOG" 2>&1 &
+            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar:$NETTY "$@" >"$ZK_LOG" 2>&1 &
             pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
         let mut command = match netns {
             Some(netns) => {
@@ -86,6 +86,11 @@ impl Jvm {
             .args(args)
             .env("ZK_LOG", dir.join("server.log"))
             .env("ZK_JVMFLAGS", flags.join(" "))
+            // The Netty server (for TLS) needs jars Debian's zookeeper.jar manifest leaves out.
+            .env(
+                "NETTY",
+                "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar",
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -295,6 +300,140 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct LocalZooKeeper {
     node: Node,
+    /// With TLS: the `secureClientPort` and the PEM of the CA that signed the server's key.
+    tls: Option<(u16, PathBuf)>,
+}
+
+/// The password of the test key stores; they live in the server's temp dir for one run.
+const STORE_PASSWORD: &str = "zkfence-test";
+
+/// A throwaway CA and a server key pair it signs for `127.0.0.1` and `localhost`, made with
+/// `keytool` in `dir`: `ca.pem` (what clients trust) and `server.p12` (the server's key store).
+fn make_test_certificates(dir: &Path) -> Result<PathBuf, StartError> {
+    let p = STORE_PASSWORD;
+    let steps: [&[&str]; 6] = [
+        &[
+            "-genkeypair",
+            "-alias",
+            "ca",
+            "-dname",
+            "CN=zkfence-test-ca",
+            "-ext",
+            "bc:c",
+            "-keyalg",
+            "EC",
+            "-groupname",
+            "secp256r1",
+            "-keystore",
+            "ca.p12",
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            p,
+            "-validity",
+            "2",
+        ],
+        &[
+            "-exportcert",
+            "-rfc",
+            "-alias",
+            "ca",
+            "-keystore",
+            "ca.p12",
+            "-storepass",
+            p,
+            "-file",
+            "ca.pem",
+        ],
+        &[
+            "-genkeypair",
+            "-alias",
+            "zk",
+            "-dname",
+            "CN=localhost",
+            "-keyalg",
+            "EC",
+            "-groupname",
+            "secp256r1",
+            "-keystore",
+            "server.p12",
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            p,
+            "-validity",
+            "2",
+        ],
+        &[
+            "-certreq",
+            "-alias",
+            "zk",
+            "-keystore",
+            "server.p12",
+            "-storepass",
+            p,
+            "-file",
+            "server.csr",
+        ],
+        &[
+            "-gencert",
+            "-alias",
+            "ca",
+            "-keystore",
+            "ca.p12",
+            "-storepass",
+            p,
+            "-infile",
+            "server.csr",
+            "-outfile",
+            "server.pem",
+            "-rfc",
+            "-validity",
+            "2",
+            "-ext",
+            "SAN=ip:127.0.0.1,dns:localhost",
+            "-ext",
+            "eku=serverAuth,clientAuth",
+        ],
+        &[
+            "-importcert",
+            "-alias",
+            "ca",
+            "-file",
+            "ca.pem",
+            "-keystore",
+            "server.p12",
+            "-storepass",
+            p,
+            "-noprompt",
+        ],
+    ];
+    let last: &[&str] = &[
+        "-importcert",
+        "-alias",
+        "zk",
+        "-file",
+        "server.pem",
+        "-keystore",
+        "server.p12",
+        "-storepass",
+        p,
+        "-noprompt",
+    ];
+    for args in steps.iter().copied().chain([last]) {
+        let out = std::process::Command::new("keytool")
+            .args(args)
+            .current_dir(dir)
+            .output()?;
+        if !out.status.success() {
+            return Err(StartError::Io(std::io::Error::other(format!(
+                "keytool {}: {}",
+                args[0],
+                String::from_utf8_lossy(&out.stderr)
+            ))));
+        }
+    }
+    Ok(dir.join("ca.pem"))
 }
 
 impl LocalZooKeeper {
@@ -312,10 +451,57 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start() -> Result<LocalZooKeeper, StartError> {
+        LocalZooKeeper::start_configured(false)
+    }
+
+    /// Starts a server that also serves TLS on a `secureClientPort` ([`tls_addr`]), with a
+    /// key signed by a throwaway CA ([`tls_ca`]) that `keytool` makes at start. Client
+    /// certificates are not required. The plain port stays open for set-up and checks.
+    ///
+    /// [`tls_addr`]: LocalZooKeeper::tls_addr
+    /// [`tls_ca`]: LocalZooKeeper::tls_ca
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](LocalZooKeeper::start), and [`StartError::Io`] when `keytool` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence_testkit::LocalZooKeeper::start_tls()?;
+    /// println!("tcp+tls://{} trusting {}", zk.tls_addr().unwrap(), zk.tls_ca().unwrap().display());
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn start_tls() -> Result<LocalZooKeeper, StartError> {
+        LocalZooKeeper::start_configured(true)
+    }
+
+    fn start_configured(tls: bool) -> Result<LocalZooKeeper, StartError> {
         let port = free_port()?;
         let dir = temp_dir("zk")?;
-        let config = base_config(&dir, "127.0.0.1", port, &EnsembleOptions::default());
+        let mut options = EnsembleOptions::default();
+        let tls = if tls {
+            let secure_port = free_port()?;
+            let ca = make_test_certificates(&dir)?;
+            let store = dir.join("server.p12");
+            options.config.extend([
+                format!("secureClientPort={secure_port}"),
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory".to_owned(),
+                format!("ssl.keyStore.location={}", store.display()),
+                format!("ssl.keyStore.password={STORE_PASSWORD}"),
+                "ssl.keyStore.type=PKCS12".to_owned(),
+                format!("ssl.trustStore.location={}", store.display()),
+                format!("ssl.trustStore.password={STORE_PASSWORD}"),
+                "ssl.trustStore.type=PKCS12".to_owned(),
+                "ssl.clientAuth=none".to_owned(),
+            ]);
+            Some((secure_port, ca))
+        } else {
+            None
+        };
+        let config = base_config(&dir, "127.0.0.1", port, &options);
         let zk = LocalZooKeeper {
+            tls,
             node: Node::new(
                 "127.0.0.1",
                 port,
@@ -342,6 +528,34 @@ impl LocalZooKeeper {
     /// ```
     pub fn addr(&self) -> String {
         self.node.addr()
+    }
+
+    /// With [`start_tls`](LocalZooKeeper::start_tls): the TLS address, `127.0.0.1:<port>`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence_testkit::LocalZooKeeper::start_tls()?;
+    /// let hosts = format!("tcp+tls://{}", zk.tls_addr().unwrap());
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn tls_addr(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+    }
+
+    /// With [`start_tls`](LocalZooKeeper::start_tls): the CA certificate (PEM) to trust.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence_testkit::LocalZooKeeper::start_tls()?;
+    /// let ca = std::fs::read_to_string(zk.tls_ca().unwrap())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tls_ca(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|(_, ca)| ca.as_path())
     }
 
     /// The server's log so far.

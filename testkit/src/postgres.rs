@@ -1,0 +1,210 @@
+//! [`LocalPostgres`]: a throwaway PostgreSQL server from Debian's package, for the stores the
+//! examples and the chaos suite fence: `initdb` in a temp dir, one loopback port, fsync on,
+//! stopped (and its files removed) when dropped or when this process dies.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The superuser `initdb` creates; it trusts loopback connections.
+pub const POSTGRES_USER: &str = "zkfence";
+
+/// A PostgreSQL server that lives as long as this value.
+///
+/// # Examples
+///
+/// ```no_run
+/// let pg = zkfence_testkit::LocalPostgres::start(&std::env::temp_dir())?;
+/// println!("tokio_postgres::connect({:?}, NoTls)", pg.conninfo("postgres"));
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalPostgres {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+/// Debian's newest installed PostgreSQL `bin` folder.
+fn bin_dir() -> Result<PathBuf, String> {
+    let install = "install Debian's postgresql package (`sudo apt-get install -y postgresql`; scripts/test and chaos/run do it)";
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|_| format!("PostgreSQL is not installed: {install}"))?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .ok_or_else(|| format!("no /usr/lib/postgresql/*/bin/postgres: {install}"))
+}
+
+/// The uid/gid to run as: ourselves, or the `postgres` user when we are root (PostgreSQL
+/// refuses to run as root).
+fn identity() -> Result<Option<(u32, u32)>, String> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return Ok(None);
+    }
+    let name = std::ffi::CString::new("postgres").unwrap_or_default();
+    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at once.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return Err(
+            "running as root and there is no `postgres` user: install Debian's postgresql package"
+                .into(),
+        );
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record.
+    Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
+}
+
+/// Hands `path` to `who` (when we run as root for them).
+fn give(path: &Path, who: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = who {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        // SAFETY: chown on a path we just created.
+        unsafe { libc::chown(c.as_ptr(), uid, gid) };
+    }
+}
+
+fn as_user(cmd: &mut Command, who: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = who {
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+impl LocalPostgres {
+    /// Runs `initdb` in a fresh temp dir and starts the server on a free loopback port; its
+    /// log goes to `log_dir/postgres.log`. Waits (up to 30 s) until it accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let pg = zkfence_testkit::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start(log_dir: &Path) -> Result<LocalPostgres, String> {
+        let bin = bin_dir()?;
+        let who = identity()?;
+        let dir = crate::server::temp_dir("pg").map_err(|e| format!("temp dir: {e}"))?;
+        give(&dir, who);
+        let data = dir.join("pgdata");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                POSTGRES_USER,
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        as_user(&mut initdb, who);
+        let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let port = crate::server::free_port().map_err(|e| format!("no free port: {e}"))?;
+        let log_path = log_dir.join("postgres.log");
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        give(&log_path, who);
+        let mut cmd = Command::new(bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(&dir);
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=on",
+            "synchronous_commit=on",
+            "shared_buffers=32MB",
+            "max_connections=50",
+        ] {
+            cmd.args(["-c", setting]);
+        }
+        cmd.stdout(Stdio::null()).stderr(log);
+        as_user(&mut cmd, who);
+        // SAFETY: prctl in the child before exec; the death signal survives the exec of a
+        // non-setuid binary, so postgres stops with us however we die.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("start postgres: {e}"))?;
+        let pg = LocalPostgres { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "postgres did not listen on port {port} within 30 s; see {}",
+                    log_path.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(pg)
+    }
+
+    /// The port it listens on, on 127.0.0.1.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let pg = zkfence_testkit::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// assert!(pg.port() > 0);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A `tokio-postgres` connection string for database `db` as [`POSTGRES_USER`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let pg = zkfence_testkit::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// assert!(pg.conninfo("postgres").contains("dbname=postgres"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn conninfo(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={POSTGRES_USER} dbname={db} connect_timeout=5",
+            self.port
+        )
+    }
+}
+
+impl Drop for LocalPostgres {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child (SIGINT: a fast shutdown).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
