@@ -264,12 +264,22 @@ async fn a_paused_server_stops_the_command_with_the_loss_code() {
     })
     .await;
     server.pause();
+    let paused = Instant::now();
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
         .unwrap();
+    let took = paused.elapsed();
     server.resume();
     assert_eq!(output.status.code(), Some(76), "{}", text(&output).1);
+    // The loss within the session timeout (2 s), the command gone at SIGTERM, and the final
+    // release bounded by --release-timeout (3 s by default): not the ~12 s an unbounded
+    // release against a silent server took.
+    assert!(
+        took < Duration::from_secs(8),
+        "exited {took:?} after the pause: {}",
+        text(&output).1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
