@@ -14,8 +14,9 @@ pub(crate) struct Connection {
     /// ZooKeeper hosts, e.g. `zk1:2181,zk2:2181` (optionally with a chroot: `zk1:2181/app`).
     #[arg(long, env = "ZKFENCE_CONNECT")]
     pub(crate) connect: String,
-    /// Credentials as SCHEME:CREDENTIALS, e.g. `digest:user:password`. Arguments show in `ps`:
-    /// prefer the variable or `--auth-file`.
+    /// Credentials as SCHEME:CREDENTIALS, e.g. `digest:user:password`; `sasl:user:password`
+    /// authenticates with SASL DIGEST-MD5. Arguments show in `ps`: prefer the variable or
+    /// `--auth-file`.
     #[arg(
         long,
         env = "ZKFENCE_AUTH",
@@ -57,6 +58,24 @@ pub(crate) struct Credential {
     pub(crate) secret: Vec<u8>,
 }
 
+impl Credential {
+    /// Adds this credential to `connector`: SASL DIGEST-MD5 for the `sasl` scheme (the
+    /// server's `SASLAuthenticationProvider` and a JAAS `Server` section), an `addauth`
+    /// packet for any other (`digest`, …).
+    fn apply(&self, connector: zk::Connector) -> zk::Connector {
+        if self.scheme == "sasl" {
+            let secret = String::from_utf8_lossy(&self.secret);
+            if let Some((user, password)) = secret.split_once(':') {
+                return connector.with_sasl(zk::SaslOptions::digest_md5(
+                    user.to_owned(),
+                    password.to_owned(),
+                ));
+            }
+        }
+        connector.with_auth(&self.scheme, &self.secret)
+    }
+}
+
 impl Connection {
     /// Plain TCP to `hosts`, no credentials: for the demo's own workers.
     pub(crate) fn plain(hosts: &str) -> Connection {
@@ -86,6 +105,10 @@ impl Connection {
             (None, None) => return Ok(None),
         };
         match text.trim().split_once(':') {
+            Some(("sasl", secret)) if !secret.contains(':') => {
+                eprintln!("zkfence: SASL credentials must read sasl:USER:PASSWORD");
+                Err(EXIT_USAGE)
+            }
             Some((scheme, secret)) if !scheme.is_empty() && !secret.is_empty() => {
                 Ok(Some(Credential {
                     scheme: scheme.to_owned(),
@@ -155,7 +178,7 @@ impl Connection {
                 )
                 .with_fail_eagerly();
             if let Some(credential) = &credential {
-                connector = connector.with_auth(&credential.scheme, &credential.secret);
+                connector = credential.apply(connector);
             }
             let attempt = match tls.clone() {
                 Some(tls) => {

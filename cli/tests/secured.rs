@@ -583,3 +583,48 @@ async fn completions_print_a_script() {
         "{stdout}"
     );
 }
+
+/// SASL DIGEST-MD5 against a server that requires authentication: the right password runs;
+/// a wrong one, or none, fails with 77 and leaves no node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_digest_md5_on_a_server_that_requires_it() {
+    let server = tokio::task::spawn_blocking(|| LocalZooKeeper::start_sasl(&[("alice", "right")]))
+        .await
+        .unwrap()
+        .unwrap();
+    let addr = server.addr();
+    let ok = run(&[
+        "run",
+        "--connect",
+        &addr,
+        "--auth",
+        "sasl:alice:right",
+        "--lock",
+        "/locks/sasl",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(ok.0, Some(0), "{}", ok.2);
+    for wrong in [vec!["--auth", "sasl:alice:wrong"], vec![]] {
+        let mut args = vec!["run", "--connect", &addr, "--connect-timeout", "5s"];
+        args.extend(wrong.iter().copied());
+        args.extend(["--lock", "/locks/sasl", "--", "true"]);
+        let started = Instant::now();
+        let (status, _, stderr) = run(&args).await;
+        assert_eq!(status, Some(77), "{args:?}: {stderr}");
+        assert!(stderr.contains("--auth"), "{stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    let alice = zk::Client::connector()
+        .with_sasl(zk::SaslOptions::digest_md5("alice", "right"))
+        .connect(&addr)
+        .await
+        .unwrap();
+    let left = alice.list_children("/locks/sasl").await.unwrap();
+    assert!(left.is_empty(), "nodes left behind: {left:?}");
+}

@@ -304,6 +304,15 @@ pub struct LocalZooKeeper {
     tls: Option<(u16, PathBuf)>,
 }
 
+/// How a [`LocalZooKeeper`] lets clients in.
+#[derive(Debug, PartialEq, Eq)]
+enum Security {
+    Open,
+    Tls,
+    /// SASL DIGEST-MD5 required, for these (user, password) pairs.
+    Sasl(Vec<(String, String)>),
+}
+
 /// The password of the test key stores; they live in the server's temp dir for one run.
 const STORE_PASSWORD: &str = "zkfence-test";
 
@@ -451,7 +460,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start() -> Result<LocalZooKeeper, StartError> {
-        LocalZooKeeper::start_configured(false)
+        LocalZooKeeper::start_configured(Security::Open)
     }
 
     /// Starts a server that also serves TLS on a `secureClientPort` ([`tls_addr`]), with a
@@ -473,14 +482,58 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start_tls() -> Result<LocalZooKeeper, StartError> {
-        LocalZooKeeper::start_configured(true)
+        LocalZooKeeper::start_configured(Security::Tls)
     }
 
-    fn start_configured(tls: bool) -> Result<LocalZooKeeper, StartError> {
+    /// Starts a server that requires SASL DIGEST-MD5 authentication (ZooKeeper's
+    /// `enforce.auth.enabled`): `users` are the (name, password) pairs of its JAAS `Server`
+    /// section. A client that does not authenticate has its requests refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](LocalZooKeeper::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let zk = zkfence_testkit::LocalZooKeeper::start_sasl(&[("alice", "secret")])?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn start_sasl(users: &[(&str, &str)]) -> Result<LocalZooKeeper, StartError> {
+        let users = users
+            .iter()
+            .map(|(u, p)| (u.to_string(), p.to_string()))
+            .collect();
+        LocalZooKeeper::start_configured(Security::Sasl(users))
+    }
+
+    fn start_configured(security: Security) -> Result<LocalZooKeeper, StartError> {
         let port = free_port()?;
         let dir = temp_dir("zk")?;
         let mut options = EnsembleOptions::default();
-        let tls = if tls {
+        let mut jvm_flags = Vec::new();
+        if let Security::Sasl(users) = &security {
+            let entries: String = users
+                .iter()
+                .map(|(user, password)| format!("\n    user_{user}=\"{password}\""))
+                .collect();
+            let jaas = dir.join("jaas.conf");
+            std::fs::write(
+                &jaas,
+                format!("Server {{\n    org.apache.zookeeper.server.auth.DigestLoginModule required{entries};\n}};\n"),
+            )?;
+            jvm_flags.push(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+            options.config.extend([
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+                    .to_owned(),
+                "enforce.auth.enabled=true".to_owned(),
+                "enforce.auth.schemes=sasl".to_owned(),
+            ]);
+        }
+        let tls = if security == Security::Tls {
             let secure_port = free_port()?;
             let ca = make_test_certificates(&dir)?;
             let store = dir.join("server.p12");
@@ -502,15 +555,7 @@ impl LocalZooKeeper {
         let config = base_config(&dir, "127.0.0.1", port, &options);
         let zk = LocalZooKeeper {
             tls,
-            node: Node::new(
-                "127.0.0.1",
-                port,
-                dir,
-                STANDALONE,
-                &config,
-                None,
-                Vec::new(),
-            )?,
+            node: Node::new("127.0.0.1", port, dir, STANDALONE, &config, None, jvm_flags)?,
         };
         zk.node.spawn()?;
         zk.node.wait_serving(START_TIMEOUT)?;
