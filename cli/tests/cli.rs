@@ -15,12 +15,18 @@ fn zkfence(args: &[&str]) -> Command {
     command
 }
 
+/// `zkfence run --connect hosts --lock /locks/cli <rest>`.
+fn run_on(hosts: &str, rest: &[&str]) -> Command {
+    let mut args = vec!["run", "--connect", hosts, "--lock", "/locks/cli"];
+    args.extend_from_slice(rest);
+    zkfence(&args)
+}
+
 /// `zkfence run --connect hosts --lock /locks/cli <extra> -- sh -c script`, with `$DIR` set.
 fn run_sh(hosts: &str, extra: &[&str], script: &str, dir: &std::path::Path) -> std::process::Child {
-    let mut args = vec!["run", "--connect", hosts, "--lock", "/locks/cli"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "sh", "-c", script]);
-    zkfence(&args)
+    let mut rest = extra.to_vec();
+    rest.extend_from_slice(&["--", "sh", "-c", script]);
+    run_on(hosts, &rest)
         .env("DIR", dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -74,19 +80,9 @@ async fn six_concurrent_runs_never_overlap_and_see_increasing_tokens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_code_passes_through_and_the_lock_is_released() {
     let hosts = chroot(shared(), "cli-exit").await;
-    let output = zkfence(&[
-        "run",
-        "--connect",
-        &hosts,
-        "--lock",
-        "/locks/cli",
-        "--",
-        "sh",
-        "-c",
-        "exit 7",
-    ])
-    .output()
-    .unwrap();
+    let output = run_on(&hosts, &["--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(7));
     assert!(
         zkfence_testkit::harness::children(&hosts, "/locks/cli")
@@ -242,19 +238,17 @@ async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
 async fn a_paused_server_stops_the_command_with_the_loss_code() {
     let server = ZooKeeper::start();
     let dir = temp("pause");
-    let child = zkfence(&[
-        "run",
-        "--connect",
+    let child = run_on(
         &server.addr(),
-        "--lock",
-        "/locks/cli",
-        "--session-timeout",
-        "2s",
-        "--",
-        "sh",
-        "-c",
-        r#"echo ready > "$DIR/ready"; exec sleep 60"#,
-    ])
+        &[
+            "--session-timeout",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            r#"echo ready > "$DIR/ready"; exec sleep 60"#,
+        ],
+    )
     .env("DIR", &dir)
     .stderr(Stdio::piped())
     .spawn()
@@ -293,19 +287,9 @@ async fn timeout_exits_75_and_leaves_no_node() {
     .unwrap();
     let guard = holder.acquire().await.unwrap();
     let started = Instant::now();
-    let output = zkfence(&[
-        "run",
-        "--connect",
-        &hosts,
-        "--lock",
-        "/locks/cli",
-        "--timeout",
-        "500ms",
-        "--",
-        "true",
-    ])
-    .output()
-    .unwrap();
+    let output = run_on(&hosts, &["--timeout", "500ms", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(75), "{}", text(&output).1);
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(text(&output).1.contains("timed out"));

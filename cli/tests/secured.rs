@@ -56,197 +56,86 @@ async fn bad_input_exits_with_the_documented_code() {
     std::fs::write(&not_executable, "echo hi\n").unwrap();
     let not_executable = not_executable.to_string_lossy().into_owned();
     let missing_chroot = format!("{}/no/such/chroot", shared());
-    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+    // (command line, with {down}, {up}, {chroot} and {script} filled in; exit code; message)
+    let cases = [
         // Checked before connecting: the answer does not depend on ZooKeeper being up.
         (
-            vec!["run", "--connect", &down, "--lock", "locks/x", "--", "true"],
+            "run --connect {down} --lock locks/x -- true",
             64,
             "must start with '/'",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--session-timeout",
-                "1ms",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --session-timeout 1ms -- true",
             64,
             "out of bounds",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--session-timeout",
-                "0s",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --session-timeout 0s -- true",
             64,
             "out of bounds",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--session-timeout",
-                "10h",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --session-timeout 10h -- true",
             64,
             "out of bounds",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--timeout",
-                "5",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --timeout 5 -- true",
             64,
             "without a unit",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--timeout",
-                "2fortnights",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --timeout 2fortnights -- true",
             64,
             "unknown unit",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--auth",
-                "nocolon",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --auth nocolon -- true",
             64,
             "SCHEME:CREDENTIALS",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--acl",
-                "creator",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --acl creator -- true",
             64,
             "needs credentials",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--lock",
-                "/x",
-                "--tls-ca",
-                "/no/such/ca.pem",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --lock /x --tls-ca /no/such/ca.pem -- true",
             64,
             "cannot read --tls-ca",
         ),
-        (
-            vec!["run", "--connect", &down, "--lock", "/x"],
-            2,
-            "required",
-        ),
+        ("run --connect {down} --lock /x", 2, "required"),
         // ZooKeeper down: retried until --connect-timeout.
         (
-            vec![
-                "run",
-                "--connect",
-                &down,
-                "--connect-timeout",
-                "1s",
-                "--lock",
-                "/x",
-                "--",
-                "true",
-            ],
+            "run --connect {down} --connect-timeout 1s --lock /x -- true",
             69,
             "cannot reach ZooKeeper",
         ),
         // Up, but the command cannot run.
         (
-            vec![
-                "run",
-                "--connect",
-                &hosts,
-                "--lock",
-                "/locks/x",
-                "--",
-                "/no/such/cmd",
-            ],
+            "run --connect {up} --lock /locks/x -- /no/such/cmd",
             127,
             "cannot run",
         ),
         (
-            vec![
-                "run",
-                "--connect",
-                &hosts,
-                "--lock",
-                "/locks/x",
-                "--",
-                &not_executable,
-            ],
+            "run --connect {up} --lock /locks/x -- {script}",
             126,
             "cannot run",
         ),
         // A chroot that does not exist: advice for the command line, not the library API.
         (
-            vec![
-                "run",
-                "--connect",
-                &missing_chroot,
-                "--lock",
-                "/locks/x",
-                "--",
-                "true",
-            ],
+            "run --connect {chroot} --lock /locks/x -- true",
             70,
             "does not exist",
         ),
     ];
-    for (args, code, message) in cases {
+    for (line, code, message) in cases {
+        let line = line
+            .replace("{down}", &down)
+            .replace("{up}", &hosts)
+            .replace("{chroot}", &missing_chroot)
+            .replace("{script}", &not_executable);
+        let args: Vec<&str> = line.split_whitespace().collect();
         let started = Instant::now();
         let (status, _, stderr) = run(&args).await;
         assert_eq!(status, Some(code), "{args:?}: {stderr}");
