@@ -46,6 +46,24 @@ fn temp(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `run` on `lock` with the wrong credentials, then with none: 77 each time, quickly, with
+/// advice naming `--auth`.
+async fn refused_without_the_right_credentials(connect: &str, lock: &str, wrong: &str) {
+    for auth in [Some(wrong), None] {
+        let mut args = vec!["run", "--connect", connect, "--connect-timeout", "5s"];
+        if let Some(auth) = auth {
+            args.extend(["--auth", auth]);
+        }
+        args.extend(["--lock", lock, "--", "true"]);
+        let started = Instant::now();
+        let (status, _, stderr) = run(&args).await;
+        assert_eq!(status, Some(77), "{args:?}: {stderr}");
+        assert!(stderr.contains("--auth"), "{stderr}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+    }
+}
+
 /// Each bad input exits with the code the README's table gives, one clear line, no panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_exits_with_the_documented_code() {
@@ -321,16 +339,7 @@ async fn digest_auth_and_acls() {
     .await;
     assert_eq!(from_file.0, Some(0), "{}", from_file.2);
 
-    for wrong in [vec!["--auth", "digest:alice:wrong"], vec![]] {
-        let mut args = vec!["run", "--connect", &hosts];
-        args.extend(wrong.iter().copied());
-        args.extend(["--lock", "/secured", "--", "true"]);
-        let started = Instant::now();
-        let (status, _, stderr) = run(&args).await;
-        assert_eq!(status, Some(77), "{args:?}: {stderr}");
-        assert!(stderr.contains("--auth"), "{stderr}");
-        assert!(started.elapsed() < Duration::from_secs(10));
-    }
+    refused_without_the_right_credentials(&hosts, "/secured", "digest:alice:wrong").await;
     let left = alice.list_children("/secured").await.unwrap();
     assert!(left.is_empty(), "nodes left behind: {left:?}");
 }
@@ -495,20 +504,7 @@ async fn sasl_digest_md5_on_a_server_that_requires_it() {
     ])
     .await;
     assert_eq!(ok.0, Some(0), "{}", ok.2);
-    for wrong in [vec!["--auth", "sasl:alice:wrong"], vec![]] {
-        let mut args = vec!["run", "--connect", &addr, "--connect-timeout", "5s"];
-        args.extend(wrong.iter().copied());
-        args.extend(["--lock", "/locks/sasl", "--", "true"]);
-        let started = Instant::now();
-        let (status, _, stderr) = run(&args).await;
-        assert_eq!(status, Some(77), "{args:?}: {stderr}");
-        assert!(stderr.contains("--auth"), "{stderr}");
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{args:?} took {:?}",
-            started.elapsed()
-        );
-    }
+    refused_without_the_right_credentials(&addr, "/locks/sasl", "sasl:alice:wrong").await;
     let alice = zk::Client::connector()
         .with_sasl(zk::SaslOptions::digest_md5("alice", "right"))
         .connect(&addr)
