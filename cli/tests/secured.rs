@@ -513,3 +513,53 @@ async fn sasl_digest_md5_on_a_server_that_requires_it() {
     let left = alice.list_children("/locks/sasl").await.unwrap();
     assert!(left.is_empty(), "nodes left behind: {left:?}");
 }
+
+/// `--metrics-addr` exports histograms with buckets (aggregatable across instances), not
+/// summaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_histograms_with_buckets() {
+    let hosts = chroot(shared(), "cli-metrics").await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dir = temp("metrics");
+    let mut command = zkfence(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--metrics-addr",
+        &addr,
+        "--lock",
+        "/locks/m",
+        "--",
+        "sh",
+        "-c",
+        "touch \"$DIR/ready\"; sleep 30",
+    ]);
+    command.env("DIR", &dir).stderr(Stdio::null());
+    let mut child = command.spawn().unwrap();
+    zkfence_testkit::harness::wait_until(
+        Duration::from_secs(20),
+        "the command to start",
+        || async { dir.join("ready").exists() },
+    )
+    .await;
+    let page = tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut page = String::new();
+        stream.read_to_string(&mut page).unwrap();
+        page
+    })
+    .await
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        page.contains("zkfence_acquire_duration_seconds_bucket{"),
+        "{page}"
+    );
+    assert!(page.contains("le=\"0.0025\""), "{page}");
+    assert!(!page.contains("quantile="), "summaries exported: {page}");
+}
