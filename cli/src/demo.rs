@@ -133,32 +133,33 @@ fn open_store(path: &Path) -> rusqlite::Result<Connection> {
     Ok(db)
 }
 
-async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<Outcome, String> {
-    let name = if fence { "fenced" } else { "unfenced" };
-    let db_path = dir.join(format!("{name}.sqlite"));
-    let db = open_store(&db_path).map_err(|e| e.to_string())?;
-    db.execute_batch(
-        "CREATE TABLE counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL, fence INTEGER NOT NULL);
-         INSERT INTO counter VALUES (1, 0, 0);
-         CREATE TABLE accepted (worker INTEGER NOT NULL, token INTEGER NOT NULL, value INTEGER NOT NULL);",
-    )
-    .map_err(|e| e.to_string())?;
-    let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
+/// The worker lines of one scenario: (worker id, line).
+type WorkerLines = tokio::sync::mpsc::UnboundedReceiver<(u32, String)>;
+
+/// Starts the scenario's worker processes on `lock` and the store at `db_path`; their stdout
+/// lines arrive on the returned channel.
+fn spawn_workers(
+    args: &Args,
+    hosts: &str,
+    lock: &str,
+    db_path: &Path,
+    fence: bool,
+) -> Result<(Vec<tokio::process::Child>, WorkerLines), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
     let mut children = Vec::new();
     for id in 1..=args.workers {
         let mut command = tokio::process::Command::new(&exe);
         command
             .arg("demo-worker")
-            .args(["--connect", hosts, "--lock", &lock, "--id", &id.to_string()])
+            .args(["--connect", hosts, "--lock", lock, "--id", &id.to_string()])
             .args(["--increments", &args.increments.to_string()])
             .args([
                 "--session-timeout",
                 &format!("{}ms", args.session_timeout.as_millis()),
             ])
             .arg("--db")
-            .arg(&db_path)
+            .arg(db_path)
             .env("RUST_LOG", "off")
             .stdout(Stdio::piped())
             .kill_on_drop(true);
@@ -178,8 +179,22 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
         });
         children.push(child);
     }
-    drop(tx);
+    Ok((children, rx))
+}
 
+/// Runs the scenario: watches the workers' lines, freezes the holder mid-write, narrates.
+async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<Outcome, String> {
+    let name = if fence { "fenced" } else { "unfenced" };
+    let db_path = dir.join(format!("{name}.sqlite"));
+    let db = open_store(&db_path).map_err(|e| e.to_string())?;
+    db.execute_batch(
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL, fence INTEGER NOT NULL);
+         INSERT INTO counter VALUES (1, 0, 0);
+         CREATE TABLE accepted (worker INTEGER NOT NULL, token INTEGER NOT NULL, value INTEGER NOT NULL);",
+    )
+    .map_err(|e| e.to_string())?;
+    let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
+    let (children, mut rx) = spawn_workers(args, hosts, &lock, &db_path, fence)?;
     let mut outcome = Outcome::default();
     let mut granted = std::collections::HashMap::new(); // worker -> its granted session timeout
     let mut accepted_so_far = 0;
@@ -270,6 +285,16 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
             _ = tokio::time::sleep(Duration::from_secs(120)) => return Err("the workers made no progress for 2 minutes".into()),
         }
     }
+    tally(&db, children, &mut outcome).await?;
+    Ok(outcome)
+}
+
+/// After the workers exit: the counter against the accepted increments, printed and recorded.
+async fn tally(
+    db: &Connection,
+    children: Vec<tokio::process::Child>,
+    outcome: &mut Outcome,
+) -> Result<(), String> {
     for mut child in children {
         let _ = child.wait().await;
     }
@@ -290,7 +315,7 @@ async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<O
             accepted - value
         );
     }
-    Ok(outcome)
+    Ok(())
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

@@ -319,119 +319,23 @@ const STORE_PASSWORD: &str = "zkfence-test";
 /// A throwaway CA and a server key pair it signs for `127.0.0.1` and `localhost`, made with
 /// `keytool` in `dir`: `ca.pem` (what clients trust) and `server.p12` (the server's key store).
 fn make_test_certificates(dir: &Path) -> Result<PathBuf, StartError> {
-    let p = STORE_PASSWORD;
-    let steps: [&[&str]; 6] = [
-        &[
-            "-genkeypair",
-            "-alias",
-            "ca",
-            "-dname",
-            "CN=zkfence-test-ca",
-            "-ext",
-            "bc:c",
-            "-keyalg",
-            "EC",
-            "-groupname",
-            "secp256r1",
-            "-keystore",
-            "ca.p12",
-            "-storetype",
-            "PKCS12",
-            "-storepass",
-            p,
-            "-validity",
-            "2",
-        ],
-        &[
-            "-exportcert",
-            "-rfc",
-            "-alias",
-            "ca",
-            "-keystore",
-            "ca.p12",
-            "-storepass",
-            p,
-            "-file",
-            "ca.pem",
-        ],
-        &[
-            "-genkeypair",
-            "-alias",
-            "zk",
-            "-dname",
-            "CN=localhost",
-            "-keyalg",
-            "EC",
-            "-groupname",
-            "secp256r1",
-            "-keystore",
-            "server.p12",
-            "-storetype",
-            "PKCS12",
-            "-storepass",
-            p,
-            "-validity",
-            "2",
-        ],
-        &[
-            "-certreq",
-            "-alias",
-            "zk",
-            "-keystore",
-            "server.p12",
-            "-storepass",
-            p,
-            "-file",
-            "server.csr",
-        ],
-        &[
-            "-gencert",
-            "-alias",
-            "ca",
-            "-keystore",
-            "ca.p12",
-            "-storepass",
-            p,
-            "-infile",
-            "server.csr",
-            "-outfile",
-            "server.pem",
-            "-rfc",
-            "-validity",
-            "2",
-            "-ext",
-            "SAN=ip:127.0.0.1,dns:localhost",
-            "-ext",
-            "eku=serverAuth,clientAuth",
-        ],
-        &[
-            "-importcert",
-            "-alias",
-            "ca",
-            "-file",
-            "ca.pem",
-            "-keystore",
-            "server.p12",
-            "-storepass",
-            p,
-            "-noprompt",
-        ],
+    let store = "-storetype PKCS12 -storepass {p} -validity 2";
+    let steps = [
+        "-genkeypair -alias ca -dname CN=zkfence-test-ca -ext bc:c -keyalg EC -groupname secp256r1 -keystore ca.p12 {store}",
+        "-exportcert -rfc -alias ca -keystore ca.p12 -storepass {p} -file ca.pem",
+        "-genkeypair -alias zk -dname CN=localhost -keyalg EC -groupname secp256r1 -keystore server.p12 {store}",
+        "-certreq -alias zk -keystore server.p12 -storepass {p} -file server.csr",
+        "-gencert -alias ca -keystore ca.p12 -storepass {p} -infile server.csr -outfile server.pem -rfc -validity 2 -ext SAN=ip:127.0.0.1,dns:localhost -ext eku=serverAuth,clientAuth",
+        "-importcert -alias ca -file ca.pem -keystore server.p12 -storepass {p} -noprompt",
+        "-importcert -alias zk -file server.pem -keystore server.p12 -storepass {p} -noprompt",
     ];
-    let last: &[&str] = &[
-        "-importcert",
-        "-alias",
-        "zk",
-        "-file",
-        "server.pem",
-        "-keystore",
-        "server.p12",
-        "-storepass",
-        p,
-        "-noprompt",
-    ];
-    for args in steps.iter().copied().chain([last]) {
+    for step in steps {
+        let line = step
+            .replace("{store}", store)
+            .replace("{p}", STORE_PASSWORD);
+        let args: Vec<&str> = line.split_whitespace().collect();
         let out = std::process::Command::new("keytool")
-            .args(args)
+            .args(&args)
             .current_dir(dir)
             .output()?;
         if !out.status.success() {
