@@ -1,0 +1,537 @@
+//! `zkfence bench`: acquire/release cycles and handoffs of zkfence, `zookeeper-client`'s own
+//! `Client::lock`, and the raw ZooKeeper limits, measured in one process on one server.
+//!
+//! - cycle: one contender's acquire call start to its release call return;
+//! - handoff: the holder's release call start to the next holder's acquire return;
+//! - raw: a create(ephemeral sequential)+delete cycle (uncontended), and the notification
+//!   latency, one client's delete call start to another's watch firing (contended).
+//!
+//! This module is the command: its options, the runs it orchestrates (one run, the matrix, the
+//! in-process and scale measurements) and the reports it prints. The workloads are in
+//! `workload`, the statistics in `stats`, the matrix's SVG chart in `chart`.
+
+mod chart;
+mod stats;
+mod workload;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use zkfence_testkit::CountingProxy;
+use zookeeper_client as zk;
+
+use self::stats::{per_acquisition, per_second};
+use self::workload::{HeldLocks, InProcess, Run, Waiters};
+use crate::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Uncontended,
+    Contended,
+}
+
+impl Mode {
+    /// The mode as the reports name it.
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Uncontended => "uncontended",
+            Mode::Contended => "contended",
+        }
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Impl {
+    Zkfence,
+    Zkclient,
+    Raw,
+}
+
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Zkfence => "zkfence",
+            Impl::Zkclient => "zkclient",
+            Impl::Raw => "raw",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  zkfence bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
+  zkfence bench --matrix                     # every impl and mode, on a throwaway local server
+  scripts/bench                              # the same, as in the README")]
+pub(crate) struct Args {
+    /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
+    #[arg(long)]
+    connect: Option<String>,
+    /// The lock path to benchmark on (each run uses a fresh path under it).
+    #[arg(long, default_value = "/zkfence-bench")]
+    lock: String,
+    /// Contenders, each with its own session.
+    #[arg(long, default_value_t = 1)]
+    contenders: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Seconds run first and not counted.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    #[arg(long, value_enum, default_value = "uncontended")]
+    mode: Mode,
+    #[arg(long = "impl", value_enum, default_value = "zkfence")]
+    implementation: Impl,
+    /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
+    #[arg(long)]
+    matrix: bool,
+    /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
+    /// --locks held by one process (memory per held lock, watchdog requests).
+    #[arg(long)]
+    scale: bool,
+    /// With --scale: waiters queued on one lock, each with its own session.
+    #[arg(long, default_value_t = 1000)]
+    waiters: usize,
+    /// With --scale: locks held at once by one session.
+    #[arg(long, default_value_t = 10000)]
+    locks: usize,
+    /// With --matrix: where to write the chart.
+    #[arg(long, default_value = "bench.svg")]
+    chart: PathBuf,
+    /// Measure the in-process queue instead: --tasks tasks of one process on one lock, sharing
+    /// one FencedLock (clones: one ZooKeeper contender at a time) versus each with its own.
+    #[arg(long)]
+    in_process: bool,
+    /// With --in-process: tasks in the process.
+    #[arg(long, default_value_t = 64)]
+    tasks: usize,
+}
+
+/// One run's figures, printed as one JSON line.
+#[derive(Debug, Clone, Default)]
+struct Report {
+    implementation: &'static str,
+    mode: &'static str,
+    contenders: usize,
+    seconds: f64,
+    acquisitions: u64,
+    cycle_p50_us: f64,
+    cycle_p99_us: f64,
+    handoff_p50_us: Option<f64>,
+    handoff_p99_us: Option<f64>,
+    read_p50_us: Option<f64>,
+    violations: u64,
+    errors: u64,
+}
+
+impl Report {
+    fn acq_per_s(&self) -> f64 {
+        per_second(self.acquisitions, self.seconds)
+    }
+
+    fn json(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.1}"));
+        let mut out = format!(
+            "{{\"impl\":\"{}\",\"mode\":\"{}\",\"contenders\":{},\"seconds\":{},\"acquisitions\":{},\"acq_per_s\":{:.1},\
+             \"cycle_p50_us\":{:.1},\"cycle_p99_us\":{:.1},\"handoff_p50_us\":{},\"handoff_p99_us\":{},\"violations\":{},\"errors\":{}",
+            self.implementation,
+            self.mode,
+            self.contenders,
+            self.seconds,
+            self.acquisitions,
+            self.acq_per_s(),
+            self.cycle_p50_us,
+            self.cycle_p99_us,
+            opt(self.handoff_p50_us),
+            opt(self.handoff_p99_us),
+            self.violations,
+            self.errors
+        );
+        if let Some(read) = self.read_p50_us {
+            let _ = write!(out, ",\"read_p50_us\":{read:.1}");
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// `zkfence bench`: one run against `--connect`, or the matrix, scale or in-process
+/// measurements; the exit code.
+pub(crate) async fn bench(args: Args) -> u8 {
+    if args.matrix || args.scale || args.in_process {
+        return with_server(&args).await;
+    }
+    let Some(hosts) = args.connect.clone() else {
+        eprintln!(
+            "zkfence: bench needs --connect HOSTS (or --matrix, which starts a local server)"
+        );
+        return EXIT_USAGE;
+    };
+    let run = Run {
+        implementation: args.implementation,
+        mode: args.mode,
+        contenders: args.contenders,
+        seconds: args.seconds,
+        warmup: args.warmup,
+    };
+    match run.execute(&hosts, &args.lock).await {
+        Ok(report) => {
+            println!("{}", report.json());
+            if report.violations > 0 {
+                EXIT_FAILURE
+            } else {
+                0
+            }
+        }
+        Err(err) => {
+            eprintln!("zkfence: {err}");
+            EXIT_UNAVAILABLE
+        }
+    }
+}
+
+/// Requests each impl sends per acquisition, through a counting proxy (pings excluded).
+async fn requests_per_acquisition(
+    hosts: &str,
+    base: &str,
+    implementation: Impl,
+    mode: Mode,
+    contenders: usize,
+) -> Result<f64, String> {
+    let proxy = CountingProxy::start(hosts).await;
+    // No warmup: every request the run sends is divided by every acquisition it made.
+    let run = Run {
+        implementation,
+        mode,
+        contenders,
+        seconds: 2.0,
+        warmup: 0.0,
+    };
+    let report = run.execute(&proxy.addr, base).await?;
+    if std::env::var_os("ZKFENCE_BENCH_OPCODES").is_some() {
+        eprintln!(
+            "{} {mode:?} x{contenders}: requests by opcode {:?} for {} acquisitions",
+            implementation.name(),
+            proxy.counts(),
+            report.acquisitions
+        );
+    }
+    Ok(per_acquisition(proxy.total(), report.acquisitions))
+}
+
+const CONFIGS: [(Mode, usize); 4] = [
+    (Mode::Uncontended, 1),
+    (Mode::Contended, 2),
+    (Mode::Contended, 8),
+    (Mode::Contended, 32),
+];
+const IMPLS: [Impl; 3] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient];
+
+/// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
+async fn with_server(args: &Args) -> u8 {
+    let local;
+    let hosts = match &args.connect {
+        Some(hosts) => hosts.clone(),
+        None => {
+            eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
+            local = match crate::start_local_zookeeper().await {
+                Ok(zk) => zk,
+                Err(code) => return code,
+            };
+            local.addr()
+        }
+    };
+    let result = if args.in_process {
+        in_process(args, &hosts).await
+    } else if args.scale {
+        scale(args, &hosts).await
+    } else {
+        matrix(args, &hosts).await
+    };
+    result.unwrap_or_else(|err| {
+        eprintln!("zkfence: {err}");
+        EXIT_UNAVAILABLE
+    })
+}
+
+/// `--matrix`: every impl in every configuration, the requests per acquisition, the table of
+/// ratios and the chart.
+async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
+    let reports = matrix_runs(args, hosts).await?;
+    let requests = matrix_requests(args, hosts).await;
+    println!();
+    print!("{}", table(&reports, &requests));
+    match std::fs::write(&args.chart, chart::chart(&reports)) {
+        Ok(()) => println!("\nchart: {}", args.chart.display()),
+        Err(err) => eprintln!("zkfence: cannot write {}: {err}", args.chart.display()),
+    }
+    Ok(if reports.iter().any(|r| r.violations > 0) {
+        EXIT_FAILURE
+    } else {
+        0
+    })
+}
+
+/// The matrix's runs, each printed as its JSON line as it ends.
+async fn matrix_runs(args: &Args, hosts: &str) -> Result<Vec<Report>, String> {
+    let total = CONFIGS.len() * IMPLS.len();
+    let mut reports: Vec<Report> = Vec::new();
+    let mut n = 0;
+    for (mode, contenders) in CONFIGS {
+        // All impls back to back for each configuration, so drift hits them alike.
+        for implementation in IMPLS {
+            n += 1;
+            eprintln!(
+                "bench [{n}/{total}] {} {:?} x{contenders} ...",
+                implementation.name(),
+                mode
+            );
+            let run = Run {
+                implementation,
+                mode,
+                contenders,
+                seconds: args.seconds,
+                warmup: args.warmup,
+            };
+            let report = run.execute(hosts, &args.lock).await?;
+            println!("{}", report.json());
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+/// Server requests per acquisition of zkfence and zkclient, uncontended and with 8 contenders;
+/// a failed measurement is reported and left out.
+async fn matrix_requests(args: &Args, hosts: &str) -> Vec<(Impl, Mode, usize, f64)> {
+    eprintln!("bench: counting server requests per acquisition through a proxy ...");
+    let mut requests = Vec::new();
+    for (mode, contenders) in [(Mode::Uncontended, 1), (Mode::Contended, 8)] {
+        for implementation in [Impl::Zkfence, Impl::Zkclient] {
+            match requests_per_acquisition(hosts, &args.lock, implementation, mode, contenders)
+                .await
+            {
+                Ok(r) => requests.push((implementation, mode, contenders, r)),
+                Err(err) => eprintln!("zkfence: {err}"),
+            }
+        }
+    }
+    requests
+}
+
+/// 1. `--locks` locks held at once by one session: memory per held lock, tokio tasks, and the
+///    watchdog's requests per second once everything is held.
+/// 2. `--waiters` contenders queued on one lock, then released one after the other: server
+///    requests and watch notifications per handoff, through the counting proxy.
+async fn scale(args: &Args, hosts: &str) -> Result<u8, String> {
+    let proxy = CountingProxy::start(hosts).await;
+    let base = format!("{}/scale-{}", args.lock, std::process::id());
+    let admin = workload::connect_raw(hosts).await?;
+    let lock_path = format!("{base}/queue");
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin
+        .mkdir(&lock_path, &persistent)
+        .await
+        .map_err(|e| format!("cannot create {lock_path}: {e}"))?;
+
+    eprintln!("bench: holding {} locks on one session ...", args.locks);
+    let timeout = Duration::from_secs(3);
+    // The session stays open to the end, through the waiters' measurement.
+    let session = workload::connect_session(&proxy.addr, timeout).await?;
+    let held = workload::held_locks(args, &proxy, &session, &base, timeout).await?;
+    print_held_locks(args, &held, timeout);
+    workload::release_all(held.guards).await;
+
+    eprintln!("bench: queueing {} waiters on one lock ...", args.waiters);
+    let waiters = workload::queued_waiters(args, &proxy, &admin, &lock_path).await?;
+    print_waiters(args, &waiters);
+    drop(waiters.sessions);
+
+    Ok(0)
+}
+
+/// The held locks' JSON line.
+fn print_held_locks(args: &Args, held: &HeldLocks, timeout: Duration) {
+    println!(
+        "{{\"scale\":\"held_locks\",\"locks\":{},\"rss_bytes_per_lock\":{},\"tasks_before\":{},\"tasks_after\":{},\"watchdog_requests_per_s\":{:.2},\"session_timeout_ms\":{},\"all_held\":{}}}",
+        args.locks,
+        held.rss_after.saturating_sub(held.rss_before) / args.locks.max(1) as u64,
+        held.tasks_before,
+        held.tasks_after,
+        held.watchdog_requests_per_s,
+        timeout.as_millis(),
+        held.all_held
+    );
+}
+
+/// The queued waiters' JSON line.
+fn print_waiters(args: &Args, waiters: &Waiters) {
+    let handoffs = args.waiters as f64;
+    println!(
+        "{{\"scale\":\"waiters\",\"waiters\":{},\"seconds\":{:.3},\"handoffs_per_s\":{:.1},\"requests_per_handoff\":{:.2},\"notifications_per_handoff\":{:.2}}}",
+        args.waiters,
+        waiters.seconds,
+        handoffs / waiters.seconds,
+        waiters.requests as f64 / handoffs,
+        waiters.notifications as f64 / handoffs,
+    );
+}
+
+/// `--tasks` tasks of one process on one lock and one session: sharing one `FencedLock`
+/// (clones queue in process; one node at a time) versus one `FencedLock` each (one node each).
+async fn in_process(args: &Args, hosts: &str) -> Result<u8, String> {
+    let server = hosts.split(',').next().unwrap_or(hosts).to_owned();
+    let admin = workload::connect_raw(&server).await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match admin.create(&args.lock, &[], &persistent).await {
+        Ok(_) | Err(zk::Error::NodeExists) => {}
+        Err(err) => return Err(format!("create {}: {err}", args.lock)),
+    }
+    let mut sides = Vec::new();
+    for shared in [true, false] {
+        let side = workload::in_process_side(args, &server, &admin, shared).await?;
+        println!(
+            "{{\"mode\":\"in-process\",\"shared_lock\":{shared},\"tasks\":{},\"seconds\":{},\"acquisitions\":{},\"acq_per_s\":{:.1},\"nodes_created_per_acq\":{:.3},\"requests_per_acq\":{:.2},\"max_queue_nodes\":{}}}",
+            args.tasks,
+            side.seconds,
+            side.acquisitions,
+            per_second(side.acquisitions, side.seconds),
+            per_acquisition(side.creates, side.acquisitions),
+            per_acquisition(side.requests, side.acquisitions),
+            side.max_nodes
+        );
+        sides.push(side);
+    }
+    print_in_process_table(args, &sides[0], &sides[1]);
+    Ok(0)
+}
+
+/// The in-process comparison's table and its one-line verdict.
+fn print_in_process_table(args: &Args, shared: &InProcess, separate: &InProcess) {
+    let rate = |s: &InProcess| per_second(s.acquisitions, s.seconds);
+    println!();
+    println!("| {} tasks, one session | acq/s | nodes created / acq | requests / acq | most nodes queued |", args.tasks);
+    println!("| --- | --- | --- | --- | --- |");
+    for (name, side) in [
+        ("one shared FencedLock (in-process queue)", shared),
+        ("a FencedLock per task", separate),
+    ] {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.2} | {} |",
+            rate(side),
+            per_acquisition(side.creates, side.acquisitions),
+            per_acquisition(side.requests, side.acquisitions),
+            side.max_nodes
+        );
+    }
+    println!(
+        "in-process queue / separate contenders: throughput {:.2}x, queue nodes {} vs {}",
+        rate(shared) / rate(separate).max(f64::MIN_POSITIVE),
+        shared.max_nodes,
+        separate.max_nodes
+    );
+}
+
+/// The report of `implementation` in the configuration (`mode`, `contenders`), if it ran.
+fn find(
+    reports: &[Report],
+    implementation: Impl,
+    mode: Mode,
+    contenders: usize,
+) -> Option<&Report> {
+    reports.iter().find(|r| {
+        r.implementation == implementation.name()
+            && r.mode == mode.name()
+            && r.contenders == contenders
+    })
+}
+
+/// The matrix's table of ratios (zkfence against zkclient and the raw limits), the raw limits,
+/// and the server requests per acquisition.
+fn table(reports: &[Report], requests: &[(Impl, Mode, usize, f64)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| run | zkfence cycle p50 | / zkclient | / raw create+delete | zkfence handoff p50 | / zkclient | / raw notification | acq/s zkfence / zkclient | violations |");
+    let _ = writeln!(
+        out,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let raw_cycle = find(reports, Impl::Raw, Mode::Uncontended, 1).map(|r| r.cycle_p50_us);
+    for (mode, contenders) in CONFIGS {
+        table_row(&mut out, reports, mode, contenders, raw_cycle);
+    }
+    if let Some(read) = find(reports, Impl::Raw, Mode::Uncontended, 1).and_then(|r| r.read_p50_us) {
+        let _ = writeln!(
+            out,
+            "\nraw limits in this run: create+delete p50 {:.0} µs, one read p50 {read:.0} µs",
+            raw_cycle.unwrap_or(0.0)
+        );
+    }
+    if !requests.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nserver requests per acquisition (counting proxy, pings excluded):"
+        );
+        for (implementation, mode, contenders, r) in requests {
+            let _ = writeln!(
+                out,
+                "  {:<8} {:?} x{contenders}: {r:.2}",
+                implementation.name(),
+                mode
+            );
+        }
+    }
+    out
+}
+
+/// The table's row for one configuration, if both zkfence and zkclient ran in it.
+fn table_row(
+    out: &mut String,
+    reports: &[Report],
+    mode: Mode,
+    contenders: usize,
+    raw_cycle: Option<f64>,
+) {
+    let (Some(ours), Some(theirs)) = (
+        find(reports, Impl::Zkfence, mode, contenders),
+        find(reports, Impl::Zkclient, mode, contenders),
+    ) else {
+        return;
+    };
+    let raw = find(reports, Impl::Raw, mode, contenders);
+    let name = if mode == Mode::Contended {
+        format!("contended N={contenders}")
+    } else {
+        "uncontended".to_owned()
+    };
+    let _ = writeln!(
+        out,
+        "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        us(Some(ours.cycle_p50_us)),
+        ratio(Some(ours.cycle_p50_us), Some(theirs.cycle_p50_us)),
+        if mode == Mode::Uncontended {
+            ratio(Some(ours.cycle_p50_us), raw_cycle)
+        } else {
+            "-".to_owned()
+        },
+        us(ours.handoff_p50_us),
+        ratio(ours.handoff_p50_us, theirs.handoff_p50_us),
+        ratio(ours.handoff_p50_us, raw.and_then(|r| r.handoff_p50_us)),
+        ratio(Some(ours.acq_per_s()), Some(theirs.acq_per_s())),
+        ours.violations + theirs.violations,
+    );
+}
+
+/// `a / b` to two decimals, `-` without both or with a zero `b`.
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".to_owned(),
+    }
+}
+
+/// Microseconds without decimals, `-` without a value.
+fn us(v: Option<f64>) -> String {
+    v.map_or("-".to_owned(), |v| format!("{v:.0} µs"))
+}

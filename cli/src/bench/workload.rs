@@ -1,0 +1,727 @@
+//! The bench's workloads: each implementation's acquire/release cycle and handoff drivers
+//! (zkfence, `zookeeper-client`'s lock, the raw ZooKeeper limits), the in-process throughput
+//! sides, and the scale measurements (locks held at once, waiters queued on one lock).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use zkfence::{FencedLock, LockGuard, LockOptions};
+use zkfence_testkit::CountingProxy;
+use zookeeper_client as zk;
+
+use super::stats::Latencies;
+use super::{Args, Impl, Mode, Report};
+
+/// ZooKeeper's getData opcode, as the counting proxy keys its counts.
+const OP_GET_DATA: i32 = 4;
+/// ZooKeeper's create2 opcode, as the counting proxy keys its counts.
+const OP_CREATE2: i32 = 15;
+
+/// A session to `hosts` for one contender (or the bench's admin work): 10 s, failing eagerly.
+pub(super) async fn connect_raw(hosts: &str) -> Result<zk::Client, String> {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .with_fail_eagerly()
+        .connect(hosts)
+        .await
+        .map_err(|e| format!("cannot reach ZooKeeper at {hosts}: {e}"))
+}
+
+/// A session to `addr` with the given session timeout (the scale measurements' sessions).
+pub(super) async fn connect_session(addr: &str, timeout: Duration) -> Result<zk::Client, String> {
+    zk::Client::connector()
+        .with_session_timeout(timeout)
+        .connect(addr)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))
+}
+
+/// The value behind a mutex, even if a contender panicked while holding it.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One benchmark run's parameters.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Run {
+    /// Which lock (or the raw limits) to measure.
+    pub(super) implementation: Impl,
+    /// One lock path for all contenders, or one each.
+    pub(super) mode: Mode,
+    /// Contenders, each with its own session.
+    pub(super) contenders: usize,
+    /// Measured seconds.
+    pub(super) seconds: f64,
+    /// Seconds run first and not counted.
+    pub(super) warmup: f64,
+}
+
+/// What the contenders of one run share.
+#[derive(Debug, Default)]
+struct Shared {
+    holders: AtomicUsize,
+    violations: AtomicU64,
+    errors: AtomicU64,
+    acquisitions: AtomicU64,
+    measuring: AtomicBool,
+    /// When the current holder started its release, for the next holder's handoff.
+    release_started: Mutex<Option<Instant>>,
+    cycles: Mutex<Vec<u64>>,
+    handoffs: Mutex<Vec<u64>>,
+    reads: Mutex<Vec<u64>>,
+}
+
+static RUN_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Run {
+    /// Runs the contenders on a fresh path under `base` through warmup and the measured
+    /// seconds, and summarises what they measured.
+    pub(super) async fn execute(self, hosts: &str, base: &str) -> Result<Report, String> {
+        let path = format!(
+            "{base}/run-{}-{}",
+            std::process::id(),
+            RUN_ID.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = connect_raw(hosts).await?;
+        admin
+            .mkdir(&path, &persistent())
+            .await
+            .map_err(|e| format!("cannot create {path}: {e}"))?;
+        let shared = Arc::new(Shared::default());
+        let start = Instant::now();
+        let measure_from = start + Duration::from_secs_f64(self.warmup);
+        let until = measure_from + Duration::from_secs_f64(self.seconds);
+        let tasks = self
+            .spawn_contenders(hosts, &admin, &path, &shared, until)
+            .await?;
+        tokio::time::sleep_until(measure_from).await;
+        shared.measuring.store(true, Ordering::SeqCst);
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(self.report(&shared))
+    }
+
+    /// The contenders this run starts: the raw notification latency takes exactly two.
+    fn contender_count(self) -> usize {
+        if self.implementation == Impl::Raw && self.mode == Mode::Contended {
+            2
+        } else {
+            self.contenders
+        }
+    }
+
+    /// Connects each contender, creates its lock path and starts its driver.
+    async fn spawn_contenders(
+        self,
+        hosts: &str,
+        admin: &zk::Client,
+        path: &str,
+        shared: &Arc<Shared>,
+        until: Instant,
+    ) -> Result<Vec<JoinHandle<()>>, String> {
+        let mut tasks = Vec::new();
+        for i in 0..self.contender_count() {
+            let client = connect_raw(hosts).await?;
+            let lock_path = match self.mode {
+                Mode::Uncontended => format!("{path}/u{i}"),
+                Mode::Contended => format!("{path}/lock"),
+            };
+            admin
+                .mkdir(&lock_path, &persistent())
+                .await
+                .map_err(|e| format!("cannot create {lock_path}: {e}"))?;
+            tasks.push(tokio::spawn(self.drive(
+                client,
+                lock_path,
+                i,
+                shared.clone(),
+                until,
+            )));
+        }
+        Ok(tasks)
+    }
+
+    /// Contender `i`'s driver for this run's implementation and mode.
+    async fn drive(
+        self,
+        client: zk::Client,
+        lock_path: String,
+        i: usize,
+        shared: Arc<Shared>,
+        until: Instant,
+    ) {
+        match (self.implementation, self.mode) {
+            (Impl::Raw, Mode::Contended) => raw_notify(client, lock_path, i, shared, until).await,
+            (Impl::Raw, Mode::Uncontended) => raw_cycle(client, lock_path, shared, until).await,
+            (implementation, mode) => {
+                locker(implementation, mode, client, lock_path, shared, until).await
+            }
+        }
+    }
+
+    /// The run's figures from what its contenders recorded.
+    fn report(self, shared: &Shared) -> Report {
+        let cycles = Latencies::from_nanos(&locked(&shared.cycles));
+        let handoffs = Latencies::from_nanos(&locked(&shared.handoffs));
+        let reads = Latencies::from_nanos(&locked(&shared.reads));
+        let contended = self.mode == Mode::Contended;
+        Report {
+            implementation: self.implementation.name(),
+            mode: self.mode.name(),
+            contenders: self.contenders,
+            seconds: self.seconds,
+            acquisitions: shared.acquisitions.load(Ordering::SeqCst),
+            cycle_p50_us: cycles.percentile_or_zero(0.5),
+            cycle_p99_us: cycles.percentile_or_zero(0.99),
+            handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
+            handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
+            read_p50_us: reads.percentile(0.5),
+            violations: shared.violations.load(Ordering::SeqCst),
+            errors: shared.errors.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Persistent nodes anyone may use: the bench's run and lock paths.
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+fn record(into: &Mutex<Vec<u64>>, from: Instant, to: Instant) {
+    locked(into).push(to.duration_since(from).as_nanos() as u64);
+}
+
+/// A contender cycling acquire/release with zkfence or zookeeper-client's lock.
+async fn locker(
+    implementation: Impl,
+    mode: Mode,
+    client: zk::Client,
+    path: String,
+    shared: Arc<Shared>,
+    until: Instant,
+) {
+    let lock = FencedLock::new(
+        client.clone(),
+        path.clone(),
+        LockOptions::default().with_create_parents(false),
+    );
+    let Ok(lock) = lock else { return };
+    while Instant::now() < until {
+        let started = Instant::now();
+        let held = match acquire(implementation, &lock, &client, &path).await {
+            Attempt::Held(held) => held,
+            Attempt::Failed => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Attempt::Unusable => return,
+        };
+        let acquired = Instant::now();
+        let measuring = shared.measuring.load(Ordering::Relaxed);
+        hold(mode, &shared, acquired, measuring);
+        let released = match held {
+            Held::Zkfence(guard) => guard.release().await.is_ok(),
+            Held::Zkclient(node) => client.delete(&node, None).await.is_ok(),
+        };
+        if !released {
+            shared.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if measuring {
+            shared.acquisitions.fetch_add(1, Ordering::Relaxed);
+            record(&shared.cycles, started, Instant::now());
+        }
+    }
+}
+
+/// What one acquire call gave.
+enum Attempt {
+    Held(Held),
+    Failed,
+    /// The lock path makes no `zookeeper-client` lock prefix: the contender stops.
+    Unusable,
+}
+
+enum Held {
+    Zkfence(LockGuard),
+    Zkclient(String),
+}
+
+/// One acquire call with zkfence or zookeeper-client's lock.
+async fn acquire(
+    implementation: Impl,
+    lock: &FencedLock,
+    client: &zk::Client,
+    path: &str,
+) -> Attempt {
+    if implementation == Impl::Zkfence {
+        return match lock.acquire().await {
+            Ok(guard) => Attempt::Held(Held::Zkfence(guard)),
+            Err(_) => Attempt::Failed,
+        };
+    }
+    let Ok(prefix) = zk::LockPrefix::new_curator(path, "lock-") else {
+        return Attempt::Unusable;
+    };
+    match client.lock(prefix, b"", zk::Acls::anyone_all()).await {
+        Ok(lock_client) => {
+            let node = lock_client.lock_path().to_owned();
+            // Release below is the awaited delete; the lock client's own
+            // background delete on drop is skipped (it would be a second delete).
+            std::mem::forget(lock_client);
+            Attempt::Held(Held::Zkclient(node))
+        }
+        Err(_) => Attempt::Failed,
+    }
+}
+
+/// The holder's turn, just acquired: counts a second holder as a violation, records the handoff
+/// from the previous holder's release, and (contended) marks the start of its own release.
+fn hold(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
+    if shared.holders.fetch_add(1, Ordering::SeqCst) != 0 && mode == Mode::Contended {
+        shared.violations.fetch_add(1, Ordering::SeqCst);
+    }
+    if mode == Mode::Contended {
+        if let Some(release_started) = locked(&shared.release_started).take() {
+            if measuring {
+                record(&shared.handoffs, release_started, acquired);
+            }
+        }
+    }
+    shared.holders.fetch_sub(1, Ordering::SeqCst);
+    let releasing = Instant::now();
+    if mode == Mode::Contended {
+        *locked(&shared.release_started) = Some(releasing);
+    }
+}
+
+/// The raw uncontended limit: create(ephemeral sequential) + delete, and one read round trip.
+async fn raw_cycle(client: zk::Client, path: String, shared: Arc<Shared>, until: Instant) {
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let prefix = format!("{path}/n-");
+    while Instant::now() < until {
+        let started = Instant::now();
+        let created = client.create(&prefix, b"", &options).await;
+        let Ok((_, sequence)) = created else {
+            shared.errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let node = format!("{prefix}{sequence}");
+        let deleted = client.delete(&node, None).await;
+        let done = Instant::now();
+        let read_started = Instant::now();
+        let read = client.check_stat(&path).await;
+        let read_done = Instant::now();
+        if deleted.is_err() || read.is_err() {
+            shared.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if shared.measuring.load(Ordering::Relaxed) {
+            shared.acquisitions.fetch_add(1, Ordering::Relaxed);
+            record(&shared.cycles, started, done);
+            record(&shared.reads, read_started, read_done);
+        }
+    }
+}
+
+/// The raw notification latency: contender 0 creates and deletes a node, contender 1 watches
+/// it; from the delete call's start to the watch firing.
+async fn raw_notify(
+    client: zk::Client,
+    path: String,
+    role: usize,
+    shared: Arc<Shared>,
+    until: Instant,
+) {
+    let node = format!("{path}/watched");
+    let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    // Rendezvous through the shared state: 0 creates, 1 watches, 0 deletes, 1 records.
+    while Instant::now() < until {
+        if role == 0 {
+            create_and_delete(&client, &node, &options, &shared, until).await;
+        } else if !watch_deletion(&client, &node, &shared, until).await {
+            break;
+        }
+    }
+    shared.holders.store(0, Ordering::SeqCst);
+}
+
+/// Contender 0's round of the notification rendezvous: create the node, wait for the watcher,
+/// delete it, wait for the watcher to record the notification.
+async fn create_and_delete(
+    client: &zk::Client,
+    node: &str,
+    options: &zk::CreateOptions<'_>,
+    shared: &Shared,
+    until: Instant,
+) {
+    let started = Instant::now();
+    if client.create(node, b"", options).await.is_err() {
+        shared.errors.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        return;
+    }
+    // Wait until the watcher is armed (it sets `holders` to 1 once watching).
+    while shared.holders.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        tokio::task::yield_now().await;
+    }
+    *locked(&shared.release_started) = Some(Instant::now());
+    if client.delete(node, None).await.is_err() {
+        shared.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    // Wait until the watcher has recorded the notification.
+    while shared.holders.load(Ordering::SeqCst) != 0 && Instant::now() < until {
+        tokio::task::yield_now().await;
+    }
+    if shared.measuring.load(Ordering::Relaxed) {
+        shared.acquisitions.fetch_add(1, Ordering::Relaxed);
+        record(&shared.cycles, started, Instant::now());
+    }
+}
+
+/// Contender 1's round of the notification rendezvous: watch the node and record the delay from
+/// the delete call's start to the deletion's notification. False once the run is over.
+async fn watch_deletion(client: &zk::Client, node: &str, shared: &Shared, until: Instant) -> bool {
+    let watcher = match client.get_and_watch_data(node).await {
+        Ok((_, _, watcher)) => watcher,
+        Err(_) => {
+            tokio::task::yield_now().await;
+            return true;
+        }
+    };
+    shared.holders.store(1, Ordering::SeqCst);
+    let event = tokio::select! {
+        event = watcher.changed() => event,
+        _ = tokio::time::sleep_until(until) => return false,
+    };
+    let fired = Instant::now();
+    if event.event_type == zk::EventType::NodeDeleted {
+        if let Some(started) = locked(&shared.release_started).take() {
+            if shared.measuring.load(Ordering::Relaxed) {
+                record(&shared.handoffs, started, fired);
+            }
+        }
+    }
+    shared.holders.store(0, Ordering::SeqCst);
+    true
+}
+
+/// One side of the in-process comparison.
+#[derive(Debug, Default)]
+pub(super) struct InProcess {
+    /// Acquisitions in the measured seconds, all tasks together.
+    pub(super) acquisitions: u64,
+    /// Measured seconds.
+    pub(super) seconds: f64,
+    /// Nodes created (create2 requests) in the measured seconds.
+    pub(super) creates: u64,
+    /// Server requests in the measured seconds (pings excluded).
+    pub(super) requests: u64,
+    /// The most nodes seen queued on the lock at once.
+    pub(super) max_nodes: usize,
+}
+
+/// The in-process tasks' acquisitions, counted while `counting` is set.
+#[derive(Debug, Default)]
+struct Tally {
+    counting: AtomicBool,
+    acquisitions: AtomicU64,
+}
+
+/// One side of `--in-process`: `--tasks` tasks on one lock and one session (through a counting
+/// proxy to `server`), sharing one `FencedLock` if `shared`, else one `FencedLock` each.
+pub(super) async fn in_process_side(
+    args: &Args,
+    server: &str,
+    admin: &zk::Client,
+    shared: bool,
+) -> Result<InProcess, String> {
+    let proxy = CountingProxy::start(server).await;
+    let client = connect_raw(&proxy.addr).await?;
+    let path = format!("{}/in-process-{shared}-{}", args.lock, std::process::id());
+    let one = FencedLock::new(client.clone(), path.clone(), LockOptions::default())
+        .map_err(|e| e.to_string())?;
+    let tally = Arc::new(Tally::default());
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(args.warmup);
+    let until = measure_from + Duration::from_secs_f64(args.seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..args.tasks {
+        let lock = if shared {
+            one.clone()
+        } else {
+            FencedLock::new(client.clone(), path.clone(), LockOptions::default())
+                .map_err(|e| e.to_string())?
+        };
+        tasks.push(tokio::spawn(cycle_in_process(lock, tally.clone(), until)));
+    }
+    tokio::time::sleep_until(measure_from).await;
+    let (creates0, requests0) = (count(&proxy, OP_CREATE2), proxy.total());
+    tally.counting.store(true, Ordering::Relaxed);
+    let max_nodes = most_queued(admin, &path, until).await;
+    tally.counting.store(false, Ordering::Relaxed);
+    let side = InProcess {
+        acquisitions: tally.acquisitions.load(Ordering::Relaxed),
+        seconds: args.seconds,
+        creates: count(&proxy, OP_CREATE2) - creates0,
+        requests: proxy.total() - requests0,
+        max_nodes,
+    };
+    for task in tasks {
+        let _ = task.await;
+    }
+    Ok(side)
+}
+
+/// The requests with `opcode` the proxy has passed on so far.
+fn count(proxy: &CountingProxy, opcode: i32) -> u64 {
+    proxy.counts().get(&opcode).copied().unwrap_or(0)
+}
+
+/// One in-process task: acquire and release until `until`, counting acquisitions.
+async fn cycle_in_process(lock: FencedLock, tally: Arc<Tally>, until: Instant) {
+    while Instant::now() < until {
+        let Ok(guard) = lock.acquire().await else {
+            continue;
+        };
+        if tally.counting.load(Ordering::Relaxed) {
+            tally.acquisitions.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = guard.release().await;
+    }
+}
+
+/// The most nodes queued under `path`, sampled every 10 ms until `until`.
+async fn most_queued(admin: &zk::Client, path: &str, until: Instant) -> usize {
+    let mut max_nodes = 0;
+    while Instant::now() < until {
+        if let Ok(children) = admin.list_children(path).await {
+            max_nodes = max_nodes.max(children.len());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    max_nodes
+}
+
+/// Resident memory of this process, from /proc/self/statm.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
+}
+
+/// The tokio tasks alive in this runtime.
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// What `--locks` locks held at once by one session cost.
+#[derive(Debug)]
+pub(super) struct HeldLocks {
+    /// Resident memory before the locks were taken, in bytes.
+    pub(super) rss_before: u64,
+    /// Resident memory with every lock held and watched, in bytes.
+    pub(super) rss_after: u64,
+    /// Tokio tasks alive before the locks were taken.
+    pub(super) tasks_before: usize,
+    /// Tokio tasks alive with every lock held.
+    pub(super) tasks_after: usize,
+    /// The session's requests per second with everything held (the watchdog's probes).
+    pub(super) watchdog_requests_per_s: f64,
+    /// Whether every guard still held its lock at the end.
+    pub(super) all_held: bool,
+    /// The held locks, for the caller to release once it has reported.
+    pub(super) guards: Vec<LockGuard>,
+}
+
+/// Takes `--locks` locks under `base/held` on `session` (whose timeout is `timeout`, through
+/// `proxy`), then measures the memory and tasks they take and the requests their watchdog sends.
+pub(super) async fn held_locks(
+    args: &Args,
+    proxy: &CountingProxy,
+    session: &zk::Client,
+    base: &str,
+    timeout: Duration,
+) -> Result<HeldLocks, String> {
+    // Warm the allocator and the session's watchdog, so the baseline is not the cold process.
+    for i in 0..100 {
+        let lock = FencedLock::new(
+            session.clone(),
+            format!("{base}/warm/l{i}"),
+            LockOptions::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        lock.acquire()
+            .await
+            .map_err(|e| e.to_string())?
+            .release()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let tasks_before = alive_tasks();
+    let rss_before = rss_bytes();
+    let guards = hold_all(session, base, args.locks).await?;
+    // Every guard's node watch armed (one getData each) before anything is measured.
+    let armed_by = Instant::now() + Duration::from_secs(120);
+    while count(proxy, OP_GET_DATA) < args.locks as u64 && Instant::now() < armed_by {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = rss_bytes();
+    let tasks_after = alive_tasks();
+    let watchdog_requests_per_s = watchdog_rate(proxy, timeout * 2).await;
+    let all_held = guards.iter().all(|g| g.check().is_ok());
+    Ok(HeldLocks {
+        rss_before,
+        rss_after,
+        tasks_before,
+        tasks_after,
+        watchdog_requests_per_s,
+        all_held,
+        guards,
+    })
+}
+
+/// Acquires `locks` locks under `base/held` on `session`, 64 at a time.
+async fn hold_all(
+    session: &zk::Client,
+    base: &str,
+    locks: usize,
+) -> Result<Vec<LockGuard>, String> {
+    let mut guards = Vec::with_capacity(locks);
+    for chunk in (0..locks).collect::<Vec<_>>().chunks(64) {
+        let mut pending = Vec::new();
+        for i in chunk {
+            let lock = FencedLock::new(
+                session.clone(),
+                format!("{base}/held/l{i}"),
+                LockOptions::default(),
+            )
+            .map_err(|e| e.to_string())?;
+            pending.push(tokio::spawn(async move { lock.acquire().await }));
+        }
+        for task in pending {
+            guards.push(
+                task.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    Ok(guards)
+}
+
+/// The requests per second through `proxy` over `window`.
+async fn watchdog_rate(proxy: &CountingProxy, window: Duration) -> f64 {
+    let requests = proxy.total();
+    let opcodes_before = proxy.counts();
+    tokio::time::sleep(window).await;
+    if std::env::var_os("ZKFENCE_BENCH_OPCODES").is_some() {
+        eprintln!(
+            "held-locks window: requests by opcode before {opcodes_before:?} after {:?}",
+            proxy.counts()
+        );
+    }
+    (proxy.total() - requests) as f64 / window.as_secs_f64()
+}
+
+/// Releases the held locks, one after the other.
+pub(super) async fn release_all(guards: Vec<LockGuard>) {
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+}
+
+/// What `--waiters` contenders queued on one lock cost, released one after the other.
+#[derive(Debug)]
+pub(super) struct Waiters {
+    /// Seconds from the holder's release to the last waiter's release.
+    pub(super) seconds: f64,
+    /// Server requests over those seconds (pings excluded).
+    pub(super) requests: u64,
+    /// Watch notifications over those seconds.
+    pub(super) notifications: u64,
+    /// The holder's and the waiters' locks, keeping their sessions until the caller has
+    /// reported.
+    pub(super) sessions: Vec<FencedLock>,
+}
+
+/// Queues `--waiters` contenders, each with its own session, behind a holder of `lock_path`
+/// (all through `proxy`), then releases the holder and times the handoffs down the queue.
+pub(super) async fn queued_waiters(
+    args: &Args,
+    proxy: &CountingProxy,
+    admin: &zk::Client,
+    lock_path: &str,
+) -> Result<Waiters, String> {
+    let holder = FencedLock::new(
+        connect_raw(&proxy.addr).await?,
+        lock_path.to_owned(),
+        LockOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let guard = holder.acquire().await.map_err(|e| e.to_string())?;
+    let mut tasks = Vec::new();
+    for _ in 0..args.waiters {
+        // Long sessions keep the watchdogs' time-based probes (2 requests per session per T/3)
+        // out of the per-handoff count; their cost is measured with the held locks above.
+        let client = connect_session(&proxy.addr, Duration::from_secs(30)).await?;
+        let lock = FencedLock::new(client, lock_path.to_owned(), LockOptions::default())
+            .map_err(|e| e.to_string())?;
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await?;
+            guard.release().await?;
+            Ok::<_, zkfence::Error>(lock) // keep the session until all are done
+        }));
+    }
+    await_queue(admin, lock_path, args.waiters + 1).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await; // let every waiter's watches land
+    let (requests, notifications) = (proxy.total(), proxy.notifications());
+    let started = Instant::now();
+    guard.release().await.map_err(|e| e.to_string())?;
+    let mut sessions = Vec::new();
+    for task in tasks {
+        sessions.push(
+            task.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    sessions.push(holder);
+    Ok(Waiters {
+        seconds,
+        requests: proxy.total() - requests,
+        notifications: proxy.notifications() - notifications,
+        sessions,
+    })
+}
+
+/// Waits (up to 2 minutes) until `nodes` nodes are queued under `lock_path`.
+async fn await_queue(admin: &zk::Client, lock_path: &str, nodes: usize) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while admin
+        .list_children(lock_path)
+        .await
+        .map(|c| c.len())
+        .unwrap_or(0)
+        < nodes
+    {
+        if Instant::now() > deadline {
+            return Err("the waiters did not all queue within 2 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
