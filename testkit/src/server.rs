@@ -1,3 +1,6 @@
+//! [`LocalZooKeeper`]: one throwaway standalone server from Debian's package (open, TLS or SASL),
+//! and the JVM and config plumbing the ensembles share.
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
