@@ -159,21 +159,14 @@ pub(crate) struct Outcome {
     pub cancels: Vec<(u32, i64)>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    // Nearest rank: the smallest sample with at least p of the samples at or below it.
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn stats(mut xs: Vec<f64>) -> Value {
     xs.sort_by(|a, b| a.total_cmp(b));
     if xs.is_empty() {
         return json!({"n": 0});
     }
-    json!({"n": xs.len(), "p50_ms": percentile(&xs, 0.5), "p95_ms": percentile(&xs, 0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
+    // The one percentile definition (nearest rank), shared with the bench.
+    let percentile = |p| zkfence_testkit::stats::percentile(&xs, p);
+    json!({"n": xs.len(), "p50_ms": percentile(0.5), "p95_ms": percentile(0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
 }
 
 pub(crate) fn check(input: &Input) -> Outcome {

@@ -465,7 +465,7 @@ async fn run(mode: Mode) -> Result<bool, String> {
     println!(
         "setup: PostgreSQL on 127.0.0.1:{} (fsync on, synchronous commit), a database per scenario; every worker \
          behind its own TCP proxies to the three servers; default lease options unless a scenario says otherwise",
-        cluster.pg.port
+        cluster.pg.port()
     );
 
     let place = |p: &ScenarioPlan| match (&partition_ensemble, p.partition) {

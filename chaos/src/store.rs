@@ -1,153 +1,32 @@
-//! The fenced store: a PostgreSQL server of our own (started as the `postgres` user in a temp
+//! The fenced store: a PostgreSQL server of our own (the test kit's `LocalPostgres`: a temp
 //! dir on a loopback port, fsync on) and the statements workers run against it.
 //!
 //! One row holds the counter and the fence (the highest token seen). Every accepted write also
 //! inserts a row into `log` in the same statement, after the `UPDATE` took the row lock, so
 //! `log.seq` is the commit order of accepted writes.
 
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
+
 use tokio_postgres::{Client, NoTls, Statement};
+use zkfence_testkit::LocalPostgres;
 
-/// A PostgreSQL server that lives as long as this value (and dies with this process).
-pub(crate) struct Postgres {
-    child: Child,
-    dir: PathBuf,
-    pub port: u16,
-}
-
-const USER: &str = "chaos";
-
-fn bin_dir() -> Result<PathBuf, String> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map_err(|_| "PostgreSQL is not installed: run `sudo apt-get install -y postgresql` (chaos/run does it)".to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|p| p.join("postgres").exists())
-        .collect();
-    found.sort();
-    found.pop().ok_or_else(|| {
-        "no /usr/lib/postgresql/*/bin/postgres: run `sudo apt-get install -y postgresql`".into()
-    })
-}
-
-/// The uid/gid to run as: ourselves, or `postgres` when we are root (it refuses root).
-fn identity() -> Result<Option<(u32, u32)>, String> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return Ok(None);
-    }
-    let name = std::ffi::CString::new("postgres").unwrap_or_default();
-    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at once.
-    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    if pw.is_null() {
-        return Err(
-            "running as root and there is no `postgres` user: install Debian's postgresql package"
-                .into(),
-        );
-    }
-    // SAFETY: pw is non-null and points to a valid passwd record.
-    Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
-}
-
-fn as_user(cmd: &mut Command, who: Option<(u32, u32)>) {
-    if let Some((uid, gid)) = who {
-        cmd.uid(uid).gid(gid);
-    }
-}
+/// The suite's PostgreSQL server (the test kit's), living as long as this value.
+pub(crate) struct Postgres(LocalPostgres);
 
 impl Postgres {
-    /// initdb in a fresh temp dir, then start the server on a free loopback port.
+    /// initdb in a fresh temp dir, then start the server on a free loopback port; its log goes
+    /// to the run's folder.
     pub(crate) fn start(run_dir: &Path) -> Result<Postgres, String> {
-        let bin = bin_dir()?;
-        let who = identity()?;
-        let dir = std::env::temp_dir().join(format!("zkfence-chaos-pg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        if let Some((uid, gid)) = who {
-            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default();
-            // SAFETY: chown on a path we just created.
-            unsafe { libc::chown(c.as_ptr(), uid, gid) };
-        }
-        let data = dir.join("data");
-        let mut initdb = Command::new(bin.join("initdb"));
-        initdb
-            .args(["-D"])
-            .arg(&data)
-            .args(["-U", USER, "-A", "trust", "--no-sync", "-E", "UTF8"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        as_user(&mut initdb, who);
-        let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let port = free_port()?;
-        let log = std::fs::File::create(run_dir.join("postgres.log"))
-            .map_err(|e| format!("postgres.log: {e}"))?;
-        if let Some((uid, gid)) = who {
-            let c =
-                std::ffi::CString::new(run_dir.join("postgres.log").as_os_str().as_encoded_bytes())
-                    .unwrap_or_default();
-            // SAFETY: chown on a file we just created.
-            unsafe { libc::chown(c.as_ptr(), uid, gid) };
-        }
-        let mut cmd = Command::new(bin.join("postgres"));
-        cmd.arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(&dir)
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=on",
-                "-c",
-                "synchronous_commit=on",
-                "-c",
-                "shared_buffers=32MB",
-                "-c",
-                "max_connections=50",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log);
-        as_user(&mut cmd, who);
-        // SAFETY: prctl in the child before exec; the death signal outlives exec of a
-        // non-setuid binary, so postgres stops with us however we die.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| format!("start postgres: {e}"))?;
-        let pg = Postgres { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "postgres did not listen on port {port} within 30 s; see {}",
-                    run_dir.join("postgres.log").display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(pg)
+        LocalPostgres::start(run_dir).map(Postgres)
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.0.port()
     }
 
     pub(crate) fn conninfo(&self) -> String {
-        self.conninfo_for("postgres")
-    }
-
-    fn conninfo_for(&self, db: &str) -> String {
-        format!(
-            "host=127.0.0.1 port={} user={USER} dbname={db} connect_timeout=5",
-            self.port
-        )
+        self.0.conninfo("postgres")
     }
 
     /// A database of its own for one scenario (so that scenarios can run side by side), made
@@ -176,32 +55,8 @@ impl Postgres {
                 .await
                 .map_err(|e| format!("create database {db}: {e}"))?;
         }
-        Ok(self.conninfo_for(&db))
+        Ok(self.0.conninfo(&db))
     }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
 }
 
 /// A row of `log`: one accepted write, in commit order.
