@@ -26,6 +26,20 @@ async fn run(args: &[&str]) -> (Option<i32>, String, String) {
     run_with(zkfence(args)).await
 }
 
+/// Runs `zkfence` with `line` split at whitespace.
+async fn run_line(line: &str) -> (Option<i32>, String, String) {
+    run(&line.split_whitespace().collect::<Vec<_>>()).await
+}
+
+/// `zkfence <line> -- sh -c 'echo token=$ZKFENCE_TOKEN'` exits 0 having printed its token.
+async fn holds_and_sees_its_token(line: &str) {
+    let mut args: Vec<&str> = line.split_whitespace().collect();
+    args.extend(["--", "sh", "-c", "echo token=$ZKFENCE_TOKEN"]);
+    let (status, stdout, stderr) = run(&args).await;
+    assert_eq!(status, Some(0), "{line}: {stderr}");
+    assert!(stdout.contains("token="), "{line}: {stdout}");
+}
+
 async fn run_with(mut command: Command) -> (Option<i32>, String, String) {
     let output: Output = tokio::task::spawn_blocking(move || command.output())
         .await
@@ -183,17 +197,10 @@ async fn bad_input_exits_with_the_documented_code() {
 async fn durations_as_people_write_them_and_timeout_bounds_connecting() {
     let hosts = chroot(shared(), "cli-durations").await;
     for duration in ["1m30s", "2min", "1.5s"] {
-        let (status, _, stderr) = run(&[
-            "run",
-            "--connect",
-            &hosts,
-            "--lock",
-            "/locks/d",
-            "--timeout",
-            duration,
-            "--",
-            "true",
-        ])
+        let (status, _, stderr) = run_line(&format!(
+            "run --connect {} --lock /locks/d --timeout {} -- true",
+            hosts, duration
+        ))
         .await;
         assert_eq!(status, Some(0), "--timeout {duration}: {stderr}");
     }
@@ -207,17 +214,10 @@ async fn durations_as_people_write_them_and_timeout_bounds_connecting() {
         }
     });
     let started = Instant::now();
-    let (status, _, stderr) = run(&[
-        "run",
-        "--connect",
-        &addr,
-        "--lock",
-        "/x",
-        "--timeout",
-        "1s",
-        "--",
-        "true",
-    ])
+    let (status, _, stderr) = run_line(&format!(
+        "run --connect {} --lock /x --timeout 1s -- true",
+        addr
+    ))
     .await;
     let took = started.elapsed();
     held.abort();
@@ -288,24 +288,11 @@ async fn digest_auth_and_acls() {
         .await
         .unwrap();
 
-    let ok = run(&[
-        "run",
-        "--connect",
-        &hosts,
-        "--auth",
-        "digest:alice:right",
-        "--acl",
-        "creator",
-        "--lock",
-        "/secured",
-        "--",
-        "sh",
-        "-c",
-        "echo token=$ZKFENCE_TOKEN",
-    ])
+    holds_and_sees_its_token(&format!(
+        "run --connect {} --auth digest:alice:right --acl creator --lock /secured",
+        hosts
+    ))
     .await;
-    assert_eq!(ok.0, Some(0), "{}", ok.2);
-    assert!(ok.1.contains("token="), "{}", ok.1);
 
     let mut from_env = zkfence(&[
         "run",
@@ -325,17 +312,11 @@ async fn digest_auth_and_acls() {
         .unwrap()
         .write_all(b"digest:alice:right\n")
         .unwrap();
-    let from_file = run(&[
-        "run",
-        "--connect",
-        &hosts,
-        "--auth-file",
-        &file.to_string_lossy(),
-        "--lock",
-        "/secured",
-        "--",
-        "true",
-    ])
+    let from_file = run_line(&format!(
+        "run --connect {} --auth-file {} --lock /secured -- true",
+        hosts,
+        file.to_string_lossy()
+    ))
     .await;
     assert_eq!(from_file.0, Some(0), "{}", from_file.2);
 
@@ -354,22 +335,11 @@ async fn tls_with_the_right_ca_and_failures_without() {
         .unwrap();
     let tls = server.tls_addr().unwrap();
     let ca = server.tls_ca().unwrap().to_string_lossy().into_owned();
-    let ok = run(&[
-        "run",
-        "--connect",
-        &tls,
-        "--tls-ca",
-        &ca,
-        "--lock",
-        "/locks/tls",
-        "--",
-        "sh",
-        "-c",
-        "echo token=$ZKFENCE_TOKEN",
-    ])
+    holds_and_sees_its_token(&format!(
+        "run --connect {} --tls-ca {} --lock /locks/tls",
+        tls, ca
+    ))
     .await;
-    assert_eq!(ok.0, Some(0), "{}", ok.2);
-    assert!(ok.1.contains("token="), "{}", ok.1);
 
     // Another CA: a key pair signed by nobody the client trusts.
     let other = tokio::task::spawn_blocking(LocalZooKeeper::start_tls)
@@ -491,17 +461,10 @@ async fn sasl_digest_md5_on_a_server_that_requires_it() {
         .unwrap()
         .unwrap();
     let addr = server.addr();
-    let ok = run(&[
-        "run",
-        "--connect",
-        &addr,
-        "--auth",
-        "sasl:alice:right",
-        "--lock",
-        "/locks/sasl",
-        "--",
-        "true",
-    ])
+    let ok = run_line(&format!(
+        "run --connect {} --auth sasl:alice:right --lock /locks/sasl -- true",
+        addr
+    ))
     .await;
     assert_eq!(ok.0, Some(0), "{}", ok.2);
     refused_without_the_right_credentials(&addr, "/locks/sasl", "sasl:alice:wrong").await;
