@@ -346,6 +346,14 @@ async fn holders_json_lists_the_queue_holder_first() {
         .output()
         .unwrap();
     assert!(text(&table).0.contains("holder"), "{}", text(&table).0);
+    // The table shows the number ZKFENCE_TOKEN carries, not the sequence@zxid display form.
+    let token = guard.token().as_u64().to_string();
+    assert!(
+        text(&table).0.contains(&format!(" {token} ")),
+        "{}",
+        text(&table).0
+    );
+    assert!(!text(&table).0.contains('@'), "{}", text(&table).0);
     guard.release().await.unwrap();
     queued.await.unwrap().unwrap();
 }
@@ -421,4 +429,27 @@ async fn bench_prints_one_json_line_per_run_for_every_impl() {
             "{stdout}"
         );
     }
+}
+
+/// `demo --connect` on a server with the stock tickTime (2 s) grants 4 s sessions for the
+/// requested 2 s: the demo freezes its holder for twice what was granted and ends with the
+/// readable verdict (it used the requested timeout, and failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_on_a_stock_server_freezes_for_the_granted_timeout() {
+    let server = tokio::task::spawn_blocking(|| {
+        zkfence_testkit::LocalZooKeeper::start_with_tick(Duration::from_secs(2))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let addr = server.addr();
+    let output =
+        tokio::task::spawn_blocking(move || zkfence(&["demo", "--connect", &addr]).output())
+            .await
+            .unwrap()
+            .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("frozen for 8s"), "{stdout}");
+    assert!(stdout.contains("VERDICT: with fencing"), "{stdout}");
 }

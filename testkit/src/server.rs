@@ -311,6 +311,8 @@ pub struct LocalZooKeeper {
 #[derive(Debug, PartialEq, Eq)]
 enum Security {
     Open,
+    /// Open, with this tickTime instead of the test default.
+    Stock(Duration),
     Tls,
     /// SASL DIGEST-MD5 required, for these (user, password) pairs.
     Sasl(Vec<(String, String)>),
@@ -392,6 +394,23 @@ impl LocalZooKeeper {
         LocalZooKeeper::start_configured(Security::Tls)
     }
 
+    /// Starts a server with this `tickTime` (the default here is 200 ms; stock servers use
+    /// 2 s, which makes the sessions they grant 4 s to 40 s).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](LocalZooKeeper::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let stock = zkfence_testkit::LocalZooKeeper::start_with_tick(std::time::Duration::from_secs(2))?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn start_with_tick(tick: Duration) -> Result<LocalZooKeeper, StartError> {
+        LocalZooKeeper::start_configured(Security::Stock(tick))
+    }
+
     /// Starts a server that requires SASL DIGEST-MD5 authentication (ZooKeeper's
     /// `enforce.auth.enabled`): `users` are the (name, password) pairs of its JAAS `Server`
     /// section. A client that does not authenticate has its requests refused.
@@ -418,6 +437,9 @@ impl LocalZooKeeper {
         let port = free_port()?;
         let dir = temp_dir("zk")?;
         let mut options = EnsembleOptions::default();
+        if let Security::Stock(tick) = security {
+            options = options.with_tick(tick);
+        }
         let mut jvm_flags = Vec::new();
         if let Security::Sasl(users) = &security {
             let entries: String = users
