@@ -21,16 +21,16 @@ Examples:
   zkfence demo --connect 127.0.0.1:2181     # uses yours (it creates /zkfence-demo)")]
 pub(crate) struct Args {
     /// ZooKeeper hosts; without it, a throwaway local ZooKeeper is started (Debian's package).
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_DEMO_CONNECT")]
     connect: Option<String>,
     /// Worker processes.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, env = "ZKFENCE_DEMO_WORKERS")]
     workers: u32,
     /// Increments each worker makes.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, env = "ZKFENCE_DEMO_INCREMENTS")]
     increments: u32,
     /// The workers' ZooKeeper session timeout.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    #[arg(long, value_parser = parse_duration, default_value = "2s", env = "ZKFENCE_DEMO_SESSION_TIMEOUT")]
     session_timeout: Duration,
 }
 

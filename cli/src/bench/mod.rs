@@ -66,46 +66,56 @@ Examples:
   scripts/bench                              # the same, as in the README")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_BENCH_CONNECT")]
     connect: Option<String>,
     /// The lock path to benchmark on (each run uses a fresh path under it).
-    #[arg(long, default_value = "/zkfence-bench")]
+    #[arg(long, default_value = "/zkfence-bench", env = "ZKFENCE_BENCH_LOCK")]
     lock: String,
     /// Contenders, each with its own session.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, env = "ZKFENCE_BENCH_CONTENDERS")]
     contenders: usize,
     /// Measured seconds.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, env = "ZKFENCE_BENCH_SECONDS")]
     seconds: f64,
     /// Seconds run first and not counted.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, env = "ZKFENCE_BENCH_WARMUP")]
     warmup: f64,
-    #[arg(long, value_enum, default_value = "uncontended")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "uncontended",
+        env = "ZKFENCE_BENCH_MODE"
+    )]
     mode: Mode,
-    #[arg(long = "impl", value_enum, default_value = "zkfence")]
+    #[arg(
+        long = "impl",
+        value_enum,
+        default_value = "zkfence",
+        env = "ZKFENCE_BENCH_IMPLEMENTATION"
+    )]
     implementation: Impl,
     /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
     matrix: bool,
     /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
     /// --locks held by one process (memory per held lock, watchdog requests).
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_BENCH_SCALE")]
     scale: bool,
     /// With --scale: waiters queued on one lock, each with its own session.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, env = "ZKFENCE_BENCH_WAITERS")]
     waiters: usize,
     /// With --scale: locks held at once by one session.
-    #[arg(long, default_value_t = 10000)]
+    #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
     locks: usize,
     /// With --matrix: where to write the chart.
-    #[arg(long, default_value = "bench.svg")]
+    #[arg(long, default_value = "bench.svg", env = "ZKFENCE_BENCH_CHART")]
     chart: PathBuf,
     /// Measure the in-process queue instead: --tasks tasks of one process on one lock, sharing
     /// one FencedLock (clones: one ZooKeeper contender at a time) versus each with its own.
-    #[arg(long)]
+    #[arg(long, env = "ZKFENCE_BENCH_IN_PROCESS")]
     in_process: bool,
     /// With --in-process: tasks in the process.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, env = "ZKFENCE_BENCH_TASKS")]
     tasks: usize,
 }
 
