@@ -1,4 +1,5 @@
-//! The report: text for the terminal, `report.json`, and a timeline picture (SVG).
+//! The report: a scenario's figures and violations as text for the terminal, and its timeline
+//! picture (SVG). The run's `report.json` is the verdict's ([`crate::verdict`]).
 
 use crate::checker::{Fault, Outcome};
 use crate::clock::ms;
@@ -14,6 +15,47 @@ const COLORS: [&str; 6] = [
     "#4e79a7", "#59a14f", "#9c755f", "#b07aa1", "#76b7b2", "#edc948",
 ];
 
+/// Where things go in the picture: a lane per worker, time along x.
+struct Canvas {
+    t0: i64,
+    workers: u32,
+    width: f64,
+    height: f64,
+    span: f64,
+}
+
+impl Canvas {
+    const LEFT: f64 = 70.0;
+    const LANE: f64 = 46.0;
+    const TOP: f64 = 60.0;
+
+    fn new(workers: u32, t0: i64, end: i64) -> Canvas {
+        Canvas {
+            t0,
+            workers,
+            // About 4 px per second (at least 1400, at most 8000), so long runs stay readable.
+            width: (ms(t0, end) / 250.0).clamp(1400.0, 8000.0),
+            height: Self::TOP + Self::LANE * f64::from(workers) + 70.0,
+            span: ms(t0, end).max(1.0),
+        }
+    }
+
+    /// The x of time `t`.
+    fn x(&self, t: i64) -> f64 {
+        Self::LEFT + (self.width - Self::LEFT - 20.0) * ms(self.t0, t) / self.span
+    }
+
+    /// The top of worker `w`'s lane.
+    fn y(&self, w: u32) -> f64 {
+        Self::TOP + Self::LANE * f64::from(w)
+    }
+
+    /// The height of all the lanes.
+    fn lanes(&self) -> f64 {
+        Self::LANE * f64::from(self.workers)
+    }
+}
+
 /// Holders as bars over time (labelled with the token's sequence), faults shaded, refused
 /// writes as red ticks, cancellations as black diamonds, accepted stale writes as red crosses.
 pub(crate) fn timeline_svg(
@@ -24,16 +66,31 @@ pub(crate) fn timeline_svg(
     outcome: &Outcome,
     faults: &[Fault],
 ) -> String {
-    // About 4 px per second (at least 1400, at most 8000), so long runs stay readable.
-    let width = (ms(t0, end) / 250.0).clamp(1400.0, 8000.0);
-    let left = 70.0;
-    let lane = 46.0;
-    let top = 60.0;
-    let height = top + lane * f64::from(workers) + 70.0;
-    let span = ms(t0, end).max(1.0);
-    let x = |t: i64| left + (width - left - 20.0) * ms(t0, t) / span;
-    let y = |w: u32| top + lane * f64::from(w);
+    let c = Canvas::new(workers, t0, end);
     let mut s = String::new();
+    header(&mut s, &c, title);
+    fault_bands(&mut s, &c, faults);
+    for w in 0..workers {
+        let _ = writeln!(
+            s,
+            r##"<text x="8" y="{:.1}">worker {w}</text><line x1="{}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            c.y(w) + 18.0,
+            Canvas::LEFT,
+            c.width - 20.0,
+            c.y(w) + 30.0,
+            c.y(w) + 30.0
+        );
+    }
+    hold_bars(&mut s, &c, outcome);
+    marks(&mut s, &c, outcome);
+    axis(&mut s, &c);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The opening tag, the title and the legend.
+fn header(s: &mut String, c: &Canvas, title: &str) {
+    let (width, height, left) = (c.width, c.height, Canvas::LEFT);
     let _ = writeln!(
         s,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"##
@@ -47,8 +104,12 @@ pub(crate) fn timeline_svg(
         s,
         r##"<text x="{left}" y="38" fill="#555">bars: lock holds (label: token sequence; pale R: read lock); shaded: faults; red tick: refused write; black diamond: watchdog cancel; red X: stale write accepted</text>"##
     );
+}
+
+/// A shaded band per fault (darker for server faults), named under the lanes if they fit.
+fn fault_bands(s: &mut String, c: &Canvas, faults: &[Fault]) {
     for (i, f) in faults.iter().enumerate() {
-        let (a, b) = (x(f.start), x(f.end).max(x(f.start) + 2.0));
+        let (a, b) = (c.x(f.start), c.x(f.end).max(c.x(f.start) + 2.0));
         let fill = if f.kind.contains("server") || f.kind.contains("leader") {
             "#f4a582"
         } else {
@@ -57,14 +118,14 @@ pub(crate) fn timeline_svg(
         let _ = writeln!(
             s,
             r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}" opacity="0.6"><title>{}</title></rect>"##,
-            top - 8.0,
+            Canvas::TOP - 8.0,
             b - a,
-            lane * f64::from(workers) + 8.0,
+            c.lanes() + 8.0,
             escape(&format!("{}: {}", f.kind, f.detail))
         );
-        let label_y = top + lane * f64::from(workers) + 14.0 + 12.0 * (i % 3) as f64;
+        let label_y = Canvas::TOP + c.lanes() + 14.0 + 12.0 * (i % 3) as f64;
         // Named under the lanes when they fit; always in the band's tooltip.
-        if faults.len() as f64 > width / 40.0 {
+        if faults.len() as f64 > c.width / 40.0 {
             continue;
         }
         let _ = writeln!(
@@ -73,18 +134,12 @@ pub(crate) fn timeline_svg(
             escape(&f.kind)
         );
     }
-    for w in 0..workers {
-        let _ = writeln!(
-            s,
-            r##"<text x="8" y="{:.1}">worker {w}</text><line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
-            y(w) + 18.0,
-            width - 20.0,
-            y(w) + 30.0,
-            y(w) + 30.0
-        );
-    }
+}
+
+/// A bar per hold, coloured by its token's sequence and labelled with it when wide enough.
+fn hold_bars(s: &mut String, c: &Canvas, outcome: &Outcome) {
     for h in &outcome.holds {
-        let (a, b) = (x(h.start), x(h.end).max(x(h.start) + 1.5));
+        let (a, b) = (c.x(h.start), c.x(h.end).max(c.x(h.start) + 1.5));
         let color = COLORS[(h.seq.unsigned_abs() % COLORS.len() as u64) as usize];
         // Read-lock holds are hatched-light and labelled R<seq>: they may overlap each other.
         let (opacity, role) = if h.shared {
@@ -95,7 +150,7 @@ pub(crate) fn timeline_svg(
         let _ = writeln!(
             s,
             r##"<rect x="{a:.1}" y="{:.1}" width="{:.1}" height="22" fill="{color}" fill-opacity="{opacity}"><title>{role} token {} (seq {}), {:.0} ms, ended by {}</title></rect>"##,
-            y(h.w) + 6.0,
+            c.y(h.w) + 6.0,
             b - a,
             h.token,
             h.seq,
@@ -107,24 +162,29 @@ pub(crate) fn timeline_svg(
                 s,
                 r##"<text x="{:.1}" y="{:.1}" fill="{}" font-size="9">{}{}</text>"##,
                 a + 2.0,
-                y(h.w) + 21.0,
+                c.y(h.w) + 21.0,
                 if h.shared { "black" } else { "white" },
                 if h.shared { "R" } else { "" },
                 h.seq
             );
         }
     }
+}
+
+/// Refused writes (red ticks), cancellations (black diamonds), accepted stale writes (red
+/// crosses).
+fn marks(s: &mut String, c: &Canvas, outcome: &Outcome) {
     for &(w, t) in &outcome.refused {
         let _ = writeln!(
             s,
             r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="red" stroke-width="2"/>"##,
-            x(t),
-            y(w) + 2.0,
-            y(w) + 32.0
+            c.x(t),
+            c.y(w) + 2.0,
+            c.y(w) + 32.0
         );
     }
     for &(w, t) in &outcome.cancels {
-        let (cx, cy) = (x(t), y(w) + 17.0);
+        let (cx, cy) = (c.x(t), c.y(w) + 17.0);
         let _ = writeln!(
             s,
             r##"<path d="M{:.1} {cy:.1} L{cx:.1} {:.1} L{:.1} {cy:.1} L{cx:.1} {:.1} Z" fill="black"/>"##,
@@ -135,7 +195,7 @@ pub(crate) fn timeline_svg(
         );
     }
     for &(w, t) in &outcome.stale_accepted {
-        let (cx, cy) = (x(t), y(w) + 17.0);
+        let (cx, cy) = (c.x(t), c.y(w) + 17.0);
         let _ = writeln!(
             s,
             r##"<path d="M{:.1} {:.1} L{:.1} {:.1} M{:.1} {:.1} L{:.1} {:.1}" stroke="red" stroke-width="3"/>"##,
@@ -149,7 +209,12 @@ pub(crate) fn timeline_svg(
             cy - 7.0
         );
     }
-    let axis_y = height - 12.0;
+}
+
+/// Seconds along the bottom, every 10, 20 or 60 s depending on the span.
+fn axis(s: &mut String, c: &Canvas) {
+    let axis_y = c.height - 12.0;
+    let span = c.span;
     let step = if span > 600_000.0 {
         60_000.0
     } else if span > 120_000.0 {
@@ -159,7 +224,7 @@ pub(crate) fn timeline_svg(
     };
     let mut tick = 0.0;
     while tick <= span {
-        let px = left + (width - left - 20.0) * tick / span;
+        let px = Canvas::LEFT + (c.width - Canvas::LEFT - 20.0) * tick / span;
         let _ = writeln!(
             s,
             r##"<text x="{px:.1}" y="{axis_y}" fill="#555">{:.0} s</text>"##,
@@ -167,8 +232,6 @@ pub(crate) fn timeline_svg(
         );
         tick += step;
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 /// Formats a latency summary `{n, p50_ms, p95_ms, max_ms}`.
@@ -187,6 +250,44 @@ pub(crate) fn latency(v: &serde_json::Value) -> String {
 /// The figures as indented text.
 pub(crate) fn figures_text(f: &serde_json::Value) -> String {
     let mut s = String::new();
+    counts_text(&mut s, f);
+    watchdog_text(&mut s, f);
+    progress_text(&mut s, f);
+    s
+}
+
+/// Prints a scenario's figures and verdict; a violation's evidence when `always_evidence` (a
+/// scenario without a mutant) or when there are fewer than four.
+pub(crate) fn print_outcome(outcome: &Outcome, always_evidence: bool) {
+    println!("  figures:");
+    print!("{}", figures_text(&outcome.figures));
+    if outcome.violations.is_empty() {
+        println!("  invariants: all hold");
+    }
+    for v in &outcome.violations {
+        println!("  VIOLATION {}: {}", v.invariant, v.summary);
+        if always_evidence || outcome.violations.len() < 4 {
+            for line in &v.evidence {
+                println!("      {line}");
+            }
+        }
+    }
+}
+
+/// One line per key of `by` (sorted), with its latency summary: `    {prefix}{key} {summary}`,
+/// the key padded to `width`.
+fn by_key(s: &mut String, by: &serde_json::Value, prefix: &str, width: usize) {
+    if let Some(by) = by.as_object() {
+        let mut by: Vec<_> = by.iter().collect();
+        by.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, v) in by {
+            let _ = writeln!(s, "    {prefix}{k:<width$} {}", latency(v));
+        }
+    }
+}
+
+/// Faults, holds, increments, stale and refused writes, double holders.
+fn counts_text(s: &mut String, f: &serde_json::Value) {
     let _ = writeln!(
         s,
         "  faults injected: {} ({} holder pauses past the session timeout)",
@@ -213,17 +314,15 @@ pub(crate) fn figures_text(f: &serde_json::Value) -> String {
     let _ = writeln!(s, "  refused writes in all: {}", f["refused_writes_total"]);
     let d = &f["double_holder_windows"];
     let _ = writeln!(s, "  double-holder windows (an older holder still running after a newer grant; expected under pauses): {}, length {}", d["count"], latency(&d["duration"]));
+}
+
+/// Detection latencies, faults without a cancel, lease margins and overlaps, false cancels.
+fn watchdog_text(s: &mut String, f: &serde_json::Value) {
     let _ = writeln!(
         s,
         "  watchdog detection latency (from SIGCONT for pauses, from the fault otherwise):"
     );
-    if let Some(by) = f["detection_latency_by_fault"].as_object() {
-        let mut by: Vec<_> = by.iter().collect();
-        by.sort_by(|a, b| a.0.cmp(b.0));
-        for (k, v) in by {
-            let _ = writeln!(s, "    {k:<18} {}", latency(v));
-        }
-    }
+    by_key(s, &f["detection_latency_by_fault"], "", 18);
     let _ = writeln!(
         s,
         "  faults whose victim saw no cancel (lease held, or the victim had already let go): {}",
@@ -233,31 +332,23 @@ pub(crate) fn figures_text(f: &serde_json::Value) -> String {
         s,
         "  cancel ahead of the server's expiry (partitions), by fault:"
     );
-    if let Some(by) = f["lease_margin_by_fault"].as_object() {
-        let mut by: Vec<_> = by.iter().collect();
-        by.sort_by(|a, b| a.0.cmp(b.0));
-        for (k, v) in by {
-            let _ = writeln!(s, "    {k:<20} {}", latency(v));
-        }
-    }
+    by_key(s, &f["lease_margin_by_fault"], "", 20);
     let o = &f["lease_overlaps"];
     let _ = writeln!(
         s,
         "  valid-lease overlaps (a check passed after a newer conflicting grant): {}, length {}; exempt (operator deleted the node): {}",
         o["count"], latency(&o["duration"]), o["exempt_operator_deletions"]
     );
-    if let Some(by) = o["by_fault"].as_object() {
-        let mut by: Vec<_> = by.iter().collect();
-        by.sort_by(|a, b| a.0.cmp(b.0));
-        for (k, v) in by {
-            let _ = writeln!(s, "    during {k:<20} {}", latency(v));
-        }
-    }
+    by_key(s, &o["by_fault"], "during ", 20);
     let _ = writeln!(
         s,
         "  cancels whose session went on (false cancels), by mode: {}",
         f["cancels_on_surviving_sessions"]
     );
+}
+
+/// Failover, cancels, the longest gap without progress, liveness after the heal.
+fn progress_text(s: &mut String, f: &serde_json::Value) {
     let _ = writeln!(
         s,
         "  kill -9: next grant to another worker after {}",
@@ -285,5 +376,4 @@ pub(crate) fn figures_text(f: &serde_json::Value) -> String {
             .map_or("(none)".into(), |v| format!("{v:.0}")),
         l["increments"]
     );
-    s
 }

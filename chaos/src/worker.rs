@@ -3,9 +3,9 @@
 //! `CLOCK_MONOTONIC` timestamp (see [`crate::clock`]); the controller collects them.
 
 use crate::clock::now_ns;
+use crate::event::{Ev, Event, OpKind, Role};
 use crate::rng::Rng;
 use crate::store::{Outcome, Store};
-use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -58,21 +58,21 @@ struct Log {
 
 impl Log {
     /// Writes one event; `t` is taken by the caller where the event's time matters.
-    fn at(&self, t: i64, ev: &str, mut fields: Value) {
-        if let Value::Object(map) = &mut fields {
-            map.insert("t".into(), t.into());
-            map.insert("w".into(), self.id.into());
-            map.insert("pid".into(), self.pid.into());
-            map.insert("ev".into(), ev.into());
-        }
+    fn at(&self, t: i64, ev: Ev) {
+        let event = Event {
+            t,
+            w: self.id,
+            pid: self.pid,
+            ev,
+        };
         let mut out = std::io::stdout().lock();
         // One write per line: a SIGKILL loses at most the line being written.
-        let _ = out.write_all(format!("{fields}\n").as_bytes());
+        let _ = out.write_all(format!("{}\n", event.to_json_line()).as_bytes());
         let _ = out.flush();
     }
 
-    fn now(&self, ev: &str, fields: Value) {
-        self.at(now_ns(), ev, fields);
+    fn now(&self, ev: Ev) {
+        self.at(now_ns(), ev);
     }
 }
 
@@ -80,11 +80,8 @@ impl Log {
 /// (a partition is about to be aimed at it).
 static EXTEND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub(crate) async fn run(args: WorkerArgs) {
-    let log = Log {
-        id: args.id,
-        pid: std::process::id(),
-    };
+/// Sets [`EXTEND`] on every SIGUSR1.
+fn listen_for_stretch() {
     if let Ok(mut usr1) =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
     {
@@ -94,18 +91,68 @@ pub(crate) async fn run(args: WorkerArgs) {
             }
         });
     }
-    let mut rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
-    log.now(
-        "start",
-        json!({"mutant": args.mutant, "ride_out": args.ride_out, "session_ms": args.session_ms}),
-    );
+}
+
+pub(crate) async fn run(args: WorkerArgs) {
+    let log = Log {
+        id: args.id,
+        pid: std::process::id(),
+    };
+    listen_for_stretch();
+    let rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
+    log.now(Ev::Start {
+        mutant: args.mutant.clone(),
+        ride_out: args.ride_out,
+        session_ms: args.session_ms,
+    });
     let fencing = args.mutant != "fencing-off";
-    let heed_watchdog = args.mutant != "watchdog-off";
-    let mut store = Store::connect_retrying(&args.pg, fencing).await;
-    let timeout = Duration::from_millis(args.session_ms);
-    let mut ops = 0u64;
+    let store = Store::connect_retrying(&args.pg, fencing).await;
+    let mut worker = Worker {
+        heed_watchdog: args.mutant != "watchdog-off",
+        timeout: Duration::from_millis(args.session_ms),
+        args,
+        log,
+        store,
+        rng,
+        ops: 0,
+    };
     loop {
-        let client = connect(&args.zk, timeout, &log).await;
+        let client = connect(&worker.args.zk, worker.timeout, &worker.log).await;
+        let (writer, reader) = worker.locks(&client);
+        while !client.state().is_terminated() {
+            // In the read/write scenario, six holds in ten read.
+            let read = reader.is_some() && worker.rng.range(0, 9) < 6;
+            let lock = match (&reader, read) {
+                (Some(reader), true) => reader,
+                _ => &writer,
+            };
+            worker.hold(lock, read).await;
+        }
+        worker.log.now(Ev::SessionEnded {
+            state: format!("{:?}", client.state()),
+        });
+    }
+}
+
+/// One worker process's state across its sessions.
+struct Worker {
+    args: WorkerArgs,
+    log: Log,
+    store: Store,
+    rng: Rng,
+    /// Ops invoked so far (for op ids).
+    ops: u64,
+    /// Whether the worker checks its lease before each write (not in the watchdog-off mutant).
+    heed_watchdog: bool,
+    /// The session timeout.
+    timeout: Duration,
+}
+
+impl Worker {
+    /// The lock on `client` (the writer side and the reader side of a read/write lock, in the
+    /// read/write scenario); exits if it cannot be made.
+    fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock>) {
+        let args = &self.args;
         let options = LockOptions::default()
             .with_create_parents(true)
             .with_ride_out_disconnects(args.ride_out)
@@ -116,74 +163,86 @@ pub(crate) async fn run(args: WorkerArgs) {
         } else {
             FencedLock::new(client.clone(), args.lock.clone(), options).map(|lock| (lock, None))
         };
-        let (writer, reader) = match locks {
+        match locks {
             Ok(locks) => locks,
             Err(err) => {
-                log.now("fatal", json!({"error": err.to_string()}));
+                self.log.now(Ev::Fatal {
+                    error: err.to_string(),
+                });
                 std::process::exit(2);
             }
-        };
-        while !client.state().is_terminated() {
-            // In the read/write scenario, six holds in ten read.
-            let read = reader.is_some() && rng.range(0, 9) < 6;
-            let lock = match (&reader, read) {
-                (Some(reader), true) => reader,
-                _ => &writer,
-            };
-            EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
-            log.now(
-                "acquire",
-                json!({"role": if read { "read" } else { "write" }}),
-            );
-            let guard = match lock.acquire_timeout(timeout * 3).await {
-                Ok(Some(guard)) => guard,
-                Ok(None) => {
-                    log.now("acquire-failed", json!({"error": "timed out"}));
-                    continue;
-                }
-                Err(err) => {
-                    log.now("acquire-failed", json!({"error": err.to_string()}));
-                    if !err.is_session_terminal() {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    continue;
-                }
-            };
-            let mut hold = Hold {
-                guard: &guard,
-                log: &log,
-                heed_watchdog,
-                ops: &mut ops,
-                read,
-            };
-            // One hold in four is a long critical section (a batch job): the faults aimed at
-            // the watchdog (partitions, session expiry, slow links) pick those.
-            let long = rng.range(0, 3) == 0;
-            let increments = if long {
-                args.increments * 20
-            } else {
-                args.increments
-            };
-            if read {
-                hold.observe(&mut store, &mut rng, args.increments).await;
-            } else {
-                let stretch = Duration::from_millis(args.long_ms);
-                hold.work(&mut store, &mut rng, increments, long, stretch)
-                    .await;
-            }
-            let token = guard.token().as_u64();
-            log.now("release", json!({"token": token}));
-            let result = guard.release().await;
-            log.now(
-                "released",
-                json!({"token": token, "error": result.err().map(|e| e.to_string())}),
-            );
-            tokio::time::sleep(Duration::from_millis(rng.range(0, 20))).await;
         }
-        log.now(
-            "session-ended",
-            json!({"state": format!("{:?}", client.state())}),
-        );
+    }
+
+    /// Acquires `lock` (waiting up to 3T); `None` if that failed (logged).
+    async fn acquire(&self, lock: &FencedLock) -> Option<LockGuard> {
+        match lock.acquire_timeout(self.timeout * 3).await {
+            Ok(Some(guard)) => Some(guard),
+            Ok(None) => {
+                self.log.now(Ev::AcquireFailed {
+                    error: "timed out".into(),
+                });
+                None
+            }
+            Err(err) => {
+                self.log.now(Ev::AcquireFailed {
+                    error: err.to_string(),
+                });
+                if !err.is_session_terminal() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment.
+    async fn hold(&mut self, lock: &FencedLock, read: bool) {
+        EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.log.now(Ev::Acquire { role: role(read) });
+        let Some(guard) = self.acquire(lock).await else {
+            return;
+        };
+        let mut hold = Hold {
+            guard: &guard,
+            log: &self.log,
+            heed_watchdog: self.heed_watchdog,
+            ops: &mut self.ops,
+            read,
+        };
+        // One hold in four is a long critical section (a batch job): the faults aimed at
+        // the watchdog (partitions, session expiry, slow links) pick those.
+        let long = self.rng.range(0, 3) == 0;
+        let increments = if long {
+            self.args.increments * 20
+        } else {
+            self.args.increments
+        };
+        if read {
+            hold.observe(&mut self.store, &mut self.rng, self.args.increments)
+                .await;
+        } else {
+            let stretch = Duration::from_millis(self.args.long_ms);
+            hold.work(&mut self.store, &mut self.rng, increments, long, stretch)
+                .await;
+        }
+        let token = guard.token().as_u64();
+        self.log.now(Ev::Release { token });
+        let result = guard.release().await;
+        self.log.now(Ev::Released {
+            token,
+            error: result.err().map(|e| e.to_string()),
+        });
+        tokio::time::sleep(Duration::from_millis(self.rng.range(0, 20))).await;
+    }
+}
+
+/// The role a hold logs.
+fn role(read: bool) -> Role {
+    if read {
+        Role::Read
+    } else {
+        Role::Write
     }
 }
 
@@ -194,14 +253,18 @@ async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
             .connect(hosts);
         match tokio::time::timeout(timeout * 2, attempt).await {
             Ok(Ok(client)) => {
-                log.now(
-                    "session",
-                    json!({"session": client.session_id().0, "timeout_ms": client.session_timeout().as_millis() as u64}),
-                );
+                log.now(Ev::Session {
+                    session: client.session_id().0,
+                    timeout_ms: client.session_timeout().as_millis() as u64,
+                });
                 return client;
             }
-            Ok(Err(err)) => log.now("connect-failed", json!({"error": err.to_string()})),
-            Err(_) => log.now("connect-failed", json!({"error": "timed out"})),
+            Ok(Err(err)) => log.now(Ev::ConnectFailed {
+                error: err.to_string(),
+            }),
+            Err(_) => log.now(Ev::ConnectFailed {
+                error: "timed out".into(),
+            }),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -252,9 +315,15 @@ impl Hold<'_> {
         let ok = !self.heed_watchdog || self.guard.check().is_ok();
         self.log.at(
             t,
-            "granted",
-            json!({"token": token, "seq": seq, "node": self.guard.node_path(), "session": self.guard.session_id().0,
-                   "valid": ok, "long": long, "role": if self.read { "read" } else { "write" }}),
+            Ev::Granted {
+                token,
+                seq: i64::from(seq),
+                node: self.guard.node_path().to_owned(),
+                session: self.guard.session_id().0,
+                valid: ok,
+                long,
+                role: role(self.read),
+            },
         );
         if !ok {
             return None;
@@ -264,7 +333,10 @@ impl Hold<'_> {
         Some(tokio::spawn(async move {
             let reason = observer.lost().await;
             if reason != zkfence::LossReason::Released {
-                Log { id, pid }.now("cancel", json!({"token": token, "reason": reason.as_str()}));
+                Log { id, pid }.now(Ev::Cancel {
+                    token,
+                    reason: reason.as_str().to_owned(),
+                });
             }
         }))
     }
@@ -279,8 +351,7 @@ impl Hold<'_> {
         let token = self.token();
         for _ in 0..reads {
             if let Err(why) = self.gate() {
-                self.log
-                    .now("check-failed", json!({"token": token, "error": why}));
+                self.log.now(Ev::CheckFailed { token, error: why });
                 break;
             }
             let Ok((counter, fence)) = store.peek().await else {
@@ -293,8 +364,12 @@ impl Hold<'_> {
             };
             self.log.at(
                 t,
-                "observe",
-                json!({"token": token, "counter": counter, "fence": fence, "valid": valid}),
+                Ev::Observe {
+                    token,
+                    counter,
+                    fence,
+                    valid,
+                },
             );
             if !valid {
                 break;
@@ -320,20 +395,24 @@ impl Hold<'_> {
         let token = self.token();
         let mut until = Instant::now();
         // First raise the fence: from here on every older holder is refused.
-        if self.step(store, "fence", None).await.is_some() {
+        if self.step(store, OpKind::Fence, None).await.is_some() {
             let mut done = 0;
             while done < increments || Instant::now() < until {
                 done += 1;
                 if EXTEND.swap(false, std::sync::atomic::Ordering::SeqCst) {
                     until = until.max(Instant::now() + stretch);
-                    self.log.now("extended", json!({"token": token}));
+                    self.log.now(Ev::Extended { token });
                 }
-                self.log.now("read", json!({"token": token}));
+                self.log.now(Ev::Read { token });
                 let Ok(counter) = store.read().await else {
                     break;
                 };
                 tokio::time::sleep(Duration::from_millis(rng.range(10, 40))).await;
-                if self.step(store, "write", Some(counter + 1)).await.is_none() {
+                if self
+                    .step(store, OpKind::Write, Some(counter + 1))
+                    .await
+                    .is_none()
+                {
                     break;
                 }
             }
@@ -356,15 +435,16 @@ impl Hold<'_> {
                     if logged.is_none_or(|at: i64| t - at >= 20_000_000) {
                         self.log.at(
                             t,
-                            "lease",
-                            json!({"token": token, "lease_left_ms": left_ms}),
+                            Ev::Lease {
+                                token,
+                                lease_left_ms: left_ms,
+                            },
                         );
                         logged = Some(t);
                     }
                 }
                 Err(why) => {
-                    self.log
-                        .now("check-failed", json!({"token": token, "error": why}));
+                    self.log.now(Ev::CheckFailed { token, error: why });
                     return;
                 }
             }
@@ -373,24 +453,28 @@ impl Hold<'_> {
     }
 
     /// One fenced write; `None` ends the hold (refused, unknown, or the lease gate closed).
-    async fn step(&mut self, store: &mut Store, kind: &str, value: Option<i64>) -> Option<()> {
+    async fn step(&mut self, store: &mut Store, kind: OpKind, value: Option<i64>) -> Option<()> {
         let token = self.token();
         let (t, left_ms) = match self.gate() {
             Ok(gate) => gate,
             Err(why) => {
-                self.log
-                    .now("check-failed", json!({"token": token, "error": why}));
+                self.log.now(Ev::CheckFailed { token, error: why });
                 return None;
             }
         };
         let op = self.next_op();
         self.log.at(
             t,
-            "invoke",
-            json!({"op": op, "kind": kind, "token": token, "value": value, "lease_left_ms": left_ms,
-                   "checked": self.heed_watchdog}),
+            Ev::Invoke {
+                op: op.clone(),
+                kind,
+                token,
+                value,
+                lease_left_ms: left_ms,
+                checked: self.heed_watchdog,
+            },
         );
-        if kind == "write" {
+        if kind == OpKind::Write {
             // Preparing the write (serialising a payload, a slow disk): a pause here lands after
             // the check, so only the fence can stop the write.
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -401,17 +485,23 @@ impl Hold<'_> {
         };
         match outcome {
             Outcome::Ok => {
-                self.log.now("ok", json!({"op": op, "token": token}));
+                self.log.now(Ev::Ok { op, token });
                 Some(())
             }
             Outcome::Refused => {
-                self.log
-                    .now("fail", json!({"op": op, "token": token, "why": "refused"}));
+                self.log.now(Ev::Fail {
+                    op,
+                    token,
+                    why: "refused".into(),
+                });
                 None
             }
             Outcome::Unknown(err) => {
-                self.log
-                    .now("unknown", json!({"op": op, "token": token, "error": err}));
+                self.log.now(Ev::Unknown {
+                    op,
+                    token,
+                    error: err,
+                });
                 None
             }
         }

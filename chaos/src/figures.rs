@@ -1,0 +1,317 @@
+//! The figures a scenario reports without failing on them: double-holder windows, stale
+//! writes by outcome, the watchdog's detection latency and lease margins per fault kind,
+//! failover after kills, false and spurious cancels, progress and liveness after the heal.
+//!
+//! They are expected to be non-zero under faults; the invariants are [`crate::checker`]'s.
+
+use crate::checker::{increments, Hold, LeaseOverlaps, Timeline};
+use crate::clock::ms;
+use crate::event::{Ev, Event, OpKind};
+use crate::store::Row;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+
+/// A latency summary of `xs` (ms): `{n, p50_ms, p95_ms, max_ms, min_ms}`.
+fn stats(mut xs: Vec<f64>) -> Value {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    if xs.is_empty() {
+        return json!({"n": 0});
+    }
+    // The one percentile definition (nearest rank), shared with the bench.
+    let percentile = |p| zkfence_testkit::stats::percentile(&xs, p);
+    json!({"n": xs.len(), "p50_ms": percentile(0.5), "p95_ms": percentile(0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
+}
+
+/// Latency summaries per fault kind.
+fn stats_by<K: Eq + std::hash::Hash + serde::Serialize>(
+    by: HashMap<K, Vec<f64>>,
+) -> HashMap<K, Value> {
+    by.into_iter().map(|(k, v)| (k, stats(v))).collect()
+}
+
+/// Double-holder windows: a hold that still believed itself current after a newer,
+/// conflicting grant to another worker (readers do not conflict with readers), from that
+/// grant to the moment the older holder stopped. Their lengths (ms).
+pub(crate) fn double_holder_windows(holds: &[Hold]) -> Vec<f64> {
+    let mut double_ms = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        if let Some(b) = holds[i + 1..]
+            .iter()
+            .take_while(|b| b.start < a.end)
+            .find(|b| b.pid != a.pid && !(a.shared && b.shared))
+        {
+            double_ms.push(ms(b.start, a.end));
+        }
+    }
+    double_ms
+}
+
+/// Writes whose outcome came after a newer writer's grant, by outcome.
+#[derive(Default)]
+pub(crate) struct StaleWrites {
+    all: u64,
+    refused_count: u64,
+    out_of_order: u64,
+    late_ack: u64,
+    unknown: u64,
+    /// Accepted rows whose token was below the fence at their commit.
+    stale_rows: usize,
+    /// Every refused write (stale or not), for the picture.
+    pub refused: Vec<(u32, i64)>,
+    /// Stale writes the store accepted out of order, for the picture.
+    pub accepted: Vec<(u32, i64)>,
+}
+
+/// Stale writes: completed (refused, acknowledged or unknown) after a newer grant than their
+/// token, so they travelled while another worker held the lock. An acknowledged one is either
+/// out of order in the store (also a violation of invariant 1) or was committed before the
+/// newer holder raised the fence and only acknowledged late (its worker paused between the
+/// commit and the reply): ordered before the newer holder, so harmless.
+pub(crate) fn stale_writes(tl: &Timeline<'_>) -> StaleWrites {
+    let out_of_order = out_of_order_ops(&tl.input.rows);
+    let mut stale = StaleWrites {
+        stale_rows: out_of_order.len(),
+        ..StaleWrites::default()
+    };
+    let mut newest = 0u64;
+    for e in tl.events {
+        let (op, token) = match &e.ev {
+            Ev::Granted { token, .. } if e.valid_grant() && !e.reader() => {
+                newest = newest.max(*token);
+                continue;
+            }
+            Ev::Fail { op, token, .. } => {
+                stale.refused.push((e.w, e.t));
+                (op, *token)
+            }
+            Ev::Ok { op, token } | Ev::Unknown { op, token, .. } => (op, *token),
+            _ => continue,
+        };
+        if token >= newest {
+            continue;
+        }
+        stale.all += 1;
+        match e.ev {
+            Ev::Fail { .. } => stale.refused_count += 1,
+            Ev::Ok { .. } if out_of_order.contains(op.as_str()) => {
+                stale.out_of_order += 1;
+                stale.accepted.push((e.w, e.t));
+            }
+            Ev::Ok { .. } => stale.late_ack += 1,
+            _ => stale.unknown += 1,
+        }
+    }
+    stale
+}
+
+/// Accepted rows whose token was below the fence at their commit: what fencing-off lets
+/// through (each one also fails invariant 1).
+fn out_of_order_ops(rows: &[Row]) -> HashSet<&str> {
+    let mut max_token = i64::MIN;
+    let mut out_of_order = HashSet::new();
+    for row in rows {
+        if row.token < max_token {
+            out_of_order.insert(row.op.as_str());
+        }
+        max_token = max_token.max(row.token);
+    }
+    out_of_order
+}
+
+/// The watchdog against the faults aimed at a holder.
+#[derive(Default)]
+struct Detection {
+    /// From when the victim could notice to its cancel, per fault kind (ms).
+    latency: HashMap<String, Vec<f64>>,
+    /// Faults whose victim saw no cancel, per kind.
+    undetected: HashMap<String, u64>,
+    /// How far the cancel came ahead of the server's expiry, per kind (ms).
+    margins: HashMap<String, Vec<f64>>,
+    /// From a kill to the next grant to another worker (ms).
+    failover: Vec<f64>,
+}
+
+/// Detection latency per fault kind, lease margins for partitions, failover after kills.
+fn detection(tl: &Timeline<'_>) -> Detection {
+    let mut found = Detection::default();
+    for f in &tl.input.faults {
+        let Some((_, pid, token)) = f.victim else {
+            continue;
+        };
+        if f.kind == "kill-holder" || f.kind == "clock-skew-worker" {
+            if let Some(next) = tl.grants.iter().find(|g| g.t > f.start && g.pid != pid) {
+                found.failover.push(ms(f.start, next.t));
+            }
+            continue;
+        }
+        let cancel = tl
+            .cancels
+            .iter()
+            .find(|c| c.pid == pid && c.token() == Some(token) && c.t >= f.start);
+        let Some(c) = cancel else {
+            *found.undetected.entry(f.kind.clone()).or_default() += 1;
+            continue;
+        };
+        let latency = ms(f.reference, c.t).max(0.0);
+        found
+            .latency
+            .entry(f.kind.clone())
+            .or_default()
+            .push(latency);
+        if let Some(expired) = f.expired_at.filter(|_| f.kind != "expire-holder") {
+            let margin = ms(c.t, expired);
+            found
+                .margins
+                .entry(f.kind.clone())
+                .or_default()
+                .push(margin);
+        }
+    }
+    found
+}
+
+/// Cancels whose session went on: the worker was granted the lock again on the same session
+/// (no new `session` event in between). Counted per lease mode: in the default mode every
+/// disconnect cancels; in ride-out mode these are false cancels.
+fn cancels_on_surviving_sessions(tl: &Timeline<'_>) -> HashMap<&'static str, u64> {
+    let mut false_cancels: HashMap<&str, u64> = HashMap::new();
+    let mut ride_out: HashMap<u32, bool> = HashMap::new();
+    let mut pending: HashMap<u32, &Event> = HashMap::new();
+    for e in tl.events {
+        match e.ev {
+            Ev::Start { ride_out: r, .. } => {
+                ride_out.insert(e.pid, r);
+            }
+            Ev::Cancel { .. } => {
+                pending.insert(e.pid, e);
+            }
+            Ev::Session { .. } | Ev::SessionEnded { .. } => {
+                pending.remove(&e.pid);
+            }
+            Ev::Granted { .. } if pending.remove(&e.pid).is_some() => {
+                let mode = if ride_out.get(&e.pid) == Some(&true) {
+                    "ride_out"
+                } else {
+                    "default"
+                };
+                *false_cancels.entry(mode).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    false_cancels
+}
+
+/// Spurious cancels: no fault from 0.1 s after to 2T + 1 s before.
+fn spurious_cancels(tl: &Timeline<'_>) -> usize {
+    let slack = 2 * tl.input.session_ms as i64 * 1_000_000 + 1_000_000_000;
+    tl.cancels
+        .iter()
+        .filter(|c| {
+            !tl.input
+                .faults
+                .iter()
+                .any(|f| c.t >= f.start - 100_000_000 && c.t <= f.end + slack)
+        })
+        .count()
+}
+
+/// Progress: the acknowledged increments over time.
+struct Progress {
+    /// The longest gap without one: (ms, from, to).
+    gap: (f64, i64, i64),
+    /// The kinds of the faults overlapping that gap.
+    gap_faults: Vec<String>,
+    /// Their times after the final heal.
+    after_heal: Vec<i64>,
+}
+
+fn progress(tl: &Timeline<'_>) -> Progress {
+    let (t0, input) = (tl.input.t0, tl.input);
+    let oks: Vec<i64> = tl
+        .events
+        .iter()
+        .filter(|e| match &e.ev {
+            Ev::Ok { op, .. } => tl.invoked_at.get(op.as_str()).is_some_and(|i| {
+                matches!(
+                    i.ev,
+                    Ev::Invoke {
+                        kind: OpKind::Write,
+                        ..
+                    }
+                )
+            }),
+            _ => false,
+        })
+        .map(|e| e.t)
+        .collect();
+    let mut gap = (0.0f64, t0, t0);
+    let mut prev = tl.events.first().map_or(t0, |e| e.t);
+    for &t in oks.iter().chain(std::iter::once(&input.end_at)) {
+        if ms(prev, t) > gap.0 {
+            gap = (ms(prev, t), prev, t);
+        }
+        prev = t;
+    }
+    Progress {
+        gap,
+        gap_faults: input
+            .faults
+            .iter()
+            .filter(|f| f.start <= gap.2 && f.end >= gap.1)
+            .map(|f| f.kind.clone())
+            .collect(),
+        after_heal: oks.into_iter().filter(|&t| t >= input.heal_at).collect(),
+    }
+}
+
+/// The report's figures for one scenario (`stale` from [`stale_writes`]).
+pub(crate) fn figures(
+    tl: &Timeline<'_>,
+    holds: &[Hold],
+    lease: &LeaseOverlaps,
+    stale: &StaleWrites,
+) -> Value {
+    let input = tl.input;
+    let t0 = input.t0;
+    let mut by_kind: HashMap<&str, u64> = HashMap::new();
+    for f in &input.faults {
+        *by_kind.entry(f.kind.as_str()).or_default() += 1;
+    }
+    let writes = increments(&input.rows).len();
+    let double_ms = double_holder_windows(holds);
+    let detect = detection(tl);
+    let progress = progress(tl);
+    let gap = progress.gap;
+    json!({
+        "faults": input.faults.len(),
+        "faults_by_kind": by_kind,
+        "holder_pauses_past_timeout": input.faults.iter().filter(|f| f.pause_past_timeout).count(),
+        "holds": holds.len(),
+        "read_holds": holds.iter().filter(|h| h.shared).count(),
+        "reader_observations": tl.events.iter().filter(|e| matches!(e.ev, Ev::Observe { .. })).count(),
+        "increments_applied": writes,
+        "fence_raises_applied": input.rows.len() - writes,
+        "final_counter": input.counter,
+        "double_holder_windows": {"count": double_ms.len(), "duration": stats(double_ms)},
+        "stale_writes": {"in_flight_past_a_newer_grant": stale.all, "refused": stale.refused_count,
+                          "accepted_out_of_order": stale.out_of_order, "acknowledged_late": stale.late_ack,
+                          "unknown": stale.unknown, "stale_rows_in_store": stale.stale_rows},
+        "refused_writes_total": stale.refused.len(),
+        "detection_latency_by_fault": stats_by(detect.latency),
+        "faults_without_cancel": detect.undetected,
+        "lease_margin_by_fault": stats_by(detect.margins),
+        "lease_overlaps": {"count": lease.durations.len(), "duration": stats(lease.durations.clone()),
+                           "exempt_operator_deletions": lease.exempt, "by_fault": stats_by(lease.by_fault.clone())},
+        "cancels_on_surviving_sessions": cancels_on_surviving_sessions(tl),
+        "failover_after_kill_ms": stats(detect.failover),
+        "cancels": tl.cancels.len(),
+        "spurious_cancels": spurious_cancels(tl),
+        "longest_gap_without_progress": {"ms": gap.0, "from_ms": ms(t0, gap.1), "to_ms": ms(t0, gap.2),
+                                         "faults": progress.gap_faults},
+        "liveness_after_heal": {
+            "increments": progress.after_heal.len(),
+            "first_after_ms": progress.after_heal.first().map(|&t| ms(input.heal_at, t)),
+        },
+    })
+}

@@ -1,0 +1,579 @@
+//! The nemesis: injects one fault into a scenario's cluster and heals it. Processes paused
+//! (SIGSTOP/SIGCONT) or killed (`kill -9`), sessions expired from outside, workers cut off or
+//! slowed at their proxies, links between servers cut with iptables, the lock's parent
+//! deleted; and the final heal that undoes every fault.
+
+use crate::checker::Fault;
+use crate::clock::now_ns;
+use crate::cluster::{Holder, Scenario};
+use crate::schedule::{FaultKind, Phase};
+use std::time::Duration;
+use zkfence_testkit::LinkFault;
+use zookeeper_client as zk;
+
+/// A fault of `kind` from `start` to now, noticeable from `start`, aimed at nobody; the
+/// injectors fill in what differs.
+fn record(kind: &FaultKind, detail: String, start: i64) -> Fault {
+    Fault {
+        kind: kind.name().to_owned(),
+        detail,
+        start,
+        end: now_ns(),
+        reference: start,
+        victim: None,
+        expired_at: None,
+        pause_past_timeout: false,
+    }
+}
+
+/// How a restart of servers went, for a fault's detail.
+fn restarted<E: std::fmt::Display>(
+    outcome: Result<Result<(), E>, tokio::task::JoinError>,
+) -> String {
+    match outcome {
+        Ok(Ok(())) => "restarted".to_string(),
+        Ok(Err(e)) => format!("restart failed: {e}"),
+        Err(e) => format!("restart failed: {e}"),
+    }
+}
+
+impl Scenario {
+    /// Injects one fault and heals it; returns `None` when no target showed up in time.
+    pub(crate) async fn inject(&self, kind: &FaultKind) -> Option<Fault> {
+        self.fault_started(kind.name());
+        let fault = match *kind {
+            FaultKind::PauseHolder { factor, phase } => {
+                self.pause_holder(kind, factor, phase).await
+            }
+            FaultKind::KillHolder => self.kill_holder(kind).await,
+            FaultKind::ExpireHolder => self.expire_holder(kind).await,
+            FaultKind::PartitionHolder => self.partition_holder(kind).await,
+            FaultKind::SlowHolder => self.slow_holder(kind).await,
+            FaultKind::PauseLeader { factor, aimed } => {
+                self.pause_leader(kind, factor, aimed).await
+            }
+            FaultKind::KillLeader { down_ms } => self.kill_leader(kind, down_ms).await,
+            FaultKind::PauseAll => Some(self.pause_all(kind).await),
+            FaultKind::KillAll => Some(self.kill_all(kind).await),
+            FaultKind::DeleteParent => Some(self.delete_parent(kind).await),
+            FaultKind::IsolateLeader { symmetric } => self.isolate_leader(kind, symmetric).await,
+            FaultKind::OneWayFollower => self.cut_follower(kind, true).await,
+            FaultKind::IsolateFollower => self.cut_follower(kind, false).await,
+            FaultKind::LossyLeaderLink => self.lossy_leader_link(kind).await,
+            FaultKind::SkewWorker { rate } => self.skew_worker(kind, rate).await,
+        }?;
+        self.fault_ended(fault.clone());
+        Some(fault)
+    }
+
+    /// SIGSTOP the holder (in `phase` if one shows up, else any) for `factor` × T.
+    async fn pause_holder(&self, kind: &FaultKind, factor: f64, phase: Phase) -> Option<Fault> {
+        let t = self.timeout();
+        let h = match self.holder(phase, Duration::from_secs(8)).await {
+            Some(h) => h,
+            None => self.holder(Phase::Any, Duration::from_secs(8)).await?,
+        };
+        let (id, token) = (h.id, h.token);
+        let actual = self.phase_of(id).map_or("held", Phase::name);
+        self.signal(id, libc::SIGSTOP);
+        let start = now_ns();
+        self.set_paused(id, true);
+        tokio::time::sleep(t.mul_f64(factor)).await;
+        self.signal(id, libc::SIGCONT);
+        let end = now_ns();
+        self.set_paused(id, false);
+        let detail = format!(
+            "w{id} token {token} SIGSTOP {:.1} s ({factor}×T) in its {actual} phase",
+            t.as_secs_f64() * factor
+        );
+        Some(Fault {
+            end,
+            reference: end,
+            victim: Some(h.victim()),
+            pause_past_timeout: factor > 1.0,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// SIGKILL the holder, and restart the worker 1 s later.
+    async fn kill_holder(&self, kind: &FaultKind) -> Option<Fault> {
+        let h = self.holder(Phase::Any, Duration::from_secs(8)).await?;
+        self.signal(h.id, libc::SIGKILL);
+        let start = now_ns();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.respawn(h.id as u32, self.skew_of(h.id));
+        let detail = format!("w{} token {} SIGKILL, restarted after 1 s", h.id, h.token);
+        Some(Fault {
+            victim: Some(h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Close the holder's session from outside, then wait until the server deleted its node.
+    async fn expire_holder(&self, kind: &FaultKind) -> Option<Fault> {
+        let h = self.long_holder().await?;
+        let start = now_ns();
+        let how = zkfence_testkit::expire_session(&self.hosts, zk::SessionId(h.session)).await;
+        let expired = wait_gone(&self.admin, &h.node, Duration::from_secs(5)).await;
+        let detail = format!(
+            "w{} token {} session {:#x} closed from outside ({})",
+            h.id,
+            h.token,
+            h.session,
+            how.unwrap_or_else(|e| e)
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Blackhole the holder's three proxies until the server expired its session, plus 0.5 s.
+    async fn partition_holder(&self, kind: &FaultKind) -> Option<Fault> {
+        let h = self.long_holder().await?;
+        let start = now_ns();
+        for p in &self.proxies[h.id] {
+            p.blackhole(true);
+        }
+        let expired = wait_gone(&self.admin, &h.node, self.timeout() * 3).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for p in &self.proxies[h.id] {
+            p.blackhole(false);
+        }
+        let detail = format!(
+            "w{} token {} cut off from all three servers (it still reaches PostgreSQL)",
+            h.id, h.token
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Delay every ZooKeeper frame of the holder by T/8 for 2T.
+    async fn slow_holder(&self, kind: &FaultKind) -> Option<Fault> {
+        let t = self.timeout();
+        let h = self.long_holder().await?;
+        let start = now_ns();
+        let delay = t / 8;
+        for p in &self.proxies[h.id] {
+            p.delay(delay);
+        }
+        tokio::time::sleep(t * 2).await;
+        for p in &self.proxies[h.id] {
+            p.delay(Duration::ZERO);
+        }
+        let detail = format!(
+            "w{} token {}: every ZooKeeper frame delayed {} ms for {:.1} s",
+            h.id,
+            h.token,
+            delay.as_millis(),
+            (t * 2).as_secs_f64()
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// SIGSTOP the leader for `factor` × T; when `aimed`, with a holder stretched through it
+    /// on a follower, and then long enough for its session to expire, or not, and be seen.
+    async fn pause_leader(&self, kind: &FaultKind, factor: f64, aimed: bool) -> Option<Fault> {
+        let t = self.timeout();
+        let leader = self.leader().await?;
+        let victim = if aimed {
+            let (h, server) = self.placed_holder(|s| s != leader).await?;
+            self.pin(h.id, server, &[]);
+            Some((h, server))
+        } else {
+            None
+        };
+        let start = now_ns();
+        self.ensemble.pause(leader);
+        tokio::time::sleep(t.mul_f64(factor)).await;
+        self.ensemble.resume(leader);
+        if let Some((h, _)) = &victim {
+            tokio::time::sleep(self.timeout_of(h.id) + Duration::from_secs(2)).await;
+            self.refuse_none();
+        }
+        let detail = format!(
+            "server {leader} (leader) SIGSTOP {:.1} s ({factor}×T){}",
+            t.as_secs_f64() * factor,
+            victim.as_ref().map_or(String::new(), |(h, server)| format!(
+                ", w{} token {} holding on follower {server}",
+                h.id, h.token
+            ))
+        );
+        Some(Fault {
+            victim: victim.map(|(h, _)| h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// SIGKILL the leader, then restart it after `down_ms`.
+    async fn kill_leader(&self, kind: &FaultKind, down_ms: u64) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let start = now_ns();
+        let ensemble = self.ensemble.clone();
+        let down = Duration::from_millis(down_ms);
+        let outcome = tokio::task::spawn_blocking(move || {
+            ensemble.kill(leader);
+            std::thread::sleep(down);
+            ensemble.restart(leader)
+        })
+        .await;
+        let detail = format!(
+            "server {leader} (leader) SIGKILL, down {} ms, {}",
+            down.as_millis(),
+            restarted(outcome)
+        );
+        Some(record(kind, detail, start))
+    }
+
+    /// SIGSTOP all three servers for T.
+    async fn pause_all(&self, kind: &FaultKind) -> Fault {
+        let t = self.timeout();
+        let start = now_ns();
+        for i in 0..3 {
+            self.ensemble.pause(i);
+        }
+        tokio::time::sleep(t).await;
+        for i in 0..3 {
+            self.ensemble.resume(i);
+        }
+        let detail = format!("all three servers SIGSTOP {:.1} s", t.as_secs_f64());
+        record(kind, detail, start)
+    }
+
+    /// SIGKILL all three servers, then restart them 1 s later.
+    async fn kill_all(&self, kind: &FaultKind) -> Fault {
+        let start = now_ns();
+        let ensemble = self.ensemble.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            for i in 0..3 {
+                ensemble.kill(i);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            ensemble.restart_all()
+        })
+        .await;
+        let detail = format!(
+            "all three servers SIGKILL, down 1 s, {}",
+            restarted(outcome)
+        );
+        record(kind, detail, start)
+    }
+
+    /// Delete the lock node and its queue nodes in one multi, under a long hold if one shows.
+    async fn delete_parent(&self, kind: &FaultKind) -> Fault {
+        let victim = self.long_holder().await;
+        let start = now_ns();
+        let deleted = delete_tree(&self.admin, &self.lock).await;
+        let detail = format!(
+            "{} and its {} queue nodes deleted in one multi",
+            self.lock,
+            deleted.unwrap_or(0)
+        );
+        Fault {
+            victim: victim.map(|h| h.victim()),
+            expired_at: Some(start),
+            ..record(kind, detail, start)
+        }
+    }
+
+    /// A holder on the leader, the leader cut off from both followers: their packets to it
+    /// reset (asymmetric) or dropped (symmetric), its packets to them dropped.
+    async fn isolate_leader(&self, kind: &FaultKind, symmetric: bool) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let (h, _) = self.placed_holder(|s| s == leader).await?;
+        let followers: Vec<usize> = (0..3).filter(|&f| f != leader).collect();
+        self.pin(h.id, leader, &[leader]);
+        let at = self.where_things_are(h.id).await;
+        let start = now_ns();
+        let inbound = if symmetric {
+            LinkFault::Drop
+        } else {
+            LinkFault::Reset
+        };
+        for &f in &followers {
+            let _ = self.ensemble.cut(f, leader, inbound);
+            let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
+        }
+        let expired = self.hold_partition(h.id, &h.node, &followers).await;
+        let how = if symmetric {
+            "dropped both ways"
+        } else {
+            "their packets reset, its packets dropped"
+        };
+        let detail = format!(
+            "w{} token {} on server {leader} (leader), cut off from both followers: {how} {at}",
+            h.id, h.token
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// A holder on a follower: its packets to the leader dropped (`one_way`), or the follower
+    /// cut off from both other servers both ways.
+    async fn cut_follower(&self, kind: &FaultKind, one_way: bool) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let (h, server) = self.placed_holder(|s| s != leader).await?;
+        let other = (0..3).find(|&o| o != leader && o != server)?;
+        self.pin(h.id, server, &[server]);
+        let at = self.where_things_are(h.id).await;
+        let start = now_ns();
+        let _ = self.ensemble.cut(server, leader, LinkFault::Drop);
+        if !one_way {
+            let _ = self.ensemble.cut(leader, server, LinkFault::Drop);
+            let _ = self.ensemble.cut(server, other, LinkFault::Drop);
+            let _ = self.ensemble.cut(other, server, LinkFault::Drop);
+        }
+        let expired = self.hold_partition(h.id, &h.node, &[leader, other]).await;
+        let (id, token) = (h.id, h.token);
+        let detail = if one_way {
+            format!("w{id} token {token} on server {server} (follower): its packets to the leader {leader} dropped, the leader's still arrive {at}")
+        } else {
+            format!("w{id} token {token} on server {server} (follower), cut off from both other servers both ways {at}")
+        };
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// 30% of the packets between the leader and the followers lost, both ways, for 2T.
+    async fn lossy_leader_link(&self, kind: &FaultKind) -> Option<Fault> {
+        let t = self.timeout();
+        let leader = self.leader().await?;
+        let holder = self.long_holder().await;
+        let start = now_ns();
+        for f in (0..3).filter(|&f| f != leader) {
+            let _ = self.ensemble.cut(leader, f, LinkFault::Lossy(0.3));
+            let _ = self.ensemble.cut(f, leader, LinkFault::Lossy(0.3));
+        }
+        tokio::time::sleep(t * 2).await;
+        let _ = self.ensemble.heal();
+        self.await_quorum().await;
+        let detail = format!(
+            "30% of the packets between the leader {leader} and the followers lost for {:.1} s",
+            (t * 2).as_secs_f64()
+        );
+        Some(Fault {
+            victim: holder.map(|h| h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Kill the holder and restart it under libfaketime with its clock at `rate`.
+    async fn skew_worker(&self, kind: &FaultKind, rate: f64) -> Option<Fault> {
+        let h = self.holder(Phase::Any, Duration::from_secs(8)).await?;
+        self.signal(h.id, libc::SIGKILL);
+        let start = now_ns();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.respawn(h.id as u32, Some(rate));
+        let detail = format!(
+            "w{} (token {}) killed and restarted with its clock at {rate}× real time (libfaketime)",
+            h.id, h.token
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// A holder early in a long critical section, else any holder.
+    async fn long_holder(&self) -> Option<Holder> {
+        match self.holder(Phase::Long, Duration::from_secs(10)).await {
+            Some(h) => Some(h),
+            None => self.holder(Phase::Any, Duration::from_secs(8)).await,
+        }
+    }
+
+    /// Steers every other worker onto a server `on` accepts (the rest onto the others), then
+    /// waits for a holder connected to such a server and stretches its hold (SIGUSR1) so that
+    /// it lasts through the fault; returns it, with its server, once it acknowledged.
+    async fn placed_holder(&self, on: impl Fn(usize) -> bool) -> Option<(Holder, usize)> {
+        self.steer(&on).await;
+        let deadline = now_ns() + 40_000_000_000;
+        while now_ns() < deadline {
+            let Some(h) = self.holder(Phase::Any, Duration::from_millis(500)).await else {
+                continue;
+            };
+            let servers: Vec<usize> = (0..3)
+                .filter(|&s| self.proxies[h.id][s].connections() > 0)
+                .collect();
+            let [server] = servers[..] else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            if !on(server) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            self.signal(h.id, libc::SIGUSR1);
+            let acked = now_ns() + 500_000_000;
+            while now_ns() < acked {
+                if self.extended(h.id) == Some(h.token) {
+                    return Some((h, server));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        None
+    }
+
+    /// Puts even workers on the servers `on` accepts and odd ones on the others (all on the
+    /// accepted ones if there are no others): their proxies elsewhere refuse connections and
+    /// reset the open ones. Waits (up to 3 s) for the resets to land.
+    async fn steer(&self, on: &impl Fn(usize) -> bool) {
+        let good: Vec<usize> = (0..3).filter(|&s| on(s)).collect();
+        let bad: Vec<usize> = (0..3).filter(|&s| !on(s)).collect();
+        let mut sides = Vec::new();
+        for (w, proxies) in self.proxies.iter().enumerate() {
+            let side = if w % 2 == 0 || bad.is_empty() {
+                good.clone()
+            } else {
+                bad.clone()
+            };
+            for (s, p) in proxies.iter().enumerate() {
+                p.refuse(!side.contains(&s));
+                if !side.contains(&s) {
+                    p.reset();
+                }
+            }
+            sides.push(side);
+        }
+        // Let the resets land: no worker keeps a connection where it is refused.
+        let settled = now_ns() + 3_000_000_000;
+        while now_ns() < settled
+            && self.proxies.iter().zip(&sides).any(|(proxies, side)| {
+                (0..3).any(|s| !side.contains(&s) && proxies[s].connections() > 0)
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The servers' modes and worker `id`'s open connections per server, for a fault's detail.
+    async fn where_things_are(&self, id: usize) -> String {
+        let modes = self.server_modes().await;
+        let conns: Vec<String> = (0..3)
+            .map(|s| self.proxies[id][s].connections().to_string())
+            .collect();
+        format!("[servers {modes}; w{id} connections {}]", conns.join("/"))
+    }
+
+    /// Keeps worker `id` on `server` (its other proxies refuse connections) and moves every
+    /// other worker off `away` (refused and reset there), so that the victim stays on the cut
+    /// side and its successors queue on the other.
+    fn pin(&self, id: usize, server: usize, away: &[usize]) {
+        for (s, p) in self.proxies[id].iter().enumerate() {
+            p.refuse(s != server);
+        }
+        for (_, proxies) in self.proxies.iter().enumerate().filter(|(w, _)| *w != id) {
+            for &s in away {
+                proxies[s].refuse(true);
+                proxies[s].reset();
+            }
+        }
+    }
+
+    /// Every proxy accepts connections again.
+    fn refuse_none(&self) {
+        for proxies in &self.proxies {
+            for p in proxies {
+                p.refuse(false);
+            }
+        }
+    }
+
+    /// Holds a partition long enough for the victim's session to expire on the majority side
+    /// and for a stale leader to notice it lost its quorum (`syncLimit` ticks), plus 2 s; then
+    /// heals the links and the proxies and waits for the ensemble to serve again. Returns when
+    /// the majority deleted the victim's node, if it did.
+    async fn hold_partition(&self, id: usize, node: &str, majority: &[usize]) -> Option<i64> {
+        let start = now_ns();
+        let span = self.options.tick() * self.options.sync_limit()
+            + self.timeout_of(id)
+            + Duration::from_secs(2);
+        let hosts: Vec<String> = majority
+            .iter()
+            .map(|&s| self.ensemble.server_addr(s))
+            .collect();
+        let expired = match zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(20))
+            .connect(&hosts.join(","))
+            .await
+        {
+            Ok(observer) => wait_gone(&observer, node, span).await,
+            Err(_) => None,
+        };
+        let rest = span.saturating_sub(Duration::from_nanos((now_ns() - start).max(0) as u64));
+        tokio::time::sleep(rest).await;
+        let _ = self.ensemble.heal();
+        self.refuse_none();
+        self.await_quorum().await;
+        expired
+    }
+
+    /// The final heal: every worker running and reachable, every server serving.
+    pub(crate) async fn heal(&self) {
+        let _ = self.ensemble.heal();
+        for (id, proxies) in self.proxies.iter().enumerate() {
+            for p in proxies {
+                p.blackhole(false);
+                p.delay(Duration::ZERO);
+                p.refuse(false);
+            }
+            self.signal(id, libc::SIGCONT);
+            if !self.alive(id) || self.skew_of(id).is_some() {
+                self.signal(id, libc::SIGKILL);
+                self.respawn(id as u32, None);
+            }
+        }
+        for i in 0..3 {
+            self.revive_server(i).await;
+        }
+    }
+}
+
+/// Polls until `node` is gone (its session expired or it was deleted); returns when.
+async fn wait_gone(admin: &zk::Client, node: &str, wait: Duration) -> Option<i64> {
+    let deadline = now_ns() + wait.as_nanos() as i64;
+    while now_ns() < deadline {
+        if let Ok(None) = admin.check_stat(node).await {
+            return Some(now_ns());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Deletes `path` and its children in one multi (retried when the queue changes under us).
+async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
+    for _ in 0..50 {
+        let children = match admin.list_children(path).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Some(0),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let mut multi = admin.new_multi_writer();
+        for child in &children {
+            let _ = multi.add_delete(&format!("{path}/{child}"), None);
+        }
+        let _ = multi.add_delete(path, None);
+        if multi.commit().await.is_ok() {
+            return Some(children.len());
+        }
+    }
+    None
+}

@@ -1,0 +1,472 @@
+//! The schedule: which scenarios a run has, their workers, and the faults each one gets,
+//! drawn from the run's seeded generator (the same seed gives the same schedule).
+
+use crate::cluster::{partition_ensemble, Mutant, WorkerMode};
+use crate::rng::Rng;
+use crate::{Mode, PartitionArgs, RunArgs};
+use std::time::Duration;
+use zkfence_testkit::EnsembleOptions;
+
+/// Where a holder is in its critical section, as its last event says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Between the read and the lease check: a pause here is caught by `check()`.
+    Think,
+    /// After the check, before the write reaches the store: only the fence can stop it.
+    Write,
+    /// Any moment of the hold.
+    Any,
+    /// Early in a long critical section (so the hold outlasts the fault's detection).
+    Long,
+}
+
+impl Phase {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Phase::Think => "think",
+            Phase::Write => "write",
+            Phase::Any => "any",
+            Phase::Long => "long",
+        }
+    }
+}
+
+/// One kind of fault, with its parameters.
+#[derive(Debug, Clone)]
+pub(crate) enum FaultKind {
+    PauseHolder {
+        factor: f64,
+        phase: Phase,
+    },
+    KillHolder,
+    ExpireHolder,
+    PartitionHolder,
+    SlowHolder,
+    /// SIGSTOP the leader for `factor` × T; when `aimed`, with a holder on a follower
+    /// stretched through it (its session's touches reach the leader only through pings).
+    PauseLeader {
+        factor: f64,
+        aimed: bool,
+    },
+    KillLeader {
+        down_ms: u64,
+    },
+    PauseAll,
+    KillAll,
+    DeleteParent,
+    SkewWorker {
+        rate: f64,
+    },
+    /// The leader cut off from both followers while a holder is connected to it:
+    /// asymmetric (the followers' packets to it reset, its packets to them dropped) or
+    /// symmetric (dropped both ways: a majority/minority split).
+    IsolateLeader {
+        symmetric: bool,
+    },
+    /// A holder's follower can no longer send to the leader (the leader still reaches it).
+    OneWayFollower,
+    /// A holder's follower cut off from both other servers, both ways (a minority of one).
+    IsolateFollower,
+    /// The links between the leader and the followers lose 30% of their packets for 2T.
+    LossyLeaderLink,
+}
+
+impl FaultKind {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            FaultKind::PauseHolder { .. } => "pause-holder",
+            FaultKind::KillHolder => "kill-holder",
+            FaultKind::ExpireHolder => "expire-holder",
+            FaultKind::PartitionHolder => "partition-holder",
+            FaultKind::SlowHolder => "slow-link",
+            FaultKind::PauseLeader { aimed: false, .. } => "pause-leader",
+            FaultKind::PauseLeader { aimed: true, .. } => "pause-leader-aimed",
+            FaultKind::KillLeader { down_ms: 0 } => "restart-leader",
+            FaultKind::KillLeader { .. } => "kill-leader",
+            FaultKind::PauseAll => "pause-all-servers",
+            FaultKind::KillAll => "kill-all-servers",
+            FaultKind::DeleteParent => "delete-parent",
+            FaultKind::SkewWorker { .. } => "clock-skew-worker",
+            FaultKind::IsolateLeader { symmetric: false } => "isolate-leader-asym",
+            FaultKind::IsolateLeader { symmetric: true } => "isolate-leader-sym",
+            FaultKind::OneWayFollower => "one-way-follower",
+            FaultKind::IsolateFollower => "isolate-follower",
+            FaultKind::LossyLeaderLink => "lossy-leader-link",
+        }
+    }
+}
+
+/// The names of the faults that cut links inside the ensemble.
+pub(crate) const PARTITION_KINDS: [&str; 5] = [
+    "isolate-leader-asym",
+    "isolate-leader-sym",
+    "one-way-follower",
+    "isolate-follower",
+    "lossy-leader-link",
+];
+
+/// A holder pause of `factor` × T, aimed at `phase`.
+fn pause(factor: f64, phase: Phase) -> FaultKind {
+    FaultKind::PauseHolder { factor, phase }
+}
+
+/// The smoke schedule: the four holder pauses past T that the mutants replay come first, then
+/// every other fault kind, each at least once, in seeded order.
+pub(crate) fn smoke_schedule(rng: &mut Rng) -> (Vec<FaultKind>, usize) {
+    use FaultKind::*;
+    let mut head = vec![
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        pause(4.0, Phase::Think),
+        pause(2.0, Phase::Write),
+    ];
+    rng.shuffle(&mut head);
+    let mut rest = vec![
+        pause(4.0, Phase::Write),
+        pause(2.0, Phase::Any),
+        pause(0.5, Phase::Any),
+        pause(0.5, Phase::Think),
+        KillHolder,
+        KillHolder,
+        ExpireHolder,
+        ExpireHolder,
+        PartitionHolder,
+        PartitionHolder,
+        SlowHolder,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
+        KillLeader { down_ms: 2000 },
+        KillLeader { down_ms: 0 },
+        PauseAll,
+        KillAll,
+        DeleteParent,
+        DeleteParent,
+    ];
+    rng.shuffle(&mut rest);
+    let n = head.len();
+    head.extend(rest);
+    (head, n)
+}
+
+/// The read/write scenario: holders of either kind paused past T (readers included), killed,
+/// expired and cut off, and a leader pause. No parent deletion: a reader's lease check cannot
+/// see an operator's delete before its watch fires, so its reads would race the next writer.
+pub(crate) fn rw_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        pause(2.0, Phase::Any),
+        pause(4.0, Phase::Any),
+        KillHolder,
+        ExpireHolder,
+        PartitionHolder,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// The smoke run's partitions inside the ensemble: each kind once, in seeded order.
+pub(crate) fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        IsolateLeader { symmetric: false },
+        OneWayFollower,
+        IsolateLeader { symmetric: true },
+        IsolateFollower,
+        LossyLeaderLink,
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// A partition inside the ensemble, for the long run's partition scenario, or a leader paused
+/// longer than the pair gap under a holder on a follower (the gap's timing assumption).
+pub(crate) fn partition_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    match rng.range(0, 5) {
+        0 => IsolateLeader { symmetric: false },
+        1 => IsolateLeader { symmetric: true },
+        2 => OneWayFollower,
+        3 => IsolateFollower,
+        4 => PauseLeader {
+            factor: 0.75,
+            aimed: true,
+        },
+        _ => LossyLeaderLink,
+    }
+}
+
+/// The long run's read/write scenario draws holder faults only (its servers are the main
+/// scenario's, which pauses and kills them already): pauses of readers and writers, kills,
+/// expiries, client partitions and slow links.
+pub(crate) fn rw_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    let phases = [Phase::Think, Phase::Write, Phase::Any];
+    match rng.range(0, 9) {
+        0..=4 => PauseHolder {
+            factor: [0.5, 2.0, 4.0][rng.range(0, 2) as usize],
+            phase: phases[rng.range(0, 2) as usize],
+        },
+        5 => KillHolder,
+        6 => ExpireHolder,
+        7 => PartitionHolder,
+        _ => SlowHolder,
+    }
+}
+
+/// The long run draws each fault from every kind, skew included.
+pub(crate) fn long_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    let phases = [Phase::Think, Phase::Write, Phase::Any];
+    match rng.range(0, 16) {
+        15 => partition_fault(rng),
+        0..=4 => PauseHolder {
+            factor: [0.5, 2.0, 4.0][rng.range(0, 2) as usize],
+            phase: phases[rng.range(0, 2) as usize],
+        },
+        5 => KillHolder,
+        6 => ExpireHolder,
+        7 => PartitionHolder,
+        8 => SlowHolder,
+        9 => PauseLeader {
+            factor: [0.75, 1.5][rng.range(0, 1) as usize],
+            aimed: false,
+        },
+        10 => KillLeader {
+            down_ms: [0, 2000][rng.range(0, 1) as usize],
+        },
+        11 => PauseAll,
+        12 => KillAll,
+        13 => DeleteParent,
+        _ => SkewWorker {
+            rate: [0.95, 1.05][rng.range(0, 1) as usize],
+        },
+    }
+}
+
+/// The pause between two faults of a fixed schedule.
+pub(crate) fn gap(rng: &mut Rng) -> Duration {
+    Duration::from_millis(rng.range(1000, 2500))
+}
+
+/// The pause between two faults of a timed (long) run: shorter, for more faults per minute.
+pub(crate) fn short_gap(rng: &mut Rng) -> Duration {
+    Duration::from_millis(rng.range(500, 1500))
+}
+
+/// A scenario's faults: a fixed list, or drawn for a while.
+pub(crate) enum Plan {
+    Fixed(Vec<FaultKind>),
+    /// Faults drawn for `minutes` by `draw`.
+    Timed {
+        minutes: f64,
+        draw: fn(&mut Rng) -> FaultKind,
+    },
+}
+
+/// One scenario to run: its workers, the ensemble it runs on, its faults.
+pub(crate) struct ScenarioPlan {
+    pub name: &'static str,
+    pub mutant: Mutant,
+    pub rw: bool,
+    pub modes: Vec<WorkerMode>,
+    /// How far a holder is stretched (ms) when a partition is aimed at it: the hold must
+    /// outlast the whole fault, so that a stale holder's checks are seen.
+    pub long_ms: u64,
+    /// On the partition ensemble rather than the main one.
+    pub partition: bool,
+    pub plan: Plan,
+}
+
+/// A scenario on the main ensemble with a plain lock, no mutant and no stretching; the
+/// callers change what differs.
+fn scenario(name: &'static str, modes: Vec<WorkerMode>, plan: Plan) -> ScenarioPlan {
+    ScenarioPlan {
+        name,
+        mutant: Mutant::None,
+        rw: false,
+        modes,
+        long_ms: 0,
+        partition: false,
+        plan,
+    }
+}
+
+/// `n` workers with session timeout `ms`, every other one riding out disconnects if `mixed`.
+fn modes(n: u32, ms: u64, mixed: bool) -> Vec<WorkerMode> {
+    (0..n)
+        .map(|i| WorkerMode {
+            session_ms: ms,
+            ride_out: mixed && i % 2 == 1,
+        })
+        .collect()
+}
+
+/// The partition scenario's workers: session timeouts from 2 to 10 ticks of 400 ms (to 20 in
+/// long runs), half of them riding out disconnects.
+fn partition_modes(long: bool) -> Vec<WorkerMode> {
+    let last = if long { 8000 } else { 4000 };
+    [(800, false), (2000, true), (4000, false), (last, true)]
+        .into_iter()
+        .map(|(session_ms, ride_out)| WorkerMode {
+            session_ms,
+            ride_out,
+        })
+        .collect()
+}
+
+/// A stretch long enough for a hold to outlast a partition fault on `options` with sessions
+/// up to `t_ms` (the fault lasts `syncLimit` ticks + T + 2 s).
+fn long_hold_ms(options: &EnsembleOptions, t_ms: u64) -> u64 {
+    (options.tick() * options.sync_limit()).as_millis() as u64 + t_ms + 4000
+}
+
+/// The run's scenarios, and the partition ensemble's settings.
+pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
+    match mode {
+        Mode::Smoke(args) => (smoke_plans(args, rng), partition_ensemble()),
+        Mode::Long(args) => (long_plans(args), partition_ensemble()),
+        Mode::Partition(args) => partition_plans(args, rng),
+    }
+}
+
+/// Smoke: the main, read/write and partition scenarios with fixed schedules, then the
+/// mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets two
+/// asymmetric leader isolations.
+fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
+    let (schedule, head) = smoke_schedule(rng);
+    let rw = rw_schedule(rng);
+    let long = long_hold_ms(&partition_ensemble(), 4000);
+    let workers = || modes(args.workers, args.session_ms, false);
+    let mut plans = vec![
+        scenario("main", workers(), Plan::Fixed(schedule.clone())),
+        ScenarioPlan {
+            rw: true,
+            ..scenario("read-write", workers(), Plan::Fixed(rw))
+        },
+        ScenarioPlan {
+            long_ms: long,
+            partition: true,
+            ..scenario(
+                "partition",
+                partition_modes(false),
+                Plan::Fixed(partition_schedule(rng)),
+            )
+        },
+    ];
+    if args.no_mutants {
+        return plans;
+    }
+    let head = schedule[..head].to_vec();
+    for (name, mutant) in [
+        ("mutant-fencing-off", Mutant::FencingOff),
+        ("mutant-watchdog-off", Mutant::WatchdogOff),
+    ] {
+        plans.push(ScenarioPlan {
+            mutant,
+            ..scenario(name, workers(), Plan::Fixed(head.clone()))
+        });
+    }
+    let isolations = vec![FaultKind::IsolateLeader { symmetric: false }; 2];
+    plans.push(ScenarioPlan {
+        mutant: Mutant::SyncLease,
+        long_ms: long,
+        partition: true,
+        ..scenario(
+            "mutant-sync-lease",
+            modes(args.workers, 2000, true),
+            Plan::Fixed(isolations),
+        )
+    });
+    plans
+}
+
+/// Long: the main, read/write and partition scenarios side by side, each drawing its faults
+/// for `--minutes`.
+fn long_plans(args: &RunArgs) -> Vec<ScenarioPlan> {
+    let timed = |draw| Plan::Timed {
+        minutes: args.minutes,
+        draw,
+    };
+    let workers = || modes(args.workers, args.session_ms, false);
+    vec![
+        ScenarioPlan {
+            // Long runs draw partitions here too: stretch their victims.
+            long_ms: long_hold_ms(&EnsembleOptions::default(), args.session_ms),
+            ..scenario("main", workers(), timed(long_fault))
+        },
+        ScenarioPlan {
+            rw: true,
+            ..scenario("read-write", workers(), timed(rw_fault))
+        },
+        ScenarioPlan {
+            long_ms: long_hold_ms(&partition_ensemble(), 8000),
+            partition: true,
+            ..scenario("partition", partition_modes(true), timed(partition_fault))
+        },
+    ]
+}
+
+/// Partition: each partition kind `--runs` times in seeded order, in the default lease mode,
+/// in ride-out mode, and against the sync-lease mutant; and with `--only leader-pauses`, the
+/// leader paused under a holder on a follower.
+fn partition_plans(args: &PartitionArgs, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
+    let options = EnsembleOptions::default()
+        .with_tick(Duration::from_millis(args.tick_ms))
+        .with_sync_limit(args.sync_limit);
+    let long = long_hold_ms(&options, args.session_ms);
+    let faults = |kinds: &[FaultKind], rng: &mut Rng| {
+        let mut all: Vec<FaultKind> = (0..args.runs).flat_map(|_| kinds.iter().cloned()).collect();
+        rng.shuffle(&mut all);
+        Plan::Fixed(all)
+    };
+    let kinds = [
+        FaultKind::IsolateLeader { symmetric: false },
+        FaultKind::OneWayFollower,
+        FaultKind::IsolateLeader { symmetric: true },
+    ];
+    let partitioned = |plan: ScenarioPlan| ScenarioPlan {
+        long_ms: long,
+        partition: true,
+        ..plan
+    };
+    let (n, ms) = (args.workers, args.session_ms);
+    let default = faults(&kinds, rng);
+    let ride_out_all = (0..n)
+        .map(|_| WorkerMode {
+            session_ms: ms,
+            ride_out: true,
+        })
+        .collect();
+    let ride_out = faults(&kinds, rng);
+    let mut plans = vec![
+        partitioned(scenario("partition-default", modes(n, ms, false), default)),
+        partitioned(scenario("partition-ride-out", ride_out_all, ride_out)),
+        partitioned(ScenarioPlan {
+            mutant: Mutant::SyncLease,
+            ..scenario("mutant-sync-lease", modes(n, ms, true), faults(&kinds, rng))
+        }),
+    ];
+    // The pair gap's timing assumption under attack: a leader paused longer than the gap
+    // while a holder sits on a follower. Only with `--only leader-pauses`.
+    if args.only.iter().any(|o| o == "leader-pauses") {
+        let pauses = [0.5, 0.75, 0.9].map(|factor| FaultKind::PauseLeader {
+            factor,
+            aimed: true,
+        });
+        let plan = faults(&pauses, rng);
+        plans.push(partitioned(scenario(
+            "leader-pauses",
+            modes(n, ms, true),
+            plan,
+        )));
+    }
+    (plans, options)
+}

@@ -1,0 +1,221 @@
+//! The verdict: whether a run passes (every scenario without a mutant holds every invariant
+//! and makes progress after its heal, smoke injected enough faults, every mutant failed), its
+//! `report.json`, and the `RESULT:` line.
+
+use crate::clock;
+use crate::cluster::Mutant;
+use crate::controller::ScenarioResult;
+use crate::schedule::PARTITION_KINDS;
+use crate::{checker, Mode};
+use serde_json::json;
+use std::path::Path;
+
+/// The run's totals over its scenarios without a mutant.
+struct Totals {
+    faults: u64,
+    pauses: u64,
+    partitions: u64,
+    increments: u64,
+    overlaps: u64,
+}
+
+impl Totals {
+    fn of(results: &[ScenarioResult]) -> Totals {
+        let plain = || results.iter().filter(|r| r.mutant == Mutant::None);
+        Totals {
+            faults: plain().map(|r| count(r, "faults")).sum(),
+            pauses: plain()
+                .map(|r| count(r, "holder_pauses_past_timeout"))
+                .sum(),
+            partitions: plain().map(partitions).sum(),
+            increments: plain().map(|r| count(r, "increments_applied")).sum(),
+            overlaps: plain()
+                .map(|r| r.figures["lease_overlaps"]["count"].as_u64().unwrap_or(0))
+                .sum(),
+        }
+    }
+}
+
+/// A figure that is a count.
+fn count(r: &ScenarioResult, key: &str) -> u64 {
+    r.figures[key].as_u64().unwrap_or(0)
+}
+
+/// The partitions inside the ensemble a scenario injected.
+fn partitions(r: &ScenarioResult) -> u64 {
+    r.faults.as_array().map_or(0, |f| {
+        f.iter().filter(|f| is_partition(&f["kind"])).count() as u64
+    })
+}
+
+fn is_partition(kind: &serde_json::Value) -> bool {
+    kind.as_str().is_some_and(|k| PARTITION_KINDS.contains(&k))
+}
+
+/// Whether the run passes: every scenario without a mutant holds every invariant and makes
+/// progress after its heal; every mutant fails. Prints the report and the RESULT line.
+pub(crate) fn verdict(
+    mode: &Mode,
+    seed: u64,
+    dir: &Path,
+    started: i64,
+    results: &[ScenarioResult],
+) -> Result<bool, String> {
+    let totals = Totals::of(results);
+    let mut reasons = scenario_failures(results);
+    if let Mode::Smoke(args) = mode {
+        reasons.extend(smoke_shortfalls(&results[0], &totals));
+        if args.no_mutants {
+            reasons.push("mutants skipped".into());
+        }
+    }
+    println!();
+    let mutants: Vec<&ScenarioResult> = results
+        .iter()
+        .filter(|r| r.mutant != Mutant::None)
+        .collect();
+    reasons.extend(mutants.iter().filter_map(|r| mutant_passed(r)));
+    let summary = summary(&results[0], &totals, &mutants, &reasons, started);
+    let pass = reasons.is_empty();
+    write_report(mode, seed, dir, pass, &reasons, results);
+    println!(
+        "report: {}  pictures: {}/<scenario>/timeline.svg",
+        dir.join("report.json").display(),
+        dir.display()
+    );
+    if pass {
+        println!("RESULT: PASS {summary}");
+    } else {
+        println!("RESULT: FAIL {}; {summary}", reasons.join("; "));
+    }
+    Ok(pass)
+}
+
+/// Scenarios without a mutant that broke an invariant or made no progress after the heal.
+fn scenario_failures(results: &[ScenarioResult]) -> Vec<String> {
+    let mut reasons = Vec::new();
+    for r in results.iter().filter(|r| r.mutant == Mutant::None) {
+        if !r.violations.is_empty() {
+            reasons.push(format!(
+                "{} invariant violation(s) in {}",
+                r.violations.len(),
+                r.name
+            ));
+        }
+        if r.figures["liveness_after_heal"]["increments"]
+            .as_u64()
+            .unwrap_or(0)
+            == 0
+        {
+            reasons.push(format!("no progress after the final heal in {}", r.name));
+        }
+    }
+    reasons
+}
+
+/// Smoke needs at least 20 faults with 5 holder pauses past T in main, and 4 partitions
+/// inside the ensemble in all.
+fn smoke_shortfalls(main: &ScenarioResult, totals: &Totals) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let (faults, main_pauses) = (
+        count(main, "faults"),
+        count(main, "holder_pauses_past_timeout"),
+    );
+    if faults < 20 || main_pauses < 5 {
+        reasons.push(format!(
+            "only {faults} faults / {main_pauses} holder pauses past T were injected in main (need 20 / 5)"
+        ));
+    }
+    if totals.partitions < 4 {
+        reasons.push(format!(
+            "only {} partitions inside the ensemble were injected (need 4)",
+            totals.partitions
+        ));
+    }
+    reasons
+}
+
+/// Prints how a mutant fared; the reason the run fails if it passed the checker. The
+/// sync-lease mutant must be caught by the lease invariant itself.
+fn mutant_passed(r: &ScenarioResult) -> Option<String> {
+    let caught = match r.mutant {
+        Mutant::SyncLease => r
+            .violations
+            .iter()
+            .any(|v| v.invariant == checker::LEASE_INVARIANT),
+        _ => !r.violations.is_empty(),
+    };
+    if !caught {
+        println!(
+            "mutant {}: PASSED the checker, which it must not",
+            r.mutant.name()
+        );
+        return Some(format!("mutant {} passed the checker", r.mutant.name()));
+    }
+    let kinds: std::collections::BTreeSet<&str> =
+        r.violations.iter().map(|v| v.invariant).collect();
+    println!(
+        "mutant {}: FAILED as required ({} violations: {})",
+        r.mutant.name(),
+        r.violations.len(),
+        kinds.into_iter().collect::<Vec<_>>().join("; ")
+    );
+    None
+}
+
+/// The RESULT line's figures.
+fn summary(
+    main: &ScenarioResult,
+    totals: &Totals,
+    mutants: &[&ScenarioResult],
+    reasons: &[String],
+    started: i64,
+) -> String {
+    let st = &main.figures["stale_writes"];
+    let mutants = if mutants.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{} of {} mutants failed as required, ",
+            mutants.len() - reasons.iter().filter(|r| r.starts_with("mutant ")).count(),
+            mutants.len()
+        )
+    };
+    format!(
+        "{} faults ({} holder pauses past T, {} partitions inside the ensemble), {} increments, \
+         {} stale writes refused, {} accepted out of order, {} double-holder windows, {} valid-lease overlaps, {mutants}{:.0} s",
+        totals.faults,
+        totals.pauses,
+        totals.partitions,
+        totals.increments,
+        st["refused"],
+        st["accepted_out_of_order"],
+        main.figures["double_holder_windows"]["count"],
+        totals.overlaps,
+        clock::ms(started, clock::now_ns()) / 1000.0
+    )
+}
+
+/// Writes `report.json`: setup, verdict, and per scenario the faults, figures and violations.
+fn write_report(
+    mode: &Mode,
+    seed: u64,
+    dir: &Path,
+    pass: bool,
+    reasons: &[String],
+    results: &[ScenarioResult],
+) {
+    let report = json!({
+        "mode": mode.name(), "seed": seed,
+        "result": if pass { "PASS" } else { "FAIL" }, "reasons": reasons,
+        "scenarios": results.iter().map(|r| json!({
+            "name": r.name, "mutant": r.mutant.name(),
+            "violations": r.violations.iter().map(|v| json!({"invariant": v.invariant, "summary": v.summary, "evidence": v.evidence})).collect::<Vec<_>>(),
+            "figures": r.figures, "faults": r.faults,
+        })).collect::<Vec<_>>(),
+    });
+    let _ = std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+    );
+}
