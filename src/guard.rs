@@ -27,7 +27,8 @@ struct Shared {
     /// Our registration with the session's watchdog.
     id: u64,
     acquired_at: Instant,
-    /// Release with the lock-delay marker.
+    /// Release with the marker (lock-delay, or a successor that may have queued behind more
+    /// than us: see `crate::queue`'s "The handoff").
     mark: bool,
 }
 
@@ -257,7 +258,7 @@ pub struct LockGuard {
 pub(crate) struct Handoff {
     /// The pending watch on our node, set while we waited (the watchdog takes it over).
     pub(crate) node_watch: Option<crate::zk::NodeWatch>,
-    /// Delete with the release marker (lock-delay is on).
+    /// Delete with the release marker (see `crate::queue`'s "The handoff").
     pub(crate) mark: bool,
     /// The in-process queue turn, for the kinds that queue in process.
     pub(crate) turn: Option<InProcessTurn>,

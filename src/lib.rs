@@ -212,6 +212,9 @@ pub use crate::fencing::{FencingToken, ParseTokenError};
 pub use crate::guard::{Held, LockGuard};
 pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+pub use crate::options::HandoffMutant;
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;

@@ -58,6 +58,31 @@ pub struct LockOptions {
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
     pub(crate) lock_delay: Option<Duration>,
+    /// A deliberate flaw in the handoff protocol, for zkfence's own tests.
+    #[cfg(feature = "mutants")]
+    pub(crate) handoff_mutant: Option<HandoffMutant>,
+}
+
+/// **For zkfence's own tests.** Deliberate flaws in the handoff protocol, each of which a test
+/// in the suite must catch as a second holder. Only built with the `mutants` feature.
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::{HandoffMutant, LockOptions};
+/// let mutant = LockOptions::default().with_handoff_mutant(HandoffMutant::MarkedWithdrawal);
+/// # let _ = mutant;
+/// ```
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoffMutant {
+    /// A waiter that gives up deletes its node with the release marker, as if it had held
+    /// the lock: its successor walks past the nodes still ahead.
+    MarkedWithdrawal,
+    /// Any marked release admits the successor, whatever kind the released node was: a
+    /// writer walks past the readers still ahead of the reader that released.
+    AnyReleaseAdmits,
 }
 
 /// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
@@ -77,6 +102,8 @@ impl Default for LockOptions {
             lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
+            #[cfg(feature = "mutants")]
+            handoff_mutant: None,
         }
     }
 }
@@ -219,6 +246,29 @@ impl LockOptions {
     pub fn with_legacy_sync_lease_mutant(mut self, on: bool) -> Self {
         self.lease.legacy = on;
         self
+    }
+
+    /// **For zkfence's own tests.** Builds the handoff protocol with `mutant`'s flaw. Only
+    /// built with the `mutants` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::{HandoffMutant, LockOptions};
+    /// let mutant = LockOptions::default().with_handoff_mutant(HandoffMutant::AnyReleaseAdmits);
+    /// # let _ = mutant;
+    /// ```
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn with_handoff_mutant(mut self, mutant: HandoffMutant) -> Self {
+        self.handoff_mutant = Some(mutant);
+        self
+    }
+
+    /// Whether this lock is built with `mutant`'s flaw.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn is_mutant(&self, mutant: HandoffMutant) -> bool {
+        self.handoff_mutant == Some(mutant)
     }
 
     /// Fraction of the session timeout given up for clock-rate differences between this host

@@ -10,7 +10,8 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 
-/// The data a release writes into its node just before deleting it when lock-delay is on.
+/// The data a marked release writes into its node just before deleting it (lock-delay, and
+/// the handoff: see `crate::queue`).
 pub(crate) const RELEASED: &[u8] = b"released";
 
 /// Joins a parent path and a child name.
@@ -128,8 +129,9 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> 
     let mut attempt = 0;
     loop {
         let deleted = if mark {
-            // The release marker for lock-delay: the data change fires the successor's watch
-            // before the node goes, in the same transaction.
+            // The release marker: the data change fires the successor's watch instead of the
+            // deletion, in the same transaction, so the successor knows it was released (see
+            // `crate::queue`'s "The handoff").
             let mut multi = client.new_multi_writer();
             let marked = match multi
                 .add_set_data(path, RELEASED, None)

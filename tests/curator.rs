@@ -4,7 +4,6 @@
 //! zkfence `FencedRwLock` share one queue with reader/writer exclusion across both.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,59 +11,17 @@ use std::time::Duration;
 use zkfence::{FencedLock, FencedRwLock, LockOptions};
 use zkfence_testkit::harness::{chroot, connect, shared};
 
-const JARS: &[&str] = &[
-    "curator-recipes",
-    "curator-framework",
-    "curator-client",
-    "zookeeper",
-    "zookeeper-jute",
-    "guava",
-    "slf4j-api",
-    "slf4j-nop",
-    "netty-handler",
-    "netty-transport",
-    "netty-common",
-    "netty-buffer",
-    "netty-resolver",
-    "netty-codec",
-    "netty-transport-native-epoll",
-    "netty-transport-native-unix-common",
-];
-
-fn classpath(extra: &Path) -> String {
-    let mut parts: Vec<String> = JARS
-        .iter()
-        .map(|jar| {
-            let path = format!("/usr/share/java/{jar}.jar");
-            assert!(
-                Path::new(&path).exists(),
-                "{path} is missing: run `sudo apt-get install -y zookeeper libcurator-recipes-java` (or scripts/test)"
-            );
-            path
-        })
-        .collect();
-    parts.push(extra.display().to_string());
-    parts.join(":")
-}
-
-/// Compiles a Curator worker (`tests/curator/<name>.java`) into target/curator-classes-<name>.
-fn compile_worker(name: &str) -> PathBuf {
+/// Compiles a Curator worker (`tests/curator/<name>.java`) into target/curator-classes-<name>;
+/// the class path that runs it.
+fn compile_worker(name: &str) -> String {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("curator-classes-{name}"));
-    std::fs::create_dir_all(&out).unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/curator/{name}.java"));
-    let status = Command::new("javac")
-        .args(["-nowarn", "-cp", &classpath(&out), "-d"])
-        .arg(&out)
-        .arg(&source)
-        .status()
-        .expect("javac runs (install a JDK: `sudo apt-get install -y default-jdk-headless`)");
-    assert!(status.success(), "javac failed on {}", source.display());
-    out
+    zkfence_testkit::curator::compile(&source, &out).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// Runs a compiled Curator worker; its output once it exits.
 fn spawn_worker(
-    classes: &Path,
+    classpath: &str,
     name: &str,
     args: &[&str],
 ) -> tokio::task::JoinHandle<std::io::Result<std::process::Output>> {
@@ -73,7 +30,7 @@ fn spawn_worker(
             "-Xmx128m",
             "-XX:TieredStopAtLevel=1",
             "-cp",
-            &classpath(classes),
+            classpath,
             name,
         ])
         .args(args)

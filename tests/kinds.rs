@@ -419,3 +419,192 @@ async fn a_successor_inherits_the_lock_delay_when_the_delayed_one_gives_up() {
     drop(held);
     guard.release().await.unwrap();
 }
+
+/// Whether the session `session` (as `wchp` prints it) watches `node`, a queue node under
+/// `PATH` on `hosts` (with its chroot).
+fn watches(hosts: &str, session: &str, node: &str) -> bool {
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    zkfence_testkit::harness::watchers_of(server, &format!("{root}{PATH}/{node}"))
+        .contains(&session.to_owned())
+}
+
+/// The queue's node names in queue order (no sequence wrap in these tests).
+async fn in_order(hosts: &str) -> Vec<String> {
+    let mut nodes = children(hosts, PATH).await;
+    nodes.sort_by_key(|n| n[n.len() - 10..].to_owned());
+    nodes
+}
+
+/// The session id as the server's `wchp` prints it.
+fn session_of(client: &zookeeper_client::Client) -> String {
+    format!("{:#x}", client.session_id().0)
+}
+
+/// R1 and R2 read; a writer queues behind both and watches R2. With lock-delay on every
+/// release is marked, and R2's marked release must not let the writer past R1 (a reader holds
+/// with others ahead of it). Whether the writer got past.
+async fn writer_behind_two_readers(name: &str, options: LockOptions) -> bool {
+    let hosts = chroot(shared(), name).await;
+    let rw = || async {
+        let client = connect(&hosts, T).await;
+        let session = session_of(&client);
+        (
+            FencedRwLock::new(client, PATH, options.clone()).unwrap(),
+            session,
+        )
+    };
+    let ((r1, _), (r2, _), (w, writer)) = (rw().await, rw().await, rw().await);
+    let first = r1.read().await.unwrap();
+    let second = r2.read().await.unwrap();
+    let writing = tokio::spawn(async move { w.write().await.unwrap() });
+    queued(&hosts, 3).await;
+    let nodes = in_order(&hosts).await;
+    wait_until(
+        Duration::from_secs(10),
+        "the writer to watch R2",
+        || async { watches(&hosts, &writer, &nodes[1]) },
+    )
+    .await;
+    second.release().await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the writer to watch R1",
+        || async { writing.is_finished() || watches(&hosts, &writer, &nodes[0]) },
+    )
+    .await;
+    if writing.is_finished() {
+        return true;
+    }
+    first.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_release_does_not_let_a_writer_past_another_reader() {
+    let options = LockOptions::default().with_lock_delay(Duration::from_secs(1));
+    assert!(
+        !writer_behind_two_readers("reader-release", options).await,
+        "the writer took the lock while a reader held it"
+    );
+}
+
+/// The mutant in which any marked release admits the successor: the suite must see the
+/// writer walk past the reader still holding.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_any_release_admits_mutant_is_caught() {
+    let options = LockOptions::default()
+        .with_lock_delay(Duration::from_secs(1))
+        .with_handoff_mutant(zkfence::HandoffMutant::AnyReleaseAdmits);
+    assert!(
+        writer_behind_two_readers("reader-release-mutant", options).await,
+        "a reader's marked release let nobody past: the mutant went unnoticed"
+    );
+}
+
+/// A, B, C queue; A's session expires; B waits out the delay and releases. C, who had queued
+/// behind both, takes B's release at once: one failure costs one delay, not one per waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_successor_hands_on_without_a_second_delay() {
+    let hosts = chroot(shared(), "lock-delay-once").await;
+    let delay = Duration::from_millis(1500);
+    let options = LockOptions::default().with_lock_delay(delay);
+    let victim = connect(&hosts, T).await;
+    let a = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
+    let b = FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap();
+    let c = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let held = a.acquire().await.unwrap();
+    let b_waits = tokio::spawn(async move { (b.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 2).await;
+    let c_waits = tokio::spawn(async move { (c.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 3).await;
+    let expired_from = Instant::now();
+    expire_session(&hosts, &victim).await;
+    let (b_guard, b_at) = b_waits.await.unwrap();
+    assert!(b_at - expired_from >= delay, "B did not wait out the delay");
+    let released = Instant::now();
+    b_guard.release().await.unwrap();
+    let (c_guard, c_at) = c_waits.await.unwrap();
+    let handoff = c_at - released;
+    eprintln!("after the delayed holder's release, C waited {handoff:?}");
+    assert!(
+        handoff < delay / 2,
+        "C was delayed {handoff:?} after a release"
+    );
+    drop(held);
+    c_guard.release().await.unwrap();
+}
+
+/// One session holds and waits on the lock, and expires: the successor, which watched the
+/// waiter's node rather than the holder's, still waits out the delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_failing_as_holder_and_waiter_delays_the_successor() {
+    let hosts = chroot(shared(), "lock-delay-two-nodes").await;
+    let delay = Duration::from_millis(1500);
+    let options = LockOptions::default().with_lock_delay(delay);
+    let victim = connect(&hosts, T).await;
+    let holding = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
+    let waiting = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
+    let successor = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let held = holding.acquire().await.unwrap();
+    let victim_waits = tokio::spawn(async move { waiting.acquire().await });
+    queued(&hosts, 2).await;
+    let waits = tokio::spawn(async move { (successor.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 3).await;
+    let expired_from = Instant::now();
+    expire_session(&hosts, &victim).await;
+    let (guard, at) = waits.await.unwrap();
+    let waited = at - expired_from;
+    eprintln!("the successor of a failed holder-and-waiter session waited {waited:?}");
+    assert!(waited >= delay, "the successor waited only {waited:?}");
+    assert!(victim_waits.await.unwrap().is_err());
+    drop(held);
+    guard.release().await.unwrap();
+}
+
+/// Holder, waiter, successor with lock-delay on: the waiter gives up (its node goes without a
+/// marker, so that it can never pass for a release), and the holder then releases. The
+/// successor takes the release at once: a waiter giving up is not a failed holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_giving_up_under_lock_delay_delays_nobody() {
+    let hosts = chroot(shared(), "lock-delay-give-up").await;
+    let delay = Duration::from_millis(1500);
+    let options = LockOptions::default().with_lock_delay(delay);
+    let lock =
+        || async { FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap() };
+    let (holder, leaving) = (lock().await, lock().await);
+    let client = connect(&hosts, T).await;
+    let last_session = session_of(&client);
+    let last = FencedLock::new(client, PATH, options.clone()).unwrap();
+    let held = holder.acquire().await.unwrap();
+    let gives_up = tokio::spawn(async move { leaving.acquire().await });
+    queued(&hosts, 2).await;
+    let waits = tokio::spawn(async move { (last.acquire().await.unwrap(), Instant::now()) });
+    queued(&hosts, 3).await;
+    let nodes = in_order(&hosts).await;
+    wait_until(
+        Duration::from_secs(10),
+        "the last waiter to watch the middle one",
+        || async { watches(&hosts, &last_session, &nodes[1]) },
+    )
+    .await;
+    gives_up.abort();
+    wait_until(
+        Duration::from_secs(10),
+        "the last waiter to watch the holder",
+        || async { watches(&hosts, &last_session, &nodes[0]) },
+    )
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (guard, at) = waits.await.unwrap();
+    let handoff = at - released;
+    eprintln!("after a waiter gave up and the holder released, the handoff took {handoff:?}");
+    assert!(handoff < delay / 2, "the successor was delayed {handoff:?}");
+    guard.release().await.unwrap();
+}

@@ -121,14 +121,42 @@ async fn waiters_are_served_in_queue_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
-    let hosts = chroot(shared(), "middle").await;
+    let taken = leaving_middle("middle", LockOptions::default()).await;
+    assert!(
+        !taken,
+        "the last waiter took the lock while the holder holds it"
+    );
+}
+
+/// The mutant whose leaving waiter marks its deletion as a release: the suite must see the
+/// last waiter walk past the holder.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_marked_withdrawal_mutant_is_caught() {
+    let options =
+        LockOptions::default().with_handoff_mutant(zkfence::HandoffMutant::MarkedWithdrawal);
+    assert!(
+        leaving_middle("middle-mutant", options).await,
+        "a waiter's marked withdrawal went unnoticed"
+    );
+}
+
+/// Holder, middle, last: the middle waiter gives up once the last one watches it. Whether the
+/// last waiter then took the lock while the holder still held it (it must not); if not, the
+/// holder's release hands it over.
+async fn leaving_middle(name: &str, options: LockOptions) -> bool {
+    let hosts = chroot(shared(), name).await;
     let chroot_path = &hosts[shared().len()..];
-    let holder = lock_on(&hosts, T).await;
+    let lock_on = |hosts: String| {
+        let options = options.clone();
+        async move { FencedLock::new(connect(&hosts, T).await, LOCK, options).unwrap() }
+    };
+    let holder = lock_on(hosts.clone()).await;
     let guard = holder.acquire().await.unwrap();
-    let middle = lock_on(&hosts, T).await;
+    let middle = lock_on(hosts.clone()).await;
     let leaving = tokio::spawn(async move { middle.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 2).await;
-    let last = lock_on(&hosts, T).await;
+    let last = lock_on(hosts.clone()).await;
     let last_session = format!("{:#x}", last.client().session_id().0);
     let queued = tokio::spawn(async move { last.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 3).await;
@@ -157,10 +185,9 @@ async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
         || async { queued.is_finished() || watched_by_last(&queue[0].node) },
     )
     .await;
-    assert!(
-        !queued.is_finished(),
-        "the last waiter took the lock while the holder holds it"
-    );
+    if queued.is_finished() {
+        return true;
+    }
     let holder_token = guard.token();
     guard.release().await.unwrap();
     let token = tokio::time::timeout(Duration::from_secs(10), queued)
@@ -169,6 +196,66 @@ async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
         .unwrap()
         .unwrap();
     assert!(token > holder_token);
+    false
+}
+
+/// The handoff protocol's point: a waiter that queued behind two nodes takes the lock on its
+/// predecessor's marked release without listing the queue again or setting another watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_release_hands_the_lock_on_with_no_request() {
+    let hosts = chroot(shared(), "marked-handoff").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server).await;
+    let holder = lock_on(&hosts, T).await;
+    let first = lock_on(&hosts, T).await;
+    let second = lock_on(&format!("{}{root}", proxy.addr), T).await;
+    let second_session = format!("{:#x}", second.client().session_id().0);
+
+    let guard = holder.acquire().await.unwrap();
+    let first_waits = tokio::spawn(async move { first.acquire().await.unwrap() });
+    no_nodes_left(&hosts, 2).await;
+    let second_waits = tokio::spawn(async move { second.acquire().await.unwrap() });
+    no_nodes_left(&hosts, 3).await;
+    let queue = holder.contenders().await.unwrap();
+    let first_node = format!("{root}{LOCK}/{}", queue[1].node);
+    wait_until(
+        Duration::from_secs(10),
+        "the second waiter to watch the first",
+        || async {
+            zkfence_testkit::harness::watchers_of(server, &first_node).contains(&second_session)
+        },
+    )
+    .await;
+    guard.release().await.unwrap();
+    let first_guard = tokio::time::timeout(Duration::from_secs(10), first_waits)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!second_waits.is_finished(), "two holders");
+
+    let reads = |counts: std::collections::HashMap<i32, u64>| -> u64 {
+        // exists 3, getData 4, getChildren 8, getChildren2 12
+        [3, 4, 8, 12]
+            .iter()
+            .map(|op| counts.get(op).copied().unwrap_or(0))
+            .sum()
+    };
+    let before = reads(proxy.counts());
+    let first_token = first_guard.token();
+    first_guard.release().await.unwrap();
+    let second_guard = tokio::time::timeout(Duration::from_secs(10), second_waits)
+        .await
+        .unwrap()
+        .unwrap();
+    let after = reads(proxy.counts());
+    assert!(second_guard.token() > first_token);
+    assert_eq!(
+        after - before,
+        0,
+        "the handoff listed or watched again: {:?}",
+        proxy.counts()
+    );
+    second_guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -379,6 +379,7 @@ async fn bench_prints_one_json_line_per_run_for_every_impl() {
     for (implementation, mode, contenders) in [
         ("zkfence", "contended", "3"),
         ("zkclient", "contended", "3"),
+        ("curator", "contended", "3"),
         ("raw", "contended", "2"),
         ("zkfence", "uncontended", "1"),
         ("raw", "uncontended", "1"),
@@ -415,6 +416,7 @@ async fn bench_prints_one_json_line_per_run_for_every_impl() {
             "cycle_p99_us",
             "handoff_p50_us",
             "handoff_p99_us",
+            "writes_per_acq",
             "violations",
             "errors",
         ] {
@@ -423,6 +425,11 @@ async fn bench_prints_one_json_line_per_run_for_every_impl() {
         assert_eq!(report["impl"], implementation);
         assert_eq!(report["violations"], 0, "{stdout}");
         assert!(report["acquisitions"].as_u64().unwrap() > 0, "{stdout}");
+        // Every acquisition commits at least its create (and its delete).
+        assert!(
+            report["writes_per_acq"].as_f64().unwrap() >= 1.0,
+            "{stdout}"
+        );
         assert_eq!(
             report["handoff_p50_us"].is_null(),
             mode == "uncontended",

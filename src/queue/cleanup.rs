@@ -21,7 +21,8 @@ pub(crate) struct PendingNode {
     pub(crate) node: Option<String>,
     /// Whether something of ours may exist and must be cleaned up.
     pub(crate) armed: bool,
-    /// Delete with the release marker (lock-delay is on).
+    /// Delete with the release marker: only with lock-delay on, and never for the kinds whose
+    /// marked release admits a successor (`withdrawal_marked`).
     pub(crate) mark: bool,
 }
 

@@ -1,7 +1,9 @@
 //! The lock kinds: one queue, and per kind the "may I proceed, and what do I watch?" predicate
 //! (Curator's driver idea).
 
-use super::names::{distance, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME, WRITE_NAME};
+use super::names::{
+    distance, holds_alone, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME, WRITE_NAME,
+};
 
 /// The lock kinds, each a predicate over the one queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +43,26 @@ impl Kind {
     /// kinds that exclude every other holder.
     pub(crate) fn queues_in_process(self) -> bool {
         matches!(self, Kind::Mutex | Kind::Write)
+    }
+
+    /// Whether a holder of this kind marks its release, so that a successor that queued
+    /// behind more than one node may proceed on it without listing the queue again: the kinds
+    /// whose holders hold alone (see `crate::queue`'s "The handoff").
+    pub(crate) fn marks_release(self) -> bool {
+        matches!(self, Kind::Mutex | Kind::Write)
+    }
+
+    /// Whether the marked release of `watched`, the nearest node that blocks us, leaves
+    /// nothing ahead that blocks us. It does when `watched` held alone: everything sorted
+    /// before it was gone when it took the lock, nothing new sorts before it, and between it
+    /// and us there is nothing (a mutex or writer watches its immediate predecessor) or only
+    /// readers (a reader watches the nearest exclusive node). A semaphore's permits are not
+    /// counted this way.
+    pub(crate) fn admitted_by_release(self, watched: &str) -> bool {
+        match self {
+            Kind::Mutex | Kind::Write | Kind::Read => holds_alone(watched),
+            Kind::Semaphore(_) => false,
+        }
     }
 
     /// Where our node (`own`, sequence `own_seq`) stands in `children`, in linear time

@@ -4,6 +4,36 @@
 //!
 //! [`kind`] holds the predicates, [`names`] the node names and their order, [`cleanup`] what
 //! removes our node on every way out but a guard, [`in_process`] the queue inside a process.
+//!
+//! # The handoff
+//!
+//! A watch says that a node changed, not why. A waiter whose last listing showed only its
+//! predecessor ahead may proceed when that node goes (nothing new sorts before it). One that
+//! queued behind more nodes would have to list the queue again, a read on the critical path of
+//! every handoff, unless the event itself says that the predecessor held the lock. So:
+//!
+//! - **A holder marks its release** when a successor may need it: it deletes its node in a
+//!   `multi` that first sets the node's data (`crate::zk::RELEASED`). The successor's
+//!   exists-watch fires with `NodeDataChanged`, and the node is gone in the same transaction.
+//!   Only holders of the kinds that hold alone mark (mutex, writer; `Kind::marks_release`),
+//!   and only if they had queued behind someone: a holder that found the queue empty can
+//!   have no successor that saw more than it ahead (that successor's listing came after ours
+//!   and showed only us). With lock-delay on, every release is marked (it says "released,
+//!   not failed").
+//! - **A waiter that gives up never marks** its deletion as a lock node of a kind that holds
+//!   alone. So a data change on a `lock-` or `__WRIT__` node proves that its holder released
+//!   it, and a holder took the lock only once everything sorted before it was gone.
+//! - **A successor woken by that data change proceeds with no request** when the node held
+//!   alone (`Kind::admitted_by_release`): a mutex or writer watched its immediate predecessor,
+//!   a reader the nearest exclusive node with only readers between. Nothing new can sort
+//!   before us, and every node before ours was in our listing (it was sent after our create).
+//!   A reader's or a semaphore lease's marked release only says that it was not a failure: we
+//!   list again, as after a plain deletion.
+//!
+//! Apache Curator's nodes never carry data changes: a Curator holder's release is a plain
+//! deletion, after which a zkfence successor lists again; a Curator waiter woken by our
+//! marked release lists again and finds the node gone. Server writes per contended
+//! acquisition: our create and the release's one `multi` transaction.
 
 pub(crate) mod cleanup;
 pub(crate) mod in_process;
@@ -131,12 +161,7 @@ pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<LockGuar
     if !attempt.delay(waited.vanished).await? {
         return Ok(None);
     }
-    Ok(Some(attempt.into_guard(
-        node,
-        waited.own_watch,
-        &interest,
-        turn,
-    )))
+    Ok(Some(attempt.into_guard(node, waited, &interest, turn)))
 }
 
 /// One acquire in progress: what its steps share.
@@ -174,6 +199,9 @@ struct Queued {
 struct Waited {
     /// A node we waited on vanished without a release (lock-delay applies).
     vanished: bool,
+    /// Some node was ahead of ours: a successor may have queued behind more than us, so our
+    /// release is marked (see "The handoff").
+    queued: bool,
     /// The watch on our own node, if one was set while waiting; the watchdog takes it over.
     own_watch: Option<NodeWatch>,
 }
@@ -194,7 +222,7 @@ impl<'a> Attempt<'a> {
                 prefix: names::protected_prefix(&uuid::Uuid::new_v4(), queue.kind.marker()),
                 node: None,
                 armed: true,
-                mark: queue.options.lock_delay.is_some(),
+                mark: withdrawal_marked(queue),
             },
         }
     }
@@ -354,8 +382,12 @@ impl<'a> Attempt<'a> {
         let mut listing = node.listing.clone();
         let mut waited = Waited {
             vanished: false,
+            queued: false,
             own_watch: None,
         };
+        // Whether we list again because a node we watched vanished without a release: if
+        // nothing blocks us then, that node may have been a failed holder (lock-delay).
+        let mut after_vanish = false;
         loop {
             let children = match listing.take() {
                 Some(children) => children,
@@ -372,8 +404,10 @@ impl<'a> Attempt<'a> {
                 return Err(self.node_deleted(node).await);
             }
             if position.blocking == 0 {
+                waited.vanished = after_vanish && self.lock_delay_on();
                 return Ok(Some(waited));
             }
+            waited.queued = true;
             if let Wait::Never = self.wait {
                 self.pending.remove().await?;
                 return Ok(None);
@@ -381,9 +415,12 @@ impl<'a> Attempt<'a> {
             let watchers = match self.arm(&position, node, &mut waited.own_watch).await? {
                 Armed::Watching(watchers) => watchers,
                 Armed::Gone if position.blocking == 1 => return Ok(Some(waited)),
-                Armed::Gone | Armed::Retry => continue,
+                Armed::Gone | Armed::Retry => {
+                    after_vanish = false;
+                    continue;
+                }
             };
-            let event = match self.next_change(watchers, &mut waited.own_watch).await {
+            let (event, watched) = match self.next_change(watchers, &mut waited.own_watch).await {
                 Woke::Timeout => {
                     self.pending.remove().await?;
                     return Ok(None);
@@ -391,31 +428,49 @@ impl<'a> Attempt<'a> {
                 Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
                     return Err(self.node_deleted(node).await);
                 }
-                Woke::Own(event) | Woke::Blocker(event) => event,
+                Woke::Own(event) => (event, None),
+                Woke::Blocker(event, index) => (event, position.watch.get(index)),
             };
-            match event.event_type {
-                zk::EventType::NodeDeleted => {
-                    // Released nodes announce themselves with a data change first when
-                    // lock-delay is on; this one just vanished. Any such node counts, not
-                    // only the last blocker: one failed session often owns several nodes (a
-                    // holder and a waiter), and the waiter's deletion may be the one we see.
-                    // Erring this way delays a successor of a failed waiter too.
-                    waited.vanished |= self.pending.mark;
+            match (event.event_type, watched) {
+                (zk::EventType::NodeDeleted, Some(_)) => {
                     // The zero-round-trip handoff: our last listing showed it as the only
                     // blocker, and nothing new can sort before us.
                     if position.blocking == 1 {
+                        waited.vanished = self.lock_delay_on();
                         return Ok(Some(waited));
                     }
+                    after_vanish = true;
                 }
-                zk::EventType::Session => {
+                (zk::EventType::NodeDataChanged, Some(watched)) => {
+                    // A marked release: its holder deleted it in the same transaction.
+                    if position.blocking == 1 || self.admitted_by_release(watched) {
+                        return Ok(Some(waited));
+                    }
+                    after_vanish = false;
+                }
+                (zk::EventType::Session, _) => {
                     if let Some(err) = Error::from_session_state(event.session_state, self.session)
                     {
                         return Err(err);
                     }
                 }
-                _ => {} // a release marker (data changed), or own-node noise: list again
+                _ => {} // our own node's data (nobody writes it while we wait): list again
             }
         }
+    }
+
+    /// Whether lock-delay is on for this acquire.
+    fn lock_delay_on(&self) -> bool {
+        self.queue.options.lock_delay.is_some()
+    }
+
+    /// Whether the marked release of `watched` admits us (see "The handoff").
+    fn admitted_by_release(&self, watched: &str) -> bool {
+        #[cfg(feature = "mutants")]
+        if (self.queue.options).is_mutant(crate::options::HandoffMutant::AnyReleaseAdmits) {
+            return true;
+        }
+        self.queue.kind.admitted_by_release(watched)
     }
 
     /// Lists the queue. A listing is a read, which a follower cut off from the leader still
@@ -440,7 +495,8 @@ impl<'a> Attempt<'a> {
             .collect();
         for duplicate in &duplicates {
             let path = child_path(self.path, duplicate);
-            crate::zk::delete_node(self.client, &path, self.pending.mark).await?;
+            // A waiter's node: never marked as a release (see "The handoff").
+            crate::zk::delete_node(self.client, &path, false).await?;
         }
         Ok(!duplicates.is_empty())
     }
@@ -519,7 +575,7 @@ impl<'a> Attempt<'a> {
         let woke = tokio::select! {
             biased;
             event = own_changed => Woke::Own(event),
-            (event, _, _) = futures_util::future::select_all(watchers) => Woke::Blocker(event),
+            (event, index, _) = futures_util::future::select_all(watchers) => Woke::Blocker(event, index),
             _ = sleep_until_opt(self.deadline()) => Woke::Timeout,
         };
         if let Woke::Own(_) = woke {
@@ -569,7 +625,7 @@ impl<'a> Attempt<'a> {
     fn into_guard(
         mut self,
         node: Queued,
-        own_watch: Option<NodeWatch>,
+        waited: Waited,
         interest: &watchdog::Interest,
         turn: Option<InProcessTurn>,
     ) -> LockGuard {
@@ -579,8 +635,8 @@ impl<'a> Attempt<'a> {
         let budget = queue.options.lease.budget(watch.session_timeout());
         let state = watch.guard_state(budget, queue.options.ride_out, queue.label.clone());
         let handoff = crate::guard::Handoff {
-            node_watch: own_watch,
-            mark: self.pending.mark,
+            node_watch: waited.own_watch,
+            mark: release_marked(queue, waited.queued),
             turn,
         };
         let interest = watch.interest();
@@ -589,6 +645,24 @@ impl<'a> Attempt<'a> {
             client, lock_path, node.path, node.token, interest, state, handoff,
         )
     }
+}
+
+/// Whether a waiter of `queue` that gives up deletes its node with the release marker: only
+/// with lock-delay on (where the marker says "not a failure") and only for kinds whose marked
+/// release admits a successor past the nodes ahead of it, which a waiter's must never do
+/// (see "The handoff").
+fn withdrawal_marked(queue: &Queue) -> bool {
+    #[cfg(feature = "mutants")]
+    if (queue.options).is_mutant(crate::options::HandoffMutant::MarkedWithdrawal) {
+        return true;
+    }
+    queue.options.lock_delay.is_some() && !queue.kind.marks_release()
+}
+
+/// Whether a holder of `queue` releases with the marker: always with lock-delay on; otherwise
+/// when its kind holds alone and it had queued behind another node (see "The handoff").
+fn release_marked(queue: &Queue, queued: bool) -> bool {
+    queue.options.lock_delay.is_some() || (queue.kind.marks_release() && queued)
 }
 
 /// What arming the watches found.
@@ -619,6 +693,7 @@ pub(crate) fn create_request_bytes(chroot: &str, path: &str, options: &LockOptio
 
 enum Woke {
     Own(zk::WatchedEvent),
-    Blocker(zk::WatchedEvent),
+    /// The event, and which of the watched nodes (`Position::watch`) it is about.
+    Blocker(zk::WatchedEvent, usize),
     Timeout,
 }

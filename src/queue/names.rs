@@ -71,6 +71,18 @@ pub(crate) fn protected_prefix(id: &uuid::Uuid, marker: &str) -> String {
 /// last marker (Curator's rule), which are negative after the 2³¹ wrap. Unknown names are
 /// not queue nodes. Readers (`__READ__`) share; every other marker excludes.
 pub(crate) fn parse_node(name: &str) -> Option<(i32, Role)> {
+    let (marker, seq) = parse_marked(name)?;
+    let role = if marker == READ_NAME {
+        Role::Shared
+    } else {
+        Role::Exclusive
+    };
+    Some((seq, role))
+}
+
+/// The marker and sequence of a queue node's name: the last marker in it, followed by at
+/// least ten digits.
+fn parse_marked(name: &str) -> Option<(&'static str, i32)> {
     let (at, marker) = [LOCK_NAME, READ_NAME, WRITE_NAME, LEASE_NAME]
         .into_iter()
         .filter_map(|m| name.rfind(m).map(|at| (at, m)))
@@ -79,12 +91,14 @@ pub(crate) fn parse_node(name: &str) -> Option<(i32, Role)> {
     if digits.len() < 10 {
         return None;
     }
-    let role = if marker == READ_NAME {
-        Role::Shared
-    } else {
-        Role::Exclusive
-    };
-    digits.parse::<i32>().ok().map(|seq| (seq, role))
+    digits.parse::<i32>().ok().map(|seq| (marker, seq))
+}
+
+/// Whether `name` is a node of a kind that holds alone (a mutex's `lock-` or a writer's
+/// `__WRIT__`): when such a node's holder releases it, nothing sorted before it is left.
+/// A reader or a semaphore lease may hold with others still ahead of it.
+pub(crate) fn holds_alone(name: &str) -> bool {
+    matches!(parse_marked(name), Some((LOCK_NAME | WRITE_NAME, _)))
 }
 
 /// The sequence number of a queue node's name (see [`parse_node`]).

@@ -12,6 +12,8 @@
 //! - [`CountingProxy`]: counts requests by opcode and watch notifications; blackholes, delays,
 //!   drops replies, refuses and resets connections.
 //! - [`expire_session`]: ends another client's session from outside, the way an operator would.
+//! - [`curator`]: Apache Curator's jars from Debian, and `javac` for workers compiled at run
+//!   time (the interop tests, `zkfence bench --impl curator`).
 //! - [`stats`]: the one percentile definition (nearest rank) the bench and the chaos suite share.
 //!
 //! The JVM runs under a small `bash` wrapper that kills it and removes the data dir when this
@@ -36,6 +38,7 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+pub mod curator;
 mod ensemble;
 pub mod harness;
 mod postgres;

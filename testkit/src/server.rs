@@ -307,10 +307,15 @@ pub struct LocalZooKeeper {
     tls: Option<(u16, PathBuf)>,
 }
 
-/// How a [`LocalZooKeeper`] lets clients in.
+/// How a [`LocalZooKeeper`] is set up beyond the shared settings: how it lets clients in, its
+/// tick, whether it syncs its log.
 #[derive(Debug, PartialEq, Eq)]
-enum Security {
+enum Setup {
     Open,
+    /// Open, set up for measurements: the JIT's every tier, and `forceSync` as given.
+    Bench {
+        force_sync: bool,
+    },
     /// Open, with this tickTime instead of the test default.
     Stock(Duration),
     Tls,
@@ -369,7 +374,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start() -> Result<LocalZooKeeper, StartError> {
-        LocalZooKeeper::start_configured(Security::Open)
+        LocalZooKeeper::start_configured(Setup::Open)
     }
 
     /// Starts a server that also serves TLS on a `secureClientPort` ([`tls_addr`]), with a
@@ -391,7 +396,7 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start_tls() -> Result<LocalZooKeeper, StartError> {
-        LocalZooKeeper::start_configured(Security::Tls)
+        LocalZooKeeper::start_configured(Setup::Tls)
     }
 
     /// Starts a server with this `tickTime` (the default here is 200 ms; stock servers use
@@ -408,7 +413,26 @@ impl LocalZooKeeper {
     /// # Ok::<(), zkfence_testkit::StartError>(())
     /// ```
     pub fn start_with_tick(tick: Duration) -> Result<LocalZooKeeper, StartError> {
-        LocalZooKeeper::start_configured(Security::Stock(tick))
+        LocalZooKeeper::start_configured(Setup::Stock(tick))
+    }
+
+    /// Starts a server set up for measurements rather than quick tests: the JVM compiles with
+    /// every JIT tier, as a stock server's does (test servers stop at the first tier, which
+    /// starts faster and runs slower), and with `force_sync` every transaction is fsynced
+    /// before it is acknowledged, as on a production ensemble (test servers never fsync).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](LocalZooKeeper::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let durable = zkfence_testkit::LocalZooKeeper::start_for_bench(true)?;
+    /// # Ok::<(), zkfence_testkit::StartError>(())
+    /// ```
+    pub fn start_for_bench(force_sync: bool) -> Result<LocalZooKeeper, StartError> {
+        LocalZooKeeper::start_configured(Setup::Bench { force_sync })
     }
 
     /// Starts a server that requires SASL DIGEST-MD5 authentication (ZooKeeper's
@@ -430,18 +454,26 @@ impl LocalZooKeeper {
             .iter()
             .map(|(u, p)| (u.to_string(), p.to_string()))
             .collect();
-        LocalZooKeeper::start_configured(Security::Sasl(users))
+        LocalZooKeeper::start_configured(Setup::Sasl(users))
     }
 
-    fn start_configured(security: Security) -> Result<LocalZooKeeper, StartError> {
+    fn start_configured(setup: Setup) -> Result<LocalZooKeeper, StartError> {
         let port = free_port()?;
         let dir = temp_dir("zk")?;
         let mut options = EnsembleOptions::default();
-        if let Security::Stock(tick) = security {
+        if let Setup::Stock(tick) = setup {
             options = options.with_tick(tick);
         }
         let mut jvm_flags = Vec::new();
-        if let Security::Sasl(users) = &security {
+        if let Setup::Bench { force_sync } = setup {
+            // A later flag wins on the JVM's command line, and a later key in the server's
+            // properties file.
+            jvm_flags.push("-XX:TieredStopAtLevel=4".to_owned());
+            if force_sync {
+                options.config.push("forceSync=yes".to_owned());
+            }
+        }
+        if let Setup::Sasl(users) = &setup {
             let entries: String = users
                 .iter()
                 .map(|(user, password)| format!("\n    user_{user}=\"{password}\""))
@@ -462,7 +494,7 @@ impl LocalZooKeeper {
                 "enforce.auth.schemes=sasl".to_owned(),
             ]);
         }
-        let tls = if security == Security::Tls {
+        let tls = if setup == Setup::Tls {
             let secure_port = free_port()?;
             let ca = make_test_certificates(&dir)?;
             let store = dir.join("server.p12");

@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 use super::{find, Mode, Report, CONFIGS, IMPLS};
 
 /// Each implementation's bar colour, in legend order.
-const COLORS: [(&str, &str); 3] = [
+const COLORS: [(&str, &str); 4] = [
     ("raw", "#999999"),
     ("zkfence", "#2b7bb9"),
     ("zkclient", "#e07b39"),
+    ("curator", "#6a9f3a"),
 ];
 
 /// One bar: its group's label, the implementation, the p50 in µs.
@@ -38,7 +39,7 @@ impl Frame {
             bottom,
             plot_h: height - bottom - 55.0,
             group_w,
-            bar_w: group_w / 4.0,
+            bar_w: group_w / (IMPLS.len() + 1) as f64,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `workload`, the statistics in `stats`, the matrix's SVG chart in `chart`.
 
 mod chart;
+mod curator;
 mod stats;
 mod workload;
 
@@ -45,6 +46,8 @@ impl Mode {
 pub(crate) enum Impl {
     Zkfence,
     Zkclient,
+    /// Apache Curator's `InterProcessMutex`, in a JVM (Debian's jars, compiled at run time).
+    Curator,
     Raw,
 }
 
@@ -53,6 +56,7 @@ impl Impl {
         match self {
             Impl::Zkfence => "zkfence",
             Impl::Zkclient => "zkclient",
+            Impl::Curator => "curator",
             Impl::Raw => "raw",
         }
     }
@@ -107,6 +111,12 @@ pub(crate) struct Args {
     /// With --scale: locks held at once by one session.
     #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
     locks: usize,
+    /// With --matrix: unmeasured seconds of load on each server before its first run.
+    #[arg(long, default_value_t = 6.0, env = "ZKFENCE_BENCH_SERVER_WARMUP")]
+    server_warmup: f64,
+    /// With --matrix on a local server: skip the second matrix on a forceSync=yes server.
+    #[arg(long, env = "ZKFENCE_BENCH_SKIP_FORCE_SYNC")]
+    skip_force_sync: bool,
     /// With --matrix: where to write the chart.
     #[arg(long, default_value = "bench.svg", env = "ZKFENCE_BENCH_CHART")]
     chart: PathBuf,
@@ -132,6 +142,8 @@ struct Report {
     handoff_p50_us: Option<f64>,
     handoff_p99_us: Option<f64>,
     read_p50_us: Option<f64>,
+    /// The server's transactions per acquisition in the measured window (zxid probes).
+    writes_per_acq: Option<f64>,
     violations: u64,
     errors: u64,
 }
@@ -161,6 +173,9 @@ impl Report {
         );
         if let Some(read) = self.read_p50_us {
             let _ = write!(out, ",\"read_p50_us\":{read:.1}");
+        }
+        if let Some(writes) = self.writes_per_acq {
+            let _ = write!(out, ",\"writes_per_acq\":{writes:.2}");
         }
         out.push('}');
         out
@@ -237,7 +252,9 @@ const CONFIGS: [(Mode, usize); 4] = [
     (Mode::Contended, 8),
     (Mode::Contended, 32),
 ];
-const IMPLS: [Impl; 3] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient];
+const IMPLS: [Impl; 4] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient, Impl::Curator];
+/// The locks compared (every impl but the raw limits), zkfence first.
+const LOCKS: [Impl; 3] = [Impl::Zkfence, Impl::Zkclient, Impl::Curator];
 
 /// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
 async fn with_server(args: &Args) -> u8 {
@@ -246,9 +263,12 @@ async fn with_server(args: &Args) -> u8 {
         Some(hosts) => hosts.clone(),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match crate::start_local_zookeeper().await {
+            local = match start_server(false).await {
                 Ok(zk) => zk,
-                Err(code) => return code,
+                Err(err) => {
+                    eprintln!("zkfence: {err}");
+                    return EXIT_UNAVAILABLE;
+                }
             };
             local.addr()
         }
@@ -266,22 +286,71 @@ async fn with_server(args: &Args) -> u8 {
     })
 }
 
-/// `--matrix`: every impl in every configuration, the requests per acquisition, the table of
-/// ratios and the chart.
+/// A throwaway server for measurements (every JIT tier; fsync as asked).
+async fn start_server(force_sync: bool) -> Result<zkfence_testkit::LocalZooKeeper, String> {
+    tokio::task::spawn_blocking(move || {
+        zkfence_testkit::LocalZooKeeper::start_for_bench(force_sync)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// Runs contended and uncontended cycles, unmeasured, for `--server-warmup` seconds, so that
+/// the server's JIT has compiled its hot paths before the first measured run: a fresh server
+/// runs its first seconds several times slower, which would fall on whichever run came first.
+async fn warm_up(args: &Args, hosts: &str) -> Result<(), String> {
+    if args.server_warmup <= 0.0 {
+        return Ok(());
+    }
+    eprintln!(
+        "bench: warming the server up for {} s ...",
+        args.server_warmup
+    );
+    for (implementation, mode, contenders) in [
+        (Impl::Raw, Mode::Uncontended, 1),
+        (Impl::Zkfence, Mode::Contended, 8),
+    ] {
+        let run = Run {
+            implementation,
+            mode,
+            contenders,
+            seconds: 0.0,
+            warmup: args.server_warmup / 2.0,
+        };
+        run.execute(hosts, &args.lock).await?;
+    }
+    Ok(())
+}
+
+/// `--matrix`: every impl in every configuration, the requests and writes per acquisition, the
+/// table of ratios and the chart; then, on a local server, the same matrix on a second server
+/// with forceSync=yes.
 async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
+    warm_up(args, hosts).await?;
     let reports = matrix_runs(args, hosts).await?;
     let requests = matrix_requests(args, hosts).await;
-    println!();
-    print!("{}", table(&reports, &requests));
+    println!(
+        "\nforceSync=no (the log is written, not fsynced, before a transaction is acknowledged):\n"
+    );
+    print!("{}", table(&reports));
+    print!("{}", per_acquisition_table(&reports, &requests));
     match std::fs::write(&args.chart, chart::chart(&reports)) {
         Ok(()) => println!("\nchart: {}", args.chart.display()),
         Err(err) => eprintln!("zkfence: cannot write {}: {err}", args.chart.display()),
     }
-    Ok(if reports.iter().any(|r| r.violations > 0) {
-        EXIT_FAILURE
-    } else {
-        0
-    })
+    let mut violated = reports.iter().any(|r| r.violations > 0);
+    if args.connect.is_none() && !args.skip_force_sync {
+        eprintln!("bench: starting a second throwaway ZooKeeper, forceSync=yes ...");
+        let durable = start_server(true).await?;
+        warm_up(args, &durable.addr()).await?;
+        let synced = matrix_runs(args, &durable.addr()).await?;
+        println!("\nforceSync=yes (every transaction fsynced before it is acknowledged):\n");
+        print!("{}", table(&synced));
+        print!("{}", per_acquisition_table(&synced, &[]));
+        violated |= synced.iter().any(|r| r.violations > 0);
+    }
+    Ok(if violated { EXIT_FAILURE } else { 0 })
 }
 
 /// The matrix's runs, each printed as its JSON line as it ends.
@@ -313,13 +382,13 @@ async fn matrix_runs(args: &Args, hosts: &str) -> Result<Vec<Report>, String> {
     Ok(reports)
 }
 
-/// Server requests per acquisition of zkfence and zkclient, uncontended and with 8 contenders;
-/// a failed measurement is reported and left out.
+/// Server requests per acquisition of each lock, uncontended and with 8 contenders; a failed
+/// measurement is reported and left out.
 async fn matrix_requests(args: &Args, hosts: &str) -> Vec<(Impl, Mode, usize, f64)> {
     eprintln!("bench: counting server requests per acquisition through a proxy ...");
     let mut requests = Vec::new();
     for (mode, contenders) in [(Mode::Uncontended, 1), (Mode::Contended, 8)] {
-        for implementation in [Impl::Zkfence, Impl::Zkclient] {
+        for implementation in LOCKS {
             match requests_per_acquisition(hosts, &args.lock, implementation, mode, contenders)
                 .await
             {
@@ -458,44 +527,29 @@ fn find(
     })
 }
 
-/// The matrix's table of ratios (zkfence against zkclient and the raw limits), the raw limits,
-/// and the server requests per acquisition.
-fn table(reports: &[Report], requests: &[(Impl, Mode, usize, f64)]) -> String {
+/// The matrix's table of ratios (zkfence against zookeeper-client, Curator and the raw
+/// limits), then the raw limits themselves.
+fn table(reports: &[Report]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "| run | zkfence cycle p50 | / zkclient | / raw create+delete | zkfence handoff p50 | / zkclient | / raw notification | acq/s zkfence / zkclient | violations |");
-    let _ = writeln!(
-        out,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
+    let _ = writeln!(out, "| run | zkfence cycle p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw create+delete | zkfence handoff p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw notification | throughput ÷ zookeeper-client | ÷ Curator | violations |");
+    let _ = writeln!(out, "|{}", " --- |".repeat(12));
     let raw_cycle = find(reports, Impl::Raw, Mode::Uncontended, 1).map(|r| r.cycle_p50_us);
     for (mode, contenders) in CONFIGS {
         table_row(&mut out, reports, mode, contenders, raw_cycle);
     }
-    if let Some(read) = find(reports, Impl::Raw, Mode::Uncontended, 1).and_then(|r| r.read_p50_us) {
+    let raw = |mode, n| find(reports, Impl::Raw, mode, n);
+    if let Some(read) = raw(Mode::Uncontended, 1).and_then(|r| r.read_p50_us) {
         let _ = writeln!(
             out,
-            "\nraw limits in this run: create+delete p50 {:.0} µs, one read p50 {read:.0} µs",
-            raw_cycle.unwrap_or(0.0)
+            "\nraw limits in this run: create+delete p50 {}, one read p50 {read:.0} µs, delete→notification p50 {}",
+            us(raw_cycle),
+            us(raw(Mode::Contended, 2).and_then(|r| r.handoff_p50_us)),
         );
-    }
-    if !requests.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nserver requests per acquisition (counting proxy, pings excluded):"
-        );
-        for (implementation, mode, contenders, r) in requests {
-            let _ = writeln!(
-                out,
-                "  {:<8} {:?} x{contenders}: {r:.2}",
-                implementation.name(),
-                mode
-            );
-        }
     }
     out
 }
 
-/// The table's row for one configuration, if both zkfence and zkclient ran in it.
+/// The table's row for one configuration, if zkfence ran in it.
 fn table_row(
     out: &mut String,
     reports: &[Report],
@@ -503,34 +557,90 @@ fn table_row(
     contenders: usize,
     raw_cycle: Option<f64>,
 ) {
-    let (Some(ours), Some(theirs)) = (
-        find(reports, Impl::Zkfence, mode, contenders),
-        find(reports, Impl::Zkclient, mode, contenders),
-    ) else {
+    let Some(ours) = find(reports, Impl::Zkfence, mode, contenders) else {
         return;
     };
+    let others = [Impl::Zkclient, Impl::Curator].map(|i| find(reports, i, mode, contenders));
     let raw = find(reports, Impl::Raw, mode, contenders);
     let name = if mode == Mode::Contended {
         format!("contended N={contenders}")
     } else {
         "uncontended".to_owned()
     };
+    let each = |f: &dyn Fn(&Report) -> Option<f64>| -> String {
+        others
+            .iter()
+            .map(|other| ratio(f(ours), other.and_then(f)))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
     let _ = writeln!(
         out,
         "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
         us(Some(ours.cycle_p50_us)),
-        ratio(Some(ours.cycle_p50_us), Some(theirs.cycle_p50_us)),
+        each(&|r| Some(r.cycle_p50_us)),
         if mode == Mode::Uncontended {
             ratio(Some(ours.cycle_p50_us), raw_cycle)
         } else {
             "-".to_owned()
         },
         us(ours.handoff_p50_us),
-        ratio(ours.handoff_p50_us, theirs.handoff_p50_us),
+        each(&|r| r.handoff_p50_us),
         ratio(ours.handoff_p50_us, raw.and_then(|r| r.handoff_p50_us)),
-        ratio(Some(ours.acq_per_s()), Some(theirs.acq_per_s())),
-        ours.violations + theirs.violations,
+        each(&|r| Some(r.acq_per_s())),
+        ours.violations + others.iter().flatten().map(|r| r.violations).sum::<u64>(),
     );
+}
+
+/// Server requests (counted by the proxy, pings excluded) and writes (transactions, from the
+/// zxid probes of the runs) per acquisition, for each lock.
+fn per_acquisition_table(reports: &[Report], requests: &[(Impl, Mode, usize, f64)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| per acquisition | zkfence | zookeeper-client | Curator |"
+    );
+    let _ = writeln!(out, "| --- | --- | --- | --- |");
+    let label = |mode: Mode, n: usize| match mode {
+        Mode::Uncontended => "uncontended".to_owned(),
+        Mode::Contended => format!("N={n}"),
+    };
+    for (mode, n) in [(Mode::Uncontended, 1), (Mode::Contended, 8)] {
+        let cells: Vec<String> = LOCKS
+            .iter()
+            .map(|&i| {
+                requests
+                    .iter()
+                    .find(|r| (r.0, r.1, r.2) == (i, mode, n))
+                    .map_or("-".to_owned(), |r| format!("{:.2}", r.3))
+            })
+            .collect();
+        if cells.iter().any(|c| c != "-") {
+            let _ = writeln!(
+                out,
+                "| requests, {} | {} |",
+                label(mode, n),
+                cells.join(" | ")
+            );
+        }
+    }
+    for (mode, n) in CONFIGS {
+        let cells: Vec<String> = LOCKS
+            .iter()
+            .map(|&i| {
+                find(reports, i, mode, n)
+                    .and_then(|r| r.writes_per_acq)
+                    .map_or("-".to_owned(), |w| format!("{w:.2}"))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| server writes, {} | {} |",
+            label(mode, n),
+            cells.join(" | ")
+        );
+    }
+    out
 }
 
 /// `a / b` to two decimals, `-` without both or with a zero `b`.

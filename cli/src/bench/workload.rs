@@ -12,7 +12,7 @@ use zkfence::{FencedLock, LockGuard, LockOptions};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
-use super::stats::Latencies;
+use super::stats::{per_acquisition, Latencies};
 use super::{Args, Impl, Mode, Report};
 
 /// ZooKeeper's getData opcode, as the counting proxy keys its counts.
@@ -86,10 +86,14 @@ impl Run {
             RUN_ID.fetch_add(1, Ordering::Relaxed)
         );
         let admin = connect_raw(hosts).await?;
+        let probe = format!("{path}/zxid");
         admin
-            .mkdir(&path, &persistent())
+            .mkdir(&probe, &persistent())
             .await
-            .map_err(|e| format!("cannot create {path}: {e}"))?;
+            .map_err(|e| format!("cannot create {probe}: {e}"))?;
+        if self.implementation == Impl::Curator {
+            return super::curator::run(self, hosts, &path).await;
+        }
         let shared = Arc::new(Shared::default());
         let start = Instant::now();
         let measure_from = start + Duration::from_secs_f64(self.warmup);
@@ -98,11 +102,17 @@ impl Run {
             .spawn_contenders(hosts, &admin, &path, &shared, until)
             .await?;
         tokio::time::sleep_until(measure_from).await;
+        let first = zxid(&admin, &probe).await?;
         shared.measuring.store(true, Ordering::SeqCst);
+        tokio::time::sleep_until(until).await;
+        shared.measuring.store(false, Ordering::SeqCst);
+        let last = zxid(&admin, &probe).await?;
         for task in tasks {
             let _ = task.await;
         }
-        Ok(self.report(&shared))
+        let mut report = self.report(&shared);
+        report.writes_per_acq = Some(writes_per_acquisition(first, last, report.acquisitions));
+        Ok(report)
     }
 
     /// The contenders this run starts: the raw notification latency takes exactly two.
@@ -180,10 +190,27 @@ impl Run {
             handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
             handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
             read_p50_us: reads.percentile(0.5),
+            writes_per_acq: None,
             violations: shared.violations.load(Ordering::SeqCst),
             errors: shared.errors.load(Ordering::SeqCst),
         }
     }
+}
+
+/// The server's latest zxid, as the transaction of a setData on `probe` (a node of the run's
+/// own) numbers it.
+async fn zxid(admin: &zk::Client, probe: &str) -> Result<i64, String> {
+    admin
+        .set_data(probe, b"", None)
+        .await
+        .map(|stat| stat.mzxid)
+        .map_err(|e| format!("cannot write {probe}: {e}"))
+}
+
+/// The server's writes (transactions) per acquisition between two zxid probes: those strictly
+/// between them (the probes themselves are two). Both probes fall in one leader epoch.
+pub(super) fn writes_per_acquisition(first: i64, last: i64, acquisitions: u64) -> f64 {
+    per_acquisition((last - first - 1).max(0) as u64, acquisitions)
 }
 
 /// Persistent nodes anyone may use: the bench's run and lock paths.

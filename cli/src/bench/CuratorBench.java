@@ -1,0 +1,140 @@
+// `zkfence bench --impl curator`: Apache Curator's InterProcessMutex under the workload the Rust
+// drivers run (cli/src/bench/workload.rs), compiled at run time against Debian's jars.
+//
+// Usage: CuratorBench <connect> <path> <uncontended|contended> <contenders> <warmupSeconds> <seconds>
+//
+// Each contender has a CuratorFramework of its own (one 10 s session), on <path>/lock when
+// contended and <path>/u<i> when not, and cycles acquire/release with an empty critical
+// section. Measured as the Rust drivers measure: a cycle from the acquire call to the release
+// returning; a handoff from the holder's release call to the next holder's acquire returning; a
+// second holder is a violation. The server's zxid is read (a setData on <path>/zxid, which
+// the caller creates) when the measured window opens and when it closes. Prints, one per line:
+//   acquisitions N / violations N / errors N / zxids FIRST LAST / cycles NS... / handoffs NS...
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+
+public class CuratorBench {
+    static final AtomicInteger holders = new AtomicInteger();
+    static final AtomicLong violations = new AtomicLong();
+    static final AtomicLong errors = new AtomicLong();
+    static final AtomicLong acquisitions = new AtomicLong();
+    /** The current holder's release start (nanoTime), 0 when none is pending. */
+    static final AtomicLong releaseStarted = new AtomicLong();
+    static final List<Long> cycles = new ArrayList<>();
+    static final List<Long> handoffs = new ArrayList<>();
+    static volatile boolean measuring = false;
+
+    static CuratorFramework connect(String connect) throws InterruptedException {
+        CuratorFramework client = CuratorFrameworkFactory.newClient(
+                connect, 10_000, 5_000, new ExponentialBackoffRetry(100, 3));
+        client.start();
+        client.blockUntilConnected();
+        return client;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String connect = args[0];
+        String path = args[1];
+        boolean contended = args[2].equals("contended");
+        int contenders = Integer.parseInt(args[3]);
+        long warmupNanos = (long) (Double.parseDouble(args[4]) * 1e9);
+        long measuredNanos = (long) (Double.parseDouble(args[5]) * 1e9);
+
+        CuratorFramework admin = connect(connect);
+        String probe = path + "/zxid"; // created by zkfence bench
+        List<CuratorFramework> clients = new ArrayList<>();
+        for (int i = 0; i < contenders; i++) {
+            clients.add(connect(connect));
+        }
+        long start = System.nanoTime();
+        long until = start + warmupNanos + measuredNanos;
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < contenders; i++) {
+            String lockPath = contended ? path + "/lock" : path + "/u" + i;
+            InterProcessMutex mutex = new InterProcessMutex(clients.get(i), lockPath);
+            Thread t = new Thread(() -> cycle(mutex, contended, until));
+            t.start();
+            threads.add(t);
+        }
+        Thread.sleep(warmupNanos / 1_000_000);
+        long first = admin.setData().forPath(probe, new byte[0]).getMzxid();
+        measuring = true;
+        Thread.sleep(measuredNanos / 1_000_000);
+        measuring = false;
+        long last = admin.setData().forPath(probe, new byte[0]).getMzxid();
+        for (Thread t : threads) {
+            t.join();
+        }
+        for (CuratorFramework client : clients) {
+            client.close();
+        }
+        admin.close();
+        StringBuilder out = new StringBuilder();
+        out.append("acquisitions ").append(acquisitions.get()).append('\n');
+        out.append("violations ").append(violations.get()).append('\n');
+        out.append("errors ").append(errors.get()).append('\n');
+        out.append("zxids ").append(first).append(' ').append(last).append('\n');
+        line(out, "cycles", cycles);
+        line(out, "handoffs", handoffs);
+        System.out.print(out);
+    }
+
+    static void line(StringBuilder out, String name, List<Long> samples) {
+        out.append(name);
+        synchronized (samples) {
+            for (long ns : samples) {
+                out.append(' ').append(ns);
+            }
+        }
+        out.append('\n');
+    }
+
+    static void record(List<Long> into, long nanos) {
+        synchronized (into) {
+            into.add(nanos);
+        }
+    }
+
+    static void cycle(InterProcessMutex mutex, boolean contended, long until) {
+        while (System.nanoTime() < until) {
+            long started = System.nanoTime();
+            try {
+                mutex.acquire();
+            } catch (Exception e) {
+                errors.incrementAndGet();
+                continue;
+            }
+            long acquired = System.nanoTime();
+            boolean measured = measuring;
+            if (holders.getAndIncrement() != 0 && contended) {
+                violations.incrementAndGet();
+            }
+            if (contended) {
+                long from = releaseStarted.getAndSet(0);
+                if (from != 0 && measured) {
+                    record(handoffs, acquired - from);
+                }
+            }
+            holders.decrementAndGet();
+            if (contended) {
+                releaseStarted.set(System.nanoTime());
+            }
+            try {
+                mutex.release();
+            } catch (Exception e) {
+                errors.incrementAndGet();
+            }
+            if (measured) {
+                acquisitions.incrementAndGet();
+                record(cycles, System.nanoTime() - started);
+            }
+        }
+    }
+}

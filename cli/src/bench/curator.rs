@@ -1,0 +1,143 @@
+//! The bench's Curator driver: `CuratorBench.java` (Apache Curator's `InterProcessMutex` under
+//! the workload the Rust drivers run), compiled once per process against Debian's jars and run
+//! in a JVM of its own; its samples are summarised here, with the same percentile.
+
+use std::sync::OnceLock;
+
+use super::stats::Latencies;
+use super::workload::{writes_per_acquisition, Run};
+use super::Report;
+
+/// The worker's source, written out and compiled at run time.
+const SOURCE: &str = include_str!("CuratorBench.java");
+
+/// The class path that runs the compiled worker, compiled on first use.
+fn classpath() -> Result<String, String> {
+    static COMPILED: OnceLock<Result<String, String>> = OnceLock::new();
+    COMPILED
+        .get_or_init(|| {
+            let dir = zkfence_testkit::curator::classes_dir("bench");
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let source = dir.join("CuratorBench.java");
+            std::fs::write(&source, SOURCE)
+                .map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+            zkfence_testkit::curator::compile(&source, &dir.join("classes"))
+        })
+        .clone()
+}
+
+/// One run of Curator's mutex on `path` (which exists, with its `zxid` probe node).
+pub(super) async fn run(run: Run, hosts: &str, path: &str) -> Result<Report, String> {
+    let classpath = tokio::task::spawn_blocking(classpath)
+        .await
+        .map_err(|e| format!("compiling the Curator worker: {e}"))??;
+    let output = tokio::process::Command::new("java")
+        .args(["-Xmx256m", "-cp", &classpath, "CuratorBench", hosts, path])
+        .arg(run.mode.name())
+        .arg(run.contenders.to_string())
+        .arg(run.warmup.to_string())
+        .arg(run.seconds.to_string())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run java: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "the Curator worker failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    parse(run, &stdout)
+}
+
+/// The worker's report, one `name value...` line per figure.
+fn parse(run: Run, stdout: &str) -> Result<Report, String> {
+    let values = |name: &str| -> Result<Vec<u64>, String> {
+        let line = stdout
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name)
+                    .filter(|rest| rest.is_empty() || rest.starts_with(' '))
+            })
+            .ok_or_else(|| format!("the Curator worker printed no {name:?} line: {stdout:?}"))?;
+        line.split_whitespace()
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("bad {name} value {v:?} from the Curator worker"))
+            })
+            .collect()
+    };
+    let one = |name: &str| -> Result<u64, String> {
+        values(name)?
+            .first()
+            .copied()
+            .ok_or_else(|| format!("the Curator worker printed an empty {name:?} line"))
+    };
+    let zxids = values("zxids")?;
+    let [first, last] = zxids[..] else {
+        return Err(format!("the Curator worker printed zxids {zxids:?}"));
+    };
+    let cycles = Latencies::from_nanos(&values("cycles")?);
+    let handoffs = Latencies::from_nanos(&values("handoffs")?);
+    let acquisitions = one("acquisitions")?;
+    let contended = run.mode == super::Mode::Contended;
+    Ok(Report {
+        implementation: run.implementation.name(),
+        mode: run.mode.name(),
+        contenders: run.contenders,
+        seconds: run.seconds,
+        acquisitions,
+        cycle_p50_us: cycles.percentile_or_zero(0.5),
+        cycle_p99_us: cycles.percentile_or_zero(0.99),
+        handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
+        handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
+        read_p50_us: None,
+        writes_per_acq: Some(writes_per_acquisition(
+            first as i64,
+            last as i64,
+            acquisitions,
+        )),
+        violations: one("violations")?,
+        errors: one("errors")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{Impl, Mode};
+
+    fn run() -> Run {
+        Run {
+            implementation: Impl::Curator,
+            mode: Mode::Contended,
+            contenders: 2,
+            seconds: 1.0,
+            warmup: 0.0,
+        }
+    }
+
+    #[test]
+    fn parses_the_workers_report() {
+        let out = "acquisitions 3\nviolations 0\nerrors 1\nzxids 100 110\ncycles 3000 1000 2000\nhandoffs 500\n";
+        let report = parse(run(), out).unwrap();
+        assert_eq!(report.acquisitions, 3);
+        assert_eq!(report.errors, 1);
+        assert_eq!(report.cycle_p50_us, 2.0);
+        assert_eq!(report.handoff_p50_us, Some(0.5));
+        assert_eq!(report.writes_per_acq, Some(3.0));
+    }
+
+    #[test]
+    fn a_report_missing_a_line_is_an_error_not_a_zero() {
+        let err = parse(
+            run(),
+            "acquisitions 3\nviolations 0\nerrors 0\ncycles\nhandoffs\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("zxids"), "{err}");
+    }
+}

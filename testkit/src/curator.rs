@@ -1,0 +1,101 @@
+//! Apache Curator from Debian's packages (`libcurator-recipes-java` and what it depends on):
+//! the class path of its jars, and `javac` for a worker compiled against them at run time, as
+//! the interop tests and `zkfence bench --impl curator` use it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The jars a Curator lock client needs, under `/usr/share/java`.
+const JARS: &[&str] = &[
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "slf4j-api",
+    "slf4j-nop",
+    "netty-handler",
+    "netty-transport",
+    "netty-common",
+    "netty-buffer",
+    "netty-resolver",
+    "netty-codec",
+    "netty-transport-native-epoll",
+    "netty-transport-native-unix-common",
+];
+
+/// What to install when Curator or a JDK is missing.
+pub const CURATOR_HINT: &str =
+    "run `sudo apt-get install -y zookeeper libcurator-recipes-java default-jdk-headless` (or scripts/test)";
+
+/// The class path of Curator's jars, then `extra` (a directory of compiled classes).
+///
+/// # Errors
+///
+/// Names the first missing jar and what to install.
+///
+/// # Examples
+///
+/// ```no_run
+/// let cp = zkfence_testkit::curator::classpath(std::path::Path::new("/tmp/classes"))?;
+/// # Ok::<(), String>(())
+/// ```
+pub fn classpath(extra: &Path) -> Result<String, String> {
+    let mut parts = Vec::with_capacity(JARS.len() + 1);
+    for jar in JARS {
+        let path = format!("/usr/share/java/{jar}.jar");
+        if !Path::new(&path).exists() {
+            return Err(format!("{path} is missing: {CURATOR_HINT}"));
+        }
+        parts.push(path);
+    }
+    parts.push(extra.display().to_string());
+    Ok(parts.join(":"))
+}
+
+/// Compiles the Java `source` against Curator's jars into `out` (created if missing); returns
+/// the class path that runs it.
+///
+/// # Errors
+///
+/// A missing jar or `javac`, or the compiler's complaint.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::path::Path;
+/// let cp = zkfence_testkit::curator::compile(Path::new("Worker.java"), Path::new("/tmp/classes"))?;
+/// let status = std::process::Command::new("java").args(["-cp", &cp, "Worker"]).status();
+/// # Ok::<(), String>(())
+/// ```
+pub fn compile(source: &Path, out: &Path) -> Result<String, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let classpath = classpath(out)?;
+    let output = Command::new("javac")
+        .args(["-nowarn", "-cp", &classpath, "-d"])
+        .arg(out)
+        .arg(source)
+        .output()
+        .map_err(|e| format!("cannot run javac ({e}): {CURATOR_HINT}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "javac failed on {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(classpath)
+}
+
+/// A fresh directory under the system's temp dir for compiled classes: `<name>-<pid>`.
+///
+/// # Examples
+///
+/// ```
+/// let dir = zkfence_testkit::curator::classes_dir("bench");
+/// assert!(dir.ends_with(format!("zkfence-curator-bench-{}", std::process::id())));
+/// ```
+pub fn classes_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("zkfence-curator-{name}-{}", std::process::id()))
+}
