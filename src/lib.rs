@@ -102,7 +102,16 @@
 //! create, our node is found by its UUID **and** our session as its `ephemeralOwner`. The
 //! uncontended acquire pipelines the children listing behind the create (one round trip plus
 //! one commit); a waiter watches only its predecessor, and takes the lock with no further
-//! request when that predecessor was the only node ahead. Release is one awaited delete.
+//! request when that predecessor was the only node ahead.
+//!
+//! **The handoff.** A mutex or writer that had to queue releases with a marker: one `multi`
+//! that sets its node's data and deletes it (one transaction). Its successor's watch fires
+//! with the data change, which only a holder's release writes (a waiter that gives up deletes
+//! its node plainly), and a holder held alone: so the successor takes the lock with no
+//! further request however many nodes it queued behind. A plain deletion (a Curator holder, a
+//! waiter giving up, a session ending) sends the successor to list the queue again. Server
+//! writes per acquisition: the create and the release, contended or not. The argument, node by
+//! node, is in `src/queue/mod.rs` ("The handoff").
 //!
 //! One limit of mixing with Curator: Curator orders the queue by comparing sequence suffixes as
 //! strings, which breaks when a parent's sequence wraps past 2³¹ (after about a billion lock
@@ -119,7 +128,7 @@
 //! | --- | --- | --- |
 //! | the lock path (the parent) | CREATE, DELETE, READ | our node's create and delete; the listing |
 //! | each ancestor we create under | CREATE | `with_create_parents(true)` only |
-//! | our own node | READ; WRITE with lock-delay | the watchdog's probe is a `check` (READ); the release marker is a `setData` (without WRITE, releases are delayed like failures) |
+//! | our own node | READ, WRITE | the watchdog's probe is a `check` (READ); the release marker is a `setData` (without WRITE a release is a plain delete: successors list the queue again, and with lock-delay they are delayed as after a failure) |
 //! | other contenders' nodes | none | waiting uses `exists` watches, which ZooKeeper does not check |
 //! | a semaphore's node | READ; WRITE for `set_permits` | the permit count |
 //!

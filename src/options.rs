@@ -311,22 +311,30 @@ impl LockOptions {
     /// that window for storage that cannot check fencing tokens. A normal release is never
     /// delayed. Clamped to [`MAX_LOCK_DELAY`].
     ///
-    /// How a successor tells the two apart: with this option on, a release deletes the node
-    /// in a multi that first sets its data to `released`, so the successor's watch sees a
-    /// data change before the node goes; a node that just vanishes was not released. The
-    /// cost: a release sends one multi (two operations, one commit) instead of a delete, and
-    /// a successor woken by a release lists the queue once before it proceeds. Every
-    /// contender of a lock should use the same setting; a holder without it releases with a
-    /// plain delete, which its delaying successors take for a failure.
+    /// How a successor tells the two apart: with this option on, every release deletes the
+    /// node in a multi that first sets its data to `released` (the marker the handoff protocol
+    /// also uses, see the crate's "Protocol"), so the successor's watch sees a data change
+    /// instead of the deletion; a node that just vanishes was not released. The cost: a
+    /// release that would otherwise be a plain delete (a holder that found the queue empty,
+    /// a reader, a semaphore holder) sends one multi (two operations, one commit). Every
+    /// contender of a lock should use the same setting; a holder without it may release with
+    /// a plain delete, which its delaying successors take for a failure.
+    ///
+    /// A delay is decided by the change that lets the successor proceed: a plain deletion of
+    /// the node it watched, when nothing else blocks it then. A failure costs one delay: the
+    /// delayed holder's own release is marked, so the waiter behind it is not delayed again.
+    /// A waiter of a mutex or writer that gives up deletes its node plainly (a marker there
+    /// would read as a holder's release); its successor lists the queue again and is delayed
+    /// only if nothing else is ahead by then.
     ///
     /// It errs towards delaying. A successor is also delayed when the node that vanished was a
-    /// waiter (not the holder) whose session ended, and when it was disconnected while the
-    /// release happened (on reconnect the server reports the deletion, not the marker). It
-    /// is not delayed when the node vanished in the one round trip between its listing and
-    /// its watch, nor when it arrives after a failed holder's node is already gone (that node
-    /// outlived the holder's last contact by a whole session timeout). The marker is a write:
-    /// the lock nodes' ACL must grant the creator WRITE (the default ACL does); without it a
-    /// release falls back to a plain delete.
+    /// waiter (not the holder) whose session ended with nothing else ahead, and when it was
+    /// disconnected while the release happened (on reconnect the server reports the deletion,
+    /// not the marker). It is not delayed when the node vanished in the one round trip between
+    /// its listing and its watch, nor when it arrives after a failed holder's node is already
+    /// gone (that node outlived the holder's last contact by a whole session timeout). The
+    /// marker is a write: the lock nodes' ACL must grant the creator WRITE (the default ACL
+    /// does); without it a release falls back to a plain delete.
     ///
     /// # Examples
     ///

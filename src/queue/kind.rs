@@ -214,6 +214,42 @@ mod tests {
     }
 
     #[test]
+    fn only_a_release_of_a_node_that_held_alone_admits_past_the_rest_of_the_queue() {
+        let lock = "_c_a-lock-0000000007";
+        let writer = "_c_b-__WRIT__0000000008";
+        let reader = "_c_c-__READ__0000000009";
+        let lease = "_c_d-lease-0000000010";
+        for kind in [Kind::Mutex, Kind::Write, Kind::Read] {
+            assert!(kind.admitted_by_release(lock), "{kind:?} behind a mutex");
+            assert!(kind.admitted_by_release(writer), "{kind:?} behind a writer");
+            assert!(
+                !kind.admitted_by_release(reader),
+                "{kind:?} behind a reader"
+            );
+            assert!(!kind.admitted_by_release(lease), "{kind:?} behind a lease");
+        }
+        assert!(!Kind::Semaphore(1).admitted_by_release(lock));
+        assert!(!Kind::Mutex.admitted_by_release("not-a-queue-node"));
+        assert!(Kind::Mutex.marks_release() && Kind::Write.marks_release());
+        assert!(!Kind::Read.marks_release() && !Kind::Semaphore(2).marks_release());
+    }
+
+    #[test]
+    fn the_handoff_holds_across_the_sequence_wrap() {
+        // 2147483646 holds, 2147483647 waits, and our node got the wrapped -2147483648: we
+        // watch the nearest (2147483647), and its marked release admits us.
+        let children = names(&[i32::MAX - 1, i32::MAX, i32::MIN]);
+        let pos = Kind::Mutex.position(&children, &children[2], i32::MIN);
+        assert_eq!(
+            (pos.blocking, pos.watch.clone()),
+            (2, vec![children[1].clone()])
+        );
+        assert!(Kind::Mutex.admitted_by_release(&pos.watch[0]));
+        // A wrapped node is still a node that holds alone.
+        assert!(Kind::Write.admitted_by_release("_c_x-lock--2147483648"));
+    }
+
+    #[test]
     fn a_semaphore_of_n_watches_its_n_nearest_predecessors() {
         let children = names(&[1, 2, 3, 4, 5]);
         // With 3 permits: nodes 1, 2, 3 hold; 4 is blocked by one (any of 1..3 leaving
