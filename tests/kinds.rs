@@ -387,23 +387,21 @@ async fn lock_delay_follows_a_failed_holder_but_never_a_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_inherits_the_lock_delay_when_the_delayed_one_gives_up() {
-    let hosts = chroot(shared(), "lock-delay-inherit").await;
-    let delay = Duration::from_secs(5);
-    let options = LockOptions::default().with_lock_delay(delay);
-    let victim = connect(&hosts, T).await;
-    let a = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
-    let b = FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap();
-    let c = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let setting = Delayed::new("lock-delay-inherit", Duration::from_secs(5)).await;
+    let (hosts, delay) = (&setting.hosts, setting.delay);
+    let victim = connect(hosts, T).await;
+    let a = setting.lock_on(victim.clone());
+    let (b, c) = (setting.lock().await, setting.lock().await);
     let held = a.acquire().await.unwrap();
     // B queues behind A, and C behind B (so C watches B, not A).
     let b_waits = tokio::spawn(async move { b.acquire().await });
-    queued(&hosts, 2).await;
+    queued(hosts, 2).await;
     let c_waits = tokio::spawn(async move { (c.acquire().await.unwrap(), Instant::now()) });
-    queued(&hosts, 3).await;
+    queued(hosts, 3).await;
     // A fails: its node goes without a release, and B, whose only blocker it was, starts its
     // delay (the notification takes milliseconds on loopback; a second is ample).
-    expire_session(&hosts, &victim).await;
-    queued(&hosts, 2).await;
+    expire_session(hosts, &victim).await;
+    queued(hosts, 2).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!b_waits.is_finished(), "B got the lock without its delay");
     // B gives up inside its delay.
@@ -507,24 +505,49 @@ async fn the_any_release_admits_mutant_is_caught() {
     );
 }
 
+/// A lock-delay test's setting: a fresh chroot, and locks with `delay` on it.
+struct Delayed {
+    hosts: String,
+    delay: Duration,
+    options: LockOptions,
+}
+
+impl Delayed {
+    async fn new(name: &str, delay: Duration) -> Delayed {
+        Delayed {
+            hosts: chroot(shared(), name).await,
+            delay,
+            options: LockOptions::default().with_lock_delay(delay),
+        }
+    }
+
+    /// A lock on `client`'s session.
+    fn lock_on(&self, client: zookeeper_client::Client) -> FencedLock {
+        FencedLock::new(client, PATH, self.options.clone()).unwrap()
+    }
+
+    /// A lock with a session of its own.
+    async fn lock(&self) -> FencedLock {
+        self.lock_on(connect(&self.hosts, T).await)
+    }
+}
+
 /// A, B, C queue; A's session expires; B waits out the delay and releases. C, who had queued
 /// behind both, takes B's release at once: one failure costs one delay, not one per waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_successor_hands_on_without_a_second_delay() {
-    let hosts = chroot(shared(), "lock-delay-once").await;
-    let delay = Duration::from_millis(1500);
-    let options = LockOptions::default().with_lock_delay(delay);
-    let victim = connect(&hosts, T).await;
-    let a = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
-    let b = FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap();
-    let c = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let setting = Delayed::new("lock-delay-once", Duration::from_millis(1500)).await;
+    let (hosts, delay) = (&setting.hosts, setting.delay);
+    let victim = connect(hosts, T).await;
+    let a = setting.lock_on(victim.clone());
+    let (b, c) = (setting.lock().await, setting.lock().await);
     let held = a.acquire().await.unwrap();
     let b_waits = tokio::spawn(async move { (b.acquire().await.unwrap(), Instant::now()) });
-    queued(&hosts, 2).await;
+    queued(hosts, 2).await;
     let c_waits = tokio::spawn(async move { (c.acquire().await.unwrap(), Instant::now()) });
-    queued(&hosts, 3).await;
+    queued(hosts, 3).await;
     let expired_from = Instant::now();
-    expire_session(&hosts, &victim).await;
+    expire_session(hosts, &victim).await;
     let (b_guard, b_at) = b_waits.await.unwrap();
     assert!(b_at - expired_from >= delay, "B did not wait out the delay");
     let released = Instant::now();
@@ -544,20 +567,19 @@ async fn a_delayed_successor_hands_on_without_a_second_delay() {
 /// waiter's node rather than the holder's, still waits out the delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_failing_as_holder_and_waiter_delays_the_successor() {
-    let hosts = chroot(shared(), "lock-delay-two-nodes").await;
-    let delay = Duration::from_millis(1500);
-    let options = LockOptions::default().with_lock_delay(delay);
-    let victim = connect(&hosts, T).await;
-    let holding = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
-    let waiting = FencedLock::new(victim.clone(), PATH, options.clone()).unwrap();
-    let successor = FencedLock::new(connect(&hosts, T).await, PATH, options).unwrap();
+    let setting = Delayed::new("lock-delay-two-nodes", Duration::from_millis(1500)).await;
+    let (hosts, delay) = (&setting.hosts, setting.delay);
+    let victim = connect(hosts, T).await;
+    let holding = setting.lock_on(victim.clone());
+    let waiting = setting.lock_on(victim.clone());
+    let successor = setting.lock().await;
     let held = holding.acquire().await.unwrap();
     let victim_waits = tokio::spawn(async move { waiting.acquire().await });
-    queued(&hosts, 2).await;
+    queued(hosts, 2).await;
     let waits = tokio::spawn(async move { (successor.acquire().await.unwrap(), Instant::now()) });
-    queued(&hosts, 3).await;
+    queued(hosts, 3).await;
     let expired_from = Instant::now();
-    expire_session(&hosts, &victim).await;
+    expire_session(hosts, &victim).await;
     let (guard, at) = waits.await.unwrap();
     let waited = at - expired_from;
     eprintln!("the successor of a failed holder-and-waiter session waited {waited:?}");
@@ -572,32 +594,29 @@ async fn a_session_failing_as_holder_and_waiter_delays_the_successor() {
 /// successor takes the release at once: a waiter giving up is not a failed holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_giving_up_under_lock_delay_delays_nobody() {
-    let hosts = chroot(shared(), "lock-delay-give-up").await;
-    let delay = Duration::from_millis(1500);
-    let options = LockOptions::default().with_lock_delay(delay);
-    let lock =
-        || async { FencedLock::new(connect(&hosts, T).await, PATH, options.clone()).unwrap() };
-    let (holder, leaving) = (lock().await, lock().await);
-    let client = connect(&hosts, T).await;
+    let setting = Delayed::new("lock-delay-give-up", Duration::from_millis(1500)).await;
+    let (hosts, delay) = (&setting.hosts, setting.delay);
+    let (holder, leaving) = (setting.lock().await, setting.lock().await);
+    let client = connect(hosts, T).await;
     let last_session = session_of(&client);
-    let last = FencedLock::new(client, PATH, options.clone()).unwrap();
+    let last = setting.lock_on(client);
     let held = holder.acquire().await.unwrap();
     let gives_up = tokio::spawn(async move { leaving.acquire().await });
-    queued(&hosts, 2).await;
+    queued(hosts, 2).await;
     let waits = tokio::spawn(async move { (last.acquire().await.unwrap(), Instant::now()) });
-    queued(&hosts, 3).await;
-    let nodes = in_order(&hosts).await;
+    queued(hosts, 3).await;
+    let nodes = in_order(hosts).await;
     wait_until(
         Duration::from_secs(10),
         "the last waiter to watch the middle one",
-        || async { watches(&hosts, &last_session, &nodes[1]) },
+        || async { watches(hosts, &last_session, &nodes[1]) },
     )
     .await;
     gives_up.abort();
     wait_until(
         Duration::from_secs(10),
         "the last waiter to watch the holder",
-        || async { watches(&hosts, &last_session, &nodes[0]) },
+        || async { watches(hosts, &last_session, &nodes[0]) },
     )
     .await;
     let released = Instant::now();
