@@ -648,9 +648,9 @@ impl<'a> Attempt<'a> {
 }
 
 /// Whether a waiter of `queue` that gives up deletes its node with the release marker: only
-/// with lock-delay on (where the marker says "not a failure") and only for kinds whose marked
-/// release admits a successor past the nodes ahead of it, which a waiter's must never do
-/// (see "The handoff").
+/// with lock-delay on (where the marker says "not a failure"), and never for a mutex or writer,
+/// whose marked node would read as a holder's release and let its successor past the nodes
+/// still ahead (see "The handoff").
 fn withdrawal_marked(queue: &Queue) -> bool {
     #[cfg(feature = "mutants")]
     if (queue.options).is_mutant(crate::options::HandoffMutant::MarkedWithdrawal) {

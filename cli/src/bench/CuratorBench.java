@@ -1,11 +1,11 @@
 // `zkfence bench --impl curator`: Apache Curator's InterProcessMutex under the workload the Rust
 // drivers run (cli/src/bench/workload.rs), compiled at run time against Debian's jars.
 //
-// Usage: CuratorBench <connect> <path> <uncontended|contended> <contenders> <warmupSeconds> <seconds>
+// Usage: CuratorBench <connect> <path> <uncontended|contended> <contenders> <warmupSeconds> <seconds> <holdNanos>
 //
 // Each contender has a CuratorFramework of its own (one 10 s session), on <path>/lock when
-// contended and <path>/u<i> when not, and cycles acquire/release with an empty critical
-// section. Measured as the Rust drivers measure: a cycle from the acquire call to the release
+// contended and <path>/u<i> when not, and cycles acquire/release, holding for <holdNanos>
+// (0: an empty critical section). Measured as the Rust drivers measure: a cycle from the acquire call to the release
 // returning; a handoff from the holder's release call to the next holder's acquire returning; a
 // second holder is a violation. The server's zxid is read (a setData on <path>/zxid, which
 // the caller creates) when the measured window opens and when it closes. Prints, one per line:
@@ -46,6 +46,7 @@ public class CuratorBench {
         int contenders = Integer.parseInt(args[3]);
         long warmupNanos = (long) (Double.parseDouble(args[4]) * 1e9);
         long measuredNanos = (long) (Double.parseDouble(args[5]) * 1e9);
+        long holdNanos = Long.parseLong(args[6]);
 
         CuratorFramework admin = connect(connect);
         String probe = path + "/zxid"; // created by zkfence bench
@@ -59,7 +60,7 @@ public class CuratorBench {
         for (int i = 0; i < contenders; i++) {
             String lockPath = contended ? path + "/lock" : path + "/u" + i;
             InterProcessMutex mutex = new InterProcessMutex(clients.get(i), lockPath);
-            Thread t = new Thread(() -> cycle(mutex, contended, until));
+            Thread t = new Thread(() -> cycle(mutex, contended, holdNanos, until));
             t.start();
             threads.add(t);
         }
@@ -102,7 +103,7 @@ public class CuratorBench {
         }
     }
 
-    static void cycle(InterProcessMutex mutex, boolean contended, long until) {
+    static void cycle(InterProcessMutex mutex, boolean contended, long holdNanos, long until) {
         while (System.nanoTime() < until) {
             long started = System.nanoTime();
             try {
@@ -121,6 +122,9 @@ public class CuratorBench {
                 if (from != 0 && measured) {
                     record(handoffs, acquired - from);
                 }
+            }
+            if (holdNanos > 0) {
+                java.util.concurrent.locks.LockSupport.parkNanos(holdNanos);
             }
             holders.decrementAndGet();
             if (contended) {

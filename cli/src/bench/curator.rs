@@ -38,6 +38,7 @@ pub(super) async fn run(run: Run, hosts: &str, path: &str) -> Result<Report, Str
         .arg(run.contenders.to_string())
         .arg(run.warmup.to_string())
         .arg(run.seconds.to_string())
+        .arg(run.hold.as_nanos().to_string())
         .kill_on_drop(true)
         .output()
         .await
@@ -95,6 +96,7 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
         handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
         handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
         read_p50_us: None,
+        listed_cycle_p50_us: None,
         writes_per_acq: Some(writes_per_acquisition(
             first as i64,
             last as i64,
@@ -117,6 +119,7 @@ mod tests {
             contenders: 2,
             seconds: 1.0,
             warmup: 0.0,
+            hold: std::time::Duration::ZERO,
         }
     }
 

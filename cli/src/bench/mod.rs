@@ -111,6 +111,11 @@ pub(crate) struct Args {
     /// With --scale: locks held at once by one session.
     #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
     locks: usize,
+    /// The critical section: how long each holder holds before it releases (0: release at
+    /// once). With a hold longer than a round trip, the next holder is already queued when
+    /// the lock is released, and the handoff measures the notification path alone.
+    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_duration, env = "ZKFENCE_BENCH_HOLD")]
+    hold: Duration,
     /// With --matrix: unmeasured seconds of load on each server before its first run.
     #[arg(long, default_value_t = 6.0, env = "ZKFENCE_BENCH_SERVER_WARMUP")]
     server_warmup: f64,
@@ -142,6 +147,8 @@ struct Report {
     handoff_p50_us: Option<f64>,
     handoff_p99_us: Option<f64>,
     read_p50_us: Option<f64>,
+    /// Raw: a create with the listing pipelined behind it + delete (uncontended only).
+    listed_cycle_p50_us: Option<f64>,
     /// The server's transactions per acquisition in the measured window (zxid probes).
     writes_per_acq: Option<f64>,
     violations: u64,
@@ -174,6 +181,9 @@ impl Report {
         if let Some(read) = self.read_p50_us {
             let _ = write!(out, ",\"read_p50_us\":{read:.1}");
         }
+        if let Some(listed) = self.listed_cycle_p50_us {
+            let _ = write!(out, ",\"listed_cycle_p50_us\":{listed:.1}");
+        }
         if let Some(writes) = self.writes_per_acq {
             let _ = write!(out, ",\"writes_per_acq\":{writes:.2}");
         }
@@ -194,13 +204,7 @@ pub(crate) async fn bench(args: Args) -> u8 {
         );
         return EXIT_USAGE;
     };
-    let run = Run {
-        implementation: args.implementation,
-        mode: args.mode,
-        contenders: args.contenders,
-        seconds: args.seconds,
-        warmup: args.warmup,
-    };
+    let run = Run::new(&args, args.implementation, args.mode, args.contenders);
     match run.execute(&hosts, &args.lock).await {
         Ok(report) => {
             println!("{}", report.json());
@@ -220,7 +224,7 @@ pub(crate) async fn bench(args: Args) -> u8 {
 /// Requests each impl sends per acquisition, through a counting proxy (pings excluded).
 async fn requests_per_acquisition(
     hosts: &str,
-    base: &str,
+    args: &Args,
     implementation: Impl,
     mode: Mode,
     contenders: usize,
@@ -228,13 +232,11 @@ async fn requests_per_acquisition(
     let proxy = CountingProxy::start(hosts).await;
     // No warmup: every request the run sends is divided by every acquisition it made.
     let run = Run {
-        implementation,
-        mode,
-        contenders,
         seconds: 2.0,
         warmup: 0.0,
+        ..Run::new(args, implementation, mode, contenders)
     };
-    let report = run.execute(&proxy.addr, base).await?;
+    let report = run.execute(&proxy.addr, &args.lock).await?;
     if std::env::var_os("ZKFENCE_BENCH_OPCODES").is_some() {
         eprintln!(
             "{} {mode:?} x{contenders}: requests by opcode {:?} for {} acquisitions",
@@ -312,11 +314,9 @@ async fn warm_up(args: &Args, hosts: &str) -> Result<(), String> {
         (Impl::Zkfence, Mode::Contended, 8),
     ] {
         let run = Run {
-            implementation,
-            mode,
-            contenders,
             seconds: 0.0,
             warmup: args.server_warmup / 2.0,
+            ..Run::new(args, implementation, mode, contenders)
         };
         run.execute(hosts, &args.lock).await?;
     }
@@ -367,13 +367,7 @@ async fn matrix_runs(args: &Args, hosts: &str) -> Result<Vec<Report>, String> {
                 implementation.name(),
                 mode
             );
-            let run = Run {
-                implementation,
-                mode,
-                contenders,
-                seconds: args.seconds,
-                warmup: args.warmup,
-            };
+            let run = Run::new(args, implementation, mode, contenders);
             let report = run.execute(hosts, &args.lock).await?;
             println!("{}", report.json());
             reports.push(report);
@@ -389,9 +383,7 @@ async fn matrix_requests(args: &Args, hosts: &str) -> Vec<(Impl, Mode, usize, f6
     let mut requests = Vec::new();
     for (mode, contenders) in [(Mode::Uncontended, 1), (Mode::Contended, 8)] {
         for implementation in LOCKS {
-            match requests_per_acquisition(hosts, &args.lock, implementation, mode, contenders)
-                .await
-            {
+            match requests_per_acquisition(hosts, args, implementation, mode, contenders).await {
                 Ok(r) => requests.push((implementation, mode, contenders, r)),
                 Err(err) => eprintln!("zkfence: {err}"),
             }
@@ -531,18 +523,23 @@ fn find(
 /// limits), then the raw limits themselves.
 fn table(reports: &[Report]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "| run | zkfence cycle p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw create+delete | zkfence handoff p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw notification | throughput ÷ zookeeper-client | ÷ Curator | violations |");
-    let _ = writeln!(out, "|{}", " --- |".repeat(12));
-    let raw_cycle = find(reports, Impl::Raw, Mode::Uncontended, 1).map(|r| r.cycle_p50_us);
-    for (mode, contenders) in CONFIGS {
-        table_row(&mut out, reports, mode, contenders, raw_cycle);
-    }
+    let _ = writeln!(out, "| run | zkfence cycle p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw create+delete | ÷ raw create+listing+delete | zkfence handoff p50 | ÷ zookeeper-client | ÷ Curator | ÷ raw notification | throughput ÷ zookeeper-client | ÷ Curator | violations |");
+    let _ = writeln!(out, "|{}", " --- |".repeat(13));
     let raw = |mode, n| find(reports, Impl::Raw, mode, n);
-    if let Some(read) = raw(Mode::Uncontended, 1).and_then(|r| r.read_p50_us) {
+    let uncontended = raw(Mode::Uncontended, 1);
+    let raw_cycles = [
+        uncontended.map(|r| r.cycle_p50_us),
+        uncontended.and_then(|r| r.listed_cycle_p50_us),
+    ];
+    for (mode, contenders) in CONFIGS {
+        table_row(&mut out, reports, mode, contenders, raw_cycles);
+    }
+    if let Some(read) = uncontended.and_then(|r| r.read_p50_us) {
         let _ = writeln!(
             out,
-            "\nraw limits in this run: create+delete p50 {}, one read p50 {read:.0} µs, delete→notification p50 {}",
-            us(raw_cycle),
+            "\nraw limits in this run: create+delete p50 {}, create+listing+delete p50 {}, one read p50 {read:.0} µs, delete→notification p50 {}",
+            us(raw_cycles[0]),
+            us(raw_cycles[1]),
             us(raw(Mode::Contended, 2).and_then(|r| r.handoff_p50_us)),
         );
     }
@@ -555,7 +552,7 @@ fn table_row(
     reports: &[Report],
     mode: Mode,
     contenders: usize,
-    raw_cycle: Option<f64>,
+    raw_cycles: [Option<f64>; 2],
 ) {
     let Some(ours) = find(reports, Impl::Zkfence, mode, contenders) else {
         return;
@@ -579,11 +576,12 @@ fn table_row(
         "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
         us(Some(ours.cycle_p50_us)),
         each(&|r| Some(r.cycle_p50_us)),
-        if mode == Mode::Uncontended {
-            ratio(Some(ours.cycle_p50_us), raw_cycle)
-        } else {
-            "-".to_owned()
-        },
+        raw_cycles
+            .map(|raw| match mode {
+                Mode::Uncontended => ratio(Some(ours.cycle_p50_us), raw),
+                Mode::Contended => "-".to_owned(),
+            })
+            .join(" | "),
         us(ours.handoff_p50_us),
         each(&|r| r.handoff_p50_us),
         ratio(ours.handoff_p50_us, raw.and_then(|r| r.handoff_p50_us)),

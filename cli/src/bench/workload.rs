@@ -57,6 +57,8 @@ pub(super) struct Run {
     pub(super) seconds: f64,
     /// Seconds run first and not counted.
     pub(super) warmup: f64,
+    /// The critical section: how long each holder holds.
+    pub(super) hold: Duration,
 }
 
 /// What the contenders of one run share.
@@ -72,11 +74,25 @@ struct Shared {
     cycles: Mutex<Vec<u64>>,
     handoffs: Mutex<Vec<u64>>,
     reads: Mutex<Vec<u64>>,
+    /// Raw create (with a children listing pipelined behind it) + delete cycles.
+    listed_cycles: Mutex<Vec<u64>>,
 }
 
 static RUN_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Run {
+    /// A run of `implementation` in (`mode`, `contenders`) with `args`' durations.
+    pub(super) fn new(args: &Args, implementation: Impl, mode: Mode, contenders: usize) -> Run {
+        Run {
+            implementation,
+            mode,
+            contenders,
+            seconds: args.seconds,
+            warmup: args.warmup,
+            hold: args.hold,
+        }
+    }
+
     /// Runs the contenders on a fresh path under `base` through warmup and the measured
     /// seconds, and summarises what they measured.
     pub(super) async fn execute(self, hosts: &str, base: &str) -> Result<Report, String> {
@@ -167,8 +183,8 @@ impl Run {
         match (self.implementation, self.mode) {
             (Impl::Raw, Mode::Contended) => raw_notify(client, lock_path, i, shared, until).await,
             (Impl::Raw, Mode::Uncontended) => raw_cycle(client, lock_path, shared, until).await,
-            (implementation, mode) => {
-                locker(implementation, mode, client, lock_path, shared, until).await
+            (implementation, _) => {
+                locker(self, implementation, client, lock_path, shared, until).await
             }
         }
     }
@@ -178,6 +194,7 @@ impl Run {
         let cycles = Latencies::from_nanos(&locked(&shared.cycles));
         let handoffs = Latencies::from_nanos(&locked(&shared.handoffs));
         let reads = Latencies::from_nanos(&locked(&shared.reads));
+        let listed = Latencies::from_nanos(&locked(&shared.listed_cycles));
         let contended = self.mode == Mode::Contended;
         Report {
             implementation: self.implementation.name(),
@@ -190,6 +207,7 @@ impl Run {
             handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
             handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
             read_p50_us: reads.percentile(0.5),
+            listed_cycle_p50_us: listed.percentile(0.5),
             writes_per_acq: None,
             violations: shared.violations.load(Ordering::SeqCst),
             errors: shared.errors.load(Ordering::SeqCst),
@@ -224,8 +242,8 @@ fn record(into: &Mutex<Vec<u64>>, from: Instant, to: Instant) {
 
 /// A contender cycling acquire/release with zkfence or zookeeper-client's lock.
 async fn locker(
+    run: Run,
     implementation: Impl,
-    mode: Mode,
     client: zk::Client,
     path: String,
     shared: Arc<Shared>,
@@ -249,7 +267,11 @@ async fn locker(
         };
         let acquired = Instant::now();
         let measuring = shared.measuring.load(Ordering::Relaxed);
-        hold(mode, &shared, acquired, measuring);
+        enter(run.mode, &shared, acquired, measuring);
+        if !run.hold.is_zero() {
+            tokio::time::sleep(run.hold).await;
+        }
+        leave(run.mode, &shared);
         let released = match held {
             Held::Zkfence(guard) => guard.release().await.is_ok(),
             Held::Zkclient(node) => client.delete(&node, None).await.is_ok(),
@@ -305,9 +327,9 @@ async fn acquire(
     }
 }
 
-/// The holder's turn, just acquired: counts a second holder as a violation, records the handoff
-/// from the previous holder's release, and (contended) marks the start of its own release.
-fn hold(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
+/// The holder's turn, just acquired: counts a second holder as a violation and records the
+/// handoff from the previous holder's release.
+fn enter(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
     if shared.holders.fetch_add(1, Ordering::SeqCst) != 0 && mode == Mode::Contended {
         shared.violations.fetch_add(1, Ordering::SeqCst);
     }
@@ -318,6 +340,10 @@ fn hold(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
             }
         }
     }
+}
+
+/// The holder's turn ends: (contended) marks the start of its release.
+fn leave(mode: Mode, shared: &Shared) {
     shared.holders.fetch_sub(1, Ordering::SeqCst);
     let releasing = Instant::now();
     if mode == Mode::Contended {
@@ -325,32 +351,46 @@ fn hold(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
     }
 }
 
-/// The raw uncontended limit: create(ephemeral sequential) + delete, and one read round trip.
+/// The raw uncontended limits: create(ephemeral sequential) + delete; one read round trip; and
+/// the least a lock that learns its place in one round trip can do, a create with the
+/// children listing pipelined behind it + delete.
 async fn raw_cycle(client: zk::Client, path: String, shared: Arc<Shared>, until: Instant) {
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let prefix = format!("{path}/n-");
     while Instant::now() < until {
         let started = Instant::now();
-        let created = client.create(&prefix, b"", &options).await;
-        let Ok((_, sequence)) = created else {
-            shared.errors.fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let node = format!("{prefix}{sequence}");
-        let deleted = client.delete(&node, None).await;
+        let cycle = raw_create_delete(&client, &path, &prefix, false).await;
         let done = Instant::now();
-        let read_started = Instant::now();
         let read = client.check_stat(&path).await;
         let read_done = Instant::now();
-        if deleted.is_err() || read.is_err() {
+        let listed = raw_create_delete(&client, &path, &prefix, true).await;
+        let listed_done = Instant::now();
+        if !cycle || read.is_err() || !listed {
             shared.errors.fetch_add(1, Ordering::Relaxed);
         }
         if shared.measuring.load(Ordering::Relaxed) {
             shared.acquisitions.fetch_add(1, Ordering::Relaxed);
             record(&shared.cycles, started, done);
-            record(&shared.reads, read_started, read_done);
+            record(&shared.reads, done, read_done);
+            record(&shared.listed_cycles, read_done, listed_done);
         }
     }
+}
+
+/// One raw create + delete under `prefix`, with the listing of `path` pipelined behind the
+/// create when `listing`; whether every request succeeded.
+async fn raw_create_delete(client: &zk::Client, path: &str, prefix: &str, listing: bool) -> bool {
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let create = client.create(prefix, b"", &options);
+    let list = listing.then(|| client.list_children(path));
+    let Ok((_, sequence)) = create.await else {
+        return false;
+    };
+    let listed = match list {
+        Some(list) => list.await.is_ok(),
+        None => true,
+    };
+    let deleted = client.delete(&format!("{prefix}{sequence}"), None).await;
+    listed && deleted.is_ok()
 }
 
 /// The raw notification latency: contender 0 creates and deletes a node, contender 1 watches
