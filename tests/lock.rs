@@ -677,11 +677,25 @@ async fn bad_input_gets_clear_errors() {
 /// a possible loss, never a clean release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_lost_its_reply_reports_the_hold_unconfirmed() {
-    let hosts = chroot(shared(), "unconfirmed").await;
+    release_losing_its_reply("unconfirmed", LockOptions::default()).await;
+}
+
+/// The same with a marked release (lock-delay marks every release): the multi retried after
+/// the reconnect fails on its setData with NoNode, which must read as the same unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_release_that_lost_its_reply_reports_the_hold_unconfirmed() {
+    let options = LockOptions::default().with_lock_delay(Duration::from_secs(1));
+    release_losing_its_reply("unconfirmed-marked", options).await;
+}
+
+/// A release whose reply the proxy drops after the server applied it, then a reconnect.
+async fn release_losing_its_reply(name: &str, options: LockOptions) {
+    let hosts = chroot(shared(), name).await;
     let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
     let server = server.split(',').next().unwrap_or(server).to_owned();
     let proxy = CountingProxy::start(&server).await;
-    let lock = lock_on(&format!("{}{root}", proxy.addr), T).await;
+    let client = connect(&format!("{}{root}", proxy.addr), T).await;
+    let lock = FencedLock::new(client, LOCK, options).unwrap();
     let guard = lock.acquire().await.unwrap();
     let node = guard.node_path().to_owned();
     let observer = connect(&hosts, T).await;
