@@ -418,12 +418,9 @@ async fn a_successor_inherits_the_lock_delay_when_the_delayed_one_gives_up() {
     guard.release().await.unwrap();
 }
 
-/// Whether the session `session` (as `wchp` prints it) watches `node`, a queue node under
-/// `PATH` on `hosts` (with its chroot).
-fn watches(hosts: &str, session: &str, node: &str) -> bool {
-    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
-    zkfence_testkit::harness::watchers_of(server, &format!("{root}{PATH}/{node}"))
-        .contains(&session.to_owned())
+/// Whether `session` watches `node`, a queue node under `PATH` on `hosts`.
+fn watches(hosts: &str, session: zookeeper_client::SessionId, node: &str) -> bool {
+    zkfence_testkit::harness::watches(hosts, session, &format!("{PATH}/{node}"))
 }
 
 /// The queue's node names in queue order (no sequence wrap in these tests).
@@ -433,11 +430,6 @@ async fn in_order(hosts: &str) -> Vec<String> {
     nodes
 }
 
-/// The session id as the server's `wchp` prints it.
-fn session_of(client: &zookeeper_client::Client) -> String {
-    format!("{:#x}", client.session_id().0)
-}
-
 /// R1 and R2 read; a writer queues behind both and watches R2. With lock-delay on every
 /// release is marked, and R2's marked release must not let the writer past R1 (a reader holds
 /// with others ahead of it). Whether the writer got past.
@@ -445,7 +437,7 @@ async fn writer_behind_two_readers(name: &str, options: LockOptions) -> bool {
     let hosts = chroot(shared(), name).await;
     let rw = || async {
         let client = connect(&hosts, T).await;
-        let session = session_of(&client);
+        let session = client.session_id();
         (
             FencedRwLock::new(client, PATH, options.clone()).unwrap(),
             session,
@@ -460,14 +452,14 @@ async fn writer_behind_two_readers(name: &str, options: LockOptions) -> bool {
     wait_until(
         Duration::from_secs(10),
         "the writer to watch R2",
-        || async { watches(&hosts, &writer, &nodes[1]) },
+        || async { watches(&hosts, writer, &nodes[1]) },
     )
     .await;
     second.release().await.unwrap();
     wait_until(
         Duration::from_secs(10),
         "the writer to watch R1",
-        || async { writing.is_finished() || watches(&hosts, &writer, &nodes[0]) },
+        || async { writing.is_finished() || watches(&hosts, writer, &nodes[0]) },
     )
     .await;
     if writing.is_finished() {
@@ -598,7 +590,7 @@ async fn a_waiter_giving_up_under_lock_delay_delays_nobody() {
     let (hosts, delay) = (&setting.hosts, setting.delay);
     let (holder, leaving) = (setting.lock().await, setting.lock().await);
     let client = connect(hosts, T).await;
-    let last_session = session_of(&client);
+    let last_session = client.session_id();
     let last = setting.lock_on(client);
     let held = holder.acquire().await.unwrap();
     let gives_up = tokio::spawn(async move { leaving.acquire().await });
@@ -609,14 +601,14 @@ async fn a_waiter_giving_up_under_lock_delay_delays_nobody() {
     wait_until(
         Duration::from_secs(10),
         "the last waiter to watch the middle one",
-        || async { watches(hosts, &last_session, &nodes[1]) },
+        || async { watches(hosts, last_session, &nodes[1]) },
     )
     .await;
     gives_up.abort();
     wait_until(
         Duration::from_secs(10),
         "the last waiter to watch the holder",
-        || async { watches(hosts, &last_session, &nodes[0]) },
+        || async { watches(hosts, last_session, &nodes[0]) },
     )
     .await;
     let released = Instant::now();

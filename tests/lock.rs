@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use zkfence::{Error, FencedLock, LockOptions};
 use zkfence_testkit::harness::{
-    children, chroot, connect, expire_session, shared, wait_until, ZooKeeper,
+    children, chroot, connect, expire_session, shared, wait_until, watches, ZooKeeper,
 };
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
@@ -146,7 +146,6 @@ async fn the_marked_withdrawal_mutant_is_caught() {
 /// holder's release hands it over.
 async fn leaving_middle(name: &str, options: LockOptions) -> bool {
     let hosts = chroot(shared(), name).await;
-    let chroot_path = &hosts[shared().len()..];
     let lock_on = |hosts: String| {
         let options = options.clone();
         async move { FencedLock::new(connect(&hosts, T).await, LOCK, options).unwrap() }
@@ -157,14 +156,11 @@ async fn leaving_middle(name: &str, options: LockOptions) -> bool {
     let leaving = tokio::spawn(async move { middle.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 2).await;
     let last = lock_on(hosts.clone()).await;
-    let last_session = format!("{:#x}", last.client().session_id().0);
+    let last_session = last.client().session_id();
     let queued = tokio::spawn(async move { last.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 3).await;
     let queue = holder.contenders().await.unwrap();
-    let watched_by_last = |node: &str| {
-        let path = format!("{chroot_path}{LOCK}/{node}");
-        zkfence_testkit::harness::watchers_of(shared(), &path).contains(&last_session)
-    };
+    let watched_by_last = |node: &str| watches(&hosts, last_session, &format!("{LOCK}/{node}"));
     // Only once the server holds the last waiter's watch on the middle node does its deletion
     // reach the last waiter as a notification (the path this test is about).
     wait_until(
@@ -209,7 +205,7 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
     let holder = lock_on(&hosts, T).await;
     let first = lock_on(&hosts, T).await;
     let second = lock_on(&format!("{}{root}", proxy.addr), T).await;
-    let second_session = format!("{:#x}", second.client().session_id().0);
+    let second_session = second.client().session_id();
 
     let guard = holder.acquire().await.unwrap();
     let first_waits = tokio::spawn(async move { first.acquire().await.unwrap() });
@@ -217,13 +213,11 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
     let second_waits = tokio::spawn(async move { second.acquire().await.unwrap() });
     no_nodes_left(&hosts, 3).await;
     let queue = holder.contenders().await.unwrap();
-    let first_node = format!("{root}{LOCK}/{}", queue[1].node);
+    let first_node = format!("{LOCK}/{}", queue[1].node);
     wait_until(
         Duration::from_secs(10),
         "the second waiter to watch the first",
-        || async {
-            zkfence_testkit::harness::watchers_of(server, &first_node).contains(&second_session)
-        },
+        || async { watches(&hosts, second_session, &first_node) },
     )
     .await;
     guard.release().await.unwrap();

@@ -77,7 +77,8 @@ pub(crate) async fn demo(args: Args) -> u8 {
             println!(
                 "Starting a throwaway ZooKeeper (Debian's zookeeper package) on a loopback port..."
             );
-            local = match crate::start_local_zookeeper().await {
+            local = match crate::start_local_zookeeper(zkfence_testkit::LocalZooKeeper::start).await
+            {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };

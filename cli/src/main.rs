@@ -166,9 +166,14 @@ fn parse_error(err: clap::Error) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Starts a throwaway local ZooKeeper (Debian's package), or says why not on one line.
-pub(crate) async fn start_local_zookeeper() -> Result<zkfence_testkit::LocalZooKeeper, u8> {
-    let started = match tokio::task::spawn_blocking(zkfence_testkit::LocalZooKeeper::start).await {
+/// Starts a throwaway local ZooKeeper (Debian's package) with `start` (one of
+/// `LocalZooKeeper`'s starters), or says why not on one line.
+pub(crate) async fn start_local_zookeeper(
+    start: impl FnOnce() -> Result<zkfence_testkit::LocalZooKeeper, zkfence_testkit::StartError>
+        + Send
+        + 'static,
+) -> Result<zkfence_testkit::LocalZooKeeper, u8> {
+    let started = match tokio::task::spawn_blocking(start).await {
         Ok(started) => started.map_err(|err| (err.to_string(), EXIT_UNAVAILABLE)),
         Err(err) => Err((err.to_string(), EXIT_FAILURE)),
     };

@@ -2,7 +2,8 @@
 //! (Curator's driver idea).
 
 use super::names::{
-    distance, holds_alone, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME, WRITE_NAME,
+    distance, holds_alone, marker_holds_alone, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME,
+    WRITE_NAME,
 };
 
 /// The lock kinds, each a predicate over the one queue.
@@ -49,7 +50,7 @@ impl Kind {
     /// behind more than one node may proceed on it without listing the queue again: the kinds
     /// whose holders hold alone (see `crate::queue`'s "The handoff").
     pub(crate) fn marks_release(self) -> bool {
-        matches!(self, Kind::Mutex | Kind::Write)
+        marker_holds_alone(self.marker())
     }
 
     /// Whether the marked release of `watched`, the nearest node that blocks us, leaves

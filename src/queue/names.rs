@@ -98,7 +98,12 @@ fn parse_marked(name: &str) -> Option<(&'static str, i32)> {
 /// `__WRIT__`): when such a node's holder releases it, nothing sorted before it is left.
 /// A reader or a semaphore lease may hold with others still ahead of it.
 pub(crate) fn holds_alone(name: &str) -> bool {
-    matches!(parse_marked(name), Some((LOCK_NAME | WRITE_NAME, _)))
+    parse_marked(name).is_some_and(|(marker, _)| marker_holds_alone(marker))
+}
+
+/// Whether nodes with `marker` hold alone (see [`holds_alone`]).
+pub(crate) fn marker_holds_alone(marker: &str) -> bool {
+    matches!(marker, LOCK_NAME | WRITE_NAME)
 }
 
 /// The sequence number of a queue node's name (see [`parse_node`]).

@@ -365,10 +365,10 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
         match event.event_type {
             zk::EventType::NodeDeleted => return (id, true),
             zk::EventType::Session => return (id, false),
-            // Our own marked release (the node is gone in the same transaction): its guard is
-            // released already, and watching again would cost a request for nothing.
-            zk::EventType::NodeDataChanged if token.is_cancelled() => return (id, false),
-            _ => {} // data changed by someone else: watch again
+            // The guard is over (released, our own marked release fires this, or lost):
+            // watching again would cost a request for nothing.
+            _ if token.is_cancelled() => return (id, false),
+            _ => {} // data changed under a live guard: watch again
         }
     }
 }

@@ -109,6 +109,14 @@ impl ZooKeeper {
     }
 }
 
+/// Whether `session` holds a watch on `path`, a path under `hosts` (a connect string that may
+/// end in a chroot), from the first server's `wchp`.
+pub fn watches(hosts: &str, session: zk::SessionId, path: &str) -> bool {
+    let (servers, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let server = servers.split(',').next().unwrap_or(servers);
+    watchers_of(server, &format!("{root}{path}")).contains(&format!("{:#x}", session.0))
+}
+
 /// Sessions watching `path` (a full server path), from the server's `wchp`.
 pub fn watchers_of(server: &str, path: &str) -> Vec<String> {
     let out = four_letter(server, "wchp").unwrap_or_default();

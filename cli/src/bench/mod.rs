@@ -265,12 +265,9 @@ async fn with_server(args: &Args) -> u8 {
         Some(hosts) => hosts.clone(),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match start_server(false).await {
+            local = match crate::start_local_zookeeper(|| bench_server(false)).await {
                 Ok(zk) => zk,
-                Err(err) => {
-                    eprintln!("zkfence: {err}");
-                    return EXIT_UNAVAILABLE;
-                }
+                Err(code) => return code,
             };
             local.addr()
         }
@@ -289,13 +286,10 @@ async fn with_server(args: &Args) -> u8 {
 }
 
 /// A throwaway server for measurements (every JIT tier; fsync as asked).
-async fn start_server(force_sync: bool) -> Result<zkfence_testkit::LocalZooKeeper, String> {
-    tokio::task::spawn_blocking(move || {
-        zkfence_testkit::LocalZooKeeper::start_for_bench(force_sync)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
+fn bench_server(
+    force_sync: bool,
+) -> Result<zkfence_testkit::LocalZooKeeper, zkfence_testkit::StartError> {
+    zkfence_testkit::LocalZooKeeper::start_for_bench(force_sync)
 }
 
 /// Runs contended and uncontended cycles, unmeasured, for `--server-warmup` seconds, so that
@@ -342,7 +336,10 @@ async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
     let mut violated = reports.iter().any(|r| r.violations > 0);
     if args.connect.is_none() && !args.skip_force_sync {
         eprintln!("bench: starting a second throwaway ZooKeeper, forceSync=yes ...");
-        let durable = start_server(true).await?;
+        let durable = match crate::start_local_zookeeper(|| bench_server(true)).await {
+            Ok(zk) => zk,
+            Err(code) => return Ok(code),
+        };
         warm_up(args, &durable.addr()).await?;
         let synced = matrix_runs(args, &durable.addr()).await?;
         println!("\nforceSync=yes (every transaction fsynced before it is acknowledged):\n");
