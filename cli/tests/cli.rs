@@ -171,8 +171,15 @@ async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
     let script = r#"echo $$ > "$DIR/pid" && mv "$DIR/pid" "$DIR/ready"
         read -r _ < "$DIR/go"
         exit 0"#;
-    // A long session keeps the lease comfortable while the proxy holds frames.
-    let child = run_sh(&through_proxy, &["--session-timeout", "20s"], script, &dir);
+    // A long session keeps the lease comfortable while the proxy holds frames, and the release
+    // (its delete and reply each held for HELD) gets ample time to hear its answer on a loaded
+    // machine: with the default 3 s bound it once gave up first, and the command's 0 stood.
+    let child = run_sh(
+        &through_proxy,
+        &["--session-timeout", "20s", "--release-timeout", "15s"],
+        script,
+        &dir,
+    );
     wait_until(Duration::from_secs(20), "the command to start", || async {
         dir.join("ready").exists()
     })
