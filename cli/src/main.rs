@@ -28,7 +28,8 @@ pub(crate) const EXIT_FAILURE: u8 = 70;
 pub(crate) const EXIT_NO_PERMISSION: u8 = 77;
 /// `--timeout` passed before the lock was acquired; nothing was run and no node is left.
 pub(crate) const EXIT_TIMEOUT: u8 = 75;
-/// The lock was lost while the command ran: the command was stopped (SIGTERM, then SIGKILL).
+/// The lock was lost while the command ran (the command was stopped: SIGTERM, then SIGKILL),
+/// or was found lost, or could not be confirmed held, by the release after the command exited.
 pub(crate) const EXIT_LOCK_LOST: u8 = 76;
 /// The command was found but could not be executed (permissions, not an executable).
 pub(crate) const EXIT_NOT_EXECUTABLE: u8 = 126;
@@ -45,7 +46,8 @@ Exit codes:
        lock was acquired
   70   other failures (an unexpected ZooKeeper error, the lock path missing)
   75   run --timeout passed before the lock was acquired (nothing ran, no node left)
-  76   the lock was lost while the command ran; the command was stopped
+  76   the lock was lost while the command ran (the command was stopped), or the release
+       after it found the lock lost or could not be confirmed within --release-timeout
   77   permission denied: authentication failed, or an ACL refuses the lock's requests
   126  the command is not executable
   127  the command was not found

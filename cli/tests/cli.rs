@@ -242,6 +242,43 @@ async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_not_confirmed_in_time_exits_with_the_loss_code() {
+    // The command exits while the lease is good (a 20 s session) but the server is frozen: the
+    // check after the exit passes, and only the release's reply could prove that nobody deleted
+    // the node meanwhile. It never comes within --release-timeout.
+    let server = ZooKeeper::start();
+    let dir = temp("unconfirmed");
+    let script = r#"echo ready > "$DIR/ready"
+        while [ ! -e "$DIR/go" ]; do sleep 0.02; done
+        exit 0"#;
+    let child = run_sh(
+        &server.addr(),
+        &["--session-timeout", "20s", "--release-timeout", "1s"],
+        script,
+        &dir,
+    );
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
+    server.pause();
+    std::fs::write(dir.join("go"), "").unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    server.resume();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains("exited with 0")
+            && stderr.contains("unconfirmed")
+            && !stderr.contains("was lost before"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_server_stops_the_command_with_the_loss_code() {
     let server = ZooKeeper::start();
     let dir = temp("pause");
