@@ -34,6 +34,14 @@ fn run_sh(hosts: &str, extra: &[&str], script: &str, dir: &std::path::Path) -> s
         .unwrap()
 }
 
+/// Waits until the command has written `$DIR/ready`.
+async fn started(dir: &std::path::Path) {
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
+}
+
 fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -102,10 +110,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
         echo ready > "$DIR/ready"
         while :; do sleep 1 & wait $!; done"#;
     let child = run_sh(&hosts, &["--grace", "700ms"], script, &dir);
-    wait_until(Duration::from_secs(20), "the command to start", || async {
-        dir.join("ready").exists()
-    })
-    .await;
+    started(&dir).await;
     let admin = connect(&hosts, Duration::from_secs(10)).await;
     let nodes = admin.list_children("/locks/cli").await.unwrap();
     assert_eq!(nodes.len(), 1);
@@ -180,10 +185,7 @@ async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
         script,
         &dir,
     );
-    wait_until(Duration::from_secs(20), "the command to start", || async {
-        dir.join("ready").exists()
-    })
-    .await;
+    started(&dir).await;
     let pid = std::fs::read_to_string(dir.join("ready")).unwrap();
     let stat = format!("/proc/{}/stat", pid.trim());
 
@@ -257,10 +259,7 @@ async fn a_release_not_confirmed_in_time_exits_with_the_loss_code() {
         script,
         &dir,
     );
-    wait_until(Duration::from_secs(20), "the command to start", || async {
-        dir.join("ready").exists()
-    })
-    .await;
+    started(&dir).await;
     server.pause();
     std::fs::write(dir.join("go"), "").unwrap();
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
@@ -297,10 +296,7 @@ async fn a_paused_server_stops_the_command_with_the_loss_code() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    wait_until(Duration::from_secs(20), "the command to start", || async {
-        dir.join("ready").exists()
-    })
-    .await;
+    started(&dir).await;
     server.pause();
     let paused = Instant::now();
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
