@@ -47,7 +47,7 @@ Exit codes:
   70   other failures (an unexpected ZooKeeper error, the lock path missing)
   75   run --timeout passed before the lock was acquired (nothing ran, no node left)
   76   the lock was lost while the command ran (the command was stopped), or the release
-       after it found the lock lost or could not be confirmed within --release-timeout
+       after it found the lock lost, failed, or was not confirmed within --release-timeout
   77   permission denied: authentication failed, or an ACL refuses the lock's requests
   126  the command is not executable
   127  the command was not found

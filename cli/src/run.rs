@@ -251,8 +251,8 @@ async fn release_bounded(guard: LockGuard, limit: Duration) -> Result<zkfence::R
 
 /// The exit code once the command has exited (and been reaped) with `code`: `code` if the lock
 /// was held all along, [`EXIT_LOCK_LOST`] if it was lost at any point before its release was
-/// confirmed, or if the release was not confirmed within `limit`, whatever the command
-/// returned.
+/// confirmed, or if the release was not confirmed (it failed, or took longer than `limit`),
+/// whatever the command returned.
 ///
 /// The exit and the loss can arrive together (and the `select!` above then takes either), or
 /// the loss can still be on its way (a `NodeDeleted` notification in flight) when the exit is
@@ -264,8 +264,8 @@ async fn release_bounded(guard: LockGuard, limit: Duration) -> Result<zkfence::R
 ///
 /// A passing check rules out the session's end (the lease) but not a deletion of our node by
 /// someone else whose notification is still on its way: only the confirmed delete, which
-/// finds the node, rules that out. A release that times out therefore reports the loss too,
-/// as the library's [`ReleaseUnconfirmed`](LossReason::ReleaseUnconfirmed) does.
+/// finds the node, rules that out. A release that fails or times out therefore reports the
+/// loss too, as the library's [`ReleaseUnconfirmed`](LossReason::ReleaseUnconfirmed) does.
 async fn finish(lock: &str, guard: LockGuard, code: u8, limit: Duration) -> u8 {
     let checked = guard.check().err().as_ref().and_then(loss);
     let released = release_bounded(guard, limit).await;
@@ -276,22 +276,15 @@ async fn finish(lock: &str, guard: LockGuard, code: u8, limit: Duration) -> u8 {
         );
         return EXIT_LOCK_LOST;
     }
-    match released {
-        Ok(Ok(())) => code,
-        Ok(Err(err)) => {
-            // The check passed after the command was reaped and the node was not found gone:
-            // held to the end. The code stands, though the node may outlive us until the
-            // session ends.
-            eprintln!("zkfence: the command finished, but {err}");
-            code
-        }
-        Err(()) => {
-            eprintln!(
-                "zkfence: the command exited with {code}, but with the release of lock {lock} unconfirmed, a deletion of its node before the exit cannot be ruled out; treat the work as possibly overlapped (fenced writes are safe)"
-            );
-            EXIT_LOCK_LOST
-        }
-    }
+    let why = match released {
+        Ok(Ok(())) => return code,
+        Ok(Err(err)) => format!("it failed: {err}"),
+        Err(()) => format!("it took longer than {limit:?}"),
+    };
+    eprintln!(
+        "zkfence: the command exited with {code}, but the release of lock {lock} was not confirmed ({why}), so a deletion of its node before the exit cannot be ruled out; treat the work as possibly overlapped (fenced writes are safe)"
+    );
+    EXIT_LOCK_LOST
 }
 
 /// The reason, when `err` says the lock was lost (not merely released).

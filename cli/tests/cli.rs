@@ -34,6 +34,20 @@ fn run_sh(hosts: &str, extra: &[&str], script: &str, dir: &std::path::Path) -> s
         .unwrap()
 }
 
+/// A command that says it is ready, then exits 0 once `$DIR/go` exists.
+const EXIT_0_ON_GO: &str = r#"echo ready > "$DIR/ready"
+    while [ ! -e "$DIR/go" ]; do sleep 0.02; done
+    exit 0"#;
+
+/// Tells an [`EXIT_0_ON_GO`] command to exit, and waits for zkfence's exit.
+async fn go(dir: &std::path::Path, child: std::process::Child) -> Output {
+    std::fs::write(dir.join("go"), "").unwrap();
+    tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 /// Waits until the command has written `$DIR/ready`.
 async fn started(dir: &std::path::Path) {
     wait_until(Duration::from_secs(20), "the command to start", || async {
@@ -250,29 +264,51 @@ async fn a_release_not_confirmed_in_time_exits_with_the_loss_code() {
     // the node meanwhile. It never comes within --release-timeout.
     let server = ZooKeeper::start();
     let dir = temp("unconfirmed");
-    let script = r#"echo ready > "$DIR/ready"
-        while [ ! -e "$DIR/go" ]; do sleep 0.02; done
-        exit 0"#;
     let child = run_sh(
         &server.addr(),
         &["--session-timeout", "20s", "--release-timeout", "1s"],
-        script,
+        EXIT_0_ON_GO,
         &dir,
     );
     started(&dir).await;
     server.pause();
-    std::fs::write(dir.join("go"), "").unwrap();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = go(&dir, child).await;
     server.resume();
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(76), "{stderr}");
     assert!(
         stderr.contains("exited with 0")
-            && stderr.contains("unconfirmed")
+            && stderr.contains("not confirmed (it took longer than 1s)")
             && !stderr.contains("was lost before"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_an_acl_exits_with_the_loss_code() {
+    // An operator takes DELETE off the lock path while the command runs: the release is refused,
+    // and nothing confirms that the node was still there when the command exited.
+    use zookeeper_client::{Acl, AuthId, Permission};
+    let hosts = chroot(shared(), "cli-acl-release").await;
+    let dir = temp("acl-release");
+    let child = run_sh(&hosts, &[], EXIT_0_ON_GO, &dir);
+    started(&dir).await;
+    let admin = connect(&hosts, Duration::from_secs(10)).await;
+    let all_but_delete =
+        Permission::READ | Permission::WRITE | Permission::CREATE | Permission::ADMIN;
+    admin
+        .set_acl(
+            "/locks/cli",
+            &[Acl::new(all_but_delete, AuthId::anyone())],
+            None,
+        )
+        .await
+        .unwrap();
+    let output = go(&dir, child).await;
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(76), "{stderr}");
+    assert!(
+        stderr.contains("exited with 0") && stderr.contains("not confirmed (it failed"),
         "{stderr}"
     );
 }
