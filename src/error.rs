@@ -218,7 +218,7 @@ impl Error {
 
     /// Maps a client error from `op` on `path` to ours, giving the common cases their own
     /// variants.
-    pub(crate) fn zk(
+    pub(crate) fn from_request(
         op: &'static str,
         path: &str,
         session: zk::SessionId,

@@ -11,10 +11,11 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::loss::LossReason;
-use crate::metrics as m;
-use crate::queue::in_process::InProcessTurn;
+use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
+use crate::options::LockOptions;
+use crate::queue::{Grant, Release};
+use crate::requests::Deleted;
 use crate::watchdog::{Event, GuardState, Interest};
-use crate::zk::{delete_node, Deleted};
 
 /// What a guard and its [`Held`] handles share.
 #[derive(Debug)]
@@ -27,9 +28,6 @@ struct Shared {
     /// Our registration with the session's watchdog.
     id: u64,
     acquired_at: Instant,
-    /// Release with the marker (lock-delay, or a successor that may have queued behind more
-    /// than us: see `crate::queue`'s "The handoff").
-    mark: bool,
 }
 
 /// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
@@ -249,19 +247,9 @@ pub struct LockGuard {
     held: Held,
     /// Keeps the session's watchdog running while we hold the lock; `None` once finished.
     interest: Option<Interest>,
-    /// This process's turn in the lock's in-process queue; dropping it lets the next task
-    /// contend.
-    turn: Option<InProcessTurn>,
-}
-
-/// What an acquire hands to its guard besides the token.
-pub(crate) struct Handoff {
-    /// The pending watch on our node, set while we waited (the watchdog takes it over).
-    pub(crate) node_watch: Option<crate::zk::NodeWatch>,
-    /// Delete with the release marker (see `crate::queue`'s "The handoff").
-    pub(crate) mark: bool,
-    /// The in-process queue turn, for the kinds that queue in process.
-    pub(crate) turn: Option<InProcessTurn>,
+    /// Deletes our node (and gives up the in-process turn): awaited by
+    /// [`release`](LockGuard::release), else in the background when the guard is dropped.
+    release: Release,
 }
 
 impl std::ops::Deref for LockGuard {
@@ -273,26 +261,33 @@ impl std::ops::Deref for LockGuard {
 }
 
 impl LockGuard {
+    /// The guard of `grant`, held on `lock_path` with `options`' lease and disconnect policy;
+    /// registered with the session's watchdog, which watches its node from now on.
     pub(crate) fn new(
-        client: zk::Client,
+        grant: Grant,
         lock_path: Arc<str>,
-        node: String,
-        token: FencingToken,
-        interest: Interest,
-        state: GuardState,
-        handoff: Handoff,
+        options: &LockOptions,
+        label: String,
     ) -> LockGuard {
+        let Grant {
+            client,
+            token,
+            interest,
+            node_watch,
+            release,
+        } = grant;
         let watch = interest.watch();
+        let budget = options.lease.budget(watch.session_timeout());
+        let state = Arc::new(watch.guard_state(budget, options.ride_out, label));
         let id = watch.next_id();
-        let node: Arc<str> = node.into();
-        let state = Arc::new(state);
+        let node = release.node().clone();
         watch.send(Event::Register {
             id,
             node: node.clone(),
             state: state.clone(),
-            watch: handoff.node_watch,
+            watch: node_watch,
         });
-        ::metrics::gauge!(m::HELD_LOCKS).increment(1.0);
+        metrics::gauge!(HELD_LOCKS).increment(1.0);
         let shared = Shared {
             client,
             lock_path,
@@ -301,14 +296,13 @@ impl LockGuard {
             state,
             id,
             acquired_at: Instant::now(),
-            mark: handoff.mark,
         };
         LockGuard {
             held: Held {
                 shared: Arc::new(shared),
             },
             interest: Some(interest),
-            turn: handoff.turn,
+            release,
         }
     }
 
@@ -365,18 +359,7 @@ impl LockGuard {
         let shared = self.held.shared.clone();
         let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
         shared.state.lose(LossReason::Released);
-        let deleted = delete_node(&shared.client, &shared.node, shared.mark).await;
-        if let Err(err) = &deleted {
-            if !err.is_session_terminal() {
-                // The node may still be ours: keep trying in the background.
-                crate::queue::cleanup::spawn_cleanup(
-                    shared.client.clone(),
-                    shared.node.to_string(),
-                    shared.mark,
-                    None,
-                );
-            }
-        }
+        let deleted = self.release.now().await;
         self.finish();
         let outcome = match (lost, deleted) {
             (Some(reason), _) => Err(Error::LockLost(reason)),
@@ -393,7 +376,7 @@ impl LockGuard {
             }
             Err(err) => {
                 if !err.is_lock_lost() {
-                    ::metrics::counter!(m::RELEASE_ERRORS_TOTAL).increment(1);
+                    metrics::counter!(RELEASE_ERRORS_TOTAL).increment(1);
                 }
                 tracing::warn!(node = %shared.node, fencing_token = %shared.token, cause = %err, "release reported an error");
             }
@@ -409,26 +392,21 @@ impl LockGuard {
         interest.watch().send(Event::Unregister {
             id: self.held.shared.id,
         });
-        ::metrics::gauge!(m::HELD_LOCKS).decrement(1.0);
-        ::metrics::histogram!(m::HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.label.clone())
+        metrics::gauge!(HELD_LOCKS).decrement(1.0);
+        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.label.clone())
             .record(self.held.shared.acquired_at.elapsed().as_secs_f64());
     }
 }
 
 impl Drop for LockGuard {
+    /// Cancels the token and unregisters at once; the node is deleted in the background by the
+    /// [`Release`] dropped with the guard, unless `release` confirmed it gone.
     fn drop(&mut self) {
         if self.interest.is_none() {
             return;
         }
-        let shared = self.held.shared.clone();
-        shared.state.lose(LossReason::Released);
+        self.held.shared.state.lose(LossReason::Released);
         self.finish();
-        crate::queue::cleanup::spawn_cleanup(
-            shared.client.clone(),
-            shared.node.to_string(),
-            shared.mark,
-            self.turn.take(),
-        );
     }
 }
 

@@ -25,60 +25,29 @@
 //!    with a version check, a conditional put) refuses the stale holder. Guarantee 3 needs
 //!    the storage's help; without it, guarantees 1 and 2 are all there is.
 //!
-//! # The lease, and what each server reply proves
+//! # The lease, in short
 //!
-//! Only the leader expires sessions, no earlier than `T` (the negotiated session timeout)
-//! after it last *touched* the session (`SessionTrackerImpl`, whose `ExpiryQueue` rounds
-//! `now + T` up to the next tick). It touches a session on every request the session sends it
-//! directly; a follower only relays that it saw the session in its reply to the leader's
-//! `PING`, every `tickTime/2`, and a request the follower *forwards* touches nothing
-//! (`LeaderZooKeeperServer::submitLearnerRequest`). So, in ZooKeeper 3.8:
+//! The lease is how a holder knows, without asking anyone, that no other contender can hold
+//! the lock yet. Only the leader expires sessions, no earlier than `T` (the negotiated session
+//! timeout) after it last heard from one, so only a **committed write** proves anything: a read
+//! reply does not (a follower cut off from the leader still answers reads), nor does a `sync`
+//! reply (a leader answers its own clients' syncs without a quorum; zkfence's first lease rule
+//! trusted them and gave two holders valid leases for seconds when the leader was cut off).
+//! A committed write, paired with a reply of ours that came back at least a gap `G` before it
+//! was sent (`G`: how long a follower may wait before relaying our activity to the leader,
+//! `tickTime/2` plus slack), proves that the leader heard from the session no earlier than that
+//! reply's send time, the lease's **anchor**. The lease ends at `anchor + T·(1 − drift) −
+//! margin`. The watchdog keeps proofs coming with a write that changes nothing (a `multi`
+//! holding one `check` of a held node), about once per `G` per session, whatever the number of
+//! locks it holds.
 //!
-//! - **A read reply proves nothing**: a follower cut off from the leader still answers reads.
-//! - **A `sync` reply proves nothing**: a leader answers its own clients' syncs without a
-//!   quorum round (its `CommitProcessor` has `matchSyncs = false`), and a leader cut off from
-//!   its followers keeps answering for up to `syncLimit · tickTime`, while the followers elect
-//!   a new leader that expires the session `T` after it took over. zkfence's first lease rule
-//!   extended the lease on sync replies; with the leader cut off that gave two holders with
-//!   valid leases for 3.6–8.8 s (tickTime 2000, syncLimit 5, T = 4 s).
-//! - **A committed write `k`, sent at `s_k`, proves that no later leader can expire the session
-//!   before `s_k + T`**: the write needs a quorum's acknowledgements, every later leader is
-//!   established by a quorum, the two quorums share a server, and that server acknowledged
-//!   `k` before it followed the later leader, which builds its session tracker (touching every
-//!   session) only once established (`Leader::lead` → `startZkServer`).
-//! - **The leader that committed `k` heard from the session no earlier than `s_j`, for any
-//!   request `j` whose reply arrived at `r_j ≤ s_k − G`**, where `G = tickTime/2 · (1 + drift)
-//!   + margin`: `j` touched our server by `r_j`; within `G` that server answered a leader
-//!   `PING` with the touch; the answer travels the same ordered connection as the later
-//!   forward of `k`, so the leader processed the touch before `k` (`LearnerHandler`). On the
-//!   leader itself the touch is direct; after a reconnect, the new server's `REVALIDATE`
-//!   touched the leader after `r_j`.
-//!
-//! So every committed write (our create, and the watchdog's probe: a `multi` holding one
-//! `check` of a held node, which changes nothing and fires no watch) moves the lease's
-//! **anchor** to the newest such `s_j`, and the lease deadline is `anchor + T·(1 − drift) −
-//! margin`. Probes go out every `max(G, (budget − G)/4)`, each pairing with the reply before it:
-//! at `T = 2 s` that is 1.5 committed writes per second per session, whatever the number of
-//! locks it holds; at `T = 10 s`, 0.17.
-//!
-//! Assumptions, stated:
-//! - clock rates differ by at most `drift` (1%);
-//! - **timing:** a follower receives the leader's pings at most `G` apart. ZooKeeper only
-//!   enforces silences up to `syncLimit · tickTime`, so a leader pause or a stalled
-//!   leader-to-follower link longer than `G` can let the lease outlast the session by up to
-//!   the stall; declare a tickTime of `2X` to cover pauses up to `X`;
-//! - the ensemble's tickTime is at most `T/2` (ZooKeeper's default `minSessionTimeout` is
-//!   `2 · tickTime`; set [`LockOptions::with_tick_time`] if yours differs, twice the tick for
-//!   clients of observers behind an `ObserverMaster`; a tick too long to keep a lease is
-//!   refused with [`Error::LeaseTooShort`]);
-//! - every server negotiates the same session timeout (the client renegotiates on reconnect);
-//! - the first lease after a session's watchdog starts has no earlier reply to pair with: it
-//!   rests on `zookeeper-client` pinging an idle connection at least every `T/5` (its default
-//!   connection timeout), and anchors at `s − G − T/5 − margin`.
-//!
-//! The chaos suite (`chaos/run partition`) attacks the partitions this must survive: the
-//! leader cut off asymmetrically and symmetrically, a one-way follower-to-leader cut, a
-//! minority follower, lossy leader links.
+//! The argument, reply by reply with the ZooKeeper 3.8 code each step rests on, and its stated
+//! assumptions (clock drift of at most 1%; leader pings reaching a follower at most `G` apart;
+//! a tickTime of at most `T/2` unless declared with [`LockOptions::with_tick_time`], refused
+//! with [`Error::LeaseTooShort`] when no lease fits; one session timeout negotiated by every
+//! server; the client's keepalive for the first proof after the watchdog starts) are written
+//! once, in the lease module (`src/watchdog/lease.rs`). The chaos suite (`chaos/run
+//! partition`) attacks it with the partitions it must survive.
 //!
 //! # The fencing token
 //!
@@ -158,8 +127,10 @@
 //!
 //! # Layout
 //!
-//! - [`lock`](FencedLock): `FencedLock`, `LockOptions`: acquire, try_acquire, run; clones
-//!   share an in-process queue (one ZooKeeper contender per process).
+//! - [`FencedLock`]: acquire, try_acquire, acquire_timeout, run, contenders; clones share an
+//!   in-process queue (one ZooKeeper contender per process).
+//! - [`LockOptions`]: node data, ACLs, parents, the disconnect policy, the lease's margin,
+//!   drift and tickTime, lock-delay, the metrics label.
 //! - [`FencedRwLock`]: readers share, writers exclude (Curator-compatible node names). A
 //!   writer's token fences storage as the mutex's does; a reader's token only tells it,
 //!   by comparison with the fence, whether a newer writer has been granted.
@@ -208,13 +179,15 @@ mod guard;
 mod lock;
 mod loss;
 pub mod metrics;
+mod mutants;
 mod options;
 mod queue;
+mod requests;
 mod rwlock;
+mod section;
 mod semaphore;
 mod time;
 mod watchdog;
-mod zk;
 
 pub use crate::error::{Error, Result};
 pub use crate::fencing::{FencingToken, ParseTokenError};
@@ -223,7 +196,7 @@ pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
-pub use crate::options::HandoffMutant;
+pub use crate::mutants::Mutant;
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;

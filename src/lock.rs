@@ -2,10 +2,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,13 +12,13 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
-use crate::loss::LossReason;
-use crate::metrics as m;
+use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
-use crate::queue::{self, Admission, Queue};
+use crate::queue::{self, Admission, Grant, Queue};
+use crate::requests::{child_path, retrying};
+use crate::section;
 use crate::time::Wait;
-use crate::zk::{child_path, create_parents, retrying};
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///
@@ -217,10 +214,11 @@ impl FencedLock {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self) -> Result<LockGuard> {
-        match self.acquire_with(Wait::Forever).await? {
-            Some(guard) => Ok(guard),
-            // Wait::Forever only returns with a guard or an error.
-            None => Err(Error::ClientClosed),
+        loop {
+            // A wait without a deadline ends only with a guard or an error.
+            if let Some(guard) = self.acquire_with(Wait::Forever).await? {
+                return Ok(guard);
+            }
         }
     }
 
@@ -320,7 +318,7 @@ impl FencedLock {
         E: From<Error>,
     {
         let guard = self.acquire().await?;
-        run_section(guard, f).await
+        section::run(guard, f).await
     }
 
     /// As [`run`](Self::run), but gives up waiting for the lock after `timeout` and returns
@@ -358,7 +356,7 @@ impl FencedLock {
         E: From<Error>,
     {
         match self.acquire_timeout(timeout).await? {
-            Some(guard) => run_section(guard, f).await.map(Some),
+            Some(guard) => section::run(guard, f).await.map(Some),
             None => Ok(None),
         }
     }
@@ -397,7 +395,7 @@ impl FencedLock {
                     path: path.to_owned(),
                 })
             }
-            Err(err) => return Err(Error::zk("list", path, session, err)),
+            Err(err) => return Err(Error::from_request("list", path, session, err)),
         };
         let ordered = crate::queue::names::queue_order(children);
         let mut out = Vec::with_capacity(ordered.len());
@@ -409,7 +407,7 @@ impl FencedLock {
                 .collect();
             let results = match retrying(client, || read_all(client, &nodes)).await? {
                 Ok(results) => results,
-                Err(err) => return Err(Error::zk("get", path, session, err)),
+                Err(err) => return Err(Error::from_request("get", path, session, err)),
             };
             for ((name, seq), result) in chunk.iter().zip(results) {
                 // A node that vanished between the listing and the read is no longer queued.
@@ -427,26 +425,6 @@ impl FencedLock {
         Ok(out)
     }
 
-    /// Sets the lock node's own data (creating it and its parents as persistent nodes, with
-    /// this lock's ACLs, when missing), retried across ConnectionLoss. For the semaphore's
-    /// stored count.
-    pub(crate) async fn store_data(&self, data: &[u8]) -> Result<()> {
-        let client = &self.queue.client;
-        let path = &*self.queue.path;
-        let mut created = false;
-        loop {
-            match retrying(client, || client.set_data(path, data, None)).await? {
-                Ok(_) => return Ok(()),
-                Err(zk::Error::NoNode) if !created => {
-                    created = true;
-                    let mode = zk::CreateMode::Persistent;
-                    create_parents(client, path, mode, &self.queue.options.acls).await?;
-                }
-                Err(err) => return Err(Error::zk("set", path, client.session_id(), err)),
-            }
-        }
-    }
-
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
         let client = &self.queue.client;
         let span = tracing::debug_span!(
@@ -459,7 +437,7 @@ impl FencedLock {
         );
         let started = Instant::now();
         let queued = queue::acquire(&self.queue, wait).instrument(span.clone());
-        let result = match wait {
+        let granted = match wait {
             // The protocol honours the deadline itself and deletes our node before returning;
             // this bound only matters while ZooKeeper is unreachable (then the node, if any,
             // is deleted in the background).
@@ -470,11 +448,12 @@ impl FencedLock {
             }
             _ => queued.await,
         };
+        let result = granted.map(|grant| grant.map(|grant| self.guard(grant)));
         let outcome = match &result {
             Ok(Some(guard)) => {
                 span.record("fencing_token", tracing::field::display(guard.token()));
                 span.record("node", guard.node_path());
-                ::metrics::counter!(m::ACQUISITIONS_TOTAL, "lock" => self.queue.label.clone())
+                metrics::counter!(ACQUISITIONS_TOTAL, "lock" => self.queue.label.clone())
                     .increment(1);
                 tracing::debug!(parent: &span, waited_ms = started.elapsed().as_secs_f64() * 1e3, "acquired");
                 "acquired"
@@ -486,9 +465,20 @@ impl FencedLock {
                 "error"
             }
         };
-        ::metrics::histogram!(m::ACQUIRE_DURATION_SECONDS, "outcome" => outcome, "lock" => self.queue.label.clone())
+        metrics::histogram!(ACQUIRE_DURATION_SECONDS, "outcome" => outcome, "lock" => self.queue.label.clone())
             .record(started.elapsed().as_secs_f64());
         result
+    }
+
+    /// The guard of a grant on this lock.
+    fn guard(&self, grant: Grant) -> LockGuard {
+        let queue = &self.queue;
+        LockGuard::new(
+            grant,
+            queue.path.clone(),
+            &queue.options,
+            queue.label.clone(),
+        )
     }
 }
 
@@ -502,81 +492,4 @@ async fn read_all(
         reader.add_get_data(node)?;
     }
     reader.commit().await
-}
-
-/// Runs `f`'s future under `guard`, checking the lock before every poll; releases after.
-async fn run_section<F, Fut, T, E>(guard: LockGuard, f: F) -> std::result::Result<T, E>
-where
-    F: FnOnce(Held) -> Fut,
-    Fut: Future<Output = std::result::Result<T, E>>,
-    E: From<Error>,
-{
-    let held = guard.held();
-    let cancelled = Box::pin(held.cancellation_token().cancelled_owned());
-    let section = Fenced {
-        future: Some(Box::pin(f(guard.held()))),
-        held,
-        cancelled,
-    };
-    match section.await {
-        SectionEnd::Done(out) => {
-            let released = guard.release().await;
-            match (out, released) {
-                (Ok(value), Ok(())) => Ok(value),
-                (Ok(_), Err(err)) => Err(err.into()),
-                (Err(err), _) => Err(err),
-            }
-        }
-        SectionEnd::Lost(reason) => {
-            // The node may still be ours (e.g. a disconnect we did not ride out): delete it.
-            let _ = guard.release().await;
-            Err(Error::LockLost(reason).into())
-        }
-        SectionEnd::Panicked(payload) => {
-            let _ = guard.release().await;
-            std::panic::resume_unwind(payload)
-        }
-    }
-}
-
-enum SectionEnd<O> {
-    Done(O),
-    Lost(LossReason),
-    Panicked(Box<dyn std::any::Any + Send>),
-}
-
-/// Polls the critical section only while the lock holds; drops it the moment it does not.
-struct Fenced<Fut> {
-    held: Held,
-    /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
-    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
-    future: Option<Pin<Box<Fut>>>,
-}
-
-impl<Fut: Future> Future for Fenced<Fut> {
-    type Output = SectionEnd<Fut::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        // Registers the waker before the check, so a loss between the two still wakes us.
-        let _ = this.cancelled.as_mut().poll(cx);
-        if let Err(reason) = this.held.loss_check() {
-            this.future = None;
-            return Poll::Ready(SectionEnd::Lost(reason));
-        }
-        let Some(future) = this.future.as_mut() else {
-            return Poll::Ready(SectionEnd::Lost(LossReason::Released));
-        };
-        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(Poll::Ready(out)) => {
-                this.future = None;
-                Poll::Ready(SectionEnd::Done(out))
-            }
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => {
-                this.future = None;
-                Poll::Ready(SectionEnd::Panicked(payload))
-            }
-        }
-    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
+use crate::mutants::Flaw;
 use crate::watchdog::lease::LeasePolicy;
 
 /// How a lock's parent nodes are created when they are missing.
@@ -58,31 +59,8 @@ pub struct LockOptions {
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
     pub(crate) lock_delay: Option<Duration>,
-    /// A deliberate flaw in the handoff protocol, for zkfence's own tests.
-    #[cfg(feature = "mutants")]
-    pub(crate) handoff_mutant: Option<HandoffMutant>,
-}
-
-/// **For zkfence's own tests.** Deliberate flaws in the handoff protocol, each of which a test
-/// in the suite must catch as a second holder. Only built with the `mutants` feature.
-///
-/// # Examples
-///
-/// ```
-/// use zkfence::{HandoffMutant, LockOptions};
-/// let mutant = LockOptions::default().with_handoff_mutant(HandoffMutant::MarkedWithdrawal);
-/// # let _ = mutant;
-/// ```
-#[cfg(feature = "mutants")]
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandoffMutant {
-    /// A waiter that gives up deletes its node with the release marker, as if it had held
-    /// the lock: its successor walks past the nodes still ahead.
-    MarkedWithdrawal,
-    /// Any marked release admits the successor, whatever kind the released node was: a
-    /// writer walks past the readers still ahead of the reader that released.
-    AnyReleaseAdmits,
+    /// A deliberate flaw, for zkfence's own tests (see `crate::mutants`); none in a service.
+    pub(crate) flaw: Flaw,
 }
 
 /// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
@@ -102,8 +80,7 @@ impl Default for LockOptions {
             lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
-            #[cfg(feature = "mutants")]
-            handoff_mutant: None,
+            flaw: Flaw::default(),
         }
     }
 }
@@ -208,8 +185,7 @@ impl LockOptions {
     ///
     /// A follower tells the leader that a session is alive only every `tickTime/2`, so a
     /// reply proves the leader heard from the session only that long before a later write was
-    /// sent (see "The lease, and what each server reply proves" in the crate docs): a shorter
-    /// tick gives a fresher lease. Give the real value or a larger one, never a smaller one.
+    /// sent (the crate docs' "The lease, in short"): a shorter tick gives a fresher lease. Give the real value or a larger one, never a smaller one.
     /// Set it when your servers' `minSessionTimeout` is below `2·tickTime`; to gain lease time
     /// when the tick is well below `T/2`; larger than the real tick to cover leader pauses
     /// (a tick of `2X` covers pauses up to `X`); and at twice the real tick for clients of
@@ -229,46 +205,23 @@ impl LockOptions {
         self
     }
 
-    /// **Unsound; for zkfence's chaos suite only.** Keeps the lease rule zkfence had before
-    /// it learnt that a leader answers its own clients' syncs without a quorum: each `sync`
-    /// reply extends the lease from its send time, margin `T/4`. The chaos suite runs it as a
-    /// mutant to show that its partition faults catch it. Only built with the `mutants`
-    /// feature.
+    /// **For zkfence's own tests; never in a service.** Builds this lock with `mutant`'s
+    /// deliberate flaw, which a test or chaos scenario must catch (the list, and what catches
+    /// each, is in the `mutants` module). Only built with the `mutants` feature.
     ///
     /// # Examples
     ///
     /// ```
-    /// let mutant = zkfence::LockOptions::default().with_legacy_sync_lease_mutant(true);
+    /// use zkfence::{LockOptions, Mutant};
+    /// let mutant = LockOptions::default().with_mutant(Mutant::AnyReleaseAdmits);
     /// # let _ = mutant;
     /// ```
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
-    pub fn with_legacy_sync_lease_mutant(mut self, on: bool) -> Self {
-        self.lease.legacy = on;
+    pub fn with_mutant(mut self, mutant: crate::mutants::Mutant) -> Self {
+        self.flaw = Flaw::of(mutant);
+        self.lease.flaw = self.flaw;
         self
-    }
-
-    /// **For zkfence's own tests.** Builds the handoff protocol with `mutant`'s flaw. Only
-    /// built with the `mutants` feature.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use zkfence::{HandoffMutant, LockOptions};
-    /// let mutant = LockOptions::default().with_handoff_mutant(HandoffMutant::AnyReleaseAdmits);
-    /// # let _ = mutant;
-    /// ```
-    #[cfg(feature = "mutants")]
-    #[doc(hidden)]
-    pub fn with_handoff_mutant(mut self, mutant: HandoffMutant) -> Self {
-        self.handoff_mutant = Some(mutant);
-        self
-    }
-
-    /// Whether this lock is built with `mutant`'s flaw.
-    #[cfg(feature = "mutants")]
-    pub(crate) fn is_mutant(&self, mutant: HandoffMutant) -> bool {
-        self.handoff_mutant == Some(mutant)
     }
 
     /// Fraction of the session timeout given up for clock-rate differences between this host

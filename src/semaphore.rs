@@ -12,7 +12,7 @@ use crate::lock::{Contender, FencedLock};
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::kind::Kind;
 use crate::queue::Admission;
-use crate::zk::retrying;
+use crate::requests::{create_parents, retrying};
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///
@@ -62,6 +62,8 @@ use crate::zk::retrying;
 pub struct FencedSemaphore {
     lock: FencedLock,
     permits: u32,
+    /// The ACLs of the semaphore node, should `set_permits` have to create it.
+    acls: Vec<zk::Acl>,
 }
 
 impl FencedSemaphore {
@@ -92,6 +94,7 @@ impl FencedSemaphore {
         }
         // The node holds the count: it must not be reaped as an empty container.
         let options = options.with_parent_mode(ParentMode::Persistent);
+        let acls = options.acls.clone();
         Ok(FencedSemaphore {
             lock: FencedLock::with_kind(
                 client,
@@ -101,6 +104,7 @@ impl FencedSemaphore {
                 Some(Box::new(PermitAgreement { permits })),
             )?,
             permits,
+            acls,
         })
     }
 
@@ -320,9 +324,28 @@ impl FencedSemaphore {
                 "a semaphore needs at least one permit",
             ));
         }
-        self.lock.store_data(permits.to_string().as_bytes()).await
+        self.store_count(permits.to_string().as_bytes()).await
+    }
+
+    /// Sets the semaphore node's data to `count` (creating it and its parents as persistent
+    /// nodes, with this client's ACLs, when missing), retried across ConnectionLoss.
+    async fn store_count(&self, count: &[u8]) -> Result<()> {
+        let (client, path) = (self.lock.client(), self.lock.path());
+        let mut created = false;
+        loop {
+            match retrying(client, || client.set_data(path, count, None)).await? {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NoNode) if !created => {
+                    created = true;
+                    let mode = zk::CreateMode::Persistent;
+                    create_parents(client, path, mode, &self.acls).await?;
+                }
+                Err(err) => return Err(Error::from_request("set", path, client.session_id(), err)),
+            }
+        }
     }
 }
+
 /// The semaphore's admission in the queue protocol: a lease is admitted only if this client's
 /// count agrees with the stored one (read in the create's round trip).
 #[derive(Debug)]
@@ -356,7 +379,7 @@ async fn agree_on_permits(
             Some(read) => read,
             None => match retrying(client, || client.get_data(path)).await? {
                 Ok(read) => read,
-                Err(err) => return Err(Error::zk("get", path, session, err)),
+                Err(err) => return Err(Error::from_request("get", path, session, err)),
             },
         };
         if data.is_empty() {
@@ -367,7 +390,7 @@ async fn agree_on_permits(
             match retrying(client, set).await? {
                 Ok(_) => return Ok(()),
                 Err(zk::Error::BadVersion) => continue, // another client stored first
-                Err(err) => return Err(Error::zk("set", path, session, err)),
+                Err(err) => return Err(Error::from_request("set", path, session, err)),
             }
         }
         let stored = std::str::from_utf8(&data)

@@ -490,7 +490,7 @@ async fn a_readers_release_does_not_let_a_writer_past_another_reader() {
 async fn the_any_release_admits_mutant_is_caught() {
     let options = LockOptions::default()
         .with_lock_delay(Duration::from_secs(1))
-        .with_handoff_mutant(zkfence::HandoffMutant::AnyReleaseAdmits);
+        .with_mutant(zkfence::Mutant::AnyReleaseAdmits);
     assert!(
         writer_behind_two_readers("reader-release-mutant", options).await,
         "a reader's marked release let nobody past: the mutant went unnoticed"

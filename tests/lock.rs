@@ -133,8 +133,7 @@ async fn a_waiter_leaving_the_middle_does_not_hand_over_the_lock() {
 #[cfg(feature = "mutants")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_marked_withdrawal_mutant_is_caught() {
-    let options =
-        LockOptions::default().with_handoff_mutant(zkfence::HandoffMutant::MarkedWithdrawal);
+    let options = LockOptions::default().with_mutant(zkfence::Mutant::MarkedWithdrawal);
     assert!(
         leaving_middle("middle-mutant", options).await,
         "a waiter's marked withdrawal went unnoticed"

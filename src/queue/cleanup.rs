@@ -1,58 +1,126 @@
-//! Our queue node until a guard owns it: deleted on every other way out (a timeout, a refusal,
-//! the acquire future dropped), and the background deletes a dropped guard leaves behind.
+//! Removing our node on every way out: the [`PendingNode`] until the acquire succeeds (a
+//! timeout, a refusal, the acquire future dropped), then the [`Release`] that a grant carries
+//! (the holder's release, awaited or in the background when the guard is dropped).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use zookeeper_client as zk;
 
 use crate::error::Result;
-use crate::metrics as m;
+use crate::metrics::BACKGROUND_CLEANUPS_TOTAL;
 use crate::queue::in_process::InProcessTurn;
-use crate::zk::{child_path, delete_node, find_own_node, Deleted};
+use crate::requests::{child_path, delete_node, find_own_node, Deleted};
 
-/// Our queue node until it is handed to a guard: deleted on every other way out, including
-/// the acquire future being dropped.
+/// What of ours may exist in the queue while an acquire runs.
+#[derive(Debug)]
+enum Ours {
+    /// Nothing: no create sent yet since the last refusal.
+    Nothing,
+    /// A create was sent and its reply has not arrived: a node named with our prefix may exist.
+    Unnamed,
+    /// Our node, by its full path.
+    Node(String),
+}
+
+/// Our queue node while an acquire runs: deleted on every way out that is not a grant,
+/// including the acquire future being dropped. Its state changes only through its methods.
+#[derive(Debug)]
 pub(crate) struct PendingNode {
-    pub(crate) client: zk::Client,
-    pub(crate) parent: String,
-    /// `_c_<uuid>-lock-`: finds the node when the create's reply was lost.
-    pub(crate) prefix: String,
-    /// Full path once the create's reply arrived.
-    pub(crate) node: Option<String>,
-    /// Whether something of ours may exist and must be cleaned up.
-    pub(crate) armed: bool,
+    client: zk::Client,
+    parent: String,
+    /// `_c_<uuid>-<marker>`: finds the node when the create's reply was lost.
+    prefix: String,
+    ours: Ours,
     /// Delete with the release marker: only with lock-delay on, and never for the kinds whose
-    /// marked release admits a successor (`withdrawal_marked`).
-    pub(crate) mark: bool,
+    /// marked release admits a successor (see the queue module's "The handoff").
+    mark: bool,
 }
 
 impl PendingNode {
-    /// Deletes our node now (awaited), for `try_acquire` and timeouts.
-    ///
-    /// Stays armed until the delete is confirmed: if this future is dropped while it waits for
-    /// a reconnect, or the delete fails, the drop cleans up in the background.
-    pub(crate) async fn remove(&mut self) -> Result<()> {
-        match &self.node {
-            Some(node) => delete_node(&self.client, node, self.mark)
-                .await
-                .map(|_| ())?,
-            None => remove_by_prefix(&self.client, &self.parent, &self.prefix, self.mark).await?,
+    pub(crate) fn new(client: zk::Client, parent: String, prefix: String, mark: bool) -> Self {
+        PendingNode {
+            client,
+            parent,
+            prefix,
+            ours: Ours::Unnamed,
+            mark,
         }
-        self.armed = false;
+    }
+
+    /// The name prefix of our node.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A create is about to be sent: from now on a node of ours may exist.
+    pub(crate) fn sending_create(&mut self) {
+        if !matches!(self.ours, Ours::Node(_)) {
+            self.ours = Ours::Unnamed;
+        }
+    }
+
+    /// The server refused our create: nothing of ours exists (an earlier create that lost its
+    /// reply was looked for, after the reconnect, before this one was sent).
+    pub(crate) fn refused(&mut self) {
+        self.ours = Ours::Nothing;
+    }
+
+    /// Our node exists at `path`.
+    pub(crate) fn created(&mut self, path: String) {
+        self.ours = Ours::Node(path);
+    }
+
+    /// Whether a waiter that gives up from now on deletes with the marker.
+    pub(crate) fn set_mark(&mut self, mark: bool) {
+        self.mark = mark;
+    }
+
+    /// Deletes our node now (awaited), for `try_acquire`, timeouts and refusals.
+    ///
+    /// Keeps its state until the delete is confirmed: if this future is dropped while it waits
+    /// for a reconnect, or the delete fails, the drop cleans up in the background.
+    pub(crate) async fn remove(&mut self) -> Result<()> {
+        match &self.ours {
+            Ours::Nothing => {}
+            Ours::Node(node) => {
+                delete_node(&self.client, node, self.mark).await?;
+            }
+            Ours::Unnamed => {
+                remove_by_prefix(&self.client, &self.parent, &self.prefix, self.mark).await?
+            }
+        }
+        self.ours = Ours::Nothing;
         Ok(())
+    }
+
+    /// The acquire succeeded with our node at `node`: it becomes the holder's, to be released
+    /// with the marker when `mark`, and `turn` given up once it is deleted.
+    pub(crate) fn into_release(
+        mut self,
+        node: &str,
+        mark: bool,
+        turn: Option<InProcessTurn>,
+    ) -> Release {
+        self.ours = Ours::Nothing;
+        Release {
+            client: self.client.clone(),
+            node: node.into(),
+            mark,
+            turn,
+            pending: true,
+        }
     }
 }
 
 impl Drop for PendingNode {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
         let client = self.client.clone();
         let mark = self.mark;
-        match self.node.take() {
-            Some(node) => spawn_cleanup(client, node, mark, None),
-            None => {
+        match std::mem::replace(&mut self.ours, Ours::Nothing) {
+            Ours::Nothing => {}
+            Ours::Node(node) => spawn_cleanup(client, node.into(), mark, None),
+            Ours::Unnamed => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
                     std::mem::take(&mut self.prefix),
@@ -62,10 +130,53 @@ impl Drop for PendingNode {
                         Ok(()) => "deleted",
                         Err(_) => "failed",
                     };
-                    ::metrics::counter!(m::BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome)
-                        .increment(1);
+                    metrics::counter!(BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome).increment(1);
                 });
             }
+        }
+    }
+}
+
+/// What the holder's release must do: delete its node (with the release marker when `mark`),
+/// then give up the process's in-process turn. Dropped before [`Release::now`] confirmed the
+/// delete, it deletes in the background.
+#[derive(Debug)]
+pub(crate) struct Release {
+    client: zk::Client,
+    node: Arc<str>,
+    mark: bool,
+    /// The in-process queue turn, given up only once the node is deleted, so the process's
+    /// next contender does not queue behind its own stale node.
+    turn: Option<InProcessTurn>,
+    /// Whether the node may still be ours (the background delete on drop is needed).
+    pending: bool,
+}
+
+impl Release {
+    /// The node this release deletes.
+    pub(crate) fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// Deletes the node now, retried across ConnectionLoss until it is known gone or the
+    /// session is over, then gives up the in-process turn. On another error the node may still
+    /// be ours: the drop keeps trying in the background (with the turn). If this future is
+    /// dropped before the delete is confirmed, the drop deletes in the background too.
+    pub(crate) async fn now(&mut self) -> Result<Deleted> {
+        let deleted = delete_node(&self.client, &self.node, self.mark).await;
+        self.pending = matches!(&deleted, Err(err) if !err.is_session_terminal());
+        if !self.pending {
+            self.turn = None;
+        }
+        deleted
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if self.pending {
+            let node = self.node.clone();
+            spawn_cleanup(self.client.clone(), node, self.mark, self.turn.take());
         }
     }
 }
@@ -85,16 +196,8 @@ async fn remove_by_prefix(
 }
 
 /// Deletes `node` in a task of its own (retrying across ConnectionLoss), with the release
-/// marker when `mark`.
-///
-/// `turn`, the in-process queue turn of a dropped guard, is given up only once the delete is
-/// done, so the process's next contender does not queue behind its own stale node.
-pub(crate) fn spawn_cleanup(
-    client: zk::Client,
-    node: String,
-    mark: bool,
-    turn: Option<InProcessTurn>,
-) {
+/// marker when `mark`; `turn` is given up once the delete is done.
+fn spawn_cleanup(client: zk::Client, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
     spawn_task(async move {
         let _turn = turn;
         let outcome = match delete_node(&client, &node, mark).await {
@@ -106,7 +209,7 @@ pub(crate) fn spawn_cleanup(
                 "failed"
             }
         };
-        ::metrics::counter!(m::BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome).increment(1);
+        metrics::counter!(BACKGROUND_CLEANUPS_TOTAL, "outcome" => outcome).increment(1);
     });
 }
 

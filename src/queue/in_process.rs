@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::metrics as m;
+use crate::metrics::InProcessWaiter;
 use crate::time::Wait;
 
 /// The queue itself, shared by the clones of one lock.
@@ -30,7 +30,7 @@ pub(crate) async fn take_turn(
     if let Ok(turn) = queue.clone().try_lock_owned() {
         return Ok(Some(turn));
     }
-    let _waiting = m::InProcessWaiter::new(label);
+    let _waiting = InProcessWaiter::new(label);
     match wait {
         Wait::Never => Err(Busy),
         Wait::Forever => Ok(Some(queue.clone().lock_owned().await)),

@@ -1,9 +1,11 @@
 //! The queue protocol every lock kind shares: take our turn in the in-process queue, create
 //! our node (the listing pipelined behind it), wait on the nodes the kind's predicate names,
-//! give a failed holder's stalled work its lock-delay, and hand the node to a guard.
+//! give a failed holder's stalled work its lock-delay, and hand back a [`Grant`]: the node,
+//! its token, and what its release must do. The front types build their guards from it.
 //!
 //! [`kind`] holds the predicates, [`names`] the node names and their order, [`cleanup`] what
-//! removes our node on every way out but a guard, [`in_process`] the queue inside a process.
+//! removes our node on every way out (the pending node, then the grant's release),
+//! [`in_process`] the queue inside a process.
 //!
 //! # The handoff
 //!
@@ -13,7 +15,7 @@
 //! every handoff, unless the event itself says that the predecessor held the lock. So:
 //!
 //! - **A holder marks its release** when a successor may need it: it deletes its node in a
-//!   `multi` that first sets the node's data (`crate::zk::RELEASED`). The successor's
+//!   `multi` that first sets the node's data (`crate::requests::RELEASED`). The successor's
 //!   exists-watch fires with `NodeDataChanged`, and the node is gone in the same transaction.
 //!   Only holders of the kinds that hold alone mark (mutex, writer; `Kind::marks_release`),
 //!   and only if they had queued behind someone: a holder that found the queue empty can
@@ -49,16 +51,17 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::guard::LockGuard;
-use crate::metrics as m;
+use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL};
+use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
+use crate::requests::{child_path, watch_changed, NodeWatch};
 use crate::time::{sleep_until_opt, Wait};
-use crate::watchdog;
 use crate::watchdog::lease::LeaseCell;
-use crate::zk::{child_path, watch_changed, NodeWatch};
+use crate::watchdog::{self, Interest};
 
 use self::cleanup::PendingNode;
+pub(crate) use self::cleanup::Release;
 use self::in_process::InProcessTurn;
 use self::kind::{Kind, Position};
 
@@ -125,7 +128,7 @@ impl Queue {
             });
         }
         Ok(Queue {
-            label: m::lock_label(&options.metrics_label),
+            label: lock_label(&options.metrics_label),
             in_process: kind
                 .queues_in_process()
                 .then(|| Arc::new(tokio::sync::Mutex::new(()))),
@@ -138,9 +141,21 @@ impl Queue {
     }
 }
 
+/// What a successful acquire hands back: the front type builds its guard from it.
+pub(crate) struct Grant {
+    pub(crate) client: zk::Client,
+    pub(crate) token: FencingToken,
+    /// The session's watchdog, kept running for the holder.
+    pub(crate) interest: Interest,
+    /// The watch on our node set while we waited, if any: the watchdog takes it over.
+    pub(crate) node_watch: Option<NodeWatch>,
+    /// What the release must do; its node is the holder's.
+    pub(crate) release: Release,
+}
+
 /// The protocol, as its steps: our turn in the process, our node in the queue, our turn in
-/// the queue, the lock-delay, the guard. `Ok(None)` when the wait ran out.
-pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<LockGuard>> {
+/// the queue, the lock-delay, the grant. `Ok(None)` when the wait ran out.
+pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<Grant>> {
     let client = &queue.client;
     if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
         return Err(err);
@@ -150,7 +165,7 @@ pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<LockGuar
         return Ok(None);
     };
     let interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
-    let mut attempt = Attempt::new(queue, wait, interest.watch().lease());
+    let mut attempt = Attempt::new(queue, wait, interest);
     let Some(created) = attempt.create().await? else {
         return Ok(None);
     };
@@ -161,7 +176,7 @@ pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<LockGuar
     if !attempt.delay(waited.vanished).await? {
         return Ok(None);
     }
-    Ok(Some(attempt.into_guard(node, waited, &interest, turn)))
+    Ok(Some(attempt.into_grant(node, waited, turn)))
 }
 
 /// One acquire in progress: what its steps share.
@@ -171,8 +186,9 @@ struct Attempt<'a> {
     path: &'a str,
     session: zk::SessionId,
     wait: Wait,
-    lease: &'a LeaseCell,
-    /// Our node until a guard owns it: removed on every other way out.
+    /// The session's watchdog, running while we acquire (and then for the holder).
+    interest: Interest,
+    /// Our node until it is granted: removed on every other way out.
     pending: PendingNode,
 }
 
@@ -207,7 +223,7 @@ struct Waited {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(queue: &'a Queue, wait: Wait, lease: &'a LeaseCell) -> Attempt<'a> {
+    fn new(queue: &'a Queue, wait: Wait, interest: Interest) -> Attempt<'a> {
         let client = &queue.client;
         Attempt {
             queue,
@@ -215,16 +231,18 @@ impl<'a> Attempt<'a> {
             path: &queue.path,
             session: client.session_id(),
             wait,
-            lease,
-            pending: PendingNode {
-                client: client.clone(),
-                parent: queue.path.to_string(),
-                prefix: names::protected_prefix(&uuid::Uuid::new_v4(), queue.kind.marker()),
-                node: None,
-                armed: true,
-                mark: withdrawal_marked(queue),
-            },
+            interest,
+            pending: PendingNode::new(
+                client.clone(),
+                queue.path.to_string(),
+                names::protected_prefix(&uuid::Uuid::new_v4(), queue.kind.marker()),
+                withdrawal_marked(queue),
+            ),
         }
+    }
+
+    fn lease(&self) -> &LeaseCell {
+        self.interest.watch().lease()
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -236,13 +254,14 @@ impl<'a> Attempt<'a> {
     /// reply, finds our node by its UUID and our session. `Ok(None)`: the deadline passed.
     async fn create(&mut self) -> Result<Option<Created>> {
         let (client, path, options) = (self.client, self.path, &self.queue.options);
-        let create_path = child_path(path, &self.pending.prefix);
+        let create_path = child_path(path, self.pending.prefix());
         let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&options.acls));
         let (mut attempt, mut parent_attempts) = (0, 0);
         loop {
             if self.deadline().is_some_and(|d| Instant::now() >= d) {
                 return Ok(None); // `pending` cleans up whatever may have been created
             }
+            self.pending.sending_create();
             let sent = Instant::now();
             let create = client.create(&create_path, &options.data, &mode);
             let list = client.list_children(path);
@@ -260,7 +279,7 @@ impl<'a> Attempt<'a> {
             };
             let err = match created {
                 Ok((stat, sequence)) => {
-                    let name = format!("{}{sequence}", self.pending.prefix);
+                    let name = format!("{}{sequence}", self.pending.prefix());
                     return Ok(Some(Created {
                         name,
                         stat,
@@ -273,21 +292,22 @@ impl<'a> Attempt<'a> {
             match err {
                 zk::Error::NoNode if options.create_parents && parent_attempts < 8 => {
                     parent_attempts += 1;
+                    self.pending.refused();
                     self.create_parents().await?;
                 }
                 zk::Error::NoNode => {
-                    self.pending.armed = false;
+                    self.pending.refused();
                     return Err(Error::NoParent {
                         path: path.to_owned(),
                     });
                 }
-                err if crate::zk::is_connection_error(&err) => {
+                err if crate::requests::is_connection_error(&err) => {
                     // Its own loop rather than `retrying`: after a lost reply our node may
                     // exist, and is found rather than created twice.
-                    crate::zk::await_reconnect(client, &mut attempt).await?;
-                    let prefix = &self.pending.prefix;
+                    crate::requests::await_reconnect(client, &mut attempt).await?;
+                    let prefix = self.pending.prefix();
                     if let Some((name, stat)) =
-                        crate::zk::find_own_node(client, path, prefix).await?
+                        crate::requests::find_own_node(client, path, prefix).await?
                     {
                         return Ok(Some(Created {
                             name,
@@ -298,9 +318,8 @@ impl<'a> Attempt<'a> {
                     }
                 }
                 err => {
-                    // The server refused the create: nothing of ours exists.
-                    self.pending.armed = false;
-                    return Err(Error::zk("create", path, self.session, err));
+                    self.pending.refused();
+                    return Err(Error::from_request("create", path, self.session, err));
                 }
             }
         }
@@ -310,26 +329,23 @@ impl<'a> Attempt<'a> {
     fn record<T>(&self, sent: Instant, created: &std::result::Result<T, zk::Error>) {
         match created {
             // A committed write: a proof for the lease (see `crate::watchdog::lease`).
-            Ok(_) => self.lease.committed(sent, Instant::now()),
+            Ok(_) => self.lease().committed(sent, Instant::now()),
             // Refused by a server, which so saw the session: a reply for the lease.
-            Err(err) if crate::zk::answered_by_server(err) => {
-                self.lease.replied(sent, Instant::now())
+            Err(err) if crate::requests::answered_by_server(err) => {
+                self.lease().replied(sent, Instant::now())
             }
             Err(_) => {}
         }
     }
 
     /// Creates the lock path's missing parents (nothing of ours exists meanwhile).
-    async fn create_parents(&mut self) -> Result<()> {
+    async fn create_parents(&self) -> Result<()> {
         let options = &self.queue.options;
         let mode = match options.parent_mode {
             ParentMode::Container => zk::CreateMode::Container,
             ParentMode::Persistent => zk::CreateMode::Persistent,
         };
-        self.pending.armed = false;
-        crate::zk::create_parents(self.client, self.path, mode, &options.acls).await?;
-        self.pending.armed = true;
-        Ok(())
+        crate::requests::create_parents(self.client, self.path, mode, &options.acls).await
     }
 
     /// Our node's sequence and token, checked; then the kind's admission (a semaphore's
@@ -342,7 +358,7 @@ impl<'a> Attempt<'a> {
             lock_data,
         } = created;
         let path = child_path(self.path, &name);
-        self.pending.node = Some(path.clone());
+        self.pending.created(path.clone());
         let unexpected = |message: String| Error::ZooKeeper {
             op: "create",
             path: path.clone(),
@@ -466,21 +482,18 @@ impl<'a> Attempt<'a> {
 
     /// Whether the marked release of `watched` admits us (see "The handoff").
     fn admitted_by_release(&self, watched: &str) -> bool {
-        #[cfg(feature = "mutants")]
-        if (self.queue.options).is_mutant(crate::options::HandoffMutant::AnyReleaseAdmits) {
-            return true;
-        }
-        self.queue.kind.admitted_by_release(watched)
+        self.queue.options.flaw.is(Mutant::AnyReleaseAdmits)
+            || self.queue.kind.admitted_by_release(watched)
     }
 
     /// Lists the queue. A listing is a read, which a follower cut off from the leader still
     /// answers: it proves nothing for the lease (committed writes do).
     async fn list(&self, node: &Queued) -> Result<Vec<String>> {
         let (client, path) = (self.client, self.path);
-        match crate::zk::retrying(client, || client.list_children(path)).await? {
+        match crate::requests::retrying(client, || client.list_children(path)).await? {
             Ok(children) => Ok(children),
             Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
-            Err(err) => Err(Error::zk("list", path, self.session, err)),
+            Err(err) => Err(Error::from_request("list", path, self.session, err)),
         }
     }
 
@@ -488,15 +501,15 @@ impl<'a> Attempt<'a> {
     /// UUID is ours, and must not sort before us as if it were someone else's. Deletes them;
     /// `true` if there were any.
     async fn remove_duplicates(&self, children: &[String], node: &Queued) -> Result<bool> {
-        let prefix = &self.pending.prefix;
+        let prefix = self.pending.prefix();
         let duplicates: Vec<&String> = children
             .iter()
-            .filter(|c| c.starts_with(prefix.as_str()) && **c != node.name)
+            .filter(|c| c.starts_with(prefix) && **c != node.name)
             .collect();
         for duplicate in &duplicates {
             let path = child_path(self.path, duplicate);
             // A waiter's node: never marked as a release (see "The handoff").
-            crate::zk::delete_node(self.client, &path, false).await?;
+            crate::requests::delete_node(self.client, &path, false).await?;
         }
         Ok(!duplicates.is_empty())
     }
@@ -558,11 +571,11 @@ impl<'a> Attempt<'a> {
     /// A watch that could not be set: after a reconnect the queue is listed again (its
     /// outcome is unknown: a repeat would set it twice); anything else is an error.
     async fn watch_failed(&self, target: &str, err: zk::Error) -> Result<Armed> {
-        if crate::zk::is_connection_error(&err) {
-            crate::zk::await_reconnect(self.client, &mut 0).await?;
+        if crate::requests::is_connection_error(&err) {
+            crate::requests::await_reconnect(self.client, &mut 0).await?;
             return Ok(Armed::Retry);
         }
-        Err(Error::zk("watch", target, self.session, err))
+        Err(Error::from_request("watch", target, self.session, err))
     }
 
     /// Waits for our node, a watched node, or the deadline.
@@ -587,7 +600,7 @@ impl<'a> Attempt<'a> {
     /// The error for our queue node gone while waiting: the session's own error if the
     /// deletion was its expiry, [`Error::NodeDeletedWhileWaiting`] if someone deleted it.
     async fn node_deleted(&self, node: &Queued) -> Error {
-        match crate::zk::session_alive(self.client, self.path).await {
+        match crate::requests::session_alive(self.client, self.path).await {
             Ok(()) => Error::NodeDeletedWhileWaiting {
                 node: node.path.clone(),
             },
@@ -605,12 +618,12 @@ impl<'a> Attempt<'a> {
         let until = Instant::now() + delay;
         // If we give up during the delay, our node goes without the release marker, so our
         // successor inherits the delay instead of walking straight in.
-        self.pending.mark = false;
+        self.pending.set_mark(false);
         tracing::debug!(
             delay_ms = delay.as_millis() as u64,
             "lock-delay: a node ahead vanished without a release"
         );
-        ::metrics::counter!(m::LOCK_DELAYS_TOTAL, "lock" => self.queue.label.clone()).increment(1);
+        metrics::counter!(LOCK_DELAYS_TOTAL, "lock" => self.queue.label.clone()).increment(1);
         let deadline = self.deadline();
         if deadline.is_some_and(|d| d < until) {
             sleep_until_opt(deadline).await;
@@ -621,29 +634,16 @@ impl<'a> Attempt<'a> {
         Ok(true)
     }
 
-    /// Hands our node to a guard, which the session's watchdog watches from now on.
-    fn into_guard(
-        mut self,
-        node: Queued,
-        waited: Waited,
-        interest: &watchdog::Interest,
-        turn: Option<InProcessTurn>,
-    ) -> LockGuard {
-        self.pending.armed = false;
-        let queue = self.queue;
-        let watch = interest.watch();
-        let budget = queue.options.lease.budget(watch.session_timeout());
-        let state = watch.guard_state(budget, queue.options.ride_out, queue.label.clone());
-        let handoff = crate::guard::Handoff {
+    /// Hands our node back as a grant, for the front type to build its guard from.
+    fn into_grant(self, node: Queued, waited: Waited, turn: Option<InProcessTurn>) -> Grant {
+        let mark = release_marked(self.queue, waited.queued);
+        Grant {
+            client: self.client.clone(),
+            token: node.token,
+            interest: self.interest,
             node_watch: waited.own_watch,
-            mark: release_marked(queue, waited.queued),
-            turn,
-        };
-        let interest = watch.interest();
-        let (client, lock_path) = (self.client.clone(), queue.path.clone());
-        LockGuard::new(
-            client, lock_path, node.path, node.token, interest, state, handoff,
-        )
+            release: self.pending.into_release(&node.path, mark, turn),
+        }
     }
 }
 
@@ -652,11 +652,8 @@ impl<'a> Attempt<'a> {
 /// whose marked node would read as a holder's release and let its successor past the nodes
 /// still ahead (see "The handoff").
 fn withdrawal_marked(queue: &Queue) -> bool {
-    #[cfg(feature = "mutants")]
-    if (queue.options).is_mutant(crate::options::HandoffMutant::MarkedWithdrawal) {
-        return true;
-    }
-    queue.options.lock_delay.is_some() && !queue.kind.marks_release()
+    queue.options.flaw.is(Mutant::MarkedWithdrawal)
+        || (queue.options.lock_delay.is_some() && !queue.kind.marks_release())
 }
 
 /// Whether a holder of `queue` releases with the marker: always with lock-delay on; otherwise

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use super::lease::LeaseCell;
 use crate::loss::LossReason;
-use crate::metrics as m;
+use crate::metrics::{LOCK_LOST_TOTAL, LOSS_DETECTION_SECONDS};
 
 /// What one guard shares with the watchdog: its cancellation, the reason, and its lease.
 #[derive(Debug)]
@@ -83,7 +83,7 @@ pub(crate) enum Event {
         id: u64,
         node: Arc<str>,
         state: Arc<GuardState>,
-        watch: Option<crate::zk::NodeWatch>,
+        watch: Option<crate::requests::NodeWatch>,
     },
     /// The guard was released or dropped.
     Unregister { id: u64 },
@@ -117,7 +117,7 @@ pub(crate) struct NodeToWatch {
     pub(super) node: Arc<str>,
     /// The guard's token: a guard released before the watch is armed needs none.
     pub(super) token: CancellationToken,
-    pub(super) pending: Option<crate::zk::NodeWatch>,
+    pub(super) pending: Option<crate::requests::NodeWatch>,
 }
 
 impl fmt::Debug for NodeToWatch {
@@ -296,9 +296,9 @@ impl Core {
                 now
             };
             let latency = Instant::now().saturating_duration_since(observed);
-            ::metrics::counter!(m::LOCK_LOST_TOTAL, "reason" => reason.as_str(), "lock" => entry.state.label.clone())
+            metrics::counter!(LOCK_LOST_TOTAL, "reason" => reason.as_str(), "lock" => entry.state.label.clone())
                 .increment(1);
-            ::metrics::histogram!(m::LOSS_DETECTION_SECONDS, "reason" => reason.as_str())
+            metrics::histogram!(LOSS_DETECTION_SECONDS, "reason" => reason.as_str())
                 .record(latency.as_secs_f64());
             tracing::warn!(
                 node = %entry.node,

@@ -14,9 +14,9 @@ use zookeeper_client as zk;
 use super::core::{Core, Event, NodeToWatch};
 use super::lease::LeaseCell;
 use super::registry::SessionWatch;
-use crate::metrics as m;
+use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
+use crate::requests::CatchUnwind;
 use crate::time::{poll_opt, sleep_until_opt};
-use crate::zk::CatchUnwind;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
@@ -130,7 +130,7 @@ impl Driver {
             }
             idle_since = idle.then(|| idle_since.unwrap_or_else(Instant::now));
         }
-        ::metrics::gauge!(m::WATCHED_SESSIONS).decrement(1.0);
+        metrics::gauge!(WATCHED_SESSIONS).decrement(1.0);
     }
 
     /// Sends the next probe if one can prove something now, else moves its time on (a reply
@@ -199,7 +199,7 @@ impl Driver {
         let outcome = match reply.answer {
             Answer::Committed => {
                 lease.committed(reply.sent, now);
-                ::metrics::histogram!(m::LEASE_REMAINING_SECONDS)
+                metrics::histogram!(LEASE_REMAINING_SECONDS)
                     .record(lease.remaining(now).as_secs_f64());
                 if let Some(client) = &self.client {
                     self.core
@@ -221,7 +221,7 @@ impl Driver {
             }
             Answer::None => "failed",
         };
-        ::metrics::counter!(m::LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
+        metrics::counter!(LEASE_PROBES_TOTAL, "outcome" => outcome).increment(1);
         // Nothing came back (the connection broke): try again a gap later, or at once when
         // the client reconnects (`on_state`).
         (reply.answer == Answer::None).then(|| now + lease.gap().max(Duration::from_millis(10)))
@@ -282,11 +282,11 @@ struct ProbeReply {
 }
 
 /// One probe of the session: a `multi` holding one `check` of the target (any version). It is
-/// a write, so it is committed only by a leader with a quorum (see [`crate::lease`]); it
+/// a write, so it is committed only by a leader with a quorum (see [`super::lease`]); it
 /// changes nothing and fires no watch, and on a held node it also finds the node gone.
 ///
-/// Under the legacy rule (the chaos suite's mutant) it is a `sync` then a read, as before
-/// issue 11: unsound, since a leader answers its own clients' syncs without a quorum.
+/// Under the `SyncLease` mutant's rule it is a `sync` then a read: unsound, since a leader
+/// answers its own clients' syncs without a quorum.
 async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) -> ProbeReply {
     let sent = Instant::now();
     let result = if legacy {
@@ -308,7 +308,7 @@ async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) ->
         Ok(()) if legacy => Answer::Synced,
         Ok(()) => Answer::Committed,
         Err(zk::Error::NoNode) => Answer::Refused(target.guard),
-        Err(err) if crate::zk::answered_by_server(&err) => Answer::Refused(None),
+        Err(err) if crate::requests::answered_by_server(&err) => Answer::Refused(None),
         Err(_) => Answer::None,
     };
     ProbeReply { sent, answer }
@@ -348,10 +348,10 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
             // getData, not exists: on a missing node it arms no watch (exists would arm a
             // creation watch that we would then have to remove).
             None => match client.get_and_watch_data(&node).await {
-                Ok((_, _, watcher)) => crate::zk::watch_changed(watcher).await,
+                Ok((_, _, watcher)) => crate::requests::watch_changed(watcher).await,
                 Err(zk::Error::NoNode) => return (id, true),
-                Err(err) if crate::zk::is_connection_error(&err) => {
-                    if crate::zk::await_reconnect(&client, &mut attempt)
+                Err(err) if crate::requests::is_connection_error(&err) => {
+                    if crate::requests::await_reconnect(&client, &mut attempt)
                         .await
                         .is_err()
                     {

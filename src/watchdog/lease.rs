@@ -81,6 +81,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::mutants::{Flaw, Mutant};
+
 /// The zero of the lease clock. Instants are stored as signed nanoseconds from it, so they fit
 /// an atomic and `check()` never takes a lock; instants before it (a cold proof anchors up to
 /// `T` before the process's first acquire) are negative, never clamped up to it.
@@ -128,10 +130,8 @@ pub(crate) struct LeasePolicy {
     /// The ensemble's tickTime, if the user knows it; `None` assumes the largest ZooKeeper's
     /// default session bounds allow, `T/2`.
     pub(crate) tick: Option<Duration>,
-    /// The rule before issue 11 (sync replies extend the lease from their send time, margin
-    /// `T/4`), kept only so the chaos suite can show that it fails.
-    #[cfg(feature = "mutants")]
-    pub(crate) legacy: bool,
+    /// A deliberate flaw (the chaos suite's `SyncLease` mutant); none in a service.
+    pub(crate) flaw: Flaw,
 }
 
 impl Default for LeasePolicy {
@@ -140,8 +140,7 @@ impl Default for LeasePolicy {
             drift: 0.01,
             margin: None,
             tick: None,
-            #[cfg(feature = "mutants")]
-            legacy: false,
+            flaw: Flaw::default(),
         }
     }
 }
@@ -184,8 +183,7 @@ impl LeasePolicy {
 
     /// How long after the anchor the lease holds: `T·(1 − drift) − margin`.
     pub(crate) fn budget(&self, t: Duration) -> Duration {
-        #[cfg(feature = "mutants")]
-        if self.legacy {
+        if self.legacy() {
             let margin = self
                 .margin
                 .unwrap_or_else(|| (t / 4).max(Duration::from_millis(100)));
@@ -209,8 +207,7 @@ impl LeasePolicy {
     /// round trip and each anchors about `G` back, so the budget must cover two gaps and some
     /// round trips.
     pub(crate) fn check_feasible(&self, t: Duration) -> Result<(), Infeasible> {
-        #[cfg(feature = "mutants")]
-        if self.legacy {
+        if self.legacy() {
             return Ok(());
         }
         let needed = self.pair_gap(t) * 2 + self.margin(t) * 2;
@@ -224,14 +221,9 @@ impl LeasePolicy {
         }
     }
 
-    #[cfg(feature = "mutants")]
+    /// Whether this policy is the [`Mutant::SyncLease`] flaw.
     pub(crate) fn legacy(&self) -> bool {
-        self.legacy
-    }
-
-    #[cfg(not(feature = "mutants"))]
-    pub(crate) fn legacy(&self) -> bool {
-        false
+        self.flaw.is(Mutant::SyncLease)
     }
 }
 
@@ -261,7 +253,7 @@ pub(crate) struct LeaseCell {
     keepalive: AtomicU64,
     /// `T/5`, the keepalive without its margin.
     client_keepalive: Duration,
-    /// Sync replies count, from their send time (the pre-issue-11 rule, for the chaos mutant).
+    /// Sync replies count, from their send time (the `SyncLease` mutant's rule).
     legacy: AtomicBool,
     /// `(sent, replied)` of recent requests that got a server reply, sorted by reply time.
     replies: Mutex<VecDeque<(i64, i64)>>,
@@ -415,8 +407,8 @@ impl LeaseCell {
         }
     }
 
-    /// The pre-issue-11 rule: a `sync` (or create) reply extends the lease from its send time.
-    /// Unsound when the ensemble is partitioned; only the chaos suite's mutant uses it.
+    /// The `SyncLease` mutant's rule: a `sync` (or create) reply extends the lease from its send
+    /// time. Unsound when the ensemble is partitioned; only that mutant uses it.
     pub(crate) fn synced(&self, sent: Instant) {
         self.anchor.fetch_max(to_nanos(sent), Ordering::AcqRel);
         self.newest_commit

@@ -8,10 +8,8 @@
 //!   hide) and from the state channel as a backstop.
 //! - **Each guard's own node**, with a data watch: deleted by an admin or a parent cleanup
 //!   means [`LossReason::NodeDeleted`].
-//! - **The lease** ([`lease`]): `anchor + T·(1 − drift) − margin`, the anchor moved
-//!   only by committed writes paired with an earlier reply. The watchdog keeps the proofs
-//!   coming with a probe: a `multi` holding one `check` of a held node, sent a pair gap after
-//!   the newest reply, which also finds a node that is gone.
+//! - **The lease** (the argument is [`lease`]'s): the driver keeps its proofs coming with a
+//!   probe, a `multi` holding one `check` of a held node, which also finds a node that is gone.
 //!
 //! The lease is stored as an atomic next to the guards, so [`LockGuard::check`] compares it
 //! with the monotonic clock synchronously: after a process pause (which `CLOCK_MONOTONIC`
@@ -29,7 +27,7 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use crate::metrics as m;
+use crate::metrics::WATCHED_SESSIONS;
 
 pub(crate) use self::core::{Event, GuardState};
 use self::driver::Driver;
@@ -45,7 +43,7 @@ pub(crate) fn watch_session(
 ) -> Interest {
     let (interest, events) = registry::join(client, policy, lock_path);
     if let Some(events) = events {
-        ::metrics::gauge!(m::WATCHED_SESSIONS).increment(1.0);
+        metrics::gauge!(WATCHED_SESSIONS).increment(1.0);
         let watch = Arc::downgrade(interest.watch());
         tokio::spawn(Driver::new(watch, events, Some(client.clone())).run());
     }

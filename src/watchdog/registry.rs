@@ -1,6 +1,6 @@
-//! The watchdogs of this process, one per live session: the messages a watchdog task takes,
-//! the per-session part that acquires and guards share, and the counted interest that keeps
-//! a watchdog running.
+//! The watchdogs of this process, one per live session: the per-session part that acquires
+//! and guards share (its lease, its event channel, its cancellation), and the counted interest
+//! that keeps a watchdog running. The messages themselves are `core`'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -154,14 +154,6 @@ impl SessionWatch {
             ride_out,
             label,
         )
-    }
-
-    /// One more unit of interest in this (running) watchdog, for a guard built from an acquire.
-    pub(crate) fn interest(self: &Arc<Self>) -> Interest {
-        self.interest.fetch_add(1, Ordering::AcqRel);
-        Interest {
-            watch: self.clone(),
-        }
     }
 
     /// Whether anyone holds interest in this watchdog.

@@ -105,7 +105,7 @@ pub(crate) async fn await_reconnect(client: &zk::Client, attempt: &mut u32) -> R
 pub(crate) async fn session_alive(client: &zk::Client, path: &str) -> Result<()> {
     match retrying(client, || client.sync(path)).await? {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-        Err(err) => Err(Error::zk("sync", path, client.session_id(), err)),
+        Err(err) => Err(Error::from_request("sync", path, client.session_id(), err)),
     }
 }
 
@@ -153,7 +153,14 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, mark: bool) -> 
             Err(zk::Error::NoNode) if attempt == 0 => return Ok(Deleted::Absent),
             Err(zk::Error::NoNode) => return Ok(Deleted::Unconfirmed),
             Err(err) if is_connection_error(&err) => await_reconnect(client, &mut attempt).await?,
-            Err(err) => return Err(Error::zk("delete", path, client.session_id(), err)),
+            Err(err) => {
+                return Err(Error::from_request(
+                    "delete",
+                    path,
+                    client.session_id(),
+                    err,
+                ))
+            }
         }
     }
 }
@@ -177,7 +184,14 @@ pub(crate) async fn find_own_node(
     let children = match retrying(client, listing).await? {
         Ok(children) => children,
         Err(zk::Error::NoNode) => return Ok(None),
-        Err(err) => return Err(Error::zk("list", parent, client.session_id(), err)),
+        Err(err) => {
+            return Err(Error::from_request(
+                "list",
+                parent,
+                client.session_id(),
+                err,
+            ))
+        }
     };
     let session = client.session_id().0;
     for name in children.into_iter().filter(|name| name.starts_with(prefix)) {
@@ -185,7 +199,7 @@ pub(crate) async fn find_own_node(
         match retrying(client, || client.get_data(&path)).await? {
             Ok((_, stat)) if stat.ephemeral_owner == session => return Ok(Some((name, stat))),
             Ok(_) | Err(zk::Error::NoNode) => {}
-            Err(err) => return Err(Error::zk("get", &path, client.session_id(), err)),
+            Err(err) => return Err(Error::from_request("get", &path, client.session_id(), err)),
         }
     }
     Ok(None)
@@ -221,7 +235,14 @@ pub(crate) async fn create_parents(
                     })
                 }
             },
-            Err(err) => return Err(Error::zk("create", &path[..end], client.session_id(), err)),
+            Err(err) => {
+                return Err(Error::from_request(
+                    "create",
+                    &path[..end],
+                    client.session_id(),
+                    err,
+                ))
+            }
         }
     }
 }

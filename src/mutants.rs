@@ -1,0 +1,54 @@
+//! Deliberate flaws, for zkfence's own tests: each one breaks one safety rule, and a named test
+//! or chaos scenario must catch it. This is the one place that lists them; production code asks
+//! [`Flaw::is`], which is `false` unless the crate is built with the `mutants` feature (then
+//! only [`LockOptions::with_mutant`](crate::LockOptions::with_mutant) sets one).
+//!
+//! | mutant | the rule it breaks | what must catch it |
+//! | --- | --- | --- |
+//! | [`Mutant::MarkedWithdrawal`] | a waiter that gives up never writes the release marker (the queue module's "The handoff") | `tests/lock.rs::the_marked_withdrawal_mutant_is_caught`: its successor walks past the holder |
+//! | [`Mutant::AnyReleaseAdmits`] | only the marked release of a node that held alone admits a successor with no request | `tests/kinds.rs::the_any_release_admits_mutant_is_caught`: a writer walks past a reader |
+//! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
+#![cfg_attr(not(feature = "mutants"), allow(unreachable_pub, dead_code))]
+
+/// **For zkfence's own tests.** A deliberate flaw in a safety rule; see the module's table for
+/// what each breaks and which test must catch it. Only settable with the `mutants` feature.
+///
+/// # Examples
+///
+/// ```
+/// # #[cfg(feature = "mutants")] {
+/// use zkfence::{LockOptions, Mutant};
+/// let mutant = LockOptions::default().with_mutant(Mutant::MarkedWithdrawal);
+/// # let _ = mutant;
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    /// A waiter that gives up deletes its node with the release marker, as if it had held the
+    /// lock: its successor walks past the nodes still ahead.
+    MarkedWithdrawal,
+    /// Any marked release admits the successor, whatever kind the released node was: a writer
+    /// walks past the readers still ahead of the reader that released.
+    AnyReleaseAdmits,
+    /// The lease rule zkfence had before it learnt that a leader answers its own clients'
+    /// syncs without a quorum: each `sync` reply extends the lease from its send time, with a
+    /// margin of `T/4`. Unsound when the ensemble is partitioned.
+    SyncLease,
+}
+
+/// The mutant a lock is built with, if any: never one without the `mutants` feature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Flaw(Option<Mutant>);
+
+impl Flaw {
+    /// The flaw of `mutant`.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn of(mutant: Mutant) -> Flaw {
+        Flaw(Some(mutant))
+    }
+
+    /// Whether this is `mutant`'s flaw; a constant `false` without the `mutants` feature.
+    pub(crate) fn is(self, mutant: Mutant) -> bool {
+        cfg!(feature = "mutants") && self.0 == Some(mutant)
+    }
+}

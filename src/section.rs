@@ -1,0 +1,88 @@
+//! The critical section runner behind every `run`: the section's future is polled only while
+//! its lock holds, dropped the moment it does not, and the lock released however it ends.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::Error;
+use crate::guard::{Held, LockGuard};
+use crate::loss::LossReason;
+
+/// Runs `f`'s future under `guard`, checking the lock before every poll; releases after.
+pub(crate) async fn run<F, Fut, T, E>(guard: LockGuard, f: F) -> std::result::Result<T, E>
+where
+    F: FnOnce(Held) -> Fut,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    E: From<Error>,
+{
+    let held = guard.held();
+    let cancelled = Box::pin(held.cancellation_token().cancelled_owned());
+    let section = Fenced {
+        future: Some(Box::pin(f(guard.held()))),
+        held,
+        cancelled,
+    };
+    match section.await {
+        SectionEnd::Done(out) => {
+            let released = guard.release().await;
+            match (out, released) {
+                (Ok(value), Ok(())) => Ok(value),
+                (Ok(_), Err(err)) => Err(err.into()),
+                (Err(err), _) => Err(err),
+            }
+        }
+        SectionEnd::Lost(reason) => {
+            // The node may still be ours (e.g. a disconnect we did not ride out): delete it.
+            let _ = guard.release().await;
+            Err(Error::LockLost(reason).into())
+        }
+        SectionEnd::Panicked(payload) => {
+            let _ = guard.release().await;
+            std::panic::resume_unwind(payload)
+        }
+    }
+}
+
+enum SectionEnd<O> {
+    Done(O),
+    Lost(LossReason),
+    Panicked(Box<dyn std::any::Any + Send>),
+}
+
+/// Polls the critical section only while the lock holds; drops it the moment it does not.
+struct Fenced<Fut> {
+    held: Held,
+    /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
+    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    future: Option<Pin<Box<Fut>>>,
+}
+
+impl<Fut: Future> Future for Fenced<Fut> {
+    type Output = SectionEnd<Fut::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        // Registers the waker before the check, so a loss between the two still wakes us.
+        let _ = this.cancelled.as_mut().poll(cx);
+        if let Err(reason) = this.held.loss_check() {
+            this.future = None;
+            return Poll::Ready(SectionEnd::Lost(reason));
+        }
+        let Some(future) = this.future.as_mut() else {
+            return Poll::Ready(SectionEnd::Lost(LossReason::Released));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(out)) => {
+                this.future = None;
+                Poll::Ready(SectionEnd::Done(out))
+            }
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => {
+                this.future = None;
+                Poll::Ready(SectionEnd::Panicked(payload))
+            }
+        }
+    }
+}
