@@ -6,55 +6,17 @@
 //! latencies, lease margins) without failing on them.
 //!
 //! [`check`] composes one function per invariant (each returns its violations) and the
-//! figures ([`crate::figures`]); they share a [`Timeline`]: the events in time order and the
-//! look-ups they all use.
+//! figures ([`crate::figures`]); they share a [`Timeline`] ([`crate::timeline`]): the events in
+//! time order and the look-ups they all use.
 
 use crate::clock::ms;
-use crate::event::{Ev, Event, OpKind};
-use crate::figures;
+use crate::event::{Ev, Event};
+use crate::fault::Fault;
+use crate::figures::{self, LeaseOverlaps};
 use crate::store::Row;
-use serde_json::{json, Value};
+use crate::timeline::{holds, increments, Hold, Input, Timeline};
+use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-
-/// One injected fault, as the controller recorded it.
-#[derive(Debug, Clone)]
-pub(crate) struct Fault {
-    pub kind: String,
-    pub detail: String,
-    pub start: i64,
-    pub end: i64,
-    /// From when the victim could notice: the SIGCONT for a pause, else the start.
-    pub reference: i64,
-    /// The holder the fault was aimed at: (worker, pid, token).
-    pub victim: Option<(u32, u32, u64)>,
-    /// When the server deleted the victim's lock node (its session expired), if observed.
-    pub expired_at: Option<i64>,
-    /// Whether it counts as a holder pause past the session timeout.
-    pub pause_past_timeout: bool,
-}
-
-impl Fault {
-    pub(crate) fn to_json(&self, t0: i64) -> Value {
-        json!({
-            "kind": self.kind, "detail": self.detail,
-            "start_ms": ms(t0, self.start), "end_ms": ms(t0, self.end),
-            "victim": self.victim.map(|(w, pid, token)| json!({"worker": w, "pid": pid, "token": token})),
-            "expired_at_ms": self.expired_at.map(|t| ms(t0, t)),
-        })
-    }
-}
-
-/// Everything one scenario produced.
-pub(crate) struct Input {
-    pub rows: Vec<Row>,
-    pub counter: i64,
-    pub events: Vec<Event>,
-    pub faults: Vec<Fault>,
-    pub session_ms: u64,
-    pub t0: i64,
-    pub heal_at: i64,
-    pub end_at: i64,
-}
 
 /// The lease invariant's name (guarantee 1, checked on the shared clock).
 pub(crate) const LEASE_INVARIANT: &str = "no lease check passes after a newer conflicting grant";
@@ -65,20 +27,6 @@ pub(crate) struct Violation {
     pub invariant: &'static str,
     pub summary: String,
     pub evidence: Vec<String>,
-}
-
-/// A worker's hold of the lock, from its grant to the first sign it ended.
-#[derive(Debug, Clone)]
-pub(crate) struct Hold {
-    pub w: u32,
-    pub pid: u32,
-    pub token: u64,
-    pub seq: i64,
-    pub start: i64,
-    pub end: i64,
-    pub how: String,
-    /// A read lock's hold.
-    pub shared: bool,
 }
 
 pub(crate) struct Outcome {
@@ -97,7 +45,7 @@ pub(crate) fn check(input: &Input) -> Outcome {
     events.sort_by_key(|e| e.t);
     let tl = Timeline::new(input, &events);
     let holds = holds(&tl);
-    let lease = lease_overlaps(&tl, &holds);
+    let (lease_violations, lease) = lease_overlaps(&tl, &holds);
     let violations = [
         no_stale_token_accepted(&tl),
         store_agrees_with_outcomes(&tl),
@@ -105,7 +53,7 @@ pub(crate) fn check(input: &Input) -> Outcome {
         tokens_increase_in_grant_order(&tl),
         readers_see_no_newer_writer(&tl),
         no_write_after_cancellation(&tl),
-        lease.violations.clone(),
+        lease_violations,
     ]
     .concat();
     let stale = figures::stale_writes(&tl);
@@ -117,77 +65,6 @@ pub(crate) fn check(input: &Input) -> Outcome {
         refused: stale.refused,
         stale_accepted: stale.accepted,
         cancels: tl.cancels.iter().map(|c| (c.w, c.t)).collect(),
-    }
-}
-
-/// The workers' events in time order, with the look-ups the invariants share.
-pub(crate) struct Timeline<'a> {
-    pub input: &'a Input,
-    pub events: &'a [Event],
-    /// Each op's invoke.
-    pub invoked_at: HashMap<&'a str, &'a Event>,
-    /// The valid grants, in time order.
-    pub grants: Vec<&'a Event>,
-    /// The watchdog's cancellations, in time order.
-    pub cancels: Vec<&'a Event>,
-}
-
-impl<'a> Timeline<'a> {
-    fn new(input: &'a Input, events: &'a [Event]) -> Timeline<'a> {
-        Timeline {
-            input,
-            events,
-            invoked_at: events
-                .iter()
-                .filter(|e| matches!(e.ev, Ev::Invoke { .. }))
-                .filter_map(|e| Some((e.ev.op()?, e)))
-                .collect(),
-            grants: events.iter().filter(|e| e.valid_grant()).collect(),
-            cancels: events
-                .iter()
-                .filter(|e| matches!(e.ev, Ev::Cancel { .. }))
-                .collect(),
-        }
-    }
-
-    /// When `op` was invoked (the end of the run if it never was).
-    fn at_of(&self, op: &str) -> i64 {
-        self.invoked_at.get(op).map_or(self.input.end_at, |e| e.t)
-    }
-
-    /// A counterexample: the timelines of `workers` for the 3 s before `at` (and 0.5 s after),
-    /// then the faults that overlap that window.
-    fn evidence(&self, workers: &[u32], at: i64) -> Vec<String> {
-        let (t0, input) = (self.input.t0, self.input);
-        let from = at - 3_000_000_000;
-        let to = at + 500_000_000;
-        let mut lines: Vec<String> = self
-            .events
-            .iter()
-            .filter(|e| workers.contains(&e.w) && e.t >= from && e.t <= to)
-            .filter(|e| !matches!(e.ev, Ev::Read { .. }))
-            .map(|e| e.line(t0))
-            .collect();
-        if lines.len() > 40 {
-            lines.drain(..lines.len() - 40);
-        }
-        let slack = 2 * input.session_ms as i64 * 1_000_000;
-        lines.extend(
-            input
-                .faults
-                .iter()
-                .filter(|f| f.start <= to && f.end >= from - slack)
-                .map(|f| {
-                    format!(
-                        "fault {} ({}) from {:.1} ms to {:.1} ms",
-                        f.kind,
-                        f.detail,
-                        ms(t0, f.start),
-                        ms(t0, f.end)
-                    )
-                }),
-        );
-        lines
     }
 }
 
@@ -315,13 +192,6 @@ fn counter_equals_increments(tl: &Timeline<'_>) -> Vec<Violation> {
     violations
 }
 
-/// The applied increments (not the fence raises), in commit order.
-pub(crate) fn increments(rows: &[Row]) -> Vec<&Row> {
-    rows.iter()
-        .filter(|r| r.kind == OpKind::Write.as_str())
-        .collect()
-}
-
 /// 5. Tokens strictly increase in grant order: an exclusive grant's token exceeds every
 ///    earlier grant's; a reader's exceeds every earlier exclusive grant's (readers that share
 ///    may be granted in any order among themselves).
@@ -423,78 +293,6 @@ fn no_write_after_cancellation(tl: &Timeline<'_>) -> Vec<Violation> {
     violations
 }
 
-/// The holds: from a valid grant to the first sign the hold ended (a cancel, a failed check, a
-/// release, a refused or unknown write of its token, or the session's end), else to the
-/// process's last event.
-fn holds(tl: &Timeline<'_>) -> Vec<Hold> {
-    let mut open: HashMap<u32, Hold> = HashMap::new();
-    let mut holds = Vec::new();
-    let mut last_seen: HashMap<u32, i64> = HashMap::new();
-    for e in tl.events {
-        last_seen.insert(e.pid, e.t);
-        if let Ev::Granted {
-            token,
-            seq,
-            valid: true,
-            ..
-        } = e.ev
-        {
-            let hold = Hold {
-                w: e.w,
-                pid: e.pid,
-                token,
-                seq,
-                start: e.t,
-                end: e.t,
-                how: String::new(),
-                shared: e.reader(),
-            };
-            open.insert(e.pid, hold);
-        } else if ends_hold(&e.ev)
-            && open.get(&e.pid).is_some_and(|h| {
-                Some(h.token) == e.token() || matches!(e.ev, Ev::SessionEnded { .. })
-            })
-        {
-            if let Some(mut hold) = open.remove(&e.pid) {
-                hold.end = e.t;
-                hold.how = e.ev.name().to_owned();
-                holds.push(hold);
-            }
-        }
-    }
-    for (pid, mut hold) in open {
-        hold.end = last_seen.get(&pid).copied().unwrap_or(hold.start);
-        hold.how = "process ended".into();
-        holds.push(hold);
-    }
-    holds.sort_by_key(|h| h.start);
-    holds
-}
-
-/// The events that end a hold (of their token; a session's end, any hold).
-fn ends_hold(ev: &Ev) -> bool {
-    matches!(
-        ev,
-        Ev::Cancel { .. }
-            | Ev::CheckFailed { .. }
-            | Ev::Release { .. }
-            | Ev::Fail { .. }
-            | Ev::Unknown { .. }
-            | Ev::SessionEnded { .. }
-    )
-}
-
-/// What the lease invariant found: its violations and the overlaps' figures.
-pub(crate) struct LeaseOverlaps {
-    pub violations: Vec<Violation>,
-    /// How long each overlap lasted (ms).
-    pub durations: Vec<f64>,
-    /// The same, by the fault under way at the newer grant.
-    pub by_fault: HashMap<String, Vec<f64>>,
-    /// Checks that passed late for holders an operator deleted behind their lease.
-    pub exempt: usize,
-}
-
 /// An overlap of one token's checks with a newer conflicting grant: (that grant, the first
 /// late check, the last).
 type Overlap<'a> = (&'a Event, &'a Event, &'a Event);
@@ -504,11 +302,13 @@ type Overlap<'a> = (&'a Event, &'a Event, &'a Event);
 ///    conflicting hold with a greater token. Holders whose node an operator deleted behind
 ///    their lease (delete-parent, expire-holder) are exempt and counted apart: no lease can
 ///    see that before the node's watch fires.
-fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> LeaseOverlaps {
+///
+/// Returns what the invariant found: its violations and the overlaps' figures.
+fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOverlaps) {
     let exempt = operator_deleted_tokens(&tl.input.faults, holds);
     let (overlaps, exempt_count) = late_checks(tl, &exempt);
+    let mut violations = Vec::new();
     let mut found = LeaseOverlaps {
-        violations: Vec::new(),
         durations: Vec::new(),
         by_fault: HashMap::new(),
         exempt: exempt_count,
@@ -527,7 +327,7 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> LeaseOverlaps {
             .find(|f| f.start <= grant.t && grant.t <= f.end)
             .map_or_else(|| "none".into(), |f| f.kind.clone());
         found.by_fault.entry(during).or_default().push(lasted);
-        found.violations.push(Violation {
+        violations.push(Violation {
             invariant: LEASE_INVARIANT,
             summary: format!(
                 "w{} (token {token}) passed lease checks for {lasted:.1} ms after w{} was granted token {:?}",
@@ -538,7 +338,7 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> LeaseOverlaps {
             evidence: tl.evidence(&[first.w, grant.w], last.t),
         });
     }
-    found
+    (violations, found)
 }
 
 /// The tokens whose node an operator deleted behind their lease: an expiry's victim, and
@@ -607,7 +407,7 @@ fn first_conflicting_grant<'a>(tl: &Timeline<'a>, e: &'a Event, reader: bool) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Role;
+    use crate::event::{OpKind, Role};
 
     fn ev(t: i64, w: u32, ev: Ev) -> Event {
         Event {
@@ -886,7 +686,7 @@ mod tests {
             holds[0].how, "fail",
             "w1's hold ends with its refused write"
         );
-        assert!(lease_overlaps(&tl, &holds).violations.is_empty());
+        assert!(lease_overlaps(&tl, &holds).0.is_empty());
         assert_eq!(figures::double_holder_windows(&holds).len(), 1);
     }
 }

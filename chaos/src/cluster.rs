@@ -2,10 +2,9 @@
 //! namespace of its own), PostgreSQL, and each scenario's worker processes behind their own
 //! TCP proxies, with what the controller knows of every worker from its events.
 
-use crate::checker::Fault;
 use crate::clock::now_ns;
 use crate::event::{Ev, Event, OpKind};
-use crate::schedule::Phase;
+use crate::fault::{Fault, Phase};
 use crate::store::Postgres;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,7 +22,7 @@ pub(crate) enum Mutant {
     None,
     FencingOff,
     WatchdogOff,
-    /// The lease rule before issue 11: sync replies extend the lease from their send time.
+    /// The earlier lease rule (`Mutant::SyncLease`): sync replies extend the lease from their send time.
     SyncLease,
 }
 

@@ -2,27 +2,21 @@
 //! the workers, plays the schedule's faults through the nemesis, heals, collects the logs and
 //! the store, and hands them to the checker and the report; last, the verdict.
 
-use crate::checker::{self, Input, Violation};
 use crate::clock::{self, ms, now_ns};
 use crate::cluster::{self, Cluster, Collected, Mutant, Scenario, Spec};
+use crate::fault::FaultKind;
+use crate::mode::Mode;
 use crate::rng::Rng;
-use crate::schedule::{self, FaultKind, Plan, ScenarioPlan};
-use crate::{report, store, verdict, Mode};
+use crate::schedule::{self, Plan, ScenarioPlan};
+use crate::timeline::Input;
+use crate::verdict::{self, ScenarioResult};
+use crate::{checker, report, store};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use zkfence_testkit::{EnsembleOptions, LocalEnsemble};
-
-/// What one scenario found.
-pub(crate) struct ScenarioResult {
-    pub name: String,
-    pub mutant: Mutant,
-    pub violations: Vec<Violation>,
-    pub figures: serde_json::Value,
-    pub faults: serde_json::Value,
-}
 
 /// Seconds since `t0`.
 pub(crate) fn elapsed_s(t0: i64) -> f64 {

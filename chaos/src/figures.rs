@@ -4,10 +4,10 @@
 //!
 //! They are expected to be non-zero under faults; the invariants are [`crate::checker`]'s.
 
-use crate::checker::{increments, Hold, LeaseOverlaps, Timeline};
 use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
 use crate::store::Row;
+use crate::timeline::{increments, Hold, Timeline};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +27,16 @@ fn stats_by<K: Eq + std::hash::Hash + serde::Serialize>(
     by: HashMap<K, Vec<f64>>,
 ) -> HashMap<K, Value> {
     by.into_iter().map(|(k, v)| (k, stats(v))).collect()
+}
+
+/// The overlaps the lease invariant found (the checker's invariant 7), as figures.
+pub(crate) struct LeaseOverlaps {
+    /// How long each overlap lasted (ms).
+    pub durations: Vec<f64>,
+    /// The same, by the fault under way at the newer grant.
+    pub by_fault: HashMap<String, Vec<f64>>,
+    /// Checks that passed late for holders an operator deleted behind their lease.
+    pub exempt: usize,
 }
 
 /// Double-holder windows: a hold that still believed itself current after a newer,

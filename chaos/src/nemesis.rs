@@ -3,10 +3,9 @@
 //! slowed at their proxies, links between servers cut with iptables, the lock's parent
 //! deleted; and the final heal that undoes every fault.
 
-use crate::checker::Fault;
 use crate::clock::now_ns;
 use crate::cluster::{Holder, Scenario};
-use crate::schedule::{FaultKind, Phase};
+use crate::fault::{Fault, FaultKind, Phase};
 use std::time::Duration;
 use zkfence_testkit::LinkFault;
 use zookeeper_client as zk;

@@ -1,8 +1,9 @@
 //! The report: a scenario's figures and violations as text for the terminal, and its timeline
 //! picture (SVG). The run's `report.json` is the verdict's ([`crate::verdict`]).
 
-use crate::checker::{Fault, Outcome};
+use crate::checker::Outcome;
 use crate::clock::ms;
+use crate::fault::Fault;
 use std::fmt::Write;
 
 fn escape(s: &str) -> String {

@@ -2,108 +2,11 @@
 //! drawn from the run's seeded generator (the same seed gives the same schedule).
 
 use crate::cluster::{partition_ensemble, Mutant, WorkerMode};
+use crate::fault::{FaultKind, Phase};
+use crate::mode::{Mode, PartitionArgs, RunArgs};
 use crate::rng::Rng;
-use crate::{Mode, PartitionArgs, RunArgs};
 use std::time::Duration;
 use zkfence_testkit::EnsembleOptions;
-
-/// Where a holder is in its critical section, as its last event says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Between the read and the lease check: a pause here is caught by `check()`.
-    Think,
-    /// After the check, before the write reaches the store: only the fence can stop it.
-    Write,
-    /// Any moment of the hold.
-    Any,
-    /// Early in a long critical section (so the hold outlasts the fault's detection).
-    Long,
-}
-
-impl Phase {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Phase::Think => "think",
-            Phase::Write => "write",
-            Phase::Any => "any",
-            Phase::Long => "long",
-        }
-    }
-}
-
-/// One kind of fault, with its parameters.
-#[derive(Debug, Clone)]
-pub(crate) enum FaultKind {
-    PauseHolder {
-        factor: f64,
-        phase: Phase,
-    },
-    KillHolder,
-    ExpireHolder,
-    PartitionHolder,
-    SlowHolder,
-    /// SIGSTOP the leader for `factor` × T; when `aimed`, with a holder on a follower
-    /// stretched through it (its session's touches reach the leader only through pings).
-    PauseLeader {
-        factor: f64,
-        aimed: bool,
-    },
-    KillLeader {
-        down_ms: u64,
-    },
-    PauseAll,
-    KillAll,
-    DeleteParent,
-    SkewWorker {
-        rate: f64,
-    },
-    /// The leader cut off from both followers while a holder is connected to it:
-    /// asymmetric (the followers' packets to it reset, its packets to them dropped) or
-    /// symmetric (dropped both ways: a majority/minority split).
-    IsolateLeader {
-        symmetric: bool,
-    },
-    /// A holder's follower can no longer send to the leader (the leader still reaches it).
-    OneWayFollower,
-    /// A holder's follower cut off from both other servers, both ways (a minority of one).
-    IsolateFollower,
-    /// The links between the leader and the followers lose 30% of their packets for 2T.
-    LossyLeaderLink,
-}
-
-impl FaultKind {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            FaultKind::PauseHolder { .. } => "pause-holder",
-            FaultKind::KillHolder => "kill-holder",
-            FaultKind::ExpireHolder => "expire-holder",
-            FaultKind::PartitionHolder => "partition-holder",
-            FaultKind::SlowHolder => "slow-link",
-            FaultKind::PauseLeader { aimed: false, .. } => "pause-leader",
-            FaultKind::PauseLeader { aimed: true, .. } => "pause-leader-aimed",
-            FaultKind::KillLeader { down_ms: 0 } => "restart-leader",
-            FaultKind::KillLeader { .. } => "kill-leader",
-            FaultKind::PauseAll => "pause-all-servers",
-            FaultKind::KillAll => "kill-all-servers",
-            FaultKind::DeleteParent => "delete-parent",
-            FaultKind::SkewWorker { .. } => "clock-skew-worker",
-            FaultKind::IsolateLeader { symmetric: false } => "isolate-leader-asym",
-            FaultKind::IsolateLeader { symmetric: true } => "isolate-leader-sym",
-            FaultKind::OneWayFollower => "one-way-follower",
-            FaultKind::IsolateFollower => "isolate-follower",
-            FaultKind::LossyLeaderLink => "lossy-leader-link",
-        }
-    }
-}
-
-/// The names of the faults that cut links inside the ensemble.
-pub(crate) const PARTITION_KINDS: [&str; 5] = [
-    "isolate-leader-asym",
-    "isolate-leader-sym",
-    "one-way-follower",
-    "isolate-follower",
-    "lossy-leader-link",
-];
 
 /// A holder pause of `factor` × T, aimed at `phase`.
 fn pause(factor: f64, phase: Phase) -> FaultKind {

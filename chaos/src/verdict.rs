@@ -1,14 +1,24 @@
-//! The verdict: whether a run passes (every scenario without a mutant holds every invariant
-//! and makes progress after its heal, smoke injected enough faults, every mutant failed), its
-//! `report.json`, and the `RESULT:` line.
+//! The verdict: what each scenario found ([`ScenarioResult`], from the controller), whether a
+//! run passes (every scenario without a mutant holds every invariant and makes progress after
+//! its heal, smoke injected enough faults, every mutant failed), its `report.json`, and the
+//! `RESULT:` line.
 
+use crate::checker::{self, Violation};
 use crate::clock;
 use crate::cluster::Mutant;
-use crate::controller::ScenarioResult;
-use crate::schedule::PARTITION_KINDS;
-use crate::{checker, Mode};
+use crate::fault::PARTITION_KINDS;
+use crate::mode::Mode;
 use serde_json::json;
 use std::path::Path;
+
+/// What one scenario found: the controller's, for the verdict.
+pub(crate) struct ScenarioResult {
+    pub name: String,
+    pub mutant: Mutant,
+    pub violations: Vec<Violation>,
+    pub figures: serde_json::Value,
+    pub faults: serde_json::Value,
+}
 
 /// The run's totals over its scenarios without a mutant.
 struct Totals {

@@ -30,7 +30,7 @@ pub(crate) struct WorkerArgs {
     /// Session timeout in milliseconds.
     #[arg(long)]
     pub session_ms: u64,
-    /// `none`, `fencing-off`, `watchdog-off` or `sync-lease` (the pre-issue-11 lease rule).
+    /// `none`, `fencing-off`, `watchdog-off` or `sync-lease` (the earlier lease rule that trusted syncs).
     #[arg(long, default_value = "none")]
     pub mutant: String,
     /// Ride out disconnects until the lease ends (`LockOptions::with_ride_out_disconnects`).
@@ -153,10 +153,12 @@ impl Worker {
     /// read/write scenario); exits if it cannot be made.
     fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock>) {
         let args = &self.args;
-        let options = LockOptions::default()
+        let mut options = LockOptions::default()
             .with_create_parents(true)
-            .with_ride_out_disconnects(args.ride_out)
-            .with_legacy_sync_lease_mutant(args.mutant == "sync-lease");
+            .with_ride_out_disconnects(args.ride_out);
+        if args.mutant == "sync-lease" {
+            options = options.with_mutant(zkfence::Mutant::SyncLease);
+        }
         let locks = if args.rw {
             FencedRwLock::new(client.clone(), args.lock.clone(), options)
                 .map(|rw| (rw.writer().clone(), Some(rw.reader().clone())))

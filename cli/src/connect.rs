@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use crate::{parse_duration, EXIT_NO_PERMISSION, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::duration::parse_duration;
+use crate::exit::{EXIT_NO_PERMISSION, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 /// Where ZooKeeper is and how to prove who we are. Shared by `run` and `holders`.
 #[derive(clap::Args, Debug, Clone)]

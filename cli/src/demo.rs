@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use zkfence::{FencedLock, LockOptions};
 
 use crate::connect::Connection as ZkConnection;
-use crate::{parse_duration, EXIT_FAILURE};
+use crate::duration::parse_duration;
+use crate::exit::{fail, EXIT_FAILURE};
+use crate::local::start_local_zookeeper;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -77,8 +79,7 @@ pub(crate) async fn demo(args: Args) -> u8 {
             println!(
                 "Starting a throwaway ZooKeeper (Debian's zookeeper package) on a loopback port..."
             );
-            local = match crate::start_local_zookeeper(zkfence_testkit::LocalZooKeeper::start).await
-            {
+            local = match start_local_zookeeper(zkfence_testkit::LocalZooKeeper::start).await {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };
@@ -187,107 +188,186 @@ fn spawn_workers(
 async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<Outcome, String> {
     let name = if fence { "fenced" } else { "unfenced" };
     let db_path = dir.join(format!("{name}.sqlite"));
-    let db = open_store(&db_path).map_err(|e| e.to_string())?;
+    let db = create_store(&db_path)?;
+    let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
+    let (children, mut rx) = spawn_workers(args, hosts, &lock, &db_path, fence)?;
+    let mut narrator = Narrator::new(args.session_timeout);
+    while narrator.done < args.workers {
+        tokio::select! {
+            next = rx.recv() => {
+                let Some((id, line)) = next else { break };
+                narrator.on_line(id, &Event::parse(&line), &children);
+            }
+            _ = sleep_until_opt(narrator.resume_at), if !narrator.resumed => narrator.resume(),
+            _ = tokio::time::sleep(Duration::from_secs(120)) => return Err("the workers made no progress for 2 minutes".into()),
+        }
+    }
+    let mut outcome = narrator.outcome;
+    tally(&db, children, &mut outcome).await?;
+    Ok(outcome)
+}
+
+/// The scenario's store at `db_path`: the counter with its fence, and the accepted writes.
+fn create_store(db_path: &Path) -> Result<Connection, String> {
+    let db = open_store(db_path).map_err(|e| e.to_string())?;
     db.execute_batch(
         "CREATE TABLE counter (id INTEGER PRIMARY KEY, value INTEGER NOT NULL, fence INTEGER NOT NULL);
          INSERT INTO counter VALUES (1, 0, 0);
          CREATE TABLE accepted (worker INTEGER NOT NULL, token INTEGER NOT NULL, value INTEGER NOT NULL);",
     )
     .map_err(|e| e.to_string())?;
-    let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
-    let (children, mut rx) = spawn_workers(args, hosts, &lock, &db_path, fence)?;
-    let mut outcome = Outcome::default();
-    let mut granted = std::collections::HashMap::new(); // worker -> its granted session timeout
-    let mut accepted_so_far = 0;
-    let mut victim: Option<(u32, i32, i64)> = None; // worker, pid, token
-    let mut resume_at: Option<Instant> = None;
-    let mut resumed = false;
-    let mut successor_seen = false;
-    let mut done = 0;
-    let started = Instant::now();
-    let say = |text: String| println!("  [{:>5.1}s] {text}", started.elapsed().as_secs_f64());
-    while done < args.workers {
-        tokio::select! {
-            next = rx.recv() => {
-                let Some((id, line)) = next else { break };
-                let event = Event::parse(&line);
-                match event.kind {
-                    "acquired" => {
-                        let token = event.int("token");
-                        granted.insert(id, Duration::from_millis(event.int("session_ms").max(0) as u64));
-                        match victim {
-                            Some((v, _, vt)) if !resumed && id != v && !successor_seen => {
-                                successor_seen = true;
-                                outcome.successor_token_greater = token > vt;
-                                say(format!(
-                                    "worker {id} acquired the lock with token {token}, greater than frozen worker {v}'s {vt}: ZooKeeper expired worker {v}'s session"
-                                ));
-                            }
-                            _ => say(format!("worker {id} holds the lock (token {token})")),
-                        }
-                    }
-                    "writing" if victim.is_none() && accepted_so_far >= 2 => {
-                        let token = event.int("token");
-                        let pid = children[(id - 1) as usize].id().unwrap_or(0) as i32;
-                        let session = granted.get(&id).copied().filter(|t| !t.is_zero()).unwrap_or(args.session_timeout);
-                        let stall = session * 2;
-                        // SAFETY: kill(2) on a worker process we started.
-                        unsafe { libc::kill(pid, libc::SIGSTOP) };
-                        victim = Some((id, pid, token));
-                        resume_at = Some(Instant::now() + stall);
-                        say(format!(
-                            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice the session timeout the server granted it",
-                            event.int("value") - 1,
-                            event.int("value")
-                        ));
-                    }
-                    "accepted" => {
-                        accepted_so_far += 1;
-                        let (token, value) = (event.int("token"), event.int("value"));
-                        if successor_seen && victim.is_some_and(|(v, _, vt)| v == id && resumed && token == vt) {
-                            outcome.late_write_accepted = true;
-                            say(format!(
-                                "the store ACCEPTED worker {id}'s late write: counter = {value} with its stale token {token}, overwriting newer increments"
-                            ));
-                        } else {
-                            say(format!("worker {id} wrote counter = {value} (token {token}): accepted"));
-                        }
-                    }
-                    "refused" => {
-                        if victim.is_some_and(|(v, _, _)| v == id) {
-                            outcome.late_write_refused = true;
-                        }
-                        say(format!(
-                            "the store REFUSED worker {id}'s late write: its token {} is below the store's fence {}",
-                            event.int("token"),
-                            event.int("fence")
-                        ));
-                    }
-                    "cancelled" => {
-                        if victim.is_some_and(|(v, _, _)| v == id) {
-                            outcome.victim_cancelled = true;
-                        }
-                        say(format!("worker {id}'s watchdog cancelled its lock: {}", event.rest("reason")));
-                    }
-                    "reconnecting" => say(format!("worker {id} lost its session; it reconnects and queues again")),
-                    "done" => done += 1,
-                    "error" => say(format!("worker {id}: {}", event.rest("message"))),
-                    _ => {}
-                }
-            }
-            _ = sleep_until_opt(resume_at), if !resumed => {
-                if let Some((v, pid, _)) = victim {
-                    // SAFETY: kill(2) on a worker process we started.
-                    unsafe { libc::kill(pid, libc::SIGCONT) };
-                    resumed = true;
-                    say(format!("SIGCONT worker {v}: it wakes up still in the middle of its write"));
-                }
-            }
-            _ = tokio::time::sleep(Duration::from_secs(120)) => return Err("the workers made no progress for 2 minutes".into()),
+    Ok(db)
+}
+
+/// What a scenario's narrator knows from the workers' lines so far, and what it has done: the
+/// holder it froze, and when it thaws it.
+struct Narrator {
+    outcome: Outcome,
+    /// Each worker's granted session timeout.
+    granted: std::collections::HashMap<u32, Duration>,
+    accepted_so_far: u32,
+    /// The frozen worker: (worker, pid, token).
+    victim: Option<(u32, i32, i64)>,
+    /// When the frozen worker is thawed (SIGCONT).
+    resume_at: Option<Instant>,
+    resumed: bool,
+    /// Whether another worker acquired the lock while the victim was frozen.
+    successor_seen: bool,
+    /// Workers that have made all their increments.
+    done: u32,
+    /// The session timeout asked for: a worker's stall when its granted one is unknown.
+    session_timeout: Duration,
+    started: Instant,
+}
+
+impl Narrator {
+    fn new(session_timeout: Duration) -> Narrator {
+        Narrator {
+            outcome: Outcome::default(),
+            granted: std::collections::HashMap::new(),
+            accepted_so_far: 0,
+            victim: None,
+            resume_at: None,
+            resumed: false,
+            successor_seen: false,
+            done: 0,
+            session_timeout,
+            started: Instant::now(),
         }
     }
-    tally(&db, children, &mut outcome).await?;
-    Ok(outcome)
+
+    fn say(&self, text: String) {
+        println!("  [{:>5.1}s] {text}", self.started.elapsed().as_secs_f64());
+    }
+
+    /// Narrates worker `id`'s line; freezes the first worker that starts a write once two
+    /// writes were accepted.
+    fn on_line(&mut self, id: u32, event: &Event<'_>, children: &[tokio::process::Child]) {
+        match event.kind {
+            "acquired" => self.acquired(id, event),
+            "writing" if self.victim.is_none() && self.accepted_so_far >= 2 => {
+                self.freeze(id, event, children)
+            }
+            "accepted" => self.accepted(id, event),
+            "refused" => {
+                if self.victim.is_some_and(|(v, _, _)| v == id) {
+                    self.outcome.late_write_refused = true;
+                }
+                self.say(format!(
+                    "the store REFUSED worker {id}'s late write: its token {} is below the store's fence {}",
+                    event.int("token"),
+                    event.int("fence")
+                ));
+            }
+            "cancelled" => {
+                if self.victim.is_some_and(|(v, _, _)| v == id) {
+                    self.outcome.victim_cancelled = true;
+                }
+                self.say(format!(
+                    "worker {id}'s watchdog cancelled its lock: {}",
+                    event.rest("reason")
+                ));
+            }
+            "reconnecting" => self.say(format!(
+                "worker {id} lost its session; it reconnects and queues again"
+            )),
+            "done" => self.done += 1,
+            "error" => self.say(format!("worker {id}: {}", event.rest("message"))),
+            _ => {}
+        }
+    }
+
+    /// Worker `id` acquired the lock: the frozen worker's successor, or any holder.
+    fn acquired(&mut self, id: u32, event: &Event<'_>) {
+        let token = event.int("token");
+        self.granted.insert(
+            id,
+            Duration::from_millis(event.int("session_ms").max(0) as u64),
+        );
+        match self.victim {
+            Some((v, _, vt)) if !self.resumed && id != v && !self.successor_seen => {
+                self.successor_seen = true;
+                self.outcome.successor_token_greater = token > vt;
+                self.say(format!(
+                    "worker {id} acquired the lock with token {token}, greater than frozen worker {v}'s {vt}: ZooKeeper expired worker {v}'s session"
+                ));
+            }
+            _ => self.say(format!("worker {id} holds the lock (token {token})")),
+        }
+    }
+
+    /// Freezes worker `id` (SIGSTOP) in the middle of its write, for twice its session timeout.
+    fn freeze(&mut self, id: u32, event: &Event<'_>, children: &[tokio::process::Child]) {
+        let token = event.int("token");
+        let pid = children[(id - 1) as usize].id().unwrap_or(0) as i32;
+        let session = self
+            .granted
+            .get(&id)
+            .copied()
+            .filter(|t| !t.is_zero())
+            .unwrap_or(self.session_timeout);
+        let stall = session * 2;
+        // SAFETY: kill(2) on a worker process we started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        self.victim = Some((id, pid, token));
+        self.resume_at = Some(Instant::now() + stall);
+        self.say(format!(
+            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice the session timeout the server granted it",
+            event.int("value") - 1,
+            event.int("value")
+        ));
+    }
+
+    /// The store accepted worker `id`'s write: the frozen worker's late one, or any.
+    fn accepted(&mut self, id: u32, event: &Event<'_>) {
+        self.accepted_so_far += 1;
+        let (token, value) = (event.int("token"), event.int("value"));
+        let late = self
+            .victim
+            .is_some_and(|(v, _, vt)| v == id && self.resumed && token == vt);
+        if self.successor_seen && late {
+            self.outcome.late_write_accepted = true;
+            self.say(format!(
+                "the store ACCEPTED worker {id}'s late write: counter = {value} with its stale token {token}, overwriting newer increments"
+            ));
+        } else {
+            self.say(format!(
+                "worker {id} wrote counter = {value} (token {token}): accepted"
+            ));
+        }
+    }
+
+    /// Thaws the frozen worker (SIGCONT), still in the middle of its write.
+    fn resume(&mut self) {
+        if let Some((v, pid, _)) = self.victim {
+            // SAFETY: kill(2) on a worker process we started.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            self.resumed = true;
+            self.say(format!(
+                "SIGCONT worker {v}: it wakes up still in the middle of its write"
+            ));
+        }
+    }
 }
 
 /// After the workers exit: the counter against the accepted increments, printed and recorded.
@@ -436,7 +516,7 @@ async fn worker_lock(args: &WorkerArgs) -> Result<FencedLock, u8> {
         std::process::id()
     ));
     FencedLock::new(client, args.lock.clone(), options)
-        .map_err(|err| crate::fail("cannot use the lock", &err))
+        .map_err(|err| fail("cannot use the lock", &err))
 }
 
 /// The token-checked write: `None` when accepted, `Some(fence)` when the store's fence is

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zkfence::{Contender, Error, FencedLock, LockOptions};
 
 use crate::connect::Connection;
-use crate::fail;
+use crate::exit::fail;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\

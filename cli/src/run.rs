@@ -9,11 +9,12 @@ use zkfence::{FencedLock, FencedSemaphore, LockGuard, LockOptions, LossReason};
 use zookeeper_client::Acls;
 
 use crate::connect::Connection;
-use crate::terminal::Terminal;
-use crate::{
-    fail, parse_duration, parse_session_timeout, EXIT_CANNOT_RUN, EXIT_LOCK_LOST,
-    EXIT_NOT_EXECUTABLE, EXIT_TIMEOUT, EXIT_USAGE,
+use crate::duration::{parse_duration, parse_session_timeout};
+use crate::exit::{
+    fail, EXIT_CANNOT_RUN, EXIT_FAILURE, EXIT_LOCK_LOST, EXIT_NOT_EXECUTABLE, EXIT_TIMEOUT,
+    EXIT_UNAVAILABLE, EXIT_USAGE,
 };
+use crate::terminal::Terminal;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -104,9 +105,7 @@ pub(crate) async fn run(args: Args) -> u8 {
     let deadline = args.timeout.map(|t| Instant::now() + t);
     let client = match args.connection.open(args.session_timeout, deadline).await {
         Ok(client) => client,
-        Err(code)
-            if deadline.is_some_and(|d| Instant::now() >= d) && code == crate::EXIT_UNAVAILABLE =>
-        {
+        Err(code) if deadline.is_some_and(|d| Instant::now() >= d) && code == EXIT_UNAVAILABLE => {
             return EXIT_TIMEOUT
         }
         Err(code) => return code,
@@ -200,7 +199,7 @@ async fn hold(args: &Args, guard: LockGuard) -> u8 {
         eprintln!("zkfence: cannot install signal handlers");
         let _ = child.kill().await;
         release_bounded(guard, args.release_timeout).await.ok();
-        return crate::EXIT_FAILURE;
+        return EXIT_FAILURE;
     };
 
     let lost = loop {
@@ -208,7 +207,7 @@ async fn hold(args: &Args, guard: LockGuard) -> u8 {
             status = child.wait() => {
                 let code = match status {
                     Ok(status) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)) as u8,
-                    Err(_) => crate::EXIT_FAILURE,
+                    Err(_) => EXIT_FAILURE,
                 };
                 return finish(&args.lock, guard, code, args.release_timeout).await;
             }

@@ -41,13 +41,15 @@
 pub mod curator;
 mod ensemble;
 pub mod harness;
+mod options;
 mod postgres;
 mod proxy;
 mod server;
 mod session;
 pub mod stats;
 
-pub use crate::ensemble::{EnsembleOptions, LinkFault, LocalEnsemble};
+pub use crate::ensemble::{LinkFault, LocalEnsemble};
+pub use crate::options::EnsembleOptions;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::proxy::CountingProxy;
 pub use crate::server::{four_letter, LocalZooKeeper, StartError, INSTALL_HINT};

@@ -55,80 +55,13 @@ impl CountingProxy {
         let counts: Arc<Mutex<HashMap<i32, u64>>> = Arc::default();
         let notifications = Arc::new(AtomicU64::new(0));
         let link = Link::default();
-        let (upstream, shared, notified, links) = (
+        tokio::spawn(accept_clients(
+            listener,
             upstream.to_owned(),
             counts.clone(),
             notifications.clone(),
             link.clone(),
-        );
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if links.refuse.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                let (upstream, counts, notifications, link) = (
-                    upstream.clone(),
-                    shared.clone(),
-                    notified.clone(),
-                    links.clone(),
-                );
-                let reset = link.reset_token();
-                tokio::spawn(async move {
-                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    let _open = link.open();
-                    // Without this, Nagle's algorithm and delayed ACKs add ~40 ms to small frames.
-                    let _ = client.set_nodelay(true);
-                    let _ = server.set_nodelay(true);
-                    let (mut client_rx, mut client_tx) = client.into_split();
-                    let (mut server_rx, mut server_tx) = server.into_split();
-                    let back = link.clone();
-                    let (closed, closed_back) = (reset.clone(), reset.clone());
-                    let replies = async move {
-                        // Replies carry their request's xid; watch notifications carry -1.
-                        let _ = forward_frames(
-                            &mut server_rx,
-                            &mut client_tx,
-                            &back,
-                            &closed_back,
-                            true,
-                            |frame| {
-                                if header_field(frame, 0) == -1 {
-                                    notifications.fetch_add(1, Ordering::Relaxed);
-                                }
-                            },
-                        )
-                        .await;
-                    };
-                    // Requests: xid, then the opcode; pings (11) are not counted.
-                    let requests = forward_frames(
-                        &mut client_rx,
-                        &mut server_tx,
-                        &link,
-                        &closed,
-                        false,
-                        |frame| {
-                            let op = header_field(frame, 4);
-                            if op != 11 {
-                                *counts
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .entry(op)
-                                    .or_default() += 1;
-                            }
-                        },
-                    );
-                    // Either direction ending, or a reset, closes both sockets.
-                    tokio::select! {
-                        _ = replies => {}
-                        _ = requests => {}
-                        _ = reset.cancelled() => {}
-                    }
-                });
-            }
-        });
+        ));
         CountingProxy {
             addr,
             counts,
@@ -326,6 +259,96 @@ struct OpenConnection(Arc<AtomicU64>);
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts clients until the listener fails, each forwarded to `upstream` by a task of its own
+/// (or closed at once while the link refuses connections).
+async fn accept_clients(
+    listener: tokio::net::TcpListener,
+    upstream: String,
+    counts: Arc<Mutex<HashMap<i32, u64>>>,
+    notifications: Arc<AtomicU64>,
+    link: Link,
+) {
+    while let Ok((client, _)) = listener.accept().await {
+        if link.refuse.load(Ordering::SeqCst) {
+            drop(client);
+            continue;
+        }
+        // Taken now: a reset after the accept closes this connection too.
+        let reset = link.reset_token();
+        tokio::spawn(forward_connection(
+            client,
+            upstream.clone(),
+            counts.clone(),
+            notifications.clone(),
+            link.clone(),
+            reset,
+        ));
+    }
+}
+
+/// Forwards one client's connection to `upstream`, counting its requests by opcode and the
+/// server's watch notifications, until either direction ends or the link is reset.
+async fn forward_connection(
+    client: tokio::net::TcpStream,
+    upstream: String,
+    counts: Arc<Mutex<HashMap<i32, u64>>>,
+    notifications: Arc<AtomicU64>,
+    link: Link,
+    reset: tokio_util::sync::CancellationToken,
+) {
+    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+        return;
+    };
+    let _open = link.open();
+    // Without this, Nagle's algorithm and delayed ACKs add ~40 ms to small frames.
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let back = link.clone();
+    let (closed, closed_back) = (reset.clone(), reset.clone());
+    let replies = async move {
+        // Replies carry their request's xid; watch notifications carry -1.
+        let _ = forward_frames(
+            &mut server_rx,
+            &mut client_tx,
+            &back,
+            &closed_back,
+            true,
+            |frame| {
+                if header_field(frame, 0) == -1 {
+                    notifications.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        )
+        .await;
+    };
+    // Requests: xid, then the opcode; pings (11) are not counted.
+    let requests = forward_frames(
+        &mut client_rx,
+        &mut server_tx,
+        &link,
+        &closed,
+        false,
+        |frame| {
+            let op = header_field(frame, 4);
+            if op != 11 {
+                *counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(op)
+                    .or_default() += 1;
+            }
+        },
+    );
+    // Either direction ending, or a reset, closes both sockets.
+    tokio::select! {
+        _ = replies => {}
+        _ = requests => {}
+        _ = reset.cancelled() => {}
     }
 }
 

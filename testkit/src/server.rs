@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::ensemble::EnsembleOptions;
+use crate::options::EnsembleOptions;
 
 /// Where Debian's `zookeeper` package puts its jars.
 const JARS: &str = "/usr/share/java";

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::{find, Mode, Report, CONFIGS, IMPLS};
+use super::options::{Mode, CONFIGS, IMPLS};
+use super::report::{find, Report};
 
 /// Each implementation's bar colour, in legend order.
 const COLORS: [(&str, &str); 4] = [

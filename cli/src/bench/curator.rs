@@ -1,15 +1,18 @@
-//! The bench's Curator driver: `CuratorBench.java` (Apache Curator's `InterProcessMutex` under
-//! the workload the Rust drivers run), compiled once per process against Debian's jars and run
-//! in a JVM of its own; its samples are summarised here, with the same percentile.
+//! The bench's Curator driver: `cli/bench/CuratorBench.java` (Apache Curator's
+//! `InterProcessMutex` under the workload the Rust drivers run), compiled once per process
+//! against Debian's jars and run in a JVM of its own; its samples are summarised here, with the
+//! same percentile.
 
 use std::sync::OnceLock;
 
-use super::stats::Latencies;
-use super::workload::{writes_per_acquisition, Run};
-use super::Report;
+use super::options::{Mode, Run};
+use super::report::Report;
+use super::stats::{writes_per_acquisition, Latencies};
 
-/// The worker's source, written out and compiled at run time.
-const SOURCE: &str = include_str!("CuratorBench.java");
+/// The worker's source, built into the binary (so that `zkfence bench` runs from anywhere),
+/// written out and compiled at run time. It lives in `cli/bench/`, the folder for the bench's
+/// sources that are not Rust, out of the crate's module tree.
+const SOURCE: &str = include_str!("../../bench/CuratorBench.java");
 
 /// The class path that runs the compiled worker, compiled on first use.
 fn classpath() -> Result<String, String> {
@@ -84,7 +87,7 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
     let cycles = Latencies::from_nanos(&values("cycles")?);
     let handoffs = Latencies::from_nanos(&values("handoffs")?);
     let acquisitions = one("acquisitions")?;
-    let contended = run.mode == super::Mode::Contended;
+    let contended = run.mode == Mode::Contended;
     Ok(Report {
         implementation: run.implementation.name(),
         mode: run.mode.name(),
@@ -110,7 +113,7 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Impl, Mode};
+    use crate::bench::options::Impl;
 
     fn run() -> Run {
         Run {

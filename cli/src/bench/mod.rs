@@ -6,191 +6,31 @@
 //! - raw: a create(ephemeral sequential)+delete cycle (uncontended), and the notification
 //!   latency, one client's delete call start to another's watch firing (contended).
 //!
-//! This module is the command: its options, the runs it orchestrates (one run, the matrix, the
-//! in-process and scale measurements) and the reports it prints. The workloads are in
-//! `workload`, the statistics in `stats`, the matrix's SVG chart in `chart`.
+//! This module is the command: the runs it orchestrates (one run, the matrix, the in-process
+//! and scale measurements) and the tables it prints. Its options and a run's parameters are in
+//! `options`, a run's figures in `report`, the workloads in `workload` (Curator's, in a JVM, in
+//! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`.
 
 mod chart;
 mod curator;
+mod options;
+mod report;
 mod stats;
 mod workload;
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
+pub(crate) use self::options::Args;
+use self::options::{Impl, Mode, Run, CONFIGS, IMPLS, LOCKS};
+use self::report::{find, Report};
 use self::stats::{per_acquisition, per_second};
-use self::workload::{HeldLocks, InProcess, Run, Waiters};
-use crate::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Uncontended,
-    Contended,
-}
-
-impl Mode {
-    /// The mode as the reports name it.
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Uncontended => "uncontended",
-            Mode::Contended => "contended",
-        }
-    }
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Impl {
-    Zkfence,
-    Zkclient,
-    /// Apache Curator's `InterProcessMutex`, in a JVM (Debian's jars, compiled at run time).
-    Curator,
-    Raw,
-}
-
-impl Impl {
-    fn name(self) -> &'static str {
-        match self {
-            Impl::Zkfence => "zkfence",
-            Impl::Zkclient => "zkclient",
-            Impl::Curator => "curator",
-            Impl::Raw => "raw",
-        }
-    }
-}
-
-#[derive(clap::Args, Debug)]
-#[command(after_help = "\
-Examples:
-  zkfence bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
-  zkfence bench --matrix                     # every impl and mode, on a throwaway local server
-  scripts/bench                              # the same, as in the README")]
-pub(crate) struct Args {
-    /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
-    #[arg(long, env = "ZKFENCE_BENCH_CONNECT")]
-    connect: Option<String>,
-    /// The lock path to benchmark on (each run uses a fresh path under it).
-    #[arg(long, default_value = "/zkfence-bench", env = "ZKFENCE_BENCH_LOCK")]
-    lock: String,
-    /// Contenders, each with its own session.
-    #[arg(long, default_value_t = 1, env = "ZKFENCE_BENCH_CONTENDERS")]
-    contenders: usize,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 5.0, env = "ZKFENCE_BENCH_SECONDS")]
-    seconds: f64,
-    /// Seconds run first and not counted.
-    #[arg(long, default_value_t = 1.0, env = "ZKFENCE_BENCH_WARMUP")]
-    warmup: f64,
-    #[arg(
-        long,
-        value_enum,
-        default_value = "uncontended",
-        env = "ZKFENCE_BENCH_MODE"
-    )]
-    mode: Mode,
-    #[arg(
-        long = "impl",
-        value_enum,
-        default_value = "zkfence",
-        env = "ZKFENCE_BENCH_IMPLEMENTATION"
-    )]
-    implementation: Impl,
-    /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
-    #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
-    matrix: bool,
-    /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
-    /// --locks held by one process (memory per held lock, watchdog requests).
-    #[arg(long, env = "ZKFENCE_BENCH_SCALE")]
-    scale: bool,
-    /// With --scale: waiters queued on one lock, each with its own session.
-    #[arg(long, default_value_t = 1000, env = "ZKFENCE_BENCH_WAITERS")]
-    waiters: usize,
-    /// With --scale: locks held at once by one session.
-    #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
-    locks: usize,
-    /// The critical section: how long each holder holds before it releases (0: release at
-    /// once). With a hold longer than a round trip, the next holder is already queued when
-    /// the lock is released, and the handoff measures the notification path alone.
-    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_duration, env = "ZKFENCE_BENCH_HOLD")]
-    hold: Duration,
-    /// With --matrix: unmeasured seconds of load on each server before its first run.
-    #[arg(long, default_value_t = 6.0, env = "ZKFENCE_BENCH_SERVER_WARMUP")]
-    server_warmup: f64,
-    /// With --matrix on a local server: skip the second matrix on a forceSync=yes server.
-    #[arg(long, env = "ZKFENCE_BENCH_SKIP_FORCE_SYNC")]
-    skip_force_sync: bool,
-    /// With --matrix: where to write the chart.
-    #[arg(long, default_value = "bench.svg", env = "ZKFENCE_BENCH_CHART")]
-    chart: PathBuf,
-    /// Measure the in-process queue instead: --tasks tasks of one process on one lock, sharing
-    /// one FencedLock (clones: one ZooKeeper contender at a time) versus each with its own.
-    #[arg(long, env = "ZKFENCE_BENCH_IN_PROCESS")]
-    in_process: bool,
-    /// With --in-process: tasks in the process.
-    #[arg(long, default_value_t = 64, env = "ZKFENCE_BENCH_TASKS")]
-    tasks: usize,
-}
-
-/// One run's figures, printed as one JSON line.
-#[derive(Debug, Clone, Default)]
-struct Report {
-    implementation: &'static str,
-    mode: &'static str,
-    contenders: usize,
-    seconds: f64,
-    acquisitions: u64,
-    cycle_p50_us: f64,
-    cycle_p99_us: f64,
-    handoff_p50_us: Option<f64>,
-    handoff_p99_us: Option<f64>,
-    read_p50_us: Option<f64>,
-    /// Raw: a create with the listing pipelined behind it + delete (uncontended only).
-    listed_cycle_p50_us: Option<f64>,
-    /// The server's transactions per acquisition in the measured window (zxid probes).
-    writes_per_acq: Option<f64>,
-    violations: u64,
-    errors: u64,
-}
-
-impl Report {
-    fn acq_per_s(&self) -> f64 {
-        per_second(self.acquisitions, self.seconds)
-    }
-
-    fn json(&self) -> String {
-        let opt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.1}"));
-        let mut out = format!(
-            "{{\"impl\":\"{}\",\"mode\":\"{}\",\"contenders\":{},\"seconds\":{},\"acquisitions\":{},\"acq_per_s\":{:.1},\
-             \"cycle_p50_us\":{:.1},\"cycle_p99_us\":{:.1},\"handoff_p50_us\":{},\"handoff_p99_us\":{},\"violations\":{},\"errors\":{}",
-            self.implementation,
-            self.mode,
-            self.contenders,
-            self.seconds,
-            self.acquisitions,
-            self.acq_per_s(),
-            self.cycle_p50_us,
-            self.cycle_p99_us,
-            opt(self.handoff_p50_us),
-            opt(self.handoff_p99_us),
-            self.violations,
-            self.errors
-        );
-        if let Some(read) = self.read_p50_us {
-            let _ = write!(out, ",\"read_p50_us\":{read:.1}");
-        }
-        if let Some(listed) = self.listed_cycle_p50_us {
-            let _ = write!(out, ",\"listed_cycle_p50_us\":{listed:.1}");
-        }
-        if let Some(writes) = self.writes_per_acq {
-            let _ = write!(out, ",\"writes_per_acq\":{writes:.2}");
-        }
-        out.push('}');
-        out
-    }
-}
+use self::workload::{HeldLocks, InProcess, Waiters};
+use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::local::start_local_zookeeper;
 
 /// `zkfence bench`: one run against `--connect`, or the matrix, scale or in-process
 /// measurements; the exit code.
@@ -248,16 +88,6 @@ async fn requests_per_acquisition(
     Ok(per_acquisition(proxy.total(), report.acquisitions))
 }
 
-const CONFIGS: [(Mode, usize); 4] = [
-    (Mode::Uncontended, 1),
-    (Mode::Contended, 2),
-    (Mode::Contended, 8),
-    (Mode::Contended, 32),
-];
-const IMPLS: [Impl; 4] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient, Impl::Curator];
-/// The locks compared (every impl but the raw limits), zkfence first.
-const LOCKS: [Impl; 3] = [Impl::Zkfence, Impl::Zkclient, Impl::Curator];
-
 /// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
 async fn with_server(args: &Args) -> u8 {
     let local;
@@ -265,7 +95,7 @@ async fn with_server(args: &Args) -> u8 {
         Some(hosts) => hosts.clone(),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match crate::start_local_zookeeper(|| bench_server(false)).await {
+            local = match start_local_zookeeper(|| bench_server(false)).await {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };
@@ -336,7 +166,7 @@ async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
     let mut violated = reports.iter().any(|r| r.violations > 0);
     if args.connect.is_none() && !args.skip_force_sync {
         eprintln!("bench: starting a second throwaway ZooKeeper, forceSync=yes ...");
-        let durable = match crate::start_local_zookeeper(|| bench_server(true)).await {
+        let durable = match start_local_zookeeper(|| bench_server(true)).await {
             Ok(zk) => zk,
             Err(code) => return Ok(code),
         };
@@ -500,20 +330,6 @@ fn print_in_process_table(args: &Args, shared: &InProcess, separate: &InProcess)
         shared.max_nodes,
         separate.max_nodes
     );
-}
-
-/// The report of `implementation` in the configuration (`mode`, `contenders`), if it ran.
-fn find(
-    reports: &[Report],
-    implementation: Impl,
-    mode: Mode,
-    contenders: usize,
-) -> Option<&Report> {
-    reports.iter().find(|r| {
-        r.implementation == implementation.name()
-            && r.mode == mode.name()
-            && r.contenders == contenders
-    })
 }
 
 /// The matrix's table of ratios (zkfence against zookeeper-client, Curator and the raw

@@ -41,6 +41,12 @@ pub(super) fn per_second(n: u64, seconds: f64) -> f64 {
     n as f64 / seconds
 }
 
+/// The server's writes (transactions) per acquisition between two zxid probes: those strictly
+/// between them (the probes themselves are two). Both probes fall in one leader epoch.
+pub(super) fn writes_per_acquisition(first: i64, last: i64, acquisitions: u64) -> f64 {
+    per_acquisition((last - first - 1).max(0) as u64, acquisitions)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,9 @@ use zkfence::{FencedLock, LockGuard, LockOptions};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
-use super::stats::{per_acquisition, Latencies};
-use super::{Args, Impl, Mode, Report};
+use super::options::{Args, Impl, Mode, Run};
+use super::report::Report;
+use super::stats::{writes_per_acquisition, Latencies};
 
 /// ZooKeeper's getData opcode, as the counting proxy keys its counts.
 const OP_GET_DATA: i32 = 4;
@@ -44,23 +45,6 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One benchmark run's parameters.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Run {
-    /// Which lock (or the raw limits) to measure.
-    pub(super) implementation: Impl,
-    /// One lock path for all contenders, or one each.
-    pub(super) mode: Mode,
-    /// Contenders, each with its own session.
-    pub(super) contenders: usize,
-    /// Measured seconds.
-    pub(super) seconds: f64,
-    /// Seconds run first and not counted.
-    pub(super) warmup: f64,
-    /// The critical section: how long each holder holds.
-    pub(super) hold: Duration,
-}
-
 /// What the contenders of one run share.
 #[derive(Debug, Default)]
 struct Shared {
@@ -81,18 +65,6 @@ struct Shared {
 static RUN_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Run {
-    /// A run of `implementation` in (`mode`, `contenders`) with `args`' durations.
-    pub(super) fn new(args: &Args, implementation: Impl, mode: Mode, contenders: usize) -> Run {
-        Run {
-            implementation,
-            mode,
-            contenders,
-            seconds: args.seconds,
-            warmup: args.warmup,
-            hold: args.hold,
-        }
-    }
-
     /// Runs the contenders on a fresh path under `base` through warmup and the measured
     /// seconds, and summarises what they measured.
     pub(super) async fn execute(self, hosts: &str, base: &str) -> Result<Report, String> {
@@ -223,12 +195,6 @@ async fn zxid(admin: &zk::Client, probe: &str) -> Result<i64, String> {
         .await
         .map(|stat| stat.mzxid)
         .map_err(|e| format!("cannot write {probe}: {e}"))
-}
-
-/// The server's writes (transactions) per acquisition between two zxid probes: those strictly
-/// between them (the probes themselves are two). Both probes fall in one leader epoch.
-pub(super) fn writes_per_acquisition(first: i64, last: i64, acquisitions: u64) -> f64 {
-    per_acquisition((last - first - 1).max(0) as u64, acquisitions)
 }
 
 /// Persistent nodes anyone may use: the bench's run and lock paths.

@@ -1,0 +1,132 @@
+//! The faults: the kinds a schedule draws ([`FaultKind`], aimed at a [`Phase`] of a hold) and
+//! the record of one injected fault ([`Fault`]), which the nemesis writes, the cluster keeps
+//! and the checker and the report read.
+
+use crate::clock::ms;
+use serde_json::{json, Value};
+
+/// Where a holder is in its critical section, as its last event says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Between the read and the lease check: a pause here is caught by `check()`.
+    Think,
+    /// After the check, before the write reaches the store: only the fence can stop it.
+    Write,
+    /// Any moment of the hold.
+    Any,
+    /// Early in a long critical section (so the hold outlasts the fault's detection).
+    Long,
+}
+
+impl Phase {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Phase::Think => "think",
+            Phase::Write => "write",
+            Phase::Any => "any",
+            Phase::Long => "long",
+        }
+    }
+}
+
+/// One kind of fault, with its parameters.
+#[derive(Debug, Clone)]
+pub(crate) enum FaultKind {
+    PauseHolder {
+        factor: f64,
+        phase: Phase,
+    },
+    KillHolder,
+    ExpireHolder,
+    PartitionHolder,
+    SlowHolder,
+    /// SIGSTOP the leader for `factor` × T; when `aimed`, with a holder on a follower
+    /// stretched through it (its session's touches reach the leader only through pings).
+    PauseLeader {
+        factor: f64,
+        aimed: bool,
+    },
+    KillLeader {
+        down_ms: u64,
+    },
+    PauseAll,
+    KillAll,
+    DeleteParent,
+    SkewWorker {
+        rate: f64,
+    },
+    /// The leader cut off from both followers while a holder is connected to it:
+    /// asymmetric (the followers' packets to it reset, its packets to them dropped) or
+    /// symmetric (dropped both ways: a majority/minority split).
+    IsolateLeader {
+        symmetric: bool,
+    },
+    /// A holder's follower can no longer send to the leader (the leader still reaches it).
+    OneWayFollower,
+    /// A holder's follower cut off from both other servers, both ways (a minority of one).
+    IsolateFollower,
+    /// The links between the leader and the followers lose 30% of their packets for 2T.
+    LossyLeaderLink,
+}
+
+impl FaultKind {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            FaultKind::PauseHolder { .. } => "pause-holder",
+            FaultKind::KillHolder => "kill-holder",
+            FaultKind::ExpireHolder => "expire-holder",
+            FaultKind::PartitionHolder => "partition-holder",
+            FaultKind::SlowHolder => "slow-link",
+            FaultKind::PauseLeader { aimed: false, .. } => "pause-leader",
+            FaultKind::PauseLeader { aimed: true, .. } => "pause-leader-aimed",
+            FaultKind::KillLeader { down_ms: 0 } => "restart-leader",
+            FaultKind::KillLeader { .. } => "kill-leader",
+            FaultKind::PauseAll => "pause-all-servers",
+            FaultKind::KillAll => "kill-all-servers",
+            FaultKind::DeleteParent => "delete-parent",
+            FaultKind::SkewWorker { .. } => "clock-skew-worker",
+            FaultKind::IsolateLeader { symmetric: false } => "isolate-leader-asym",
+            FaultKind::IsolateLeader { symmetric: true } => "isolate-leader-sym",
+            FaultKind::OneWayFollower => "one-way-follower",
+            FaultKind::IsolateFollower => "isolate-follower",
+            FaultKind::LossyLeaderLink => "lossy-leader-link",
+        }
+    }
+}
+
+/// The names of the faults that cut links inside the ensemble.
+pub(crate) const PARTITION_KINDS: [&str; 5] = [
+    "isolate-leader-asym",
+    "isolate-leader-sym",
+    "one-way-follower",
+    "isolate-follower",
+    "lossy-leader-link",
+];
+
+/// One injected fault, as the controller recorded it.
+#[derive(Debug, Clone)]
+pub(crate) struct Fault {
+    pub kind: String,
+    pub detail: String,
+    pub start: i64,
+    pub end: i64,
+    /// From when the victim could notice: the SIGCONT for a pause, else the start.
+    pub reference: i64,
+    /// The holder the fault was aimed at: (worker, pid, token).
+    pub victim: Option<(u32, u32, u64)>,
+    /// When the server deleted the victim's lock node (its session expired), if observed.
+    pub expired_at: Option<i64>,
+    /// Whether it counts as a holder pause past the session timeout.
+    pub pause_past_timeout: bool,
+}
+
+impl Fault {
+    pub(crate) fn to_json(&self, t0: i64) -> Value {
+        json!({
+            "kind": self.kind, "detail": self.detail,
+            "start_ms": ms(t0, self.start), "end_ms": ms(t0, self.end),
+            "victim": self.victim.map(|(w, pid, token)| json!({"worker": w, "pid": pid, "token": token})),
+            "expired_at_ms": self.expired_at.map(|t| ms(t0, t)),
+        })
+    }
+}

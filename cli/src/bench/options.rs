@@ -1,0 +1,160 @@
+//! What the bench can be asked to measure: its command line ([`Args`]), the implementations
+//! ([`Impl`]) and modes ([`Mode`]), the matrix's configurations, and one run's parameters
+//! ([`Run`], which the workloads and the Curator driver execute).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One lock path for all contenders (contended), or one each (uncontended).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Uncontended,
+    Contended,
+}
+
+impl Mode {
+    /// The mode as the reports name it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Mode::Uncontended => "uncontended",
+            Mode::Contended => "contended",
+        }
+    }
+}
+
+/// What is measured: a lock, or the raw ZooKeeper limits.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Impl {
+    Zkfence,
+    Zkclient,
+    /// Apache Curator's `InterProcessMutex`, in a JVM (Debian's jars, compiled at run time).
+    Curator,
+    Raw,
+}
+
+impl Impl {
+    /// The implementation as the reports name it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Impl::Zkfence => "zkfence",
+            Impl::Zkclient => "zkclient",
+            Impl::Curator => "curator",
+            Impl::Raw => "raw",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  zkfence bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
+  zkfence bench --matrix                     # every impl and mode, on a throwaway local server
+  scripts/bench                              # the same, as in the README")]
+pub(crate) struct Args {
+    /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
+    #[arg(long, env = "ZKFENCE_BENCH_CONNECT")]
+    pub(super) connect: Option<String>,
+    /// The lock path to benchmark on (each run uses a fresh path under it).
+    #[arg(long, default_value = "/zkfence-bench", env = "ZKFENCE_BENCH_LOCK")]
+    pub(super) lock: String,
+    /// Contenders, each with its own session.
+    #[arg(long, default_value_t = 1, env = "ZKFENCE_BENCH_CONTENDERS")]
+    pub(super) contenders: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 5.0, env = "ZKFENCE_BENCH_SECONDS")]
+    pub(super) seconds: f64,
+    /// Seconds run first and not counted.
+    #[arg(long, default_value_t = 1.0, env = "ZKFENCE_BENCH_WARMUP")]
+    pub(super) warmup: f64,
+    #[arg(
+        long,
+        value_enum,
+        default_value = "uncontended",
+        env = "ZKFENCE_BENCH_MODE"
+    )]
+    pub(super) mode: Mode,
+    #[arg(
+        long = "impl",
+        value_enum,
+        default_value = "zkfence",
+        env = "ZKFENCE_BENCH_IMPLEMENTATION"
+    )]
+    pub(super) implementation: Impl,
+    /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
+    #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
+    pub(super) matrix: bool,
+    /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
+    /// --locks held by one process (memory per held lock, watchdog requests).
+    #[arg(long, env = "ZKFENCE_BENCH_SCALE")]
+    pub(super) scale: bool,
+    /// With --scale: waiters queued on one lock, each with its own session.
+    #[arg(long, default_value_t = 1000, env = "ZKFENCE_BENCH_WAITERS")]
+    pub(super) waiters: usize,
+    /// With --scale: locks held at once by one session.
+    #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
+    pub(super) locks: usize,
+    /// The critical section: how long each holder holds before it releases (0: release at
+    /// once). With a hold longer than a round trip, the next holder is already queued when
+    /// the lock is released, and the handoff measures the notification path alone.
+    #[arg(long, default_value = "0s", value_parser = crate::duration::parse_duration, env = "ZKFENCE_BENCH_HOLD")]
+    pub(super) hold: Duration,
+    /// With --matrix: unmeasured seconds of load on each server before its first run.
+    #[arg(long, default_value_t = 6.0, env = "ZKFENCE_BENCH_SERVER_WARMUP")]
+    pub(super) server_warmup: f64,
+    /// With --matrix on a local server: skip the second matrix on a forceSync=yes server.
+    #[arg(long, env = "ZKFENCE_BENCH_SKIP_FORCE_SYNC")]
+    pub(super) skip_force_sync: bool,
+    /// With --matrix: where to write the chart.
+    #[arg(long, default_value = "bench.svg", env = "ZKFENCE_BENCH_CHART")]
+    pub(super) chart: PathBuf,
+    /// Measure the in-process queue instead: --tasks tasks of one process on one lock, sharing
+    /// one FencedLock (clones: one ZooKeeper contender at a time) versus each with its own.
+    #[arg(long, env = "ZKFENCE_BENCH_IN_PROCESS")]
+    pub(super) in_process: bool,
+    /// With --in-process: tasks in the process.
+    #[arg(long, default_value_t = 64, env = "ZKFENCE_BENCH_TASKS")]
+    pub(super) tasks: usize,
+}
+
+/// The matrix's configurations: (mode, contenders).
+pub(super) const CONFIGS: [(Mode, usize); 4] = [
+    (Mode::Uncontended, 1),
+    (Mode::Contended, 2),
+    (Mode::Contended, 8),
+    (Mode::Contended, 32),
+];
+/// What the matrix measures, in the order it runs them.
+pub(super) const IMPLS: [Impl; 4] = [Impl::Raw, Impl::Zkfence, Impl::Zkclient, Impl::Curator];
+/// The locks compared (every impl but the raw limits), zkfence first.
+pub(super) const LOCKS: [Impl; 3] = [Impl::Zkfence, Impl::Zkclient, Impl::Curator];
+
+/// One benchmark run's parameters.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Run {
+    /// Which lock (or the raw limits) to measure.
+    pub(super) implementation: Impl,
+    /// One lock path for all contenders, or one each.
+    pub(super) mode: Mode,
+    /// Contenders, each with its own session.
+    pub(super) contenders: usize,
+    /// Measured seconds.
+    pub(super) seconds: f64,
+    /// Seconds run first and not counted.
+    pub(super) warmup: f64,
+    /// The critical section: how long each holder holds.
+    pub(super) hold: Duration,
+}
+
+impl Run {
+    /// A run of `implementation` in (`mode`, `contenders`) with `args`' durations.
+    pub(super) fn new(args: &Args, implementation: Impl, mode: Mode, contenders: usize) -> Run {
+        Run {
+            implementation,
+            mode,
+            contenders,
+            seconds: args.seconds,
+            warmup: args.warmup,
+            hold: args.hold,
+        }
+    }
+}

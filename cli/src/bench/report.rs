@@ -1,0 +1,81 @@
+//! One run's figures ([`Report`]): its JSON line, and the look-up the tables and the chart
+//! share.
+
+use std::fmt::Write as _;
+
+use super::options::{Impl, Mode};
+use super::stats::per_second;
+
+/// One run's figures, printed as one JSON line.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Report {
+    pub(super) implementation: &'static str,
+    pub(super) mode: &'static str,
+    pub(super) contenders: usize,
+    pub(super) seconds: f64,
+    pub(super) acquisitions: u64,
+    pub(super) cycle_p50_us: f64,
+    pub(super) cycle_p99_us: f64,
+    pub(super) handoff_p50_us: Option<f64>,
+    pub(super) handoff_p99_us: Option<f64>,
+    pub(super) read_p50_us: Option<f64>,
+    /// Raw: a create with the listing pipelined behind it + delete (uncontended only).
+    pub(super) listed_cycle_p50_us: Option<f64>,
+    /// The server's transactions per acquisition in the measured window (zxid probes).
+    pub(super) writes_per_acq: Option<f64>,
+    pub(super) violations: u64,
+    pub(super) errors: u64,
+}
+
+impl Report {
+    /// Acquisitions per measured second.
+    pub(super) fn acq_per_s(&self) -> f64 {
+        per_second(self.acquisitions, self.seconds)
+    }
+
+    /// The run's JSON line.
+    pub(super) fn json(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.1}"));
+        let mut out = format!(
+            "{{\"impl\":\"{}\",\"mode\":\"{}\",\"contenders\":{},\"seconds\":{},\"acquisitions\":{},\"acq_per_s\":{:.1},\
+             \"cycle_p50_us\":{:.1},\"cycle_p99_us\":{:.1},\"handoff_p50_us\":{},\"handoff_p99_us\":{},\"violations\":{},\"errors\":{}",
+            self.implementation,
+            self.mode,
+            self.contenders,
+            self.seconds,
+            self.acquisitions,
+            self.acq_per_s(),
+            self.cycle_p50_us,
+            self.cycle_p99_us,
+            opt(self.handoff_p50_us),
+            opt(self.handoff_p99_us),
+            self.violations,
+            self.errors
+        );
+        if let Some(read) = self.read_p50_us {
+            let _ = write!(out, ",\"read_p50_us\":{read:.1}");
+        }
+        if let Some(listed) = self.listed_cycle_p50_us {
+            let _ = write!(out, ",\"listed_cycle_p50_us\":{listed:.1}");
+        }
+        if let Some(writes) = self.writes_per_acq {
+            let _ = write!(out, ",\"writes_per_acq\":{writes:.2}");
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// The report of `implementation` in the configuration (`mode`, `contenders`), if it ran.
+pub(super) fn find(
+    reports: &[Report],
+    implementation: Impl,
+    mode: Mode,
+    contenders: usize,
+) -> Option<&Report> {
+    reports.iter().find(|r| {
+        r.implementation == implementation.name()
+            && r.mode == mode.name()
+            && r.contenders == contenders
+    })
+}
