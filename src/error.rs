@@ -133,6 +133,14 @@ pub enum Error {
     #[error("lock lost: {0}")]
     LockLost(LossReason),
 
+    /// The hold is in jeopardy, not lost: its lease lapsed (or, without ride-out, the
+    /// connection dropped) with no evidence that the lock is gone, and a grace period is set
+    /// ([`LockOptions::with_grace`](crate::LockOptions::with_grace)). Make no side effect
+    /// under the lock until [`Held::steady`](crate::Held::steady) returns; the hold is lost
+    /// (and its cancellation token fires) if the grace runs out first.
+    #[error("the lock's hold is in jeopardy (its lease lapsed with no evidence of loss): make no side effect under it until Held::steady() returns; it is lost if the grace period runs out")]
+    Jeopardy,
+
     /// Any other ZooKeeper failure, with the operation and path it happened on.
     #[error("zookeeper {op} on {path} failed: {source}")]
     ZooKeeper {
@@ -148,8 +156,8 @@ pub enum Error {
 
 impl Error {
     /// True when trying the same operation again, with the same client, may succeed:
-    /// transient ZooKeeper failures, a queue node deleted under us, or a lock lost while the
-    /// session itself is still alive.
+    /// transient ZooKeeper failures, a queue node deleted under us, a hold in jeopardy (check
+    /// again once it is steady), or a lock lost while the session itself is still alive.
     ///
     /// # Examples
     ///
@@ -160,7 +168,7 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::NodeDeletedWhileWaiting { .. } => true,
+            Error::NodeDeletedWhileWaiting { .. } | Error::Jeopardy => true,
             Error::LockLost(reason) => !reason.is_session_terminal(),
             Error::ZooKeeper { source, .. } => matches!(
                 source,

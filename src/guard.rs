@@ -15,7 +15,7 @@ use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
 use crate::options::LockOptions;
 use crate::queue::{Grant, Release};
 use crate::requests::Deleted;
-use crate::watchdog::{Event, GuardState, Interest};
+use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
 
 /// What a guard and its [`Held`] handles share.
 #[derive(Debug)]
@@ -153,15 +153,17 @@ impl Held {
     }
 
     /// Fails fast, without any I/O, once the lock is lost, released, **or** the lease deadline
-    /// has passed by the monotonic clock, even if the watchdog has not run yet (after a
-    /// process pause, say). Call it right before each side effect.
+    /// has passed by the lease clock, even if the watchdog has not run yet (after a process
+    /// pause, say). Call it right before each side effect.
     ///
     /// A passing check is not a promise about the future: a write sent after it may still
     /// arrive late at storage, which is why storage must also compare the fencing token.
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`] with the reason.
+    /// [`Error::LockLost`] with the reason; [`Error::Jeopardy`] while the hold is in jeopardy
+    /// (only with [`LockOptions::with_grace`](crate::LockOptions::with_grace)): not lost, but
+    /// not to be acted on until [`steady`](Held::steady) returns.
     ///
     /// # Examples
     ///
@@ -173,10 +175,78 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.loss_check().map_err(Error::LockLost)
+        self.shared.state.check().map_err(|halt| match halt {
+            Halt::Jeopardy => Error::Jeopardy,
+            Halt::Lost(reason) => Error::LockLost(reason),
+        })
     }
 
-    pub(crate) fn loss_check(&self) -> std::result::Result<(), LossReason> {
+    /// Whether the hold is in jeopardy, as a watch: `true` while its lease has lapsed with no
+    /// evidence of loss and a grace period runs (see
+    /// [`LockOptions::with_grace`](crate::LockOptions::with_grace)); always `false` without a
+    /// grace. A lapse is noticed by the watchdog's timer or by the next
+    /// [`check`](Held::check), whichever comes first.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let mut jeopardy = guard.jeopardy();
+    /// while jeopardy.changed().await.is_ok() {
+    ///     println!("in jeopardy: {}", *jeopardy.borrow());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn jeopardy(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.state.jeopardy()
+    }
+
+    /// Waits until the hold is steady: returns at once if [`check`](Held::check) passes;
+    /// while in jeopardy, waits until a committed probe finds the node again and the lease
+    /// holds; returns the loss if the hold ends first (the grace ran out, the session
+    /// expired, the node was deleted, or it was released).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] with the reason.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches the guard's state.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// loop {
+    ///     match guard.check() {
+    ///         Ok(()) => break,
+    ///         Err(zkfence::Error::Jeopardy) => guard.steady().await?,
+    ///         Err(err) => return Err(err),
+    ///     }
+    /// }
+    /// // ... a side effect, fenced with guard.token().as_u64() ...
+    /// # Ok(()) }
+    /// ```
+    pub async fn steady(&self) -> Result<()> {
+        let state = &self.shared.state;
+        let mut jeopardy = state.jeopardy();
+        loop {
+            match state.check() {
+                Ok(()) => return Ok(()),
+                Err(Halt::Lost(reason)) => return Err(Error::LockLost(reason)),
+                Err(Halt::Jeopardy) => {}
+            }
+            tokio::select! {
+                _ = jeopardy.changed() => {}
+                _ = state.token.cancelled() => {}
+            }
+        }
+    }
+
+    pub(crate) fn halt(&self) -> std::result::Result<(), Halt> {
         self.shared.state.check()
     }
 
@@ -277,8 +347,12 @@ impl LockGuard {
             release,
         } = grant;
         let watch = interest.watch();
-        let budget = options.lease.budget(watch.session_timeout());
-        let state = Arc::new(watch.guard_state(budget, options.ride_out, label));
+        let state = Arc::new(watch.guard_state(Terms {
+            budget: options.lease.budget(watch.session_timeout()),
+            ride_out: options.ride_out,
+            grace: options.grace,
+            label,
+        }));
         let id = watch.next_id();
         let node = release.node().clone();
         watch.send(Event::Register {
@@ -393,7 +467,7 @@ impl LockGuard {
             id: self.held.shared.id,
         });
         metrics::gauge!(HELD_LOCKS).decrement(1.0);
-        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.label.clone())
+        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.terms.label.clone())
             .record(self.held.shared.acquired_at.elapsed().as_secs_f64());
     }
 }

@@ -34,6 +34,12 @@ pub const LEASE_REMAINING_SECONDS: &str = "zkfence_lease_remaining_seconds";
 pub const WATCHED_SESSIONS: &str = "zkfence_watched_sessions";
 /// Gauge: tasks waiting in an in-process queue (behind this process's one contender).
 pub const IN_PROCESS_WAITERS: &str = "zkfence_in_process_waiters";
+/// Counter: jeopardy spells (a lapsed lease with no evidence of loss, under a grace period),
+/// by `outcome`: `entered`, `resumed` (a committed probe found the node again).
+pub const JEOPARDY_TOTAL: &str = "zkfence_jeopardy_total";
+/// Histogram, seconds: how long each jeopardy spell lasted, by `outcome`: `resumed` or `lost`
+/// (the grace ran out, or a loss came first).
+pub const JEOPARDY_SECONDS: &str = "zkfence_jeopardy_seconds";
 /// Counter: acquisitions held back by the lock-delay after a node ahead vanished without a
 /// release.
 pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
@@ -83,6 +89,12 @@ pub fn describe() {
         "sessions watched by a watchdog in this process"
     );
     describe_gauge!(IN_PROCESS_WAITERS, "tasks waiting in an in-process queue");
+    describe_counter!(JEOPARDY_TOTAL, "jeopardy spells entered and resumed");
+    describe_histogram!(
+        JEOPARDY_SECONDS,
+        Unit::Seconds,
+        "how long each jeopardy spell lasted, by outcome"
+    );
     describe_counter!(
         LOCK_DELAYS_TOTAL,
         "acquisitions held back by the lock-delay after a failed holder"

@@ -8,6 +8,7 @@
 //! | [`Mutant::MarkedWithdrawal`] | a waiter that gives up never writes the release marker (the queue module's "The handoff") | `tests/lock.rs::the_marked_withdrawal_mutant_is_caught`: its successor walks past the holder |
 //! | [`Mutant::AnyReleaseAdmits`] | only the marked release of a node that held alone admits a successor with no request | `tests/kinds.rs::the_any_release_admits_mutant_is_caught`: a writer walks past a reader |
 //! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
+//! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions |
 #![cfg_attr(not(feature = "mutants"), allow(unreachable_pub, dead_code))]
 
 /// **For zkfence's own tests.** A deliberate flaw in a safety rule; see the module's table for
@@ -34,6 +35,11 @@ pub enum Mutant {
     /// syncs without a quorum: each `sync` reply extends the lease from its send time, with a
     /// margin of `T/4`. Unsound when the ensemble is partitioned.
     SyncLease,
+    /// A guard in jeopardy resumes on the answer to a `sync` of its node, without a committed
+    /// probe that finds the node: the old rule's flaw again, where the jeopardy argument (the
+    /// lease module) needs a commit. A holder on a leader cut off from its followers resumes
+    /// while the others elect, expire its session and grant the lock.
+    ResumeWithoutProof,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

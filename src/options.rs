@@ -55,6 +55,8 @@ pub struct LockOptions {
     pub(crate) parent_mode: ParentMode,
     /// Whether a disconnect cancels at once (false) or only once the lease lapses (true).
     pub(crate) ride_out: bool,
+    /// How long a hold may stay in jeopardy before it is lost (zero: no jeopardy).
+    pub(crate) grace: Duration,
     pub(crate) lease: LeasePolicy,
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
@@ -77,6 +79,7 @@ impl Default for LockOptions {
             create_parents: true,
             parent_mode: ParentMode::Container,
             ride_out: false,
+            grace: Duration::ZERO,
             lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
@@ -162,6 +165,52 @@ impl LockOptions {
     pub fn with_ride_out_disconnects(mut self, ride_out: bool) -> Self {
         self.ride_out = ride_out;
         self
+    }
+
+    /// A grace period, after Chubby's (default zero: off). With a grace, a lease that lapses
+    /// with no evidence that the lock is lost puts the hold in **jeopardy** instead of ending
+    /// it: [`check`](crate::Held::check) fails at once with [`Error::Jeopardy`](crate::Error::Jeopardy),
+    /// [`jeopardy`](crate::Held::jeopardy) reads `true`, and a section under
+    /// [`run`](crate::FencedLock::run) is not polled; but the cancellation token does **not**
+    /// fire. When a committed probe of the watchdog finds the guard's node again, and the
+    /// lease holds again, the hold resumes ([`steady`](crate::Held::steady) returns). If the
+    /// grace runs out first, or the session expires, or the node is deleted, the hold is lost
+    /// and the token fires. The argument that resuming is safe is in the lease module
+    /// (`src/watchdog/lease.rs`, "Jeopardy").
+    ///
+    /// It keeps holds through what routinely outlasts a lease: a leader that goes silent until
+    /// the followers elect another (`syncLimit · tickTime`), a leader's long GC pause, a
+    /// rolling restart, an fsync stall. A grace of `T` rides out all of these at `T = 10 s`
+    /// (the chaos suite's needless-cancel figures). Without ride-out a disconnect puts the hold
+    /// in jeopardy at once (it resumes once the session proves itself again); with ride-out a
+    /// disconnect changes nothing until the lease lapses.
+    ///
+    /// **Work that only watches the cancellation token must not use a grace**: in jeopardy the
+    /// token stays quiet while the lease no longer vouches for the lock. Work under a grace
+    /// calls `check()` before each side effect (or awaits `steady()`), or runs under
+    /// [`run`](crate::FencedLock::run), which stops polling it while in jeopardy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = zkfence::LockOptions::default().with_grace(Duration::from_secs(10));
+    /// assert_eq!(options.grace(), Duration::from_secs(10));
+    /// ```
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The grace period (zero when off).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(zkfence::LockOptions::default().grace().is_zero());
+    /// ```
+    pub fn grace(&self) -> Duration {
+        self.grace
     }
 
     /// Slack given up from the lease for scheduling and network jitter (default `T/20`,

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use crate::error::Error;
 use crate::guard::{Held, LockGuard};
 use crate::loss::LossReason;
+use crate::watchdog::Halt;
 
 /// Runs `f`'s future under `guard`, checking the lock before every poll; releases after.
 pub(crate) async fn run<F, Fut, T, E>(guard: LockGuard, f: F) -> std::result::Result<T, E>
@@ -23,6 +24,7 @@ where
         future: Some(Box::pin(f(guard.held()))),
         held,
         cancelled,
+        steadying: None,
     };
     match section.await {
         SectionEnd::Done(out) => {
@@ -51,11 +53,15 @@ enum SectionEnd<O> {
     Panicked(Box<dyn std::any::Any + Send>),
 }
 
-/// Polls the critical section only while the lock holds; drops it the moment it does not.
+/// Polls the critical section only while the lock holds: not at all while the hold is in
+/// jeopardy (it waits, unpolled, until the hold is steady again), and never again once it is
+/// lost (it is dropped).
 struct Fenced<Fut> {
     held: Held,
     /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
     cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    /// While in jeopardy: until the hold is steady again, or lost.
+    steadying: Option<Pin<Box<dyn Future<Output = crate::error::Result<()>> + Send>>>,
     future: Option<Pin<Box<Fut>>>,
 }
 
@@ -66,9 +72,24 @@ impl<Fut: Future> Future for Fenced<Fut> {
         let this = &mut *self;
         // Registers the waker before the check, so a loss between the two still wakes us.
         let _ = this.cancelled.as_mut().poll(cx);
-        if let Err(reason) = this.held.loss_check() {
-            this.future = None;
-            return Poll::Ready(SectionEnd::Lost(reason));
+        loop {
+            if let Some(steadying) = this.steadying.as_mut() {
+                if steadying.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.steadying = None;
+            }
+            match this.held.halt() {
+                Ok(()) => break,
+                Err(Halt::Lost(reason)) => {
+                    this.future = None;
+                    return Poll::Ready(SectionEnd::Lost(reason));
+                }
+                Err(Halt::Jeopardy) => {
+                    let held = this.held.clone();
+                    this.steadying = Some(Box::pin(async move { held.steady().await }));
+                }
+            }
         }
         let Some(future) = this.future.as_mut() else {
             return Poll::Ready(SectionEnd::Lost(LossReason::Released));

@@ -1,6 +1,4 @@
-//! Waiting on optional deadlines and optional futures inside `select!` loops.
-
-use std::future::Future;
+//! How long an acquire may wait, and waiting on optional deadlines inside `select!` loops.
 
 use tokio::time::Instant;
 
@@ -29,14 +27,6 @@ impl Wait {
 pub(crate) async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Awaits `future`, or forever when there is none.
-pub(crate) async fn poll_opt<F: Future + Unpin>(future: &mut Option<F>) -> Option<F::Output> {
-    match future {
-        Some(f) => Some(f.await),
         None => std::future::pending().await,
     }
 }

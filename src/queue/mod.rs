@@ -57,6 +57,7 @@ use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::requests::{child_path, watch_changed, NodeWatch};
 use crate::time::{sleep_until_opt, Wait};
+use crate::watchdog::clock;
 use crate::watchdog::lease::LeaseCell;
 use crate::watchdog::{self, Interest};
 
@@ -262,7 +263,7 @@ impl<'a> Attempt<'a> {
                 return Ok(None); // `pending` cleans up whatever may have been created
             }
             self.pending.sending_create();
-            let sent = Instant::now();
+            let sent = clock::now();
             let create = client.create(&create_path, &options.data, &mode);
             let list = client.list_children(path);
             let read = self
@@ -329,10 +330,10 @@ impl<'a> Attempt<'a> {
     fn record<T>(&self, sent: Instant, created: &std::result::Result<T, zk::Error>) {
         match created {
             // A committed write: a proof for the lease (see `crate::watchdog::lease`).
-            Ok(_) => self.lease().committed(sent, Instant::now()),
+            Ok(_) => self.lease().committed(sent, clock::now()),
             // Refused by a server, which so saw the session: a reply for the lease.
             Err(err) if crate::requests::answered_by_server(err) => {
-                self.lease().replied(sent, Instant::now())
+                self.lease().replied(sent, clock::now())
             }
             Err(_) => {}
         }

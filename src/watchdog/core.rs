@@ -1,8 +1,9 @@
-//! The watchdog's decisions, apart from ZooKeeper: which guards to cancel, when, and why.
+//! The watchdog's decisions, apart from ZooKeeper: which guards to cancel or put in jeopardy,
+//! when, and why; and the messages its task takes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,70 +11,9 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::lease::LeaseCell;
+use super::state::{GuardState, Spell};
 use crate::loss::LossReason;
-use crate::metrics::{LOCK_LOST_TOTAL, LOSS_DETECTION_SECONDS};
-
-/// What one guard shares with the watchdog: its cancellation, the reason, and its lease.
-#[derive(Debug)]
-pub(crate) struct GuardState {
-    pub(crate) token: CancellationToken,
-    reason: OnceLock<LossReason>,
-    lease: Arc<LeaseCell>,
-    budget: Duration,
-    pub(crate) ride_out: bool,
-    pub(crate) label: String,
-}
-
-impl GuardState {
-    pub(super) fn new(
-        token: CancellationToken,
-        lease: Arc<LeaseCell>,
-        budget: Duration,
-        ride_out: bool,
-        label: String,
-    ) -> GuardState {
-        GuardState {
-            token,
-            reason: OnceLock::new(),
-            lease,
-            budget,
-            ride_out,
-            label,
-        }
-    }
-
-    /// The current lease deadline.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.lease.deadline(self.budget)
-    }
-
-    /// The reason, once lost or released (a token cancelled by its owner counts as released).
-    pub(crate) fn reason(&self) -> Option<LossReason> {
-        self.reason
-            .get()
-            .copied()
-            .or_else(|| self.token.is_cancelled().then_some(LossReason::Released))
-    }
-
-    /// Records `reason` and cancels, once; returns whether this call did it.
-    pub(crate) fn lose(&self, reason: LossReason) -> bool {
-        let first = self.reason.set(reason).is_ok();
-        self.token.cancel();
-        first
-    }
-
-    /// The synchronous check: lost, released, or past the lease deadline by the monotonic clock.
-    pub(crate) fn check(&self) -> Result<(), LossReason> {
-        if let Some(reason) = self.reason() {
-            return Err(reason);
-        }
-        if Instant::now() >= self.deadline() {
-            self.lose(LossReason::LeaseExpired);
-            return Err(self.reason().unwrap_or(LossReason::LeaseExpired));
-        }
-        Ok(())
-    }
-}
+use crate::metrics::{JEOPARDY_SECONDS, JEOPARDY_TOTAL, LOCK_LOST_TOTAL, LOSS_DETECTION_SECONDS};
 
 /// Messages to a session's watchdog task.
 pub(crate) enum Event {
@@ -134,19 +74,23 @@ impl fmt::Debug for NodeToWatch {
 struct Entry {
     node: Arc<str>,
     state: Arc<GuardState>,
-    /// Whether its budget is in `Core::budgets`: only live guards have a lease deadline to
-    /// sleep until (a lost one would make the deadline always past, and the task spin).
+    /// Whether its budget is in `Core::budgets`: only steady live guards have a lease deadline
+    /// to sleep until (a lapsed one would make the deadline always past, and the task spin).
     counted: bool,
+    /// When its grace runs out, while it is in jeopardy (also in `Core::grace_ends`).
+    grace_end: Option<Instant>,
 }
 
 /// The watchdog's decisions, apart from ZooKeeper, so that tests drive it with paused time
-/// through the same channel production uses.
+/// through the same channel production uses. Instants are on the lease clock.
 #[derive(Debug)]
 pub(crate) struct Core {
     session: i64,
     guards: HashMap<u64, Entry>,
-    /// Lease budgets of the registered guards (a multiset), to sleep until the earliest deadline.
+    /// Lease budgets of the steady guards (a multiset), to sleep until the earliest deadline.
     budgets: BTreeMap<Duration, usize>,
+    /// When the grace of each guard in jeopardy runs out.
+    grace_ends: BTreeSet<(Instant, u64)>,
     pub(super) lease: Arc<LeaseCell>,
     /// Set once the session is over; guards registered later are cancelled at once.
     pub(super) terminal: Option<LossReason>,
@@ -159,6 +103,7 @@ impl Core {
             session,
             guards: HashMap::new(),
             budgets: BTreeMap::new(),
+            grace_ends: BTreeSet::new(),
             lease,
             terminal: None,
             disconnected: false,
@@ -173,34 +118,10 @@ impl Core {
                 node,
                 state,
                 watch,
-            } => {
-                *self.budgets.entry(state.budget).or_default() += 1;
-                let watch = NodeToWatch {
-                    id,
-                    node: node.clone(),
-                    token: state.token.clone(),
-                    pending: watch,
-                };
-                let ride_out = state.ride_out;
-                self.guards.insert(
-                    id,
-                    Entry {
-                        node,
-                        state,
-                        counted: true,
-                    },
-                );
-                if let Some(reason) = self.terminal {
-                    self.lose(id, reason, now);
-                } else if self.disconnected && !ride_out {
-                    self.lose(id, LossReason::Disconnected, now);
-                } else if now >= self.guards[&id].state.deadline() {
-                    self.lose(id, LossReason::LeaseExpired, now);
-                }
-                return Some(watch);
-            }
+            } => return Some(self.register(id, node, state, watch, now)),
             Event::Unregister { id } => {
                 self.uncount(id);
+                self.end_grace(id);
                 self.guards.remove(&id);
             }
             Event::State(state) => self.on_state(state, now),
@@ -217,6 +138,40 @@ impl Core {
         None
     }
 
+    fn register(
+        &mut self,
+        id: u64,
+        node: Arc<str>,
+        state: Arc<GuardState>,
+        watch: Option<crate::requests::NodeWatch>,
+        now: Instant,
+    ) -> NodeToWatch {
+        *self.budgets.entry(state.terms.budget).or_default() += 1;
+        let to_watch = NodeToWatch {
+            id,
+            node: node.clone(),
+            token: state.token.clone(),
+            pending: watch,
+        };
+        let ride_out = state.terms.ride_out;
+        let deadline = state.deadline();
+        let entry = Entry {
+            node,
+            state,
+            counted: true,
+            grace_end: None,
+        };
+        self.guards.insert(id, entry);
+        if let Some(reason) = self.terminal {
+            self.lose(id, reason, now);
+        } else if self.disconnected && !ride_out {
+            self.falter(id, now, LossReason::Disconnected, now);
+        } else if now >= deadline {
+            self.falter(id, deadline, LossReason::LeaseExpired, now);
+        }
+        to_watch
+    }
+
     fn on_state(&mut self, state: zk::SessionState, now: Instant) {
         let reason = match state {
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
@@ -225,45 +180,135 @@ impl Core {
             }
             zk::SessionState::Disconnected => {
                 self.disconnected = true;
-                LossReason::Disconnected
+                let strict: Vec<u64> = (self.guards.iter())
+                    .filter(|(_, e)| !e.state.terms.ride_out)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in strict {
+                    self.falter(id, now, LossReason::Disconnected, now);
+                }
+                return;
             }
             zk::SessionState::Expired => LossReason::SessionExpired,
             zk::SessionState::Closed => LossReason::ClientClosed,
             zk::SessionState::AuthFailed => LossReason::AuthFailed,
         };
-        if reason.is_session_terminal() {
-            self.terminal.get_or_insert(reason);
-        }
-        let ids: Vec<u64> = self
-            .guards
-            .iter()
-            .filter(|(_, e)| reason != LossReason::Disconnected || !e.state.ride_out)
-            .map(|(id, _)| *id)
-            .collect();
+        self.terminal.get_or_insert(reason);
+        let ids: Vec<u64> = self.guards.keys().copied().collect();
         for id in ids {
             self.lose(id, reason, now);
         }
     }
 
-    /// The earliest lease deadline among registered guards.
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let shortest = self.budgets.keys().next()?;
-        Some(self.lease.deadline(*shortest))
+    /// The hold of `id` stopped being provable at `since`, for `cause`: with a grace it is in
+    /// jeopardy from then on; without one it is lost.
+    fn falter(&mut self, id: u64, since: Instant, cause: LossReason, now: Instant) {
+        let Some(state) = self.guards.get(&id).map(|e| e.state.clone()) else {
+            return;
+        };
+        if state.terms.grace.is_zero() {
+            self.lose(id, cause, now);
+            return;
+        }
+        if state.enter_jeopardy(Spell { since, cause }) {
+            metrics::counter!(JEOPARDY_TOTAL, "outcome" => "entered", "lock" => state.terms.label.clone())
+                .increment(1);
+            tracing::warn!(
+                node = %self.guards[&id].node,
+                session_id = %zk::SessionId(self.session),
+                cause = cause.as_str(),
+                grace_ms = state.terms.grace.as_millis() as u64,
+                "lock in jeopardy: suspended until a committed probe finds its node, lost if the grace runs out"
+            );
+        }
+        self.track_spell(id);
     }
 
-    /// Cancels every guard whose lease deadline has passed.
+    /// Takes a guard that is in jeopardy (put there by us or by its own `check()`) out of the
+    /// lease deadlines and into the grace deadlines.
+    fn track_spell(&mut self, id: u64) {
+        let Some(spell) = self.guards.get(&id).and_then(|e| e.state.current_spell()) else {
+            return;
+        };
+        self.uncount(id);
+        let Some(entry) = self.guards.get_mut(&id) else {
+            return;
+        };
+        if entry.grace_end.is_none() {
+            let end = spell.since + entry.state.terms.grace;
+            entry.grace_end = Some(end);
+            self.grace_ends.insert((end, id));
+        }
+    }
+
+    /// A committed probe sent at `sent` found the node of `id`: a spell that began by then
+    /// ends if the lease holds again.
+    pub(crate) fn found(&mut self, id: u64, sent: Instant, now: Instant) {
+        let Some(state) = self.guards.get(&id).map(|e| e.state.clone()) else {
+            return;
+        };
+        let Some(spell) = state.resume(sent, now) else {
+            return;
+        };
+        self.end_grace(id);
+        if let Some(entry) = self.guards.get_mut(&id) {
+            entry.counted = true;
+            *self.budgets.entry(state.terms.budget).or_default() += 1;
+        }
+        let spent = now.saturating_duration_since(spell.since);
+        metrics::counter!(JEOPARDY_TOTAL, "outcome" => "resumed", "lock" => state.terms.label.clone())
+            .increment(1);
+        metrics::histogram!(JEOPARDY_SECONDS, "outcome" => "resumed").record(spent.as_secs_f64());
+        tracing::info!(
+            node = %self.guards[&id].node,
+            session_id = %zk::SessionId(self.session),
+            jeopardy_ms = spent.as_secs_f64() * 1e3,
+            "lock steady again: a committed probe found its node"
+        );
+    }
+
+    /// Whether any guard is in jeopardy.
+    pub(crate) fn any_in_jeopardy(&self) -> bool {
+        !self.grace_ends.is_empty()
+    }
+
+    /// The earliest instant something is due: a steady guard's lease deadline, or the end of a
+    /// jeopardized guard's grace.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let lease = (self.budgets.keys().next()).map(|shortest| self.lease.deadline(*shortest));
+        let grace = self.grace_ends.first().map(|&(end, _)| end);
+        lease.into_iter().chain(grace).min()
+    }
+
+    /// Puts in jeopardy (or cancels) every steady guard whose lease has lapsed, and cancels
+    /// every guard whose grace has run out.
     pub(crate) fn check_lease(&mut self, now: Instant) {
-        let due: Vec<u64> = self
+        let due: Vec<(u64, bool)> = self
             .guards
             .iter()
             .filter(|(_, e)| {
                 e.counted && (e.state.token.is_cancelled() || now >= e.state.deadline())
             })
-            .map(|(id, _)| *id)
+            .map(|(id, e)| (*id, e.state.token.is_cancelled()))
             .collect();
-        for id in due {
-            // Cancelled elsewhere (check(), release, the owner) or expired now.
-            self.lose(id, LossReason::LeaseExpired, now);
+        for (id, cancelled) in due {
+            if cancelled {
+                // Cancelled elsewhere (check(), release, the owner): records why, once.
+                self.lose(id, LossReason::LeaseExpired, now);
+            } else {
+                let lapsed_at = self.guards[&id].state.deadline();
+                self.falter(id, lapsed_at, LossReason::LeaseExpired, now);
+            }
+        }
+        let over: Vec<u64> = (self.grace_ends.iter())
+            .take_while(|&&(end, _)| end <= now)
+            .map(|&(_, id)| id)
+            .collect();
+        for id in over {
+            let cause = (self.guards.get(&id))
+                .and_then(|e| e.state.current_spell())
+                .map_or(LossReason::LeaseExpired, |s| s.cause);
+            self.lose(id, cause, now);
         }
     }
 
@@ -275,7 +320,7 @@ impl Core {
         if !std::mem::replace(&mut entry.counted, false) {
             return;
         }
-        let budget = entry.state.budget;
+        let budget = entry.state.terms.budget;
         if let Some(n) = self.budgets.get_mut(&budget) {
             *n -= 1;
             if *n == 0 {
@@ -284,38 +329,63 @@ impl Core {
         }
     }
 
+    /// Takes a guard's grace deadline out, once.
+    fn end_grace(&mut self, id: u64) {
+        if let Some(end) = self.guards.get_mut(&id).and_then(|e| e.grace_end.take()) {
+            self.grace_ends.remove(&(end, id));
+        }
+    }
+
     fn lose(&mut self, id: u64, reason: LossReason, now: Instant) {
         self.uncount(id);
+        let grace_end = self.guards.get(&id).and_then(|e| e.grace_end);
+        self.end_grace(id);
         let Some(entry) = self.guards.get(&id) else {
             return;
         };
-        if entry.state.lose(reason) {
-            let observed = if reason == LossReason::LeaseExpired {
-                entry.state.deadline().min(now)
-            } else {
-                now
-            };
-            let latency = Instant::now().saturating_duration_since(observed);
-            metrics::counter!(LOCK_LOST_TOTAL, "reason" => reason.as_str(), "lock" => entry.state.label.clone())
-                .increment(1);
-            metrics::histogram!(LOSS_DETECTION_SECONDS, "reason" => reason.as_str())
-                .record(latency.as_secs_f64());
-            tracing::warn!(
-                node = %entry.node,
-                session_id = %zk::SessionId(self.session),
-                reason = reason.as_str(),
-                detection_latency_ms = latency.as_secs_f64() * 1e3,
-                "lock lost: {reason}"
-            );
+        let spell = entry.state.current_spell();
+        if !entry.state.lose(reason) {
+            return;
         }
+        // When the loss became observable: the grace's end, the lease deadline, or now.
+        let observed = match (grace_end, reason) {
+            (Some(end), _) => end.min(now),
+            (None, LossReason::LeaseExpired) => entry.state.deadline().min(now),
+            _ => now,
+        };
+        let latency = now.saturating_duration_since(observed);
+        let label = entry.state.terms.label.clone();
+        metrics::counter!(LOCK_LOST_TOTAL, "reason" => reason.as_str(), "lock" => label)
+            .increment(1);
+        metrics::histogram!(LOSS_DETECTION_SECONDS, "reason" => reason.as_str())
+            .record(latency.as_secs_f64());
+        if let Some(spell) = spell {
+            metrics::histogram!(JEOPARDY_SECONDS, "outcome" => "lost")
+                .record(now.saturating_duration_since(spell.since).as_secs_f64());
+        }
+        tracing::warn!(
+            node = %entry.node,
+            session_id = %zk::SessionId(self.session),
+            reason = reason.as_str(),
+            detection_latency_ms = latency.as_secs_f64() * 1e3,
+            "lock lost: {reason}"
+        );
     }
 
     pub(crate) fn guards(&self) -> usize {
         self.guards.len()
     }
 
-    /// A node to probe, rotating through the held ones.
+    /// A node to probe, rotating through the held ones, those in jeopardy first (only a
+    /// committed probe of its own node ends a guard's jeopardy).
     pub(super) fn probe_target(&self, turn: usize) -> Option<(u64, Arc<str>)> {
+        if let Some(&(_, id)) = self
+            .grace_ends
+            .iter()
+            .nth(turn % self.grace_ends.len().max(1))
+        {
+            return self.guards.get(&id).map(|e| (id, e.node.clone()));
+        }
         if self.guards.is_empty() {
             return None;
         }

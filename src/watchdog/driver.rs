@@ -11,17 +11,22 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use super::clock;
 use super::core::{Core, Event, NodeToWatch};
 use super::lease::LeaseCell;
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
+use crate::mutants::Mutant;
 use crate::requests::CatchUnwind;
-use crate::time::{poll_opt, sleep_until_opt};
+use crate::time::sleep_until_opt;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
 /// handle, which would keep the session open, is let go.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// The most probes in flight at once: one, but for the cold phase's extra probes.
+const MOST_IN_FLIGHT: usize = 4;
 
 /// A guard's node watched until it is deleted (`true`) or the session ends.
 type WatchTask = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
@@ -29,6 +34,7 @@ type Probe = Pin<Box<dyn Future<Output = ProbeReply> + Send>>;
 
 /// The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
 /// probes). Without a client (unit tests) it only applies what comes through the channel.
+/// Instants are on the lease clock ([`clock`]), turned into timers only to sleep.
 pub(crate) struct Driver {
     watch: Weak<SessionWatch>,
     events: mpsc::UnboundedReceiver<Event>,
@@ -38,13 +44,24 @@ pub(crate) struct Driver {
     probing: Probing,
 }
 
-/// The probe in flight and when the next one goes.
+/// The probes in flight and when the next one goes.
 struct Probing {
-    in_flight: Option<Probe>,
+    in_flight: FuturesUnordered<Probe>,
     last_sent: Option<Instant>,
     next: Instant,
     /// Which held node the next probe checks (they take turns).
     turn: usize,
+}
+
+/// What woke the task.
+enum Wake {
+    Event(Option<Event>),
+    State(zk::SessionState),
+    NodeGone(u64),
+    Due,
+    Probed(ProbeReply),
+    ProbeTime,
+    Detach,
 }
 
 impl Driver {
@@ -68,9 +85,9 @@ impl Driver {
             core: Core::new(session, lease),
             timeout,
             probing: Probing {
-                in_flight: None,
+                in_flight: FuturesUnordered::new(),
                 last_sent: None,
-                next: Instant::now(),
+                next: clock::now(),
                 turn: 0,
             },
         }
@@ -90,38 +107,37 @@ impl Driver {
             None => None,
         };
         loop {
-            let lease_at = self.core.next_deadline();
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
-            let (probe_at, probing) = (self.probing.next, self.probing.in_flight.is_some());
-            tokio::select! {
+            let (due_at, probe_at) = (self.core.next_deadline(), self.probe_at());
+            let wake = tokio::select! {
                 biased;
-                event = self.events.recv() => match event {
-                    Some(Event::Attach(client)) => {
-                        self.client = Some(client);
-                        self.probing.next = Instant::now();
+                event = self.events.recv() => Wake::Event(event),
+                event = next_session_event(&mut session_events) => Wake::State(event),
+                state = next_state(&mut states) => Wake::State(state),
+                Some((id, true)) = node_watches.next() => Wake::NodeGone(id),
+                _ = sleep_on_lease_clock(due_at) => Wake::Due,
+                Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
+                _ = sleep_on_lease_clock(probe_at) => Wake::ProbeTime,
+                _ = sleep_until_opt(detach_at), if self.client.is_some() => Wake::Detach,
+            };
+            match wake {
+                Wake::Event(None) => break,
+                Wake::Event(Some(event)) => {
+                    if let Some(node) = self.on_event(event) {
+                        node_watches.push(node);
                     }
-                    Some(event) => {
-                        let node = self.core.apply(event, Instant::now());
-                        if let (Some(node), Some(client)) = (node, &self.client) {
-                            node_watches.push(Box::pin(watch_node(client.clone(), node)));
-                        }
-                    }
-                    None => break,
-                },
-                event = next_session_event(&mut session_events) => self.on_state(event),
-                state = next_state(&mut states) => self.on_state(state),
-                Some((id, true)) = node_watches.next() => {
-                    self.core.apply(Event::NodeGone { id }, Instant::now());
                 }
-                _ = sleep_until_opt(lease_at) => self.core.check_lease(Instant::now()),
-                Some(reply) = poll_opt(&mut self.probing.in_flight) => self.on_probe(reply),
-                _ = tokio::time::sleep_until(probe_at), if !probing && self.client.is_some() => {
-                    self.send_probe();
+                Wake::State(state) => self.on_state(state),
+                Wake::NodeGone(id) => {
+                    self.core.apply(Event::NodeGone { id }, clock::now());
                 }
-                _ = sleep_until_opt(detach_at), if self.client.is_some() => {
+                Wake::Due => self.core.check_lease(clock::now()),
+                Wake::Probed(reply) => self.on_probe(reply),
+                Wake::ProbeTime => self.send_probe(),
+                Wake::Detach => {
                     // Idle: let the session close when the application drops its clients.
                     self.client = None;
-                    self.probing.in_flight = None;
+                    self.probing.in_flight = FuturesUnordered::new();
                 }
             }
             let idle = self.idle();
@@ -133,40 +149,104 @@ impl Driver {
         metrics::gauge!(WATCHED_SESSIONS).decrement(1.0);
     }
 
+    /// Applies a message; a newly registered guard's node watch to run, if there is one.
+    fn on_event(&mut self, event: Event) -> Option<WatchTask> {
+        if let Event::Attach(client) = event {
+            self.client = Some(client);
+            self.probing.next = clock::now();
+            return None;
+        }
+        let node = self.core.apply(event, clock::now())?;
+        let client = self.client.as_ref()?;
+        Some(Box::pin(watch_node(client.clone(), node)))
+    }
+
+    /// When to wake up to send a probe: the regular one when none is in flight, or a cold one
+    /// (see [`Self::cold_probe_due`]); never without a client.
+    fn probe_at(&self) -> Option<Instant> {
+        self.client.as_ref()?;
+        let in_flight = self.probing.in_flight.len();
+        let regular = (in_flight == 0).then_some(self.probing.next);
+        let cold = (in_flight < MOST_IN_FLIGHT)
+            .then(|| self.cold_probe_due())
+            .flatten();
+        regular.into_iter().chain(cold).min()
+    }
+
     /// Sends the next probe if one can prove something now, else moves its time on (a reply
     /// that came in since, an acquire's create, pairs with nothing until a gap has passed).
     fn send_probe(&mut self) {
-        let due = self.probe_due(self.probing.last_sent);
-        if due > Instant::now() {
-            self.probing.next = due;
-            return;
+        let now = clock::now();
+        let cold = self.cold_probe_due().is_some_and(|at| at <= now)
+            && self.probing.in_flight.len() < MOST_IN_FLIGHT;
+        if !cold {
+            if !self.probing.in_flight.is_empty() {
+                return;
+            }
+            let due = self.probe_due(self.probing.last_sent);
+            if due > now {
+                self.probing.next = due;
+                return;
+            }
         }
         let Some(client) = &self.client else {
             return;
         };
         let target = self.probe_target(self.probing.turn);
-        let legacy = self.core.lease.is_legacy();
-        self.probing.in_flight = Some(Box::pin(probe_session(client.clone(), target, legacy)));
-        self.probing.last_sent = Some(Instant::now());
+        let lease = &self.core.lease;
+        let sync = lease.is_legacy()
+            || (lease.flaw().is(Mutant::ResumeWithoutProof) && self.core.any_in_jeopardy());
+        let probe = probe_session(client.clone(), target, sync);
+        self.probing.in_flight.push(Box::pin(probe));
+        self.probing.last_sent = Some(now);
         self.probing.turn = self.probing.turn.wrapping_add(1);
     }
 
-    /// When the next probe is due: once it can prove something (a pair gap after the newest
-    /// reply) and a probe period after the last one (every `T/3` under the legacy rule).
+    /// When the next regular probe is due: once it can prove something (a pair gap after the
+    /// newest reply) and a probe period after the last one (every `T/3` under the
+    /// `SyncLease` mutant's rule).
     fn probe_due(&self, last_sent: Option<Instant>) -> Instant {
         let lease = &self.core.lease;
         if lease.is_legacy() {
-            return last_sent.map_or_else(Instant::now, |s| s + self.timeout / 3);
+            return last_sent.map_or_else(clock::now, |s| s + self.timeout / 3);
         }
         // A probe pairs with the newest committed write once a gap has passed (replies that
         // are refusals do not move this: a lock retrying an error must not starve the probes).
         let pairs = lease
             .newest_commit()
-            .map_or_else(Instant::now, |r| r + lease.gap());
+            .map_or_else(clock::now, |r| r + lease.gap());
         last_sent.map_or(pairs, |s| pairs.max(s + lease.probe_period()))
     }
 
-    /// What the next probe checks: a held node (in turn), else the newest lock path.
+    /// When an extra probe should go in the cold phase, if one should: while no commit has
+    /// come back since the start, one every cold period; after that, once the regular probe
+    /// could no longer be back before the lease lapses. Each cold commit leans on the client's
+    /// keepalive (see the lease module), so a slow create (an fsync stall) followed by a slow
+    /// first probe cannot leave the first lease to lapse.
+    fn cold_probe_due(&self) -> Option<Instant> {
+        let lease = &self.core.lease;
+        let since = lease.cold_since()?;
+        if lease.is_legacy() || self.idle() {
+            return None;
+        }
+        let period = lease
+            .shortest_budget()
+            .saturating_sub(lease.lean())
+            .div_f64(6.0)
+            .max(Duration::from_millis(10));
+        let after_last = self.probing.last_sent.map_or(since, |s| s.max(since)) + period;
+        let Some(reply) = lease.newest_commit().filter(|&r| r >= since) else {
+            return Some(after_last);
+        };
+        let slowest = lease.slowest_cold_commit();
+        let regular_back = self.probe_due(self.probing.last_sent).max(reply) + slowest;
+        let deadline = lease.deadline(lease.shortest_budget());
+        let margin = period;
+        (regular_back + margin >= deadline).then_some(after_last)
+    }
+
+    /// What the next probe checks: a held node (in turn, those in jeopardy first), else the
+    /// newest lock path.
     fn probe_target(&self, turn: usize) -> ProbeTarget {
         match self.core.probe_target(turn) {
             Some((id, path)) => ProbeTarget {
@@ -185,7 +265,6 @@ impl Driver {
 
     /// Records what a probe proved, and when the next one goes.
     fn on_probe(&mut self, reply: ProbeReply) {
-        self.probing.in_flight = None;
         self.probing.next = match self.record_probe(reply) {
             Some(retry) => retry,
             None => self.probe_due(self.probing.last_sent),
@@ -195,7 +274,7 @@ impl Driver {
     /// Records what a probe proved; returns when to try again if nothing came back.
     fn record_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
         let lease = self.core.lease.clone();
-        let now = Instant::now();
+        let now = clock::now();
         let outcome = match reply.answer {
             Answer::Committed => {
                 lease.committed(reply.sent, now);
@@ -205,17 +284,29 @@ impl Driver {
                     self.core
                         .apply(Event::SessionId(client.session_id().0), now);
                 }
+                if let Some(id) = reply.guard {
+                    self.core.found(id, reply.sent, now);
+                }
                 "committed"
             }
             Answer::Synced => {
                 lease.synced(reply.sent);
                 lease.replied(reply.sent, now);
+                // The mutant's flaw: a sync's answer taken for the node found.
+                if let Some(id) = reply
+                    .guard
+                    .filter(|_| lease.flaw().is(Mutant::ResumeWithoutProof))
+                {
+                    self.core.found(id, reply.sent, now);
+                }
                 "synced"
             }
             Answer::Refused(gone) => {
                 lease.replied(reply.sent, now);
-                if let Some(id) = gone {
-                    self.core.apply(Event::NodeGone { id }, now);
+                if gone {
+                    if let Some(id) = reply.guard {
+                        self.core.apply(Event::NodeGone { id }, now);
+                    }
                 }
                 "refused"
             }
@@ -234,9 +325,9 @@ impl Driver {
             state,
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
         ) {
-            self.probing.next = Instant::now();
+            self.probing.next = clock::now();
         }
-        self.core.apply(Event::State(state), Instant::now());
+        self.core.apply(Event::State(state), clock::now());
     }
 
     fn idle(&self) -> bool {
@@ -254,6 +345,16 @@ impl Driver {
     }
 }
 
+/// Sleeps until the lease clock reads `at` (forever without one), but never longer than
+/// [`clock::LONGEST_SLEEP`]: tokio's timers do not count a suspend, the lease clock does.
+async fn sleep_on_lease_clock(at: Option<Instant>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    let cap = Instant::now() + clock::LONGEST_SLEEP;
+    tokio::time::sleep_until(clock::timer(at).min(cap)).await;
+}
+
 /// What a probe checks: a held guard's node, or (with none held) a lock path.
 #[derive(Debug)]
 struct ProbeTarget {
@@ -264,12 +365,12 @@ struct ProbeTarget {
 /// What came back for a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
-    /// The write was committed: a proof for the lease.
+    /// The write was committed: a proof for the lease (and that the checked node exists).
     Committed,
-    /// The legacy rule's `sync` was answered.
+    /// A `sync` was answered (the `SyncLease` and `ResumeWithoutProof` mutants' probes).
     Synced,
-    /// A server answered with an error; the guard whose node is gone, if that was the error.
-    Refused(Option<u64>),
+    /// A server answered with an error; `true` if the error is that the node is gone.
+    Refused(bool),
     /// No answer (the connection broke, the session ended).
     None,
 }
@@ -278,6 +379,8 @@ enum Answer {
 #[derive(Debug)]
 struct ProbeReply {
     sent: Instant,
+    /// The guard whose node it checked, if it checked one.
+    guard: Option<u64>,
     answer: Answer,
 }
 
@@ -285,11 +388,11 @@ struct ProbeReply {
 /// a write, so it is committed only by a leader with a quorum (see [`super::lease`]); it
 /// changes nothing and fires no watch, and on a held node it also finds the node gone.
 ///
-/// Under the `SyncLease` mutant's rule it is a `sync` then a read: unsound, since a leader
-/// answers its own clients' syncs without a quorum.
-async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) -> ProbeReply {
-    let sent = Instant::now();
-    let result = if legacy {
+/// Under the mutants' `sync` rule it is a `sync` then a read: unsound, since a leader answers
+/// its own clients' syncs without a quorum.
+async fn probe_session(client: zk::Client, target: ProbeTarget, sync: bool) -> ProbeReply {
+    let sent = clock::now();
+    let result = if sync {
         let synced = client.sync(&target.path);
         let read = client.check_stat(&target.path);
         let synced = synced.await;
@@ -305,13 +408,17 @@ async fn probe_session(client: zk::Client, target: ProbeTarget, legacy: bool) ->
         }
     };
     let answer = match result {
-        Ok(()) if legacy => Answer::Synced,
+        Ok(()) if sync => Answer::Synced,
         Ok(()) => Answer::Committed,
-        Err(zk::Error::NoNode) => Answer::Refused(target.guard),
-        Err(err) if crate::requests::answered_by_server(&err) => Answer::Refused(None),
+        Err(zk::Error::NoNode) => Answer::Refused(true),
+        Err(err) if crate::requests::answered_by_server(&err) => Answer::Refused(false),
         Err(_) => Answer::None,
     };
-    ProbeReply { sent, answer }
+    ProbeReply {
+        sent,
+        guard: target.guard,
+        answer,
+    }
 }
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.

@@ -45,10 +45,47 @@
 //! its own, a `multi` holding one `check` of a held node (it changes nothing and fires no
 //! watch), sent `G` after the newest reply so that each probe pairs with the one before it.
 //!
-//! The one exception is the first proof after the session's watchdog starts, when no earlier
-//! reply of ours is known: it rests on `zookeeper-client` itself keeping the connection alive
-//! (it pings a connection idle for `3T/20`, checking every `T/20`, so the follower saw the
-//! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin`.
+//! The one exception is the **cold phase**, from the session's watchdog (re)starting until a
+//! proof pairs with a reply of this phase and is at least as good as the following one: no earlier reply of ours is known to
+//! pair with, so a committed write rests on `zookeeper-client` itself keeping the connection
+//! alive (it pings a connection idle for `3T/20`, checking every `T/20`, so the follower saw the
+//! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin` (the *lean*).
+//! Every commit of the cold phase leans, not only the first: with slow commits (an fsync
+//! stall) the create's own lean lease ends about `0.39·T` after it was sent, before the first
+//! paired probe (sent `G` after the create's reply) can be back. So while cold the watchdog
+//! also sends extra probes, a sixth of `budget − lean` apart and up to four in flight, whenever
+//! no commit has come back yet or the regular probe could not be back before the lease lapses;
+//! each leans from its own send time. With fast commits none is sent.
+//!
+//! # Jeopardy
+//!
+//! With a grace period, a lease that lapses is not a loss but **jeopardy**: the hold stops
+//! (`check()` fails, a `run` section is not polled), the cancellation token waits. It resumes
+//! when a probe that checked the guard's own node, **sent after the jeopardy began**, was
+//! committed, and the lease holds again (a fresh paired proof). Why that is safe:
+//! - the commit proves the node existed when the leader prepared the probe (a `check` on a
+//!   missing node fails the whole `multi`), after the jeopardy began; an ephemeral node exists
+//!   only while its session does, and in the queue nobody proceeds past a node that exists, so
+//!   no other contender held a conflicting lock at any time up to then (for a reader, no
+//!   writer; for a semaphore lease, no more than the permits);
+//! - the fresh lease proves, by the argument above, that no leader can expire the session
+//!   before the new deadline; until then the node goes only if someone deletes it, which the
+//!   node's watch reports (ZooKeeper delivers a watch event before the reply of any later
+//!   request);
+//! - while in jeopardy nothing was done under the lock, so the gap needs no proof.
+//!
+//! A reply that is not a commit proves neither: a leader cut off from its followers answers
+//! reads and syncs while the others elect, expire the session and grant the lock. The
+//! `ResumeWithoutProof` mutant resumes on a `sync`'s answer, and the chaos suite's partitions
+//! catch it. The grace runs from the lapse; when it runs out, or the session expires, or the
+//! node is deleted, the hold is lost and the token fires.
+//!
+//! # The clock
+//!
+//! Instants here are on the lease clock ([`super::clock`]): the monotonic clock plus the time
+//! the machine spent suspended (`CLOCK_BOOTTIME`), so a host that sleeps through its lease wakes
+//! up with `check()` failing. A paused VM stops every clock inside it: only the fencing token
+//! covers that.
 //!
 //! # Assumptions
 //!
@@ -68,8 +105,11 @@
 //! - Every server negotiates the same session timeout (the same `minSessionTimeout` and
 //!   `maxSessionTimeout`): `zookeeper-client` renegotiates it on every reconnect without
 //!   telling, and zkfence keeps the first.
-//! - The cold proof: the client's default connection timeout (one set between `2T/5` and
-//!   `3T/5` stretches the keepalive to at most `3T/10`); a test pins the `T/5`.
+//! - The cold proofs: the client's default connection timeout (one set between `2T/5` and
+//!   `3T/5` stretches the keepalive to at most `3T/10`), and the client's sends reaching the
+//!   follower within the margin (a stall longer than that on a connection the client has not
+//!   yet given up shortens the true lease); a test pins the `T/5`. Only the cold phase, about
+//!   `G` plus a few round trips per watchdog start, rests on this.
 //! - Not covered: a 2-server ensemble with a quorum oracle (`QuorumOracleMaj`), which gives
 //!   up quorum intersection; and races inside ZooKeeper that lose a touch (the follower's
 //!   touch table swapped while a touch lands) together with a partition.
@@ -81,12 +121,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::clock;
 use crate::mutants::{Flaw, Mutant};
 
 /// The zero of the lease clock. Instants are stored as signed nanoseconds from it, so they fit
 /// an atomic and `check()` never takes a lock; instants before it (a cold proof anchors up to
 /// `T` before the process's first acquire) are negative, never clamped up to it.
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+static EPOCH: LazyLock<Instant> = LazyLock::new(clock::now);
 
 /// "No proof yet": a lease anchored here has ended long ago.
 const NO_PROOF: i64 = i64::MIN;
@@ -246,15 +287,20 @@ pub(crate) struct LeaseCell {
     /// When the newest committed write's reply arrived (the watchdog's next probe pairs with
     /// it); [`NO_PROOF`] before the first.
     newest_commit: AtomicI64,
-    /// True until the first proof after the watchdog (re)started: that one may lean on the
-    /// client's keepalive.
+    /// True from the watchdog's (re)start until a proof pairs with a reply sent since then and
+    /// is at least as good as a lean one: until then committed writes lean on the client's
+    /// keepalive.
     cold: AtomicBool,
+    /// When the cold phase began ([`NO_PROOF`] when warm).
+    cold_since: AtomicI64,
+    /// The slowest commit of the cold phase, in nanoseconds (from send to reply).
+    slowest_cold_commit: AtomicU64,
     /// `T/5` plus the largest margin, for the cold proof.
     keepalive: AtomicU64,
     /// `T/5`, the keepalive without its margin.
     client_keepalive: Duration,
-    /// Sync replies count, from their send time (the `SyncLease` mutant's rule).
-    legacy: AtomicBool,
+    /// A deliberate flaw (a mutant's): none in a service.
+    flaw: Mutex<Flaw>,
     /// `(sent, replied)` of recent requests that got a server reply, sorted by reply time.
     replies: Mutex<VecDeque<(i64, i64)>>,
 }
@@ -268,9 +314,11 @@ impl LeaseCell {
             budget: AtomicU64::new(u64::MAX),
             newest_commit: AtomicI64::new(NO_PROOF),
             cold: AtomicBool::new(true),
+            cold_since: AtomicI64::new(to_nanos(clock::now())),
+            slowest_cold_commit: AtomicU64::new(0),
             keepalive: AtomicU64::new(0),
             client_keepalive: client_keepalive(session_timeout),
-            legacy: AtomicBool::new(false),
+            flaw: Mutex::new(Flaw::default()),
             replies: Mutex::new(VecDeque::new()),
         }
     }
@@ -284,21 +332,53 @@ impl LeaseCell {
         self.budget.fetch_min(budget, Ordering::AcqRel);
         let keepalive = nanos(self.client_keepalive + policy.margin(session_timeout)) as u64;
         self.keepalive.fetch_max(keepalive, Ordering::AcqRel);
-        if policy.legacy() {
-            self.legacy.store(true, Ordering::Release);
+        if policy.flaw != Flaw::default() {
+            *self.flaw.lock().unwrap_or_else(|e| e.into_inner()) = policy.flaw;
         }
     }
 
-    /// The watchdog starts (or starts again after an idle spell): the next proof is a cold one.
+    /// The watchdog starts (or starts again after an idle spell): the next proofs are cold
+    /// ones.
     pub(crate) fn restart(&self) {
         self.cold.store(true, Ordering::Release);
+        self.cold_since
+            .store(to_nanos(clock::now()), Ordering::Release);
+        self.slowest_cold_commit.store(0, Ordering::Release);
+    }
+
+    /// Since when the lease is cold (no paired proof as good as a lean one yet), if it is.
+    pub(crate) fn cold_since(&self) -> Option<Instant> {
+        if !self.cold.load(Ordering::Acquire) {
+            return None;
+        }
+        match self.cold_since.load(Ordering::Acquire) {
+            NO_PROOF => None,
+            at => Some(from_nanos(at)),
+        }
+    }
+
+    /// The slowest commit of the cold phase so far (zero before the first).
+    pub(crate) fn slowest_cold_commit(&self) -> Duration {
+        Duration::from_nanos(self.slowest_cold_commit.load(Ordering::Acquire))
+    }
+
+    /// How long a cold proof's anchor lies before its write was sent: `G` plus the keepalive
+    /// and the margin.
+    pub(crate) fn lean(&self) -> Duration {
+        self.gap() + Duration::from_nanos(self.keepalive.load(Ordering::Acquire))
+    }
+
+    /// This session's flaw (a mutant's), if any.
+    pub(crate) fn flaw(&self) -> Flaw {
+        *self.flaw.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn gap(&self) -> Duration {
         Duration::from_nanos(self.gap.load(Ordering::Acquire))
     }
 
-    fn budget(&self) -> Duration {
+    /// The shortest lease budget of the locks on this session.
+    pub(crate) fn shortest_budget(&self) -> Duration {
         Duration::from_nanos(self.budget.load(Ordering::Acquire))
     }
 
@@ -307,7 +387,7 @@ impl LeaseCell {
     /// which keeps at least three quarters of it in hand after every renewal.
     pub(crate) fn probe_period(&self) -> Duration {
         let gap = self.gap();
-        gap.max(self.budget().saturating_sub(gap) / 4)
+        gap.max(self.shortest_budget().saturating_sub(gap) / 4)
     }
 
     /// When a lease of `budget` ends: `anchor + budget`, long past before the first proof.
@@ -318,7 +398,8 @@ impl LeaseCell {
 
     /// The lease left at `now` for the shortest budget on this session.
     pub(crate) fn remaining(&self, now: Instant) -> Duration {
-        self.deadline(self.budget()).saturating_duration_since(now)
+        self.deadline(self.shortest_budget())
+            .saturating_duration_since(now)
     }
 
     /// When the newest committed write's reply arrived, if any has.
@@ -330,7 +411,7 @@ impl LeaseCell {
     }
 
     pub(crate) fn is_legacy(&self) -> bool {
-        self.legacy.load(Ordering::Acquire)
+        self.flaw().is(Mutant::SyncLease)
     }
 
     fn replies(&self) -> std::sync::MutexGuard<'_, VecDeque<(i64, i64)>> {
@@ -365,7 +446,7 @@ impl LeaseCell {
         }
         let sent_at = to_nanos(sent);
         let gap = nanos(self.gap());
-        let mut candidate = {
+        let paired = {
             let mut replies = self.replies();
             let old_enough = replies.partition_point(|&(_, r)| r <= sent_at - gap);
             let best = replies
@@ -380,10 +461,21 @@ impl LeaseCell {
             }
             best.map(|(s, _)| s)
         };
-        if self.cold.swap(false, Ordering::AcqRel) {
+        let mut candidate = paired;
+        if self.cold.load(Ordering::Acquire) {
+            // The cold phase: lean on the keepalive, until pairing does at least as well.
             let keepalive = self.keepalive.load(Ordering::Acquire) as i64;
             let leaning = sent_at - gap - keepalive;
-            candidate = Some(candidate.map_or(leaning, |c| c.max(leaning)));
+            candidate = Some(paired.map_or(leaning, |c| c.max(leaning)));
+            // Only a pair with a reply of this phase ends it: older ones, from before an idle
+            // spell, prove too little for the regular probes to keep the lease from there.
+            let since = self.cold_since.load(Ordering::Acquire);
+            if paired.is_some_and(|p| p >= since && p >= leaning) {
+                self.cold.store(false, Ordering::Release);
+            } else {
+                let took = nanos(at.saturating_duration_since(sent)) as u64;
+                self.slowest_cold_commit.fetch_max(took, Ordering::AcqRel);
+            }
         }
         if let Some(candidate) = candidate {
             self.anchor.fetch_max(candidate, Ordering::AcqRel);
@@ -412,7 +504,7 @@ impl LeaseCell {
     pub(crate) fn synced(&self, sent: Instant) {
         self.anchor.fetch_max(to_nanos(sent), Ordering::AcqRel);
         self.newest_commit
-            .fetch_max(to_nanos(Instant::now()), Ordering::AcqRel);
+            .fetch_max(to_nanos(clock::now()), Ordering::AcqRel);
     }
 }
 
@@ -551,25 +643,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn only_the_first_proof_after_a_restart_leans_on_the_client_keepalive() {
+    async fn cold_proofs_lean_on_the_keepalive_until_pairing_does_as_well() {
         let cell = cell(&LeasePolicy::default());
         tokio::time::advance(Duration::from_secs(30)).await;
         let gap = cell.gap();
+        let lean = gap + ms(1_000); // G + T/5 + margin
+        assert_eq!(cell.lean(), lean);
         let s = Instant::now();
         // Cold: nothing known before it, the client pinged within T/5 (+ margin).
         cell.committed(s, s + ms(5));
-        assert_eq!(cell.anchor(), Some(s - gap - ms(800) - ms(200)));
+        assert_eq!(cell.anchor(), Some(s - lean));
+        assert!(cell.cold_since().is_some());
+        // Still cold (nothing to pair with yet): a slow second write leans too.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let slow = Instant::now();
+        cell.committed(slow, slow + ms(900));
+        assert_eq!(cell.anchor(), Some(slow - lean));
+        assert_eq!(cell.slowest_cold_commit(), ms(900));
+        // A write a gap after the first reply pairs with it, as well as leaning would: warm.
+        let paired = s + ms(5) + gap;
+        cell.committed(paired, paired + ms(5));
+        assert_eq!(cell.anchor(), Some(s));
+        assert_eq!(cell.cold_since(), None);
         // Warm: a write with no reply G before it proves nothing new.
-        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::advance(Duration::from_secs(3)).await;
         let later = Instant::now();
         cell.committed(later, later + ms(5));
-        assert_eq!(cell.anchor(), Some(s - gap - ms(1_000)));
+        assert!(cell.anchor() < Some(later - lean), "a warm write leaned");
         // After a restart (the watchdog was idle), cold again.
         cell.restart();
         tokio::time::advance(ms(100)).await;
         let again = Instant::now();
         cell.committed(again, again + ms(5));
-        assert_eq!(cell.anchor(), Some(again - gap - ms(1_000)));
+        assert_eq!(cell.anchor(), Some(again - lean));
     }
 
     #[tokio::test(start_paused = true)]

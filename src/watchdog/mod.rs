@@ -18,10 +18,12 @@
 //!
 //! [`LockGuard::check`]: crate::Held::check
 
+pub(crate) mod clock;
 mod core;
 mod driver;
 pub(crate) mod lease;
 mod registry;
+mod state;
 
 use std::sync::Arc;
 
@@ -29,10 +31,11 @@ use zookeeper_client as zk;
 
 use crate::metrics::WATCHED_SESSIONS;
 
-pub(crate) use self::core::{Event, GuardState};
+pub(crate) use self::core::Event;
 use self::driver::Driver;
 use self::lease::LeasePolicy;
 pub(crate) use self::registry::Interest;
+pub(crate) use self::state::{GuardState, Halt, Terms};
 
 /// The session's watchdog, started if it is not running, with one more unit of interest, for
 /// a lock on `lock_path` leasing with `policy`.
@@ -76,8 +79,21 @@ mod tests {
         watch
     }
 
+    fn terms(ride_out: bool, grace: Duration) -> Terms {
+        Terms {
+            budget: policy().budget(T),
+            ride_out,
+            grace,
+            label: String::new(),
+        }
+    }
+
     fn register(watch: &Arc<SessionWatch>, ride_out: bool) -> (u64, Arc<GuardState>) {
-        let state = Arc::new(watch.guard_state(policy().budget(T), ride_out, String::new()));
+        register_with(watch, terms(ride_out, Duration::ZERO))
+    }
+
+    fn register_with(watch: &Arc<SessionWatch>, terms: Terms) -> (u64, Arc<GuardState>) {
+        let state = Arc::new(watch.guard_state(terms));
         let id = watch.next_id();
         let node: Arc<str> = format!("/locks/a/n{id}").into();
         watch.send(Event::Register {
@@ -119,7 +135,7 @@ mod tests {
         settle().await;
         watch.send(Event::State(zk::SessionState::Disconnected));
         settle().await;
-        assert_eq!(strict.check(), Err(LossReason::Disconnected));
+        assert_eq!(strict.check(), Err(Halt::Lost(LossReason::Disconnected)));
         assert!(strict.token.is_cancelled());
         assert_eq!(patient.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(9_799)).await;
@@ -135,7 +151,7 @@ mod tests {
             patient.token.is_cancelled(),
             "the watchdog did not cancel at the deadline"
         );
-        assert_eq!(patient.check(), Err(LossReason::LeaseExpired));
+        assert_eq!(patient.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -169,11 +185,15 @@ mod tests {
             watch.send(Event::State(state));
             settle().await;
             for guard in &guards {
-                assert_eq!(guard.check(), Err(reason), "{state}");
+                assert_eq!(guard.check(), Err(Halt::Lost(reason)), "{state}");
             }
             let (_, late) = register(&watch, true);
             settle().await;
-            assert_eq!(late.check(), Err(reason), "registered after {state}");
+            assert_eq!(
+                late.check(),
+                Err(Halt::Lost(reason)),
+                "registered after {state}"
+            );
         }
     }
 
@@ -185,7 +205,7 @@ mod tests {
         let (_, bystander) = register(&watch, false);
         watch.send(Event::NodeGone { id: gone });
         settle().await;
-        assert_eq!(victim.check(), Err(LossReason::NodeDeleted));
+        assert_eq!(victim.check(), Err(Halt::Lost(LossReason::NodeDeleted)));
         assert_eq!(bystander.check(), Ok(()));
     }
 
@@ -199,7 +219,7 @@ mod tests {
         assert_eq!(guard.check(), Ok(()));
         watch.send(Event::SessionId(8));
         settle().await;
-        assert_eq!(guard.check(), Err(LossReason::SessionChanged));
+        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::SessionChanged)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -207,11 +227,11 @@ mod tests {
         // No driver at all: only the clock and the shared lease.
         let (watch, _events) = SessionWatch::new(7, T);
         watch.lease().prove(Instant::now());
-        let guard = watch.guard_state(policy().budget(T), false, String::new());
+        let guard = watch.guard_state(terms(false, Duration::ZERO));
         tokio::time::advance(Duration::from_millis(9_799)).await;
         assert_eq!(guard.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(guard.check(), Err(LossReason::LeaseExpired));
+        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
         assert!(
             guard.token.is_cancelled(),
             "check() cancels the token itself"
@@ -229,10 +249,156 @@ mod tests {
         watch.send(Event::NodeGone { id });
         watch.send(Event::State(zk::SessionState::Disconnected));
         settle().await;
-        assert_eq!(guard.check(), Err(LossReason::Released));
+        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::Released)));
         assert!(
             !guard.lose(LossReason::NodeDeleted),
             "a second reason replaced the first"
+        );
+    }
+
+    const GRACE: Duration = Duration::from_secs(5);
+
+    /// A core with one guard registered under `terms`, its lease proven at the start.
+    fn core_with(terms: Terms) -> (core::Core, u64, Arc<GuardState>, Instant) {
+        let (watch, _events) = SessionWatch::new(7, T);
+        let start = clock::now();
+        watch.lease().prove(start);
+        let state = Arc::new(watch.guard_state(terms));
+        let mut core = core::Core::new(7, watch.lease.clone());
+        let node: Arc<str> = "/locks/a/n1".into();
+        core.apply(
+            Event::Register {
+                id: 1,
+                node,
+                state: state.clone(),
+                watch: None,
+            },
+            start,
+        );
+        (core, 1, state, start)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapse_under_a_grace_suspends_and_the_grace_running_out_cancels() {
+        let (mut core, _, guard, start) = core_with(terms(false, GRACE));
+        let deadline = guard.deadline();
+        tokio::time::advance(deadline - start).await;
+        core.check_lease(clock::now());
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert!(*guard.jeopardy().borrow());
+        assert!(!guard.token.is_cancelled(), "the token fired in jeopardy");
+        // The grace counts from the lapse: it runs out GRACE after the deadline.
+        assert_eq!(core.next_deadline(), Some(deadline + GRACE));
+        tokio::time::advance(GRACE - Duration::from_millis(1)).await;
+        core.check_lease(clock::now());
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        core.check_lease(clock::now());
+        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
+        assert!(guard.token.is_cancelled());
+        assert!(!*guard.jeopardy().borrow());
+        assert_eq!(
+            core.next_deadline(),
+            None,
+            "a lost guard is still scheduled"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_committed_probe_of_the_node_sent_in_jeopardy_with_a_fresh_lease_resumes() {
+        let (mut core, id, guard, start) = core_with(terms(false, GRACE));
+        let deadline = guard.deadline();
+        tokio::time::advance(deadline - start + Duration::from_secs(1)).await;
+        // The guard's own check finds the lapse before the watchdog does.
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        core.check_lease(clock::now());
+        // A probe sent before the spell began proves nothing about the spell.
+        core.found(id, deadline - Duration::from_millis(1), clock::now());
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        // One sent after, while the lease is still past its deadline, does not resume either.
+        let sent = clock::now();
+        core.found(id, sent, clock::now());
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        // The lease holds again and a probe sent in the spell found the node: steady.
+        core.lease.prove(sent);
+        core.found(id, sent, clock::now());
+        assert_eq!(guard.check(), Ok(()));
+        assert!(!*guard.jeopardy().borrow());
+        assert!(!guard.token.is_cancelled());
+        // Its lease deadline is scheduled again, its grace no longer.
+        assert_eq!(core.next_deadline(), Some(guard.deadline()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_disconnect_under_a_grace_suspends_a_strict_guard_and_leaves_a_riding_one() {
+        let (mut core, id, strict, _) = core_with(terms(false, GRACE));
+        let riding = Arc::new(GuardState::new(
+            tokio_util::sync::CancellationToken::new(),
+            core.lease.clone(),
+            terms(true, GRACE),
+        ));
+        core.apply(
+            Event::Register {
+                id: 2,
+                node: "/locks/a/n2".into(),
+                state: riding.clone(),
+                watch: None,
+            },
+            clock::now(),
+        );
+        core.apply(Event::State(zk::SessionState::Disconnected), clock::now());
+        assert_eq!(strict.check(), Err(Halt::Jeopardy));
+        assert_eq!(riding.check(), Ok(()));
+        core.apply(Event::State(zk::SessionState::SyncConnected), clock::now());
+        assert_eq!(
+            strict.check(),
+            Err(Halt::Jeopardy),
+            "a reconnect alone resumed"
+        );
+        core.lease.prove(clock::now());
+        core.found(id, clock::now(), clock::now());
+        assert_eq!(strict.check(), Ok(()));
+        // Expiry ends every hold, in jeopardy or not.
+        core.apply(Event::State(zk::SessionState::Disconnected), clock::now());
+        core.apply(Event::State(zk::SessionState::Expired), clock::now());
+        assert_eq!(strict.check(), Err(Halt::Lost(LossReason::SessionExpired)));
+        assert_eq!(riding.check(), Err(Halt::Lost(LossReason::SessionExpired)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_node_ends_a_hold_in_jeopardy_at_once() {
+        let (mut core, id, guard, start) = core_with(terms(false, GRACE));
+        tokio::time::advance(guard.deadline() - start).await;
+        core.check_lease(clock::now());
+        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        core.apply(Event::NodeGone { id }, clock::now());
+        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::NodeDeleted)));
+        assert_eq!(core.next_deadline(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_of_the_machine_fails_the_check_at_once_and_the_watchdog_cancels() {
+        // Tokio's (monotonic) clock does not move during a suspend: only the correction does.
+        let watch = start();
+        watch.lease().prove(clock::now());
+        let (_, checked) = register(&watch, false);
+        let (_, watched) = register(&watch, false);
+        settle().await;
+        assert_eq!(checked.check(), Ok(()));
+        clock::inject_suspend(T);
+        assert_eq!(
+            checked.check(),
+            Err(Halt::Lost(LossReason::LeaseExpired)),
+            "check() passed after a suspend longer than the lease"
+        );
+        // The watchdog's timer slept on the monotonic clock; it wakes within its longest
+        // sleep and finds the lapse on the lease clock, with nobody calling check().
+        assert!(!watched.token.is_cancelled());
+        tokio::time::advance(clock::LONGEST_SLEEP).await;
+        settle().await;
+        assert!(
+            watched.token.is_cancelled(),
+            "the watchdog slept through a suspend"
         );
     }
 }

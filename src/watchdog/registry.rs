@@ -11,8 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use super::core::{Event, GuardState};
+use super::core::Event;
 use super::lease::{LeaseCell, LeasePolicy};
+use super::state::{GuardState, Terms};
 
 /// The per-session shared part: what acquires and guards hold.
 #[derive(Debug)]
@@ -141,19 +142,8 @@ impl SessionWatch {
 
     /// The shared state of a new guard on this session: cancelled with the session's token,
     /// leasing on the session's lease.
-    pub(crate) fn guard_state(
-        &self,
-        budget: Duration,
-        ride_out: bool,
-        label: String,
-    ) -> GuardState {
-        GuardState::new(
-            self.token.child_token(),
-            self.lease.clone(),
-            budget,
-            ride_out,
-            label,
-        )
+    pub(crate) fn guard_state(&self, terms: Terms) -> GuardState {
+        GuardState::new(self.token.child_token(), self.lease.clone(), terms)
     }
 
     /// Whether anyone holds interest in this watchdog.

@@ -169,6 +169,28 @@ impl CountingProxy {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Holds the server's replies to the next `count` write requests (create, delete,
+    /// setData, multi) until `delay` after each request went through, as a slow commit (an
+    /// fsync stall) looks to the client: writes sent together come back together, each
+    /// `delay` after it was sent. Replies stay in order, so what follows a held reply on its
+    /// connection (a ping's reply, a read's) waits behind it, as it would behind a slow commit.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.delay_writes(std::time::Duration::from_secs(1), 2); // the next two commits
+    /// # }
+    /// ```
+    pub fn delay_writes(&self, delay: Duration, count: u32) {
+        let mut slow = self
+            .link
+            .slow_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *slow = (delay, count);
+    }
+
     /// While `on`, closes every new connection at once (the client tries its next server).
     ///
     /// # Examples
@@ -240,6 +262,24 @@ struct Link {
     open: Arc<AtomicU64>,
     /// When a client last sent a frame, and the longest gap seen between two.
     silence: Arc<Mutex<(Option<Instant>, Duration)>>,
+    /// How long to hold the replies to write requests, and to how many more of them.
+    slow_writes: Arc<Mutex<(Duration, u32)>>,
+}
+
+impl Link {
+    /// Whether a request with opcode `op` is one whose reply is to be held (and counts it).
+    fn hold_reply_to(&self, op: i32) -> Option<Duration> {
+        const WRITES: [i32; 7] = [1, 2, 5, 14, 15, 19, 21];
+        if !WRITES.contains(&op) {
+            return None;
+        }
+        let mut slow = self.slow_writes.lock().unwrap_or_else(|e| e.into_inner());
+        if slow.1 == 0 {
+            return None;
+        }
+        slow.1 -= 1;
+        Some(slow.0)
+    }
 }
 
 impl Link {
@@ -310,6 +350,9 @@ async fn forward_connection(
     let (mut server_rx, mut server_tx) = server.into_split();
     let back = link.clone();
     let (closed, closed_back) = (reset.clone(), reset.clone());
+    // Replies to hold back until an instant, by the xid of their request (this connection's).
+    let held: Arc<Mutex<HashMap<i32, Instant>>> = Arc::default();
+    let held_back = held.clone();
     let replies = async move {
         // Replies carry their request's xid; watch notifications carry -1.
         let _ = forward_frames(
@@ -319,9 +362,15 @@ async fn forward_connection(
             &closed_back,
             true,
             |frame| {
-                if header_field(frame, 0) == -1 {
+                let xid = header_field(frame, 0);
+                if xid == -1 {
                     notifications.fetch_add(1, Ordering::Relaxed);
                 }
+                let mut held = held_back.lock().unwrap_or_else(|e| e.into_inner());
+                let until = held.remove(&xid);
+                until.map_or(Duration::ZERO, |u| {
+                    u.saturating_duration_since(Instant::now())
+                })
             },
         )
         .await;
@@ -342,6 +391,14 @@ async fn forward_connection(
                     .entry(op)
                     .or_default() += 1;
             }
+            if let Some(delay) = link.hold_reply_to(op) {
+                let xid = header_field(frame, 0);
+                let until = Instant::now() + delay;
+                held.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(xid, until);
+            }
+            Duration::ZERO
         },
     );
     // Either direction ending, or a reset, closes both sockets.
@@ -353,7 +410,8 @@ async fn forward_connection(
 }
 
 /// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
-/// first (the connect request or response, which has no header) to `seen`, dropping frames
+/// first (the connect request or response, which has no header) to `seen` (which says how much
+/// longer to hold it), dropping frames
 /// while the link is blackholed (or, from the server, muted) and delaying them while it is
 /// slow.
 async fn forward_frames(
@@ -362,7 +420,7 @@ async fn forward_frames(
     link: &Link,
     closed: &tokio_util::sync::CancellationToken,
     from_server: bool,
-    seen: impl Fn(&[u8]),
+    seen: impl Fn(&[u8]) -> Duration,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut first = true;
@@ -391,7 +449,10 @@ async fn forward_frames(
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         if !first && frame.len() >= 8 {
-            seen(&frame);
+            let hold = seen(&frame);
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
         }
         first = false;
         to.write_i32(len).await?;

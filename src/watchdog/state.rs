@@ -1,0 +1,172 @@
+//! What one guard shares with the watchdog: its cancellation and loss reason, its lease, and
+//! its jeopardy (the lease lapsed with no evidence of loss, and a grace period is set: the hold
+//! is suspended, not lost).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::clock;
+use super::lease::LeaseCell;
+use crate::loss::LossReason;
+
+/// How a guard holds: what its owner chose, per guard.
+#[derive(Debug, Clone)]
+pub(crate) struct Terms {
+    /// How long after the lease's anchor the hold stands.
+    pub(crate) budget: Duration,
+    /// Whether a disconnect leaves the hold standing until the lease lapses.
+    pub(crate) ride_out: bool,
+    /// How long the hold may stay in jeopardy before it is lost; zero: a lapse is a loss.
+    pub(crate) grace: Duration,
+    /// The `lock` label of its metrics.
+    pub(crate) label: String,
+}
+
+/// Why `check()` refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Halt {
+    /// Suspended: the lease lapsed (or the connection dropped) with no evidence of loss; the
+    /// hold resumes when a committed probe finds its node, or is lost when the grace runs out.
+    Jeopardy,
+    /// Over, for this reason (`Released` once its owner let go).
+    Lost(LossReason),
+}
+
+/// A jeopardy spell: since when (on the lease clock) and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spell {
+    pub(crate) since: Instant,
+    /// The loss it becomes if the grace runs out: `LeaseExpired` or `Disconnected`.
+    pub(crate) cause: LossReason,
+}
+
+/// What one guard shares with the watchdog.
+#[derive(Debug)]
+pub(crate) struct GuardState {
+    pub(crate) token: CancellationToken,
+    reason: OnceLock<LossReason>,
+    lease: Arc<LeaseCell>,
+    pub(crate) terms: Terms,
+    /// The spell, while one is on.
+    spell: Mutex<Option<Spell>>,
+    /// `spell.is_some()`, readable without the lock (`check()` runs before every poll of a
+    /// section).
+    in_jeopardy: AtomicBool,
+    /// The same, for `Held::jeopardy()` and `Held::steady()`.
+    jeopardy: watch::Sender<bool>,
+}
+
+impl GuardState {
+    pub(super) fn new(token: CancellationToken, lease: Arc<LeaseCell>, terms: Terms) -> Self {
+        GuardState {
+            token,
+            reason: OnceLock::new(),
+            lease,
+            terms,
+            spell: Mutex::new(None),
+            in_jeopardy: AtomicBool::new(false),
+            jeopardy: watch::Sender::new(false),
+        }
+    }
+
+    /// The current lease deadline, on the lease clock.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.lease.deadline(self.terms.budget)
+    }
+
+    /// The reason, once lost or released (a token cancelled by its owner counts as released).
+    pub(crate) fn reason(&self) -> Option<LossReason> {
+        self.reason
+            .get()
+            .copied()
+            .or_else(|| self.token.is_cancelled().then_some(LossReason::Released))
+    }
+
+    /// Records `reason` and cancels, once; returns whether this call did it. A spell in
+    /// progress ends with it.
+    pub(crate) fn lose(&self, reason: LossReason) -> bool {
+        let first = self.reason.set(reason).is_ok();
+        self.token.cancel();
+        if self.spell().take().is_some() {
+            self.in_jeopardy.store(false, Ordering::Release);
+            self.jeopardy.send_replace(false);
+        }
+        first
+    }
+
+    /// The synchronous check: lost, released, in jeopardy, or past the lease deadline by the
+    /// lease clock (which puts the hold in jeopardy if it has a grace, and loses it otherwise).
+    pub(crate) fn check(&self) -> Result<(), Halt> {
+        if let Some(reason) = self.reason() {
+            return Err(Halt::Lost(reason));
+        }
+        if self.in_jeopardy.load(Ordering::Acquire) {
+            return Err(Halt::Jeopardy);
+        }
+        let deadline = self.deadline();
+        if clock::now() < deadline {
+            return Ok(());
+        }
+        if self.terms.grace.is_zero() {
+            self.lose(LossReason::LeaseExpired);
+            return Err(Halt::Lost(
+                self.reason().unwrap_or(LossReason::LeaseExpired),
+            ));
+        }
+        self.enter_jeopardy(Spell {
+            since: deadline,
+            cause: LossReason::LeaseExpired,
+        });
+        match self.reason() {
+            Some(reason) => Err(Halt::Lost(reason)),
+            None => Err(Halt::Jeopardy),
+        }
+    }
+
+    /// Starts `spell`, unless the hold is lost or in jeopardy already; returns whether this
+    /// call started it.
+    pub(crate) fn enter_jeopardy(&self, spell: Spell) -> bool {
+        let mut current = self.spell();
+        if current.is_some() || self.reason().is_some() {
+            return false;
+        }
+        *current = Some(spell);
+        self.in_jeopardy.store(true, Ordering::Release);
+        self.jeopardy.send_replace(true);
+        true
+    }
+
+    /// Ends the spell, if one is on, began no later than `proof_sent` (the send time of a
+    /// committed probe that found this guard's node) and the lease holds again at `now`.
+    /// Returns the spell it ended.
+    pub(crate) fn resume(&self, proof_sent: Instant, now: Instant) -> Option<Spell> {
+        let mut current = self.spell();
+        let spell = (*current)?;
+        if spell.since > proof_sent || now >= self.deadline() || self.reason().is_some() {
+            return None;
+        }
+        *current = None;
+        self.in_jeopardy.store(false, Ordering::Release);
+        self.jeopardy.send_replace(false);
+        Some(spell)
+    }
+
+    /// The spell in progress, if any.
+    pub(crate) fn current_spell(&self) -> Option<Spell> {
+        *self.spell()
+    }
+
+    /// A receiver that reads `true` while the hold is in jeopardy.
+    pub(crate) fn jeopardy(&self) -> watch::Receiver<bool> {
+        self.jeopardy.subscribe()
+    }
+
+    fn spell(&self) -> std::sync::MutexGuard<'_, Option<Spell>> {
+        self.spell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
