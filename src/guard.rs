@@ -474,7 +474,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     /// Cancels the token and unregisters at once; the node is deleted in the background by the
-    /// [`Release`] dropped with the guard, unless `release` confirmed it gone.
+    /// release dropped with the guard, unless `release` confirmed it gone.
     fn drop(&mut self) {
         if self.interest.is_none() {
             return;
