@@ -7,8 +7,10 @@ mod demo;
 mod duration;
 mod exit;
 mod holders;
+mod lifeline;
 mod local;
 mod run;
+mod supervise;
 mod terminal;
 
 use std::process::ExitCode;
@@ -53,6 +55,9 @@ enum Command {
     /// One worker process of the demo (run by `zkfence demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// The process that kills a command's group if zkfence dies (started by `run`).
+    #[command(hide = true)]
+    Lifeline,
 }
 
 /// `zookeeper-client` 0.11 unwraps a closed watch channel (`session/watch.rs`) when a client
@@ -86,6 +91,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return parse_error(err),
     };
+    if let Command::Lifeline = cli.command {
+        return ExitCode::from(lifeline::main());
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -104,6 +112,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
+            Command::Lifeline => lifeline::main(),
             Command::Completions { shell } => {
                 clap_complete::generate(
                     shell,

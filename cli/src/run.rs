@@ -1,20 +1,15 @@
 //! `zkfence run`: a command under the lock, stopped when the lock is lost.
 
 use std::net::SocketAddr;
-use std::os::unix::process::ExitStatusExt as _;
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{signal, SignalKind};
-use zkfence::{FencedLock, FencedSemaphore, LockGuard, LockOptions, LossReason};
+use zkfence::{FencedLock, FencedSemaphore, LockGuard, LockOptions};
 use zookeeper_client::Acls;
 
 use crate::connect::Connection;
 use crate::duration::{parse_duration, parse_session_timeout};
-use crate::exit::{
-    fail, EXIT_CANNOT_RUN, EXIT_FAILURE, EXIT_LOCK_LOST, EXIT_NOT_EXECUTABLE, EXIT_TIMEOUT,
-    EXIT_UNAVAILABLE, EXIT_USAGE,
-};
-use crate::terminal::Terminal;
+use crate::exit::{fail, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::supervise::{supervise, OnJeopardy, Policy};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -41,8 +36,18 @@ pub(crate) struct Args {
     #[arg(long, env = "ZKFENCE_SESSION_TIMEOUT", value_parser = parse_session_timeout, default_value = "10s")]
     session_timeout: Duration,
     /// After SIGTERM on lock loss, how long before SIGKILL.
-    #[arg(long, env = "ZKFENCE_GRACE", value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, env = "ZKFENCE_KILL_AFTER", value_parser = parse_duration, default_value = "5s")]
+    kill_after: Duration,
+    /// How long the lock may stay in jeopardy (its lease lapsed with no evidence of loss, as
+    /// while the ensemble elects a leader) before it counts as lost; zero: a lapse is a loss.
+    /// A grace of the session timeout rides out leader failovers and rolling restarts.
+    #[arg(long, env = "ZKFENCE_GRACE", value_parser = parse_duration, default_value = "0s")]
     grace: Duration,
+    /// What the command does while the lock is in jeopardy: `stop` (SIGSTOP to its process
+    /// group, SIGCONT when the lock holds again) or `keep` (it runs on; only fenced writes are
+    /// then safe).
+    #[arg(long, env = "ZKFENCE_ON_JEOPARDY", value_enum, default_value = "stop")]
+    on_jeopardy: OnJeopardy,
     /// How long the final release may take before zkfence exits anyway (the node then goes
     /// with the session, within the session timeout).
     #[arg(long, env = "ZKFENCE_RELEASE_TIMEOUT", value_parser = parse_duration, default_value = "3s")]
@@ -115,7 +120,18 @@ pub(crate) async fn run(args: Args) -> u8 {
         Err(code) => return code,
     };
     tracing::info!(lock = %args.lock, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
-    hold(&args, guard).await
+    let env = [
+        ("ZKFENCE_TOKEN", guard.token().as_u64().to_string()),
+        ("ZKFENCE_SEQUENCE", guard.token().sequence().to_string()),
+        ("ZKFENCE_LOCK_PATH", args.lock.clone()),
+        ("ZKFENCE_NODE", guard.node_path().to_owned()),
+    ];
+    let policy = Policy {
+        kill_after: args.kill_after,
+        release_timeout: args.release_timeout,
+        on_jeopardy: args.on_jeopardy,
+    };
+    supervise(&args.command, &env, guard, &args.lock, &policy).await
 }
 
 /// Queues for the lock (or one of `--permits` leases) until `deadline`.
@@ -124,7 +140,9 @@ async fn acquire(
     client: zookeeper_client::Client,
     deadline: Option<Instant>,
 ) -> Result<LockGuard, u8> {
-    let mut options = LockOptions::default().with_ride_out_disconnects(args.ride_out);
+    let mut options = LockOptions::default()
+        .with_ride_out_disconnects(args.ride_out)
+        .with_grace(args.grace);
     if args.acl == AclChoice::Creator {
         options = options.with_acls(Acls::creator_all().to_vec());
     }
@@ -159,144 +177,6 @@ async fn acquire(
         }
         Err(err) => Err(fail(&format!("cannot acquire {}", args.lock), &err)),
     }
-}
-
-/// Runs the command while `guard` holds: its exit code, or [`EXIT_LOCK_LOST`] after stopping
-/// it when the lock is lost.
-async fn hold(args: &Args, guard: LockGuard) -> u8 {
-    let terminal = Terminal::on_stdin();
-    let mut command = tokio::process::Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("ZKFENCE_TOKEN", guard.token().as_u64().to_string())
-        .env("ZKFENCE_SEQUENCE", guard.token().sequence().to_string())
-        .env("ZKFENCE_LOCK_PATH", &args.lock)
-        .env("ZKFENCE_NODE", guard.node_path());
-    Terminal::prepare(terminal.as_ref(), &mut command);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("zkfence: cannot run {:?}: {err}", args.command[0]);
-            release_bounded(guard, args.release_timeout).await.ok();
-            return if err.kind() == std::io::ErrorKind::NotFound {
-                EXIT_CANNOT_RUN
-            } else {
-                EXIT_NOT_EXECUTABLE
-            };
-        }
-    };
-    let Some(pgid) = child.id().map(|id| id as i32) else {
-        release_bounded(guard, args.release_timeout).await.ok();
-        return EXIT_CANNOT_RUN;
-    };
-    if let Some(terminal) = &terminal {
-        terminal.give_to(pgid);
-    }
-    let (Ok(mut interrupts), Ok(mut terminations)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        eprintln!("zkfence: cannot install signal handlers");
-        let _ = child.kill().await;
-        release_bounded(guard, args.release_timeout).await.ok();
-        return EXIT_FAILURE;
-    };
-
-    let lost = loop {
-        tokio::select! {
-            status = child.wait() => {
-                let code = match status {
-                    Ok(status) => status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)) as u8,
-                    Err(_) => EXIT_FAILURE,
-                };
-                return finish(&args.lock, guard, code, args.release_timeout).await;
-            }
-            reason = guard.lost() => break reason,
-            _ = interrupts.recv() => signal_group(pgid, libc::SIGINT),
-            _ = terminations.recv() => signal_group(pgid, libc::SIGTERM),
-        }
-    };
-
-    // The lock is lost: stop the command before anyone else's work overlaps it any longer.
-    signal_group(pgid, libc::SIGTERM);
-    eprintln!(
-        "zkfence: lock {} lost ({lost}); sent SIGTERM to the command (SIGKILL in {:?})",
-        args.lock, args.grace
-    );
-    if tokio::time::timeout(args.grace, child.wait())
-        .await
-        .is_err()
-    {
-        signal_group(pgid, libc::SIGKILL);
-        eprintln!("zkfence: the command outlived its grace period; sent SIGKILL");
-        let _ = child.wait().await;
-    }
-    // Best effort: the node may still be ours (a disconnect we did not ride out).
-    release_bounded(guard, args.release_timeout).await.ok();
-    EXIT_LOCK_LOST
-}
-
-/// Releases within `limit`; past it, says so and gives up (the session's end removes the node).
-async fn release_bounded(guard: LockGuard, limit: Duration) -> Result<zkfence::Result<()>, ()> {
-    let node = guard.node_path().to_owned();
-    match tokio::time::timeout(limit, guard.release()).await {
-        Ok(released) => Ok(released),
-        Err(_) => {
-            eprintln!("zkfence: the release of {node} was not confirmed within {limit:?}; the node goes when the session ends");
-            Err(())
-        }
-    }
-}
-
-/// The exit code once the command has exited (and been reaped) with `code`: `code` if the lock
-/// was held all along, [`EXIT_LOCK_LOST`] if it was lost at any point before its release was
-/// confirmed, or if the release was not confirmed (it failed, or took longer than `limit`),
-/// whatever the command returned.
-///
-/// The exit and the loss can arrive together (and the `select!` above then takes either), or
-/// the loss can still be on its way (a `NodeDeleted` notification in flight) when the exit is
-/// seen. So this is the one place that decides, from the guard's own state: first by
-/// [`check`](zkfence::Held::check), synchronously, with nothing awaited since the exit (the
-/// watchdog's verdict and the lease deadline by the monotonic clock); then by the release,
-/// which reports [`LockLost`](zkfence::Error::LockLost) for a loss recorded before it and for
-/// a node that was already gone.
-///
-/// A passing check rules out the session's end (the lease) but not a deletion of our node by
-/// someone else whose notification is still on its way: only the confirmed delete, which
-/// finds the node, rules that out. A release that fails or times out therefore reports the
-/// loss too, as the library's [`ReleaseUnconfirmed`](LossReason::ReleaseUnconfirmed) does.
-async fn finish(lock: &str, guard: LockGuard, code: u8, limit: Duration) -> u8 {
-    let checked = guard.check().err().as_ref().and_then(loss);
-    let released = release_bounded(guard, limit).await;
-    let lost = checked.or_else(|| released.as_ref().ok()?.as_ref().err().and_then(loss));
-    if let Some(reason) = lost {
-        eprintln!(
-            "zkfence: the command exited with {code}, but lock {lock} was lost before it was released ({reason})"
-        );
-        return EXIT_LOCK_LOST;
-    }
-    let why = match released {
-        Ok(Ok(())) => return code,
-        Ok(Err(err)) => format!("it failed: {err}"),
-        Err(()) => format!("it took longer than {limit:?}"),
-    };
-    eprintln!(
-        "zkfence: the command exited with {code}, but the release of lock {lock} was not confirmed ({why}), so a deletion of its node before the exit cannot be ruled out; treat the work as possibly overlapped (fenced writes are safe)"
-    );
-    EXIT_LOCK_LOST
-}
-
-/// The reason, when `err` says the lock was lost (not merely released).
-fn loss(err: &zkfence::Error) -> Option<LossReason> {
-    match err {
-        zkfence::Error::LockLost(reason) if *reason != LossReason::Released => Some(*reason),
-        _ => None,
-    }
-}
-
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: kill(2) on the process group we created for the child.
-    unsafe { libc::kill(-pgid, signal) };
 }
 
 /// Seconds: 250 µs to 10 min, about ×2.5 apart.

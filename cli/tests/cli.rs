@@ -6,54 +6,13 @@
 mod common;
 
 use std::io::Write as _;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{run, run_line, temp, text, zkfence, BIN};
+use common::{go, run, run_line, run_on, run_sh, started, temp, text, zkfence, BIN, EXIT_0_ON_GO};
 use zkfence::{FencedLock, LockOptions};
 use zkfence_testkit::harness::{chroot, connect, free_port, shared, wait_until, ZooKeeper};
 use zkfence_testkit::{CountingProxy, LocalZooKeeper};
-
-/// `zkfence run --connect hosts --lock /locks/cli <rest>`.
-fn run_on(hosts: &str, rest: &[&str]) -> Command {
-    let mut args = vec!["run", "--connect", hosts, "--lock", "/locks/cli"];
-    args.extend_from_slice(rest);
-    zkfence(&args)
-}
-
-/// `zkfence run --connect hosts --lock /locks/cli <extra> -- sh -c script`, with `$DIR` set.
-fn run_sh(hosts: &str, extra: &[&str], script: &str, dir: &std::path::Path) -> std::process::Child {
-    let mut rest = extra.to_vec();
-    rest.extend_from_slice(&["--", "sh", "-c", script]);
-    run_on(hosts, &rest)
-        .env("DIR", dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// A command that says it is ready, then exits 0 once `$DIR/go` exists.
-const EXIT_0_ON_GO: &str = r#"echo ready > "$DIR/ready"
-    while [ ! -e "$DIR/go" ]; do sleep 0.02; done
-    exit 0"#;
-
-/// Tells an [`EXIT_0_ON_GO`] command to exit, and waits for zkfence's exit.
-async fn go(dir: &std::path::Path, child: std::process::Child) -> Output {
-    std::fs::write(dir.join("go"), "").unwrap();
-    tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-/// Waits until the command has written `$DIR/ready`.
-async fn started(dir: &std::path::Path) {
-    wait_until(Duration::from_secs(20), "the command to start", || async {
-        dir.join("ready").exists()
-    })
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_concurrent_runs_never_overlap_and_see_increasing_tokens() {
@@ -98,7 +57,7 @@ async fn exit_code_passes_through_and_the_lock_is_released() {
     );
 }
 
-/// On loss, the command's process group gets SIGTERM, then SIGKILL after --grace when it
+/// On loss, the command's process group gets SIGTERM, then SIGKILL after --kill-after when it
 /// ignores SIGTERM; zkfence exits 76. The loss here is our lock node deleted from outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
@@ -107,7 +66,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
     let script = r#"trap 'date +%s%N >> "$DIR/terms"' TERM
         echo ready > "$DIR/ready"
         while :; do sleep 1 & wait $!; done"#;
-    let child = run_sh(&hosts, &["--grace", "700ms"], script, &dir);
+    let child = run_sh(&hosts, &["--kill-after", "700ms"], script, &dir);
     started(&dir).await;
     let admin = connect(&hosts, Duration::from_secs(10)).await;
     let nodes = admin.list_children("/locks/cli").await.unwrap();

@@ -1,7 +1,12 @@
-//! What `cli.rs` and `secured.rs` share: the `zkfence` binary under test, run without a
-//! `ZKFENCE_CONNECT` of the environment, and its exit code and output.
+//! What the CLI's test files share: the `zkfence` binary under test, run without a
+//! `ZKFENCE_CONNECT` of the environment, and its exit code and output; `zkfence run` with a
+//! shell command that reports when it started.
+#![allow(dead_code)] // each test file uses its own part
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use zkfence_testkit::harness::wait_until;
 
 /// The `zkfence` binary this build made.
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_zkfence");
@@ -54,4 +59,50 @@ pub(crate) fn temp(name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// `zkfence run --connect hosts --lock /locks/cli <rest>`.
+pub(crate) fn run_on(hosts: &str, rest: &[&str]) -> Command {
+    let mut args = vec!["run", "--connect", hosts, "--lock", "/locks/cli"];
+    args.extend_from_slice(rest);
+    zkfence(&args)
+}
+
+/// `zkfence run --connect hosts --lock /locks/cli <extra> -- sh -c script`, with `$DIR` set.
+pub(crate) fn run_sh(
+    hosts: &str,
+    extra: &[&str],
+    script: &str,
+    dir: &std::path::Path,
+) -> std::process::Child {
+    let mut rest = extra.to_vec();
+    rest.extend_from_slice(&["--", "sh", "-c", script]);
+    run_on(hosts, &rest)
+        .env("DIR", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A command that says it is ready, then exits 0 once `$DIR/go` exists.
+pub(crate) const EXIT_0_ON_GO: &str = r#"echo ready > "$DIR/ready"
+    while [ ! -e "$DIR/go" ]; do sleep 0.02; done
+    exit 0"#;
+
+/// Tells an [`EXIT_0_ON_GO`] command to exit, and waits for zkfence's exit.
+pub(crate) async fn go(dir: &std::path::Path, child: std::process::Child) -> Output {
+    std::fs::write(dir.join("go"), "").unwrap();
+    tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Waits until the command has written `$DIR/ready`.
+pub(crate) async fn started(dir: &std::path::Path) {
+    wait_until(Duration::from_secs(20), "the command to start", || async {
+        dir.join("ready").exists()
+    })
+    .await;
 }

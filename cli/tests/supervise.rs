@@ -1,0 +1,191 @@
+//! How `zkfence run` supervises its command, black-box against real ZooKeeper: a command never
+//! outlives zkfence (kill -9 included, grandchildren included), what a command leaves behind is
+//! stopped before the lock passes on, and `--on-jeopardy stop` stops the command while the lock
+//! is in jeopardy and lets it go on when it holds again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{go, run_sh, started, temp, EXIT_0_ON_GO};
+use zkfence_testkit::harness::{chroot, shared, wait_until};
+use zkfence_testkit::CountingProxy;
+
+/// The processes of group `pgid` that are alive (zombies, already dead, left out).
+fn alive_in_group(pgid: i32) -> Vec<i32> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            alive.push(pid);
+        }
+    }
+    alive
+}
+
+/// The state letter of process `pid` (`T` when stopped), if it exists.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn read_pid(path: &std::path::Path) -> i32 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_run_leaves_no_process_of_the_group_before_the_next_command_starts() {
+    let hosts = chroot(shared(), "cli-kill9").await;
+    let (first_dir, second_dir) = (temp("kill9-first"), temp("kill9-second"));
+    // The command forks a grandchild and waits for it: both are in its process group, and
+    // only the first is zkfence's child.
+    let first = run_sh(
+        &hosts,
+        &["--session-timeout", "4s"],
+        r#"sleep 300 & echo $! > "$DIR/grandchild"; echo $$ > "$DIR/ready"; wait"#,
+        &first_dir,
+    );
+    started(&first_dir).await;
+    let pgid = read_pid(&first_dir.join("ready"));
+    let grandchild = read_pid(&first_dir.join("grandchild"));
+    assert!(alive_in_group(pgid).contains(&grandchild));
+    // A second run queues for the lock; its command starts once the first session expires.
+    let second = run_sh(
+        &hosts,
+        &[],
+        r#"echo started > "$DIR/ready"; exit 0"#,
+        &second_dir,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SAFETY: SIGKILL to the first zkfence, which this test started.
+    unsafe { libc::kill(first.id() as i32, libc::SIGKILL) };
+    let mut gone = false;
+    wait_until(
+        Duration::from_secs(20),
+        "the second command to start",
+        || {
+            let alive = alive_in_group(pgid);
+            gone |= alive.is_empty();
+            let started = second_dir.join("ready").exists();
+            assert!(
+                !started || alive.is_empty(),
+                "the second command started while {alive:?} of the first one's group ran"
+            );
+            async move { started }
+        },
+    )
+    .await;
+    assert!(gone);
+    let output = tokio::task::spawn_blocking(move || second.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_command_leaves_running_is_stopped_before_the_release() {
+    let hosts = chroot(shared(), "cli-leftovers").await;
+    let dir = temp("leftovers");
+    let child = run_sh(
+        &hosts,
+        &["--kill-after", "1s"],
+        r#"sleep 300 & echo $! > "$DIR/background"; exit 0"#,
+        &dir,
+    );
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("processes of its group remain"), "{stderr}");
+    let background = read_pid(&dir.join("background"));
+    assert!(
+        !matches!(state(background), Some(s) if s != 'Z'),
+        "the background process outlived zkfence"
+    );
+}
+
+/// `zkfence run` through a proxy that can take the server away, with a grace.
+fn run_through(
+    proxy: &CountingProxy,
+    chroot: &str,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> std::process::Child {
+    let hosts = format!("{}{chroot}", proxy.addr);
+    let mut args = vec!["--grace", "30s", "--session-timeout", "10s"];
+    args.extend_from_slice(extra);
+    let script = format!(r#"echo $$ > "$DIR/pid"; {EXIT_0_ON_GO}"#);
+    let mut child = run_sh(&hosts, &args, &script, dir);
+    let _ = child.stdout.take();
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_jeopardy_stop_stops_the_command_and_lets_it_go_on_when_the_lock_holds_again() {
+    let hosts = chroot(shared(), "cli-jeopardy-stop").await;
+    let proxy = CountingProxy::start(hosts.split('/').next().unwrap()).await;
+    let dir = temp("jeopardy-stop");
+    let child = run_through(&proxy, &hosts[hosts.find('/').unwrap()..], &[], &dir);
+    started(&dir).await;
+    let pid = read_pid(&dir.join("pid"));
+    // The server goes away at once: jeopardy, and the command is stopped, not killed.
+    proxy.refuse(true);
+    proxy.reset();
+    wait_until(
+        Duration::from_secs(10),
+        "the command to be stopped",
+        || async { state(pid) == Some('T') },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state(pid), Some('T'), "the command went on in jeopardy");
+    proxy.refuse(false);
+    wait_until(Duration::from_secs(20), "the command to go on", || async {
+        state(pid) != Some('T')
+    })
+    .await;
+    let output = go(&dir, child).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("in jeopardy"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_jeopardy_keep_lets_the_command_run_through_jeopardy() {
+    let hosts = chroot(shared(), "cli-jeopardy-keep").await;
+    let proxy = CountingProxy::start(hosts.split('/').next().unwrap()).await;
+    let dir = temp("jeopardy-keep");
+    let child = run_through(
+        &proxy,
+        &hosts[hosts.find('/').unwrap()..],
+        &["--on-jeopardy", "keep"],
+        &dir,
+    );
+    started(&dir).await;
+    let pid = read_pid(&dir.join("pid"));
+    proxy.refuse(true);
+    proxy.reset();
+    // The disconnect is seen within milliseconds; for a second the command is never stopped.
+    for _ in 0..50 {
+        assert_ne!(state(pid), Some('T'), "stopped although --on-jeopardy keep");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.refuse(false);
+    let output = go(&dir, child).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
