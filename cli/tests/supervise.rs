@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 use common::{go, run_sh, started, temp, EXIT_0_ON_GO};
@@ -70,6 +71,7 @@ async fn kill_9_of_run_leaves_no_process_of_the_group_before_the_next_command_st
     tokio::time::sleep(Duration::from_millis(300)).await;
     // SAFETY: SIGKILL to the first zkfence, which this test started.
     unsafe { libc::kill(first.id() as i32, libc::SIGKILL) };
+    let killed = tokio::task::spawn_blocking(move || first.wait_with_output());
     let mut gone = false;
     wait_until(
         Duration::from_secs(20),
@@ -87,6 +89,8 @@ async fn kill_9_of_run_leaves_no_process_of_the_group_before_the_next_command_st
     )
     .await;
     assert!(gone);
+    let status = killed.await.unwrap().unwrap().status;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
     let output = tokio::task::spawn_blocking(move || second.wait_with_output())
         .await
         .unwrap()
