@@ -149,11 +149,13 @@ impl LocalPostgres {
         }
         let child = cmd.spawn().map_err(|e| format!("start postgres: {e}"))?;
         let pg = LocalPostgres { child, dir, port };
+        // Listening is not serving: during startup postgres accepts connections and refuses
+        // them ("the database system is starting up"). pg_isready asks the server itself.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !ready(&bin, port) {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "postgres did not listen on port {port} within 30 s; see {}",
+                    "postgres did not accept connections on port {port} within 30 s; see {}",
                     log_path.display()
                 ));
             }
@@ -207,4 +209,13 @@ impl Drop for LocalPostgres {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Whether the server on `port` accepts connections (`pg_isready`, exit status 0), not only
+/// its port.
+fn ready(bin: &Path, port: u16) -> bool {
+    Command::new(bin.join("pg_isready"))
+        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
 }
