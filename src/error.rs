@@ -40,6 +40,15 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A node path given to a revocation is not a node of that lock's queue.
+    #[error("{node:?} is not a node of lock {lock_path}'s queue; pass a guard's node_path(), or the lock path, '/' and a node name from contenders()")]
+    NotInQueue {
+        /// The node path as given.
+        node: String,
+        /// The lock path.
+        lock_path: String,
+    },
+
     /// The [`LockOptions`](crate::LockOptions) cannot be used as given.
     #[error("invalid lock options: {0}")]
     InvalidOptions(&'static str),
@@ -132,6 +141,21 @@ pub enum Error {
     /// and its fencing token must not be used for new writes.
     #[error("lock lost: {0}")]
     LockLost(LossReason),
+
+    /// The calling task already holds this lock (on this session), and the acquire would
+    /// wait for that hold, which only the task itself can end: a self-deadlock. A lock built
+    /// with [`LockOptions::with_reentrant`](crate::LockOptions::with_reentrant) re-enters its
+    /// own hold instead; a reader asking for the write lock (an upgrade) always gets this, as
+    /// two readers upgrading would wait for each other.
+    #[error("this task already holds {held} on {path} and asked for {asked}, which would wait for itself forever; release it first, or build the lock with LockOptions::with_reentrant(true) to re-enter it (an upgrade from read to write is never allowed)")]
+    WouldDeadlock {
+        /// The lock path.
+        path: String,
+        /// What the task holds there.
+        held: &'static str,
+        /// What it asked for.
+        asked: &'static str,
+    },
 
     /// The hold is in jeopardy, not lost: its lease lapsed (or, without ride-out, the
     /// connection dropped) with no evidence that the lock is gone, and a grace period is set

@@ -1,7 +1,9 @@
 //! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
-//! gets from [`FencedLock::run`](crate::FencedLock::run).
+//! gets from [`FencedLock::run`](crate::FencedLock::run); and the holding they share: one
+//! acquisition's node, token, watchdog registration and release, which ends with the last of
+//! its guards (more than one with reentrancy).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,16 +12,18 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::holds::{Key, Owner, Registry};
 use crate::loss::LossReason;
 use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
 use crate::options::LockOptions;
+use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
 use crate::requests::Deleted;
 use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
 
-/// What a guard and its [`Held`] handles share.
+/// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Holding {
     client: zk::Client,
     lock_path: Arc<str>,
     node: Arc<str>,
@@ -28,6 +32,36 @@ struct Shared {
     /// Our registration with the session's watchdog.
     id: u64,
     acquired_at: Instant,
+    /// Which lock it is and who owns it, for reentrancy.
+    key: Key,
+    kind: Kind,
+    owner: Arc<Mutex<Owner>>,
+    /// Its guards, and what the last of them ends it with.
+    guards: Mutex<Guards>,
+}
+
+/// The live guards of a holding, and what the last one takes with it.
+#[derive(Debug)]
+struct Guards {
+    count: usize,
+    /// Keeps the session's watchdog running while the holding lasts.
+    interest: Option<Interest>,
+    /// Deletes the node (and gives up the in-process turn).
+    release: Option<Release>,
+}
+
+/// The holdings of this process, for reentrancy (see [`crate::holds`]).
+static HOLDINGS: LazyLock<Registry<Holding>> = LazyLock::new(Registry::default);
+
+impl Holding {
+    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The holdings on `key` that `owner` owns, with their kinds.
+pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
+    HOLDINGS.owned_by(key, owner)
 }
 
 /// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
@@ -52,7 +86,10 @@ struct Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Held {
-    shared: Arc<Shared>,
+    holding: Arc<Holding>,
+    /// This guard's cancellation: a child of the holding's, also cancelled when this guard
+    /// ends while others hold on.
+    own: CancellationToken,
 }
 
 impl Held {
@@ -67,7 +104,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn token(&self) -> FencingToken {
-        self.shared.token
+        self.holding.token
     }
 
     /// Full path of our lock znode, e.g. `/locks/orders/_c_…-lock-0000000042`.
@@ -81,7 +118,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn node_path(&self) -> &str {
-        &self.shared.node
+        &self.holding.node
     }
 
     /// The lock path this guard holds.
@@ -95,7 +132,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn lock_path(&self) -> &str {
-        &self.shared.lock_path
+        &self.holding.lock_path
     }
 
     /// The ZooKeeper session holding the lock.
@@ -109,7 +146,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn session_id(&self) -> zk::SessionId {
-        self.shared.client.session_id()
+        self.holding.client.session_id()
     }
 
     /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
@@ -129,7 +166,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.shared.state.token.clone()
+        self.own.clone()
     }
 
     /// Waits until the lock is lost or released, and says why.
@@ -148,8 +185,8 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) -> LossReason {
-        self.shared.state.token.cancelled().await;
-        self.shared.state.reason().unwrap_or(LossReason::Released)
+        self.own.cancelled().await;
+        self.holding.state.reason().unwrap_or(LossReason::Released)
     }
 
     /// Fails fast, without any I/O, once the lock is lost, released, **or** the lease deadline
@@ -175,7 +212,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.shared.state.check().map_err(|halt| match halt {
+        self.halt().map_err(|halt| match halt {
             Halt::Jeopardy => Error::Jeopardy,
             Halt::Lost(reason) => Error::LockLost(reason),
         })
@@ -199,7 +236,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn jeopardy(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.shared.state.jeopardy()
+        self.holding.state.jeopardy()
     }
 
     /// Waits until the hold is steady: returns at once if [`check`](Held::check) passes;
@@ -231,23 +268,75 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub async fn steady(&self) -> Result<()> {
-        let state = &self.shared.state;
-        let mut jeopardy = state.jeopardy();
+        let mut jeopardy = self.holding.state.jeopardy();
         loop {
-            match state.check() {
+            match self.halt() {
                 Ok(()) => return Ok(()),
                 Err(Halt::Lost(reason)) => return Err(Error::LockLost(reason)),
                 Err(Halt::Jeopardy) => {}
             }
             tokio::select! {
                 _ = jeopardy.changed() => {}
-                _ = state.token.cancelled() => {}
+                _ = self.own.cancelled() => {}
             }
         }
     }
 
+    /// Resolves when someone asks this holder to let go: a revocation request, which Apache
+    /// Curator's `Revoker.attemptRevoke` and [`FencedLock::request_revocation`] write into the
+    /// lock node. It costs nothing while held: the watchdog's watch on the node, there anyway,
+    /// carries it. It only asks: the lock stays held until released. It stays pending while no
+    /// revocation is asked, also after the hold ends; select on it with [`lost`](Held::lost).
+    ///
+    /// [`FencedLock::request_revocation`]: crate::FencedLock::request_revocation
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches the guard's state.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// tokio::select! {
+    ///     _ = guard.revocation_requested() => println!("asked to let go: finishing early"),
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn revocation_requested(&self) {
+        let mut requested = self.holding.state.revocation();
+        // The state lives as long as this handle, so the channel never closes under us.
+        let _ = requested.wait_for(|asked| *asked).await;
+    }
+
+    /// Whether someone has asked this holder to let go (see
+    /// [`revocation_requested`](Held::revocation_requested)).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// if guard.is_revocation_requested() {
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_revocation_requested(&self) -> bool {
+        *self.holding.state.revocation().borrow()
+    }
+
+    /// The synchronous check: this guard ended (released, while others hold on), or the
+    /// holding's own state.
     pub(crate) fn halt(&self) -> std::result::Result<(), Halt> {
-        self.shared.state.check()
+        let state = &self.holding.state;
+        if self.own.is_cancelled() && state.reason().is_none() {
+            return Err(Halt::Lost(LossReason::Released));
+        }
+        state.check()
     }
 
     /// The current lease deadline: the lock is considered lost from this instant on unless a
@@ -264,7 +353,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn lease_deadline(&self) -> Instant {
-        self.shared.state.deadline()
+        self.holding.state.deadline()
     }
 
     /// How long this lock has been held.
@@ -278,7 +367,7 @@ impl Held {
     /// # Ok(()) }
     /// ```
     pub fn held_for(&self) -> Duration {
-        self.shared.acquired_at.elapsed()
+        self.holding.acquired_at.elapsed()
     }
 }
 
@@ -315,11 +404,11 @@ impl Held {
 #[derive(Debug)]
 pub struct LockGuard {
     held: Held,
-    /// Keeps the session's watchdog running while we hold the lock; `None` once finished.
-    interest: Option<Interest>,
-    /// Deletes our node (and gives up the in-process turn): awaited by
-    /// [`release`](LockGuard::release), else in the background when the guard is dropped.
-    release: Release,
+    /// Whether this guard has ended (released).
+    ended: bool,
+    /// A downgrade's share of the write lock it was taken under, kept while writers queued
+    /// behind that write lock before the read lock (see `FencedRwLock`'s "Downgrade").
+    pinned: Option<Box<LockGuard>>,
 }
 
 impl std::ops::Deref for LockGuard {
@@ -330,14 +419,24 @@ impl std::ops::Deref for LockGuard {
     }
 }
 
+/// Who holds a new holding, and which lock it is on.
+#[derive(Debug)]
+pub(crate) struct Holder {
+    pub(crate) key: Key,
+    pub(crate) kind: Kind,
+    pub(crate) owner: Owner,
+}
+
 impl LockGuard {
-    /// The guard of `grant`, held on `lock_path` with `options`' lease and disconnect policy;
-    /// registered with the session's watchdog, which watches its node from now on.
+    /// The first guard of `grant`, held on `lock_path` with `options`' lease and disconnect
+    /// policy; registered with the session's watchdog, which watches its node from now on, and
+    /// recorded as `holder`'s for reentrancy.
     pub(crate) fn new(
         grant: Grant,
         lock_path: Arc<str>,
         options: &LockOptions,
         label: String,
+        holder: Holder,
     ) -> LockGuard {
         let Grant {
             client,
@@ -345,6 +444,7 @@ impl LockGuard {
             interest,
             node_watch,
             release,
+            ..
         } = grant;
         let watch = interest.watch();
         let state = Arc::new(watch.guard_state(Terms {
@@ -362,7 +462,7 @@ impl LockGuard {
             watch: node_watch,
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
-        let shared = Shared {
+        let holding = Arc::new(Holding {
             client,
             lock_path,
             node,
@@ -370,14 +470,44 @@ impl LockGuard {
             state,
             id,
             acquired_at: Instant::now(),
-        };
-        LockGuard {
-            held: Held {
-                shared: Arc::new(shared),
-            },
-            interest: Some(interest),
-            release,
+            key: holder.key,
+            kind: holder.kind,
+            owner: Arc::new(Mutex::new(holder.owner)),
+            guards: Mutex::new(Guards {
+                count: 1,
+                interest: Some(interest),
+                release: Some(release),
+            }),
+        });
+        HOLDINGS.insert(&holding.key, holding.kind, holding.owner.clone(), &holding);
+        LockGuard::of(holding)
+    }
+
+    /// One more guard of `holding` (a reentrant acquire): the same node and token, no
+    /// request. `None` if the holding ended meanwhile.
+    pub(crate) fn nest(holding: Arc<Holding>) -> Option<LockGuard> {
+        {
+            let mut guards = holding.guards();
+            if guards.count == 0 || holding.state.reason().is_some() {
+                return None;
+            }
+            guards.count += 1;
         }
+        Some(LockGuard::of(holding))
+    }
+
+    fn of(holding: Arc<Holding>) -> LockGuard {
+        let own = holding.state.token.child_token();
+        LockGuard {
+            held: Held { holding, own },
+            ended: false,
+            pinned: None,
+        }
+    }
+
+    /// Keeps `write` (the write lock this read lock was taken under) until this guard ends.
+    pub(crate) fn pin(&mut self, write: LockGuard) {
+        self.pinned = Some(Box::new(write));
     }
 
     /// A cloneable [`Held`] handle for other tasks: token, check, cancellation.
@@ -397,9 +527,39 @@ impl LockGuard {
         self.held.clone()
     }
 
+    /// Makes the current task the owner of this hold (and of its nested guards), for
+    /// reentrancy: a guard moved to another task stays owned by the task that acquired it,
+    /// whose further acquires re-enter it (or fail with
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock)), while the task that received
+    /// it is a stranger to the lock and would wait for its own hold. Call this in the task
+    /// that now works under the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// tokio::spawn(async move {
+    ///     guard.adopt();
+    ///     // ... work that may acquire the same (reentrant) lock again ...
+    ///     guard.release().await
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn adopt(&self) {
+        *self
+            .held
+            .holding
+            .owner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Owner::current();
+    }
+
     /// Releases the lock: one delete of our node, awaited, retried across ConnectionLoss
     /// until it succeeds or the session is gone. The cancellation token is cancelled first,
-    /// so work still running under the lock stops before the next holder can start.
+    /// so work still running under the lock stops before the next holder can start. A nested
+    /// guard (reentrancy) only ends itself: the node is deleted by the release of the last
+    /// guard of the hold.
     ///
     /// # Errors
     ///
@@ -418,7 +578,7 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// Cancel safe in the sense that matters: if this future is dropped before the delete is
-    /// confirmed, the guard's drop deletes the node in the background instead.
+    /// confirmed, the node is deleted in the background instead.
     ///
     /// # Examples
     ///
@@ -430,57 +590,79 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<()> {
-        let shared = self.held.shared.clone();
-        let lost = shared.state.reason().filter(|r| *r != LossReason::Released);
-        shared.state.lose(LossReason::Released);
-        let deleted = self.release.now().await;
-        self.finish();
-        let outcome = match (lost, deleted) {
-            (Some(reason), _) => Err(Error::LockLost(reason)),
-            (None, Ok(Deleted::Confirmed)) => Ok(()),
-            (None, Ok(Deleted::Absent)) => Err(Error::LockLost(LossReason::NodeDeleted)),
-            (None, Ok(Deleted::Unconfirmed)) => {
-                Err(Error::LockLost(LossReason::ReleaseUnconfirmed))
+        let holding = self.held.holding.clone();
+        let lost = holding
+            .state
+            .reason()
+            .filter(|r| *r != LossReason::Released);
+        let outcome = match self.end() {
+            Some(mut release) => {
+                let deleted = release.now().await;
+                match (lost, deleted) {
+                    (Some(reason), _) => Err(Error::LockLost(reason)),
+                    (None, Ok(Deleted::Confirmed)) => Ok(()),
+                    (None, Ok(Deleted::Absent)) => Err(Error::LockLost(LossReason::NodeDeleted)),
+                    (None, Ok(Deleted::Unconfirmed)) => {
+                        Err(Error::LockLost(LossReason::ReleaseUnconfirmed))
+                    }
+                    (None, Err(err)) => Err(err),
+                }
             }
-            (None, Err(err)) => Err(err),
+            // A nested guard: the holding goes on for the others.
+            None => lost.map_or(Ok(()), |reason| Err(Error::LockLost(reason))),
+        };
+        let outcome = match self.pinned.take() {
+            Some(write) => outcome.and(Box::pin(write.release()).await),
+            None => outcome,
         };
         match &outcome {
             Ok(()) => {
-                tracing::debug!(node = %shared.node, fencing_token = %shared.token, "released")
+                tracing::debug!(node = %holding.node, fencing_token = %holding.token, "released")
             }
             Err(err) => {
                 if !err.is_lock_lost() {
                     metrics::counter!(RELEASE_ERRORS_TOTAL).increment(1);
                 }
-                tracing::warn!(node = %shared.node, fencing_token = %shared.token, cause = %err, "release reported an error");
+                tracing::warn!(node = %holding.node, fencing_token = %holding.token, cause = %err, "release reported an error");
             }
         }
         outcome
     }
 
-    /// Unregisters from the watchdog and records the hold, once.
-    fn finish(&mut self) {
-        let Some(interest) = self.interest.take() else {
-            return;
+    /// Ends this guard, once: cancels its token; if it was the last of its holding, ends the
+    /// holding (cancelled as released, unregistered, forgotten) and returns the release that
+    /// deletes the node.
+    fn end(&mut self) -> Option<Release> {
+        if std::mem::replace(&mut self.ended, true) {
+            return None;
+        }
+        self.held.own.cancel();
+        let holding = &self.held.holding;
+        let (interest, release) = {
+            let mut guards = holding.guards();
+            guards.count -= 1;
+            if guards.count > 0 {
+                return None;
+            }
+            (guards.interest.take(), guards.release.take())
         };
-        interest.watch().send(Event::Unregister {
-            id: self.held.shared.id,
-        });
+        holding.state.lose(LossReason::Released);
+        HOLDINGS.remove(&holding.key, holding);
+        if let Some(interest) = interest {
+            interest.watch().send(Event::Unregister { id: holding.id });
+        }
         metrics::gauge!(HELD_LOCKS).decrement(1.0);
-        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => self.held.shared.state.terms.label.clone())
-            .record(self.held.shared.acquired_at.elapsed().as_secs_f64());
+        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => holding.state.terms.label.clone())
+            .record(holding.acquired_at.elapsed().as_secs_f64());
+        release
     }
 }
 
 impl Drop for LockGuard {
-    /// Cancels the token and unregisters at once; the node is deleted in the background by the
-    /// release dropped with the guard, unless `release` confirmed it gone.
+    /// Ends the guard at once; if it was the last of its hold, the node is deleted in the
+    /// background by the release dropped here, unless `release` confirmed it gone.
     fn drop(&mut self) {
-        if self.interest.is_none() {
-            return;
-        }
-        self.held.shared.state.lose(LossReason::Released);
-        self.finish();
+        drop(self.end());
     }
 }
 

@@ -176,6 +176,7 @@
 mod error;
 mod fencing;
 mod guard;
+mod holds;
 mod lock;
 mod loss;
 pub mod metrics;

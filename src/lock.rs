@@ -11,7 +11,8 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::guard::{Held, LockGuard};
+use crate::guard::{self, Held, Holder, LockGuard};
+use crate::holds::{self, Key, Owner, Reentry};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
@@ -361,6 +362,116 @@ impl FencedLock {
         }
     }
 
+    /// Asks the holder of `node` (its full path, as [`Held::node_path`] gives it) to let go:
+    /// writes Apache Curator's revocation marker (`__REVOKE__`) into the node, as Curator's
+    /// `Revoker.attemptRevoke` does. A zkfence holder learns of it through
+    /// [`Held::revocation_requested`]; a Curator holder made revocable
+    /// (`InterProcessMutex.makeRevocable`) through its listener. The holder decides: nothing
+    /// is taken from it. Only a node that holds the lock is written to (a waiter is left
+    /// alone: see the queue's handoff argument on data written into waiting nodes).
+    ///
+    /// Returns `true` when the marker was written, `false` when the node is gone or does not
+    /// hold the lock (yet).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotInQueue`] for a node that is not in this lock's queue;
+    /// [`Error::AccessDenied`] when the node's ACL does not grant us WRITE (a `creator_all`
+    /// node of another identity); ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a listing and one write, which happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// if let Some(holder) = lock.contenders().await?.first() {
+    ///     let node = format!("{}/{}", lock.path(), holder.node);
+    ///     lock.request_revocation(&node).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_revocation(&self, node: &str) -> Result<bool> {
+        let name = self.node_name(node)?;
+        let (client, path) = (&self.queue.client, &*self.queue.path);
+        let session = client.session_id();
+        let children = match retrying(client, || client.list_children(path)).await? {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(err) => return Err(Error::from_request("list", path, session, err)),
+        };
+        let permits = match self.queue.kind {
+            Kind::Semaphore(n) => Some(n),
+            _ => None,
+        };
+        if !Kind::holds(&children, name, permits) {
+            return Ok(false);
+        }
+        // A repeat after a lost reply writes the same marker again: harmless.
+        let write = || client.set_data(node, crate::requests::REVOKE, None);
+        match retrying(client, write).await? {
+            Ok(_) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(err) => Err(Error::from_request("set", node, session, err)),
+        }
+    }
+
+    /// Takes the lock from the holder of `node` (its full path): deletes the node. The
+    /// holder's watchdog cancels it as for any deletion of its node
+    /// ([`LossReason::NodeDeleted`](crate::LossReason::NodeDeleted)), and its successor
+    /// proceeds. Work the holder still has in flight is stopped only by its fencing token at
+    /// your storage, as always. Needs DELETE on the lock path.
+    ///
+    /// Returns `true` when the node was deleted, `false` when it was gone already.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotInQueue`] for a node that is not in this lock's queue;
+    /// [`Error::AccessDenied`]; ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one delete, which happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// if let Some(holder) = lock.contenders().await?.first() {
+    ///     lock.force_revocation(&format!("{}/{}", lock.path(), holder.node)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_revocation(&self, node: &str) -> Result<bool> {
+        self.node_name(node)?;
+        let client = &self.queue.client;
+        match crate::requests::delete_node(client, node, false).await? {
+            crate::requests::Deleted::Absent => Ok(false),
+            _ => Ok(true),
+        }
+    }
+
+    /// The name of `node` if it is a queue node of this lock.
+    fn node_name<'a>(&self, node: &'a str) -> Result<&'a str> {
+        let path = &*self.queue.path;
+        match node
+            .strip_prefix(path)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            Some(name)
+                if !name.contains('/') && crate::queue::names::parse_node(name).is_some() =>
+            {
+                Ok(name)
+            }
+            _ => Err(Error::NotInQueue {
+                node: node.to_owned(),
+                lock_path: path.to_owned(),
+            }),
+        }
+    }
+
     /// The queue, in order: the holder first, then the waiters (for a read lock or a
     /// semaphore, several of the first nodes may hold). Includes Curator's and other clients'
     /// nodes named `…lock-<seq>`, `…__READ__<seq>`, `…__WRIT__<seq>` or `…lease-<seq>`.
@@ -436,19 +547,11 @@ impl FencedLock {
             node = tracing::field::Empty,
         );
         let started = Instant::now();
-        let queued = queue::acquire(&self.queue, wait).instrument(span.clone());
-        let granted = match wait {
-            // The protocol honours the deadline itself and deletes our node before returning;
-            // this bound only matters while ZooKeeper is unreachable (then the node, if any,
-            // is deleted in the background).
-            Wait::Until(deadline) => {
-                tokio::time::timeout_at(deadline + Duration::from_secs(1), queued)
-                    .await
-                    .unwrap_or(Ok(None))
-            }
-            _ => queued.await,
+        let result = match self.reentry() {
+            Ok(Entry::Queue(pin)) => self.queue_for(wait, pin).instrument(span.clone()).await,
+            Ok(Entry::Nested(guard)) => Ok(Some(guard)),
+            Err(err) => Err(err),
         };
-        let result = granted.map(|grant| grant.map(|grant| self.guard(grant)));
         let outcome = match &result {
             Ok(Some(guard)) => {
                 span.record("fencing_token", tracing::field::display(guard.token()));
@@ -470,16 +573,92 @@ impl FencedLock {
         result
     }
 
-    /// The guard of a grant on this lock.
+    /// Which lock this is, for the holds of this process.
+    fn key(&self) -> Key {
+        let client = &self.queue.client;
+        Key::new(client.session_id().0, client.path(), &self.queue.path)
+    }
+
+    /// What an acquire by the calling task gets, given what it already holds on this lock
+    /// (see [`crate::holds::reentry`]).
+    fn reentry(&self) -> Result<Entry> {
+        let queue = &self.queue;
+        let held = guard::owned_by(&self.key(), Owner::current());
+        let kinds: Vec<Kind> = held.iter().map(|(kind, _)| *kind).collect();
+        let nest = |i: usize| LockGuard::nest(held[i].1.clone());
+        Ok(
+            match holds::reentry(&kinds, queue.kind, queue.options.reentrant) {
+                Reentry::Queue => Entry::Queue(None),
+                Reentry::Nest(i) => nest(i).map_or(Entry::Queue(None), Entry::Nested),
+                // The write lock stays held while the read lock is taken beside it.
+                Reentry::Downgrade(i) => Entry::Queue(nest(i)),
+                Reentry::WouldDeadlock => {
+                    return Err(Error::WouldDeadlock {
+                        path: queue.path.to_string(),
+                        held: holds::describe(kinds[0]),
+                        asked: holds::describe(queue.kind),
+                    })
+                }
+            },
+        )
+    }
+
+    /// Queues for the lock; `pin`, a share of the write lock a read lock is taken under (a
+    /// downgrade), admits the read lock at once and is kept while writers queued behind the
+    /// write lock before it.
+    async fn queue_for(&self, wait: Wait, pin: Option<LockGuard>) -> Result<Option<LockGuard>> {
+        let under = pin.as_ref().map(|write| write.node_path().to_owned());
+        let queued = queue::acquire(&self.queue, wait, under.as_deref());
+        let granted = match wait {
+            // The protocol honours the deadline itself and deletes our node before returning;
+            // this bound only matters while ZooKeeper is unreachable (then the node, if any,
+            // is deleted in the background).
+            Wait::Until(deadline) => {
+                tokio::time::timeout_at(deadline + Duration::from_secs(1), queued)
+                    .await
+                    .unwrap_or(Ok(None))
+            }
+            _ => queued.await,
+        };
+        Ok(granted?.map(|grant| {
+            let behind_writers = grant.behind_writers;
+            let mut guard = self.guard(grant);
+            let unpinned = self
+                .queue
+                .options
+                .flaw
+                .is(crate::mutants::Mutant::UnpinnedDowngrade);
+            if let Some(write) = pin.filter(|_| behind_writers && !unpinned) {
+                guard.pin(write);
+            }
+            guard
+        }))
+    }
+
+    /// The guard of a grant on this lock, held by the calling task.
     fn guard(&self, grant: Grant) -> LockGuard {
         let queue = &self.queue;
+        let holder = Holder {
+            key: self.key(),
+            kind: queue.kind,
+            owner: Owner::current(),
+        };
         LockGuard::new(
             grant,
             queue.path.clone(),
             &queue.options,
             queue.label.clone(),
+            holder,
         )
     }
+}
+
+/// How an acquire goes on, given what the task already holds.
+enum Entry {
+    /// Through the queue; with a downgrade, the write lock's share to keep.
+    Queue(Option<LockGuard>),
+    /// A reentrant acquire's guard, no request sent.
+    Nested(LockGuard),
 }
 
 /// Reads the data of `nodes` in one multi-read (nodes gone by then come back as errors).

@@ -7,6 +7,8 @@
 //! | --- | --- | --- |
 //! | [`Mutant::MarkedWithdrawal`] | a waiter that gives up never writes the release marker (the queue module's "The handoff") | `tests/lock.rs::the_marked_withdrawal_mutant_is_caught`: its successor walks past the holder |
 //! | [`Mutant::AnyReleaseAdmits`] | only the marked release of a node that held alone admits a successor with no request | `tests/kinds.rs::the_any_release_admits_mutant_is_caught`: a writer walks past a reader |
+//! | [`Mutant::DataChangeAdmits`] | only a node's deletion (a child watch) admits its successor; a data change counts only as the marker in front of a deletion (the queue module's "The handoff") | `tests/revocation.rs::the_data_change_admits_mutant_is_caught`: a revocation request lets the waiter in beside the holder |
+//! | [`Mutant::UnpinnedDowngrade`] | a downgrade keeps the write lock while writers queued between it and the read lock (`FencedRwLock`'s "Downgrade") | `tests/reentrancy.rs::the_unpinned_downgrade_mutant_is_caught`: the queued writer writes beside our reader |
 //! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
 //! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions |
 #![cfg_attr(not(feature = "mutants"), allow(unreachable_pub, dead_code))]
@@ -35,6 +37,15 @@ pub enum Mutant {
     /// syncs without a quorum: each `sync` reply extends the lease from its send time, with a
     /// margin of `T/4`. Unsound when the ensemble is partitioned.
     SyncLease,
+    /// A waiter takes any data change of a node it watches for that node's release, as the
+    /// handoff did before revocation existed: a revocation request written into the holder's
+    /// node (by zkfence or by Curator's `Revoker`) lets the next waiter in while the holder
+    /// still holds.
+    DataChangeAdmits,
+    /// A read lock taken under the write lock (a downgrade) never keeps the write lock, as
+    /// Curator's downgrade does: a writer that queued behind our write lock before the read
+    /// lock takes the lock while we still read.
+    UnpinnedDowngrade,
     /// A guard in jeopardy resumes on the answer to a `sync` of its node, without a committed
     /// probe that finds the node: the old rule's flaw again, where the jeopardy argument (the
     /// lease module) needs a commit. A holder on a leader cut off from its followers resumes

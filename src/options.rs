@@ -57,6 +57,8 @@ pub struct LockOptions {
     pub(crate) ride_out: bool,
     /// How long a hold may stay in jeopardy before it is lost (zero: no jeopardy).
     pub(crate) grace: Duration,
+    /// Whether a task that holds the lock may acquire it again (nested holds).
+    pub(crate) reentrant: bool,
     pub(crate) lease: LeasePolicy,
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
@@ -80,6 +82,7 @@ impl Default for LockOptions {
             parent_mode: ParentMode::Container,
             ride_out: false,
             grace: Duration::ZERO,
+            reentrant: false,
             lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
@@ -200,6 +203,40 @@ impl LockOptions {
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
+    }
+
+    /// Reentrancy, as Apache Curator's `InterProcessMutex` (and Hazelcast's `FencedLock`) has
+    /// it; off by default. With it, an acquire (any of `acquire`, `try_acquire`,
+    /// `acquire_timeout`, `run`) by the task that holds the lock returns at once another guard
+    /// with the **same token**, sending nothing; the node is deleted only when the last of the
+    /// nested guards ends (release or drop), and a loss cancels them all. "The task that holds
+    /// it" is the tokio task that acquired it (see [`LockGuard::adopt`](crate::LockGuard::adopt)
+    /// for a guard moved to another task), across clones of one lock and across locks built on
+    /// the same path and session. Without it such an acquire fails at once with
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) instead of waiting for itself. A
+    /// read/write lock's writer may take the read lock either way (a downgrade); a reader never
+    /// gets the write lock (an upgrade can deadlock two readers).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_reentrant(true);
+    /// assert!(options.reentrant());
+    /// ```
+    pub fn with_reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// Whether the lock is reentrant.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(!zkfence::LockOptions::default().reentrant());
+    /// ```
+    pub fn reentrant(&self) -> bool {
+        self.reentrant
     }
 
     /// The grace period (zero when off).

@@ -14,6 +14,11 @@ use crate::error::{Error, Result};
 /// the handoff: see `crate::queue`).
 pub(crate) const RELEASED: &[u8] = b"released";
 
+/// What a revocation request writes into a holder's node: Apache Curator's marker
+/// (`LockInternals.REVOKE_MESSAGE`), so that Curator's `Revoker` and zkfence reach each other's
+/// holders.
+pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
+
 /// Joins a parent path and a child name.
 pub(crate) fn child_path(parent: &str, name: &str) -> String {
     let mut path = String::with_capacity(parent.len() + 1 + name.len());

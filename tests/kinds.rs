@@ -323,10 +323,14 @@ async fn clones_of_one_lock_queue_in_process_fairly_with_one_node() {
         1,
         "waiting tasks created nodes"
     );
-    assert!(
-        lock.try_acquire().await.unwrap().is_none(),
-        "try_acquire while the process holds"
-    );
+    // Another task finds it busy; the holder itself is told it would wait for itself.
+    let other = lock.clone();
+    let busy = tokio::spawn(async move { other.try_acquire().await.unwrap().is_none() });
+    assert!(busy.await.unwrap(), "try_acquire while the process holds");
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(zkfence::Error::WouldDeadlock { .. })
+    ));
     first.release().await.unwrap();
     for task in tasks {
         task.await.unwrap();
@@ -368,9 +372,19 @@ async fn lock_delay_follows_a_failed_holder_but_never_a_release() {
     let victim = connect(&hosts, T).await;
     let c = lock_for(victim.clone());
     let d = lock_for(connect(&hosts, T).await);
+    let d_session = d.client().session_id();
     let held = c.acquire().await.unwrap();
     let waiter = tokio::spawn(async move { (d.acquire().await.unwrap(), Instant::now()) });
     queued(&hosts, 2).await;
+    // Expire only once the successor watches the holder (see `with_lock_delay` on a node
+    // that vanishes between a listing and its watch).
+    let holder_node = in_order(&hosts).await[0].clone();
+    wait_until(
+        Duration::from_secs(10),
+        "the successor to watch",
+        || async { watches(&hosts, d_session, &holder_node) },
+    )
+    .await;
     let expired_from = Instant::now();
     expire_session(&hosts, &victim).await;
     let (next, granted_at) = waiter.await.unwrap();
@@ -565,11 +579,21 @@ async fn a_session_failing_as_holder_and_waiter_delays_the_successor() {
     let holding = setting.lock_on(victim.clone());
     let waiting = setting.lock_on(victim.clone());
     let successor = setting.lock().await;
+    let successor_session = successor.client().session_id();
     let held = holding.acquire().await.unwrap();
     let victim_waits = tokio::spawn(async move { waiting.acquire().await });
     queued(hosts, 2).await;
     let waits = tokio::spawn(async move { (successor.acquire().await.unwrap(), Instant::now()) });
     queued(hosts, 3).await;
+    // Expire only once the successor watches the waiter's node: a node that vanishes between
+    // a listing and its watch is not delayed (see `with_lock_delay`).
+    let waiter_node = in_order(hosts).await[1].clone();
+    wait_until(
+        Duration::from_secs(10),
+        "the successor to watch",
+        || async { watches(hosts, successor_session, &waiter_node) },
+    )
+    .await;
     let expired_from = Instant::now();
     expire_session(hosts, &victim).await;
     let (guard, at) = waits.await.unwrap();

@@ -154,7 +154,10 @@ async fn leaving_middle(name: &str, options: LockOptions) -> bool {
     let middle = lock_on(hosts.clone()).await;
     let leaving = tokio::spawn(async move { middle.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 2).await;
-    let last = lock_on(hosts.clone()).await;
+    // The last waiter goes through a proxy that counts its listings and child watches.
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server).await;
+    let last = lock_on(format!("{}{root}", proxy.addr)).await;
     let last_session = last.client().session_id();
     let queued = tokio::spawn(async move { last.acquire().await.map(|g| g.token()) });
     no_nodes_left(&hosts, 3).await;
@@ -168,16 +171,19 @@ async fn leaving_middle(name: &str, options: LockOptions) -> bool {
         || async { watched_by_last(&queue[1].node) },
     )
     .await;
+    let get_children = || proxy.counts().get(&8).copied().unwrap_or(0);
+    let before = get_children();
     leaving.abort();
     wait_until(Duration::from_secs(10), "the middle node to go", || async {
         children(&hosts, LOCK).await.len() <= 2
     })
     .await;
-    // Its predecessor is gone, but the holder is still ahead: it must watch the holder next.
+    // Its predecessor is gone, but the holder is still ahead: it lists the queue and sets a
+    // child watch on the holder next (child watches do not show in `wchp`; their requests do).
     wait_until(
         Duration::from_secs(10),
-        "the last waiter to watch the holder",
-        || async { queued.is_finished() || watched_by_last(&queue[0].node) },
+        "the last waiter to list and watch the holder",
+        || async { queued.is_finished() || get_children() >= before + 2 },
     )
     .await;
     if queued.is_finished() {

@@ -2,8 +2,8 @@
 //! (Curator's driver idea).
 
 use super::names::{
-    distance, holds_alone, marker_holds_alone, parse_node, Role, LEASE_NAME, LOCK_NAME, READ_NAME,
-    WRITE_NAME,
+    distance, holds_alone, marker_holds_alone, marker_of, parse_node, Role, LEASE_NAME, LOCK_NAME,
+    READ_NAME, WRITE_NAME,
 };
 
 /// The lock kinds, each a predicate over the one queue.
@@ -38,6 +38,27 @@ impl Kind {
             Kind::Write => "write",
             Kind::Semaphore(_) => "semaphore",
         }
+    }
+
+    /// The kind of the queue node `name` (by its marker); a lease is counted against
+    /// `permits` when the asker knows them (a semaphore's), else as one holder at a time.
+    pub(crate) fn of_node(name: &str, permits: Option<u32>) -> Option<Kind> {
+        Some(match marker_of(name)? {
+            LOCK_NAME => Kind::Mutex,
+            READ_NAME => Kind::Read,
+            WRITE_NAME => Kind::Write,
+            _ => Kind::Semaphore(permits.unwrap_or(1)),
+        })
+    }
+
+    /// Whether the node `name` holds in this listing: nothing ahead of it blocks it, by its
+    /// own kind's predicate.
+    pub(crate) fn holds(children: &[String], name: &str, permits: Option<u32>) -> bool {
+        let (Some(kind), Some(seq)) = (Kind::of_node(name, permits), parse_node(name)) else {
+            return false;
+        };
+        let position = kind.position(children, name, seq.0);
+        position.present && position.blocking == 0
     }
 
     /// Whether this kind queues in-process first (one ZooKeeper contender per process): the

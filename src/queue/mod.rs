@@ -14,30 +14,42 @@
 //! queued behind more nodes would have to list the queue again, a read on the critical path of
 //! every handoff, unless the event itself says that the predecessor held the lock. So:
 //!
+//! - **A waiter learns of a node's deletion from a child watch** on it. An ephemeral node has
+//!   no children, so the watch fires only when the node is deleted, never when someone writes
+//!   its data: a revocation request (zkfence's or Apache Curator's `Revoker`, which writes
+//!   `__REVOKE__` into the holder's node) wakes nobody waiting behind the holder. An exists
+//!   watch would fire on that write, and a waiter that took it for a release would walk in
+//!   beside the holder (the `DataChangeAdmits` mutant).
 //! - **A holder marks its release** when a successor may need it: it deletes its node in a
-//!   `multi` that first sets the node's data (`crate::requests::RELEASED`). The successor's
-//!   exists-watch fires with `NodeDataChanged`, and the node is gone in the same transaction.
-//!   Only holders of the kinds that hold alone mark (mutex, writer; `Kind::marks_release`),
-//!   and only if they had queued behind someone: a holder that found the queue empty can
-//!   have no successor that saw more than it ahead (that successor's listing came after ours
-//!   and showed only us). With lock-delay on, every release is marked (it says "released,
-//!   not failed").
+//!   `multi` that first sets the node's data (`crate::requests::RELEASED`). Only holders of the
+//!   kinds that hold alone mark (mutex, writer; `Kind::marks_release`), and only if they had
+//!   queued behind someone: a holder that found the queue empty can have no successor that saw
+//!   more than it ahead (that successor's listing came after ours and showed only us). With
+//!   lock-delay on, every release is marked (it says "released, not failed").
 //! - **A waiter that gives up never marks** its deletion as a lock node of a kind that holds
-//!   alone. So a data change on a `lock-` or `__WRIT__` node proves that its holder released
-//!   it, and a holder took the lock only once everything sorted before it was gone.
-//! - **A successor woken by that data change proceeds with no request** when the node held
-//!   alone (`Kind::admitted_by_release`): a mutex or writer watched its immediate predecessor,
-//!   a reader the nearest exclusive node with only readers between. Nothing new can sort
-//!   before us, and every node before ours was in our listing (it was sent after our create).
-//!   A reader's or a semaphore lease's marked release only says that it was not a failure: we
-//!   list again, as after a plain deletion.
+//!   alone. So a data change on a `lock-` or `__WRIT__` node followed by its deletion in the
+//!   same transaction proves that its holder released it, and a holder took the lock only
+//!   once everything sorted before it was gone.
+//! - **A successor that queued behind more than one node** also sets a data watch on the node
+//!   it watches (`handoff::Ahead::senses`). The release's transaction fires the data watch
+//!   (the data change) and then the child watch (the deletion); on seeing both, the successor
+//!   proceeds with no request when the node held alone (`Kind::admitted_by_release`): a mutex
+//!   or writer watched its immediate predecessor, a reader the nearest exclusive node with
+//!   only readers between. Nothing new can sort before us, and every node before ours was in
+//!   our listing (it was sent after our create). A data change alone (a revocation request)
+//!   makes it wait on; a deletion alone, or a reader's or a semaphore lease's release, sends it
+//!   to list again. ZooKeeper 3.9+ gives both events the transaction's zxid, and they must
+//!   match; before 3.9 a write of someone else's into a *waiting* node, followed by that
+//!   waiter's failure, would pass for a release here (zkfence's own revocation requests go
+//!   only to holders; Curator's `Revoker` aimed at waiters is the case to avoid).
 //!
-//! Apache Curator's nodes never carry data changes: a Curator holder's release is a plain
-//! deletion, after which a zkfence successor lists again; a Curator waiter woken by our
-//! marked release lists again and finds the node gone. Server writes per contended
-//! acquisition: our create and the release's one `multi` transaction.
+//! Apache Curator's nodes never carry release markers: a Curator holder's release is a plain
+//! deletion, after which a zkfence successor lists again; a Curator waiter woken by our marked
+//! release lists again and finds the node gone. Server writes per contended acquisition: our
+//! create and the release's one `multi` transaction.
 
 pub(crate) mod cleanup;
+mod handoff;
 pub(crate) mod in_process;
 pub(crate) mod kind;
 pub(crate) mod names;
@@ -63,6 +75,7 @@ use crate::watchdog::{self, Interest};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
+use self::handoff::{Ahead, Sense, Verdict};
 use self::in_process::InProcessTurn;
 use self::kind::{Kind, Position};
 
@@ -152,11 +165,20 @@ pub(crate) struct Grant {
     pub(crate) node_watch: Option<NodeWatch>,
     /// What the release must do; its node is the holder's.
     pub(crate) release: Release,
+    /// A read lock taken under a write lock (a downgrade): writers queued between the two
+    /// nodes, so the write lock must be kept until the read lock ends.
+    pub(crate) behind_writers: bool,
 }
 
 /// The protocol, as its steps: our turn in the process, our node in the queue, our turn in
-/// the queue, the lock-delay, the grant. `Ok(None)` when the wait ran out.
-pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<Grant>> {
+/// the queue, the lock-delay, the grant. `Ok(None)` when the wait ran out. `under`: the full
+/// path of the write lock's node that this process holds and takes this read lock under (a
+/// downgrade): admitted at once, since nothing but that write lock can block it for good.
+pub(crate) async fn acquire(
+    queue: &Queue,
+    wait: Wait,
+    under: Option<&str>,
+) -> Result<Option<Grant>> {
     let client = &queue.client;
     if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
         return Err(err);
@@ -171,11 +193,19 @@ pub(crate) async fn acquire(queue: &Queue, wait: Wait) -> Result<Option<Grant>> 
         return Ok(None);
     };
     let node = attempt.verify(created).await?;
-    let Some(waited) = attempt.wait_turn(&node).await? else {
+    let waited = match under {
+        Some(write) => attempt.beside(&node, write).await?,
+        None => attempt.wait_turn(&node).await?,
+    };
+    let Some(waited) = waited else {
         return Ok(None);
     };
     if !attempt.delay(waited.vanished).await? {
         return Ok(None);
+    }
+    // A session that ended while we waited (or during the lock-delay) grants nothing.
+    if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
+        return Err(err);
     }
     Ok(Some(attempt.into_grant(node, waited, turn)))
 }
@@ -216,6 +246,8 @@ struct Queued {
 struct Waited {
     /// A node we waited on vanished without a release (lock-delay applies).
     vanished: bool,
+    /// Taken under a write lock with writers queued between (see [`Grant::behind_writers`]).
+    behind_writers: bool,
     /// Some node was ahead of ours: a successor may have queued behind more than us, so our
     /// release is marked (see "The handoff").
     queued: bool,
@@ -399,6 +431,7 @@ impl<'a> Attempt<'a> {
         let mut listing = node.listing.clone();
         let mut waited = Waited {
             vanished: false,
+            behind_writers: false,
             queued: false,
             own_watch: None,
         };
@@ -429,62 +462,151 @@ impl<'a> Attempt<'a> {
                 self.pending.remove().await?;
                 return Ok(None);
             }
-            let watchers = match self.arm(&position, node, &mut waited.own_watch).await? {
-                Armed::Watching(watchers) => watchers,
+            let mut ahead = Ahead::new(
+                self.queue.kind,
+                &position,
+                self.lock_delay_on(),
+                self.queue.options.flaw,
+            );
+            let watching = match self
+                .arm(&position, &ahead, node, &mut waited.own_watch)
+                .await?
+            {
+                Armed::Watching(watching) => watching,
                 Armed::Gone if position.blocking == 1 => return Ok(Some(waited)),
                 Armed::Gone | Armed::Retry => {
                     after_vanish = false;
                     continue;
                 }
             };
-            let (event, watched) = match self.next_change(watchers, &mut waited.own_watch).await {
-                Woke::Timeout => {
+            match self
+                .watch_ahead(watching, &mut ahead, node, &mut waited.own_watch)
+                .await?
+            {
+                Some(Verdict::Proceed { vanished }) => {
+                    self.still_queued(node, &mut waited.own_watch).await?;
+                    waited.vanished = vanished;
+                    return Ok(Some(waited));
+                }
+                Some(Verdict::Relist {
+                    after_vanish: vanish,
+                }) => after_vanish = vanish,
+                Some(Verdict::Wait) | None => {
+                    // The wait ran out.
                     self.pending.remove().await?;
                     return Ok(None);
                 }
+            }
+        }
+    }
+
+    /// Waits on the watches set on the nodes ahead until an event decides (see
+    /// [`handoff`]); `None` when the deadline came first.
+    async fn watch_ahead(
+        &self,
+        mut watching: Vec<Watching>,
+        ahead: &mut Ahead,
+        node: &Queued,
+        own_watch: &mut Option<NodeWatch>,
+    ) -> Result<Option<Verdict>> {
+        loop {
+            let (event, target, sense, rest) = match self.next_change(watching, own_watch).await {
+                Woke::Timeout => return Ok(None),
                 Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
                     return Err(self.node_deleted(node).await);
                 }
-                Woke::Own(event) => (event, None),
-                Woke::Blocker(event, index) => (event, position.watch.get(index)),
+                Woke::Own(event) => {
+                    self.session_over(&event)?;
+                    // Our own node's data (a revocation request aimed at a waiter): list again.
+                    return Ok(Some(Verdict::Relist {
+                        after_vanish: false,
+                    }));
+                }
+                Woke::Blocker {
+                    event,
+                    target,
+                    sense,
+                    rest,
+                } => (event, target, sense, rest),
             };
-            match (event.event_type, watched) {
-                (zk::EventType::NodeDeleted, Some(_)) => {
-                    // The zero-round-trip handoff: our last listing showed it as the only
-                    // blocker, and nothing new can sort before us.
-                    if position.blocking == 1 {
-                        waited.vanished = self.lock_delay_on();
-                        return Ok(Some(waited));
-                    }
-                    after_vanish = true;
+            self.session_over(&event)?;
+            let mut rest = rest;
+            if sense == Sense::Deletion {
+                // The release marker's event came first (zookeeper-client hands events over
+                // in order), but both were ready when we polled: take it first.
+                for marker in take_ready(&mut rest, target, Sense::Data) {
+                    ahead.on_event(target, Sense::Data, &marker);
                 }
-                (zk::EventType::NodeDataChanged, Some(watched)) => {
-                    // A marked release: its holder deleted it in the same transaction.
-                    if position.blocking == 1 || self.admitted_by_release(watched) {
-                        return Ok(Some(waited));
-                    }
-                    after_vanish = false;
-                }
-                (zk::EventType::Session, _) => {
-                    if let Some(err) = Error::from_session_state(event.session_state, self.session)
-                    {
-                        return Err(err);
-                    }
-                }
-                _ => {} // our own node's data (nobody writes it while we wait): list again
+            }
+            match ahead.on_event(target, sense, &event) {
+                Verdict::Wait => watching = rest,
+                decided => return Ok(Some(decided)),
             }
         }
+    }
+
+    /// Before we proceed on the deletion of the node ahead: our own node's deletion may have
+    /// come in the same transaction (a session closed from outside deletes all its nodes), its
+    /// notification right behind. Without a request: the own watch has fired, or the client
+    /// knows its session is over.
+    async fn still_queued(&self, node: &Queued, own_watch: &mut Option<NodeWatch>) -> Result<()> {
+        use futures_util::FutureExt as _;
+        if let Some(event) = own_watch.as_mut().and_then(|w| w.now_or_never()) {
+            *own_watch = None;
+            if event.event_type == zk::EventType::NodeDeleted {
+                return Err(self.node_deleted(node).await);
+            }
+        }
+        match Error::from_session_state(self.client.state(), self.session) {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// The session's error, for a terminal session event.
+    fn session_over(&self, event: &zk::WatchedEvent) -> Result<()> {
+        match Error::from_session_state(event.session_state, self.session) {
+            Some(err) if event.event_type == zk::EventType::Session => Err(err),
+            _ => Ok(()),
+        }
+    }
+
+    /// A read lock taken under our own write lock at `write` (a downgrade): admitted at once,
+    /// with whether exclusive nodes queued between the two (then the write lock must be kept
+    /// until the read lock ends: released now, it would let them in beside our reader). Waits
+    /// as any reader if the write lock's node is gone.
+    async fn beside(&mut self, node: &Queued, write: &str) -> Result<Option<Waited>> {
+        let children = match node.listing.clone() {
+            Some(children) => children,
+            None => self.list(node).await?,
+        };
+        let write_name = write.rsplit('/').next().unwrap_or(write);
+        let Some(write_seq) = children
+            .iter()
+            .find(|c| *c == write_name)
+            .and_then(|c| names::parse_sequence(c))
+        else {
+            return self.wait_turn(node).await;
+        };
+        let between = children
+            .iter()
+            .filter_map(|c| names::parse_node(c))
+            .any(|(seq, role)| {
+                role == names::Role::Exclusive
+                    && names::distance(write_seq, seq) > 0
+                    && names::distance(seq, node.sequence) > 0
+            });
+        Ok(Some(Waited {
+            vanished: false,
+            behind_writers: between,
+            queued: false,
+            own_watch: None,
+        }))
     }
 
     /// Whether lock-delay is on for this acquire.
     fn lock_delay_on(&self) -> bool {
         self.queue.options.lock_delay.is_some()
-    }
-
-    /// Whether the marked release of `watched` admits us (see "The handoff").
-    fn admitted_by_release(&self, watched: &str) -> bool {
-        self.queue.options.flaw.is(Mutant::AnyReleaseAdmits)
-            || self.queue.kind.admitted_by_release(watched)
     }
 
     /// Lists the queue. A listing is a read, which a follower cut off from the leader still
@@ -515,12 +637,14 @@ impl<'a> Attempt<'a> {
         Ok(!duplicates.is_empty())
     }
 
-    /// Sets exists watches on the nodes the predicate names (and on our own node, the first
-    /// time), all back to back: one round trip. Exists watches need no READ permission on
-    /// others' nodes.
+    /// Sets the watches [`Ahead`] asks for on the nodes the predicate names (a child watch for
+    /// each node's deletion, a data watch where the release marker counts), and an exists
+    /// watch on our own node the first time, all back to back: one round trip. Neither needs
+    /// READ permission on others' nodes. On a missing node neither arms anything.
     async fn arm(
         &self,
         position: &Position,
+        ahead: &Ahead,
         node: &Queued,
         own_watch: &mut Option<NodeWatch>,
     ) -> Result<Armed> {
@@ -528,15 +652,23 @@ impl<'a> Attempt<'a> {
         let own = own_watch
             .is_none()
             .then(|| client.check_and_watch_stat(&node.path));
-        let targets: Vec<String> = position
-            .watch
-            .iter()
+        let targets: Vec<String> = (position.watch.iter())
             .map(|n| child_path(self.path, n))
             .collect();
-        let sent: Vec<_> = targets
-            .iter()
-            .map(|t| client.check_and_watch_stat(t))
-            .collect();
+        let mut sent = Vec::new();
+        for (i, target) in targets.iter().enumerate() {
+            for &sense in ahead.senses(i) {
+                let watch: Pin<Box<dyn Future<Output = WatchReply> + Send + '_>> = match sense {
+                    Sense::Deletion => Box::pin(async move {
+                        (client.list_and_watch_children(target).await).map(|(_, w)| w)
+                    }),
+                    Sense::Data => Box::pin(async move {
+                        (client.get_and_watch_data(target).await).map(|(_, _, w)| w)
+                    }),
+                };
+                sent.push((i, sense, watch));
+            }
+        }
         if let Some(own) = own {
             match own.await {
                 Ok((Some(_), watcher)) => *own_watch = Some(Box::pin(watch_changed(watcher))),
@@ -544,18 +676,19 @@ impl<'a> Attempt<'a> {
                 Err(err) => return self.watch_failed(&node.path, err).await,
             }
         }
-        let mut watchers: Vec<NodeWatch> = Vec::with_capacity(sent.len());
-        let mut gone = false;
-        let mut failed = None;
-        for (target, reply) in targets.iter().zip(sent) {
+        let (mut watching, mut gone, mut failed) = (Vec::with_capacity(sent.len()), false, None);
+        for (i, sense, reply) in sent {
             match reply.await {
-                Ok((Some(_), watcher)) => watchers.push(Box::pin(watch_changed(watcher))),
+                Ok(watcher) => watching.push(Watching {
+                    target: i,
+                    sense,
+                    watch: Box::pin(watch_changed(watcher)),
+                }),
                 // Gone between the listing and the watch (whether released or not is unknown:
-                // no lock-delay). The creation watch exists armed is dropped; the client
-                // removes it.
-                Ok((None, _)) => gone = true,
+                // no lock-delay).
+                Err(zk::Error::NoNode) => gone = true,
                 Err(err) => {
-                    failed.get_or_insert((target, err));
+                    failed.get_or_insert((&targets[i], err));
                 }
             }
         }
@@ -565,7 +698,7 @@ impl<'a> Attempt<'a> {
         Ok(if gone {
             Armed::Gone
         } else {
-            Armed::Watching(watchers)
+            Armed::Watching(watching)
         })
     }
 
@@ -582,15 +715,27 @@ impl<'a> Attempt<'a> {
     /// Waits for our node, a watched node, or the deadline.
     async fn next_change(
         &self,
-        watchers: Vec<NodeWatch>,
+        mut watching: Vec<Watching>,
         own_watch: &mut Option<NodeWatch>,
     ) -> Woke {
         let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
-        let woke = tokio::select! {
+        let fired = tokio::select! {
             biased;
-            event = own_changed => Woke::Own(event),
-            (event, index, _) = futures_util::future::select_all(watchers) => Woke::Blocker(event, index),
-            _ = sleep_until_opt(self.deadline()) => Woke::Timeout,
+            event = own_changed => Err(Woke::Own(event)),
+            (event, i, _) = futures_util::future::select_all(watching.iter_mut().map(|w| &mut w.watch)) => Ok((event, i)),
+            _ = sleep_until_opt(self.deadline()) => Err(Woke::Timeout),
+        };
+        let woke = match fired {
+            Ok((event, i)) => {
+                let Watching { target, sense, .. } = watching.swap_remove(i);
+                Woke::Blocker {
+                    event,
+                    target,
+                    sense,
+                    rest: watching,
+                }
+            }
+            Err(woke) => woke,
         };
         if let Woke::Own(_) = woke {
             *own_watch = None;
@@ -644,6 +789,7 @@ impl<'a> Attempt<'a> {
             interest: self.interest,
             node_watch: waited.own_watch,
             release: self.pending.into_release(&node.path, mark, turn),
+            behind_writers: waited.behind_writers,
         }
     }
 }
@@ -663,9 +809,40 @@ fn release_marked(queue: &Queue, queued: bool) -> bool {
     queue.options.lock_delay.is_some() || (queue.kind.marks_release() && queued)
 }
 
+/// A watch set on a node ahead: which one (its index in `Position::watch`), which kind of
+/// watch, and its event.
+struct Watching {
+    target: usize,
+    sense: Sense,
+    watch: NodeWatch,
+}
+
+/// The events already there on the watches of `sense` on `target`, taken out of `watching`
+/// (only those watches are polled).
+fn take_ready(watching: &mut Vec<Watching>, target: usize, sense: Sense) -> Vec<zk::WatchedEvent> {
+    use futures_util::FutureExt as _;
+    let mut ready = Vec::new();
+    watching.retain_mut(|w| {
+        if w.target != target || w.sense != sense {
+            return true;
+        }
+        match (&mut w.watch).now_or_never() {
+            Some(event) => {
+                ready.push(event);
+                false
+            }
+            None => true,
+        }
+    });
+    ready
+}
+
+/// The reply to setting a watch.
+type WatchReply = std::result::Result<zk::OneshotWatcher, zk::Error>;
+
 /// What arming the watches found.
 enum Armed {
-    Watching(Vec<NodeWatch>),
+    Watching(Vec<Watching>),
     /// A watched node was gone already.
     Gone,
     /// The connection broke: list again.
@@ -691,7 +868,12 @@ pub(crate) fn create_request_bytes(chroot: &str, path: &str, options: &LockOptio
 
 enum Woke {
     Own(zk::WatchedEvent),
-    /// The event, and which of the watched nodes (`Position::watch`) it is about.
-    Blocker(zk::WatchedEvent, usize),
+    /// The event of a watch on a node ahead, and the watches still set.
+    Blocker {
+        event: zk::WatchedEvent,
+        target: usize,
+        sense: Sense,
+        rest: Vec<Watching>,
+    },
     Timeout,
 }

@@ -94,6 +94,11 @@ fn parse_marked(name: &str) -> Option<(&'static str, i32)> {
     digits.parse::<i32>().ok().map(|seq| (marker, seq))
 }
 
+/// The marker of a queue node's name (`lock-`, `__READ__`, `__WRIT__`, `lease-`), if it is one.
+pub(crate) fn marker_of(name: &str) -> Option<&'static str> {
+    parse_marked(name).map(|(marker, _)| marker)
+}
+
 /// Whether `name` is a node of a kind that holds alone (a mutex's `lock-` or a writer's
 /// `__WRIT__`): when such a node's holder releases it, nothing sorted before it is left.
 /// A reader or a semaphore lease may hold with others still ahead of it.

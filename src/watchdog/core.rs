@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::lease::LeaseCell;
@@ -55,8 +54,9 @@ impl fmt::Debug for Event {
 pub(crate) struct NodeToWatch {
     pub(super) id: u64,
     pub(super) node: Arc<str>,
-    /// The guard's token: a guard released before the watch is armed needs none.
-    pub(super) token: CancellationToken,
+    /// The guard's state: a guard released before the watch is armed needs none, and a
+    /// revocation request found in the node's data is told to it.
+    pub(super) state: Arc<GuardState>,
     pub(super) pending: Option<crate::requests::NodeWatch>,
 }
 
@@ -150,7 +150,7 @@ impl Core {
         let to_watch = NodeToWatch {
             id,
             node: node.clone(),
-            token: state.token.clone(),
+            state: state.clone(),
             pending: watch,
         };
         let ride_out = state.terms.ride_out;

@@ -429,7 +429,9 @@ async fn probe_session(client: zk::Client, target: ProbeTarget, sync: bool) -> P
 const NODE_WATCH_DELAY: Duration = Duration::from_millis(10);
 
 /// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
-/// starting from the acquire's pending watch when there is one.
+/// starting from the acquire's pending watch when there is one. Each (re)arm reads the node's
+/// data: Curator's revocation marker there is told to the guard (a revocation request costs
+/// the one read its data change causes, and nothing per hold).
 ///
 /// Once armed, a released guard's watch is not dropped early: dropping a pending watcher makes
 /// the client send a removeWatches request, while the release's own delete is about to fire it
@@ -438,9 +440,10 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
     let NodeToWatch {
         id,
         node,
-        token,
+        state,
         mut pending,
     } = node;
+    let token = state.token.clone();
     if pending.is_none() {
         tokio::select! {
             biased;
@@ -455,7 +458,12 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
             // getData, not exists: on a missing node it arms no watch (exists would arm a
             // creation watch that we would then have to remove).
             None => match client.get_and_watch_data(&node).await {
-                Ok((_, _, watcher)) => crate::requests::watch_changed(watcher).await,
+                Ok((data, _, watcher)) => {
+                    if data == crate::requests::REVOKE {
+                        state.revocation_requested();
+                    }
+                    crate::requests::watch_changed(watcher).await
+                }
                 Err(zk::Error::NoNode) => return (id, true),
                 Err(err) if crate::requests::is_connection_error(&err) => {
                     if crate::requests::await_reconnect(&client, &mut attempt)

@@ -59,6 +59,8 @@ pub(crate) struct GuardState {
     in_jeopardy: AtomicBool,
     /// The same, for `Held::jeopardy()` and `Held::steady()`.
     jeopardy: watch::Sender<bool>,
+    /// Whether someone asked the holder to let go (a revocation request in the node's data).
+    revocation: watch::Sender<bool>,
 }
 
 impl GuardState {
@@ -71,6 +73,7 @@ impl GuardState {
             spell: Mutex::new(None),
             in_jeopardy: AtomicBool::new(false),
             jeopardy: watch::Sender::new(false),
+            revocation: watch::Sender::new(false),
         }
     }
 
@@ -159,6 +162,18 @@ impl GuardState {
     /// The spell in progress, if any.
     pub(crate) fn current_spell(&self) -> Option<Spell> {
         *self.spell()
+    }
+
+    /// Someone asked the holder to let go: Apache Curator's revocation marker was found in the
+    /// node's data.
+    pub(crate) fn revocation_requested(&self) {
+        self.revocation
+            .send_if_modified(|requested| !std::mem::replace(requested, true));
+    }
+
+    /// A receiver that reads `true` once a revocation was requested.
+    pub(crate) fn revocation(&self) -> watch::Receiver<bool> {
+        self.revocation.subscribe()
     }
 
     /// A receiver that reads `true` while the hold is in jeopardy.

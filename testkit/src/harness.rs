@@ -99,18 +99,20 @@ impl ZooKeeper {
         self.0.restart().unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Server-side watch count (`wchs`).
+    /// Server-side watch count, data and child watches together (`mntr`'s `zk_watch_count`;
+    /// `wchs` counts data watches only).
     pub fn watch_count(&self) -> u64 {
-        let out = four_letter(&self.addr(), "wchs").unwrap_or_default();
+        let out = four_letter(&self.addr(), "mntr").unwrap_or_default();
         out.lines()
-            .find_map(|l| l.strip_prefix("Total watches:"))
+            .find_map(|l| l.strip_prefix("zk_watch_count"))
             .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("unexpected wchs answer: {out:?}"))
+            .unwrap_or_else(|| panic!("unexpected mntr answer: {out:?}"))
     }
 }
 
-/// Whether `session` holds a watch on `path`, a path under `hosts` (a connect string that may
-/// end in a chroot), from the first server's `wchp`.
+/// Whether `session` holds a data watch on `path`, a path under `hosts` (a connect string
+/// that may end in a chroot), from the first server's `wchp`. ZooKeeper lists no child
+/// watches there.
 pub fn watches(hosts: &str, session: zk::SessionId, path: &str) -> bool {
     let (servers, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
     let server = servers.split(',').next().unwrap_or(servers);

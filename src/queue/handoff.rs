@@ -1,0 +1,237 @@
+//! What the events on the nodes ahead of a waiter mean: when it may proceed with no further
+//! request, when it must list the queue again, and when it simply goes on waiting. Pure: the
+//! queue arms the watches this asks for and feeds their events in. The argument is the queue
+//! module's "The handoff".
+
+use zookeeper_client as zk;
+
+use super::kind::{Kind, Position};
+use crate::mutants::{Flaw, Mutant};
+
+/// What a watch on a node ahead reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sense {
+    /// A child watch: it fires only when the node is deleted (an ephemeral node has no
+    /// children), never on a write of its data such as a revocation request.
+    Deletion,
+    /// A data watch: it also fires on a data change, which tells a marked release (set data
+    /// and delete in one transaction) from a plain deletion.
+    Data,
+}
+
+/// What the waiter does after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing ahead blocks us any more; `vanished`: a node we waited on went without a
+    /// release, so lock-delay applies.
+    Proceed { vanished: bool },
+    /// Keep waiting on the other watches.
+    Wait,
+    /// List the queue again; `after_vanish`: a node we watched went without a release.
+    Relist { after_vanish: bool },
+}
+
+/// One node ahead that we watch.
+#[derive(Debug)]
+struct Target {
+    /// Its release (held alone) admits us past every other node ahead.
+    admits_on_release: bool,
+    /// The zxid of the data change seen on it, once one was (the release marker, or a write
+    /// of someone else's).
+    marked: Option<i64>,
+}
+
+/// The nodes a waiter watches, and what it has seen of them since it armed its watches.
+#[derive(Debug)]
+pub(crate) struct Ahead {
+    blocking: usize,
+    targets: Vec<Target>,
+    lock_delay: bool,
+    flaw: Flaw,
+}
+
+impl Ahead {
+    /// For a waiter of `kind` at `position`.
+    pub(crate) fn new(kind: Kind, position: &Position, lock_delay: bool, flaw: Flaw) -> Ahead {
+        let targets = (position.watch.iter())
+            .map(|name| Target {
+                admits_on_release: flaw.is(Mutant::AnyReleaseAdmits)
+                    || kind.admitted_by_release(name),
+                marked: None,
+            })
+            .collect();
+        Ahead {
+            blocking: position.blocking,
+            targets,
+            lock_delay,
+            flaw,
+        }
+    }
+
+    /// The watches to set on target `i`: its deletion always; its data when a marked release
+    /// would tell us something a deletion does not (it admits us past other nodes ahead, or
+    /// it decides lock-delay).
+    pub(crate) fn senses(&self, i: usize) -> &'static [Sense] {
+        let marker_counts = self.flaw.is(Mutant::DataChangeAdmits)
+            || self.lock_delay
+            || (self.blocking > 1 && self.targets[i].admits_on_release);
+        if marker_counts {
+            &[Sense::Deletion, Sense::Data]
+        } else {
+            &[Sense::Deletion]
+        }
+    }
+
+    /// What an event of `sense`'s watch on target `i` means.
+    pub(crate) fn on_event(&mut self, i: usize, sense: Sense, event: &zk::WatchedEvent) -> Verdict {
+        let target = &mut self.targets[i];
+        match event.event_type {
+            zk::EventType::NodeDataChanged if sense == Sense::Data => {
+                if self.flaw.is(Mutant::DataChangeAdmits)
+                    && (self.blocking == 1 || target.admits_on_release)
+                {
+                    // The mutant's flaw: any data change taken for the release itself.
+                    return Verdict::Proceed { vanished: false };
+                }
+                // A marked release shows its deletion next (on the child watch); a write of
+                // someone else's (a revocation request) shows nothing more: wait either way.
+                target.marked = Some(event.zxid);
+                Verdict::Wait
+            }
+            zk::EventType::NodeDeleted => {
+                // The same transaction as the data change, when the server says (3.9+).
+                let marked = target.marked.is_some_and(|zxid| {
+                    zxid == zk::WatchedEvent::NO_ZXID
+                        || event.zxid == zk::WatchedEvent::NO_ZXID
+                        || zxid == event.zxid
+                });
+                if self.blocking == 1 {
+                    // Our last listing showed it as the only blocker, and nothing new can
+                    // sort before us: the zero-request handoff.
+                    Verdict::Proceed {
+                        vanished: self.lock_delay && !marked,
+                    }
+                } else if marked && target.admits_on_release {
+                    Verdict::Proceed { vanished: false }
+                } else {
+                    Verdict::Relist {
+                        after_vanish: !marked,
+                    }
+                }
+            }
+            // A reconnect or anything unexpected: what the queue looks like now is unknown.
+            _ => Verdict::Relist {
+                after_vanish: false,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::names::mutex_names;
+
+    fn event(event_type: zk::EventType, zxid: i64) -> zk::WatchedEvent {
+        zk::WatchedEvent::new(event_type, "/l/n").with_zxid(zxid)
+    }
+
+    fn ahead(blocking: usize, lock_delay: bool) -> Ahead {
+        let names = mutex_names(&[1]);
+        let position = Position {
+            present: true,
+            blocking,
+            watch: names,
+        };
+        Ahead::new(Kind::Mutex, &position, lock_delay, Flaw::default())
+    }
+
+    const CHANGED: zk::EventType = zk::EventType::NodeDataChanged;
+    const DELETED: zk::EventType = zk::EventType::NodeDeleted;
+    const NONE: i64 = zk::WatchedEvent::NO_ZXID;
+
+    #[test]
+    fn a_sole_blocker_is_watched_for_its_deletion_only_and_a_write_to_it_admits_nobody() {
+        let mut ahead = ahead(1, false);
+        assert_eq!(ahead.senses(0), &[Sense::Deletion]);
+        // A revocation request written into the holder's node reaches only a data watch; even
+        // if one were set, it does not admit us.
+        assert_eq!(
+            ahead.on_event(0, Sense::Data, &event(CHANGED, 7)),
+            Verdict::Wait
+        );
+        assert_eq!(
+            ahead.on_event(0, Sense::Deletion, &event(DELETED, 9)),
+            Verdict::Proceed { vanished: false }
+        );
+    }
+
+    #[test]
+    fn behind_several_nodes_only_a_marked_release_admits_without_a_listing() {
+        let mut plain = ahead(3, false);
+        assert_eq!(plain.senses(0), &[Sense::Deletion, Sense::Data]);
+        assert_eq!(
+            plain.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
+            Verdict::Relist { after_vanish: true }
+        );
+        let mut marked = ahead(3, false);
+        assert_eq!(
+            marked.on_event(0, Sense::Data, &event(CHANGED, NONE)),
+            Verdict::Wait
+        );
+        assert_eq!(
+            marked.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
+            Verdict::Proceed { vanished: false }
+        );
+    }
+
+    #[test]
+    fn with_zxids_a_write_and_a_later_deletion_are_not_a_marked_release() {
+        // 3.9+ servers give both events of the release multi one zxid.
+        let mut same = ahead(3, false);
+        same.on_event(0, Sense::Data, &event(CHANGED, 40));
+        assert_eq!(
+            same.on_event(0, Sense::Deletion, &event(DELETED, 40)),
+            Verdict::Proceed { vanished: false }
+        );
+        // A revocation request (zxid 40), then the node's failure (41): not a release.
+        let mut apart = ahead(3, false);
+        apart.on_event(0, Sense::Data, &event(CHANGED, 40));
+        assert_eq!(
+            apart.on_event(0, Sense::Deletion, &event(DELETED, 41)),
+            Verdict::Relist { after_vanish: true }
+        );
+    }
+
+    #[test]
+    fn lock_delay_watches_data_and_delays_only_after_a_plain_deletion() {
+        let mut failed = ahead(1, true);
+        assert_eq!(failed.senses(0), &[Sense::Deletion, Sense::Data]);
+        assert_eq!(
+            failed.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
+            Verdict::Proceed { vanished: true }
+        );
+        let mut released = ahead(1, true);
+        released.on_event(0, Sense::Data, &event(CHANGED, NONE));
+        assert_eq!(
+            released.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
+            Verdict::Proceed { vanished: false }
+        );
+    }
+
+    #[test]
+    fn a_semaphore_lease_never_admits_past_the_others_on_its_release() {
+        let names = mutex_names(&[1, 2]);
+        let position = Position {
+            present: true,
+            blocking: 2,
+            watch: names,
+        };
+        let mut ahead = Ahead::new(Kind::Semaphore(2), &position, false, Flaw::default());
+        assert_eq!(ahead.senses(0), &[Sense::Deletion]);
+        assert_eq!(
+            ahead.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
+            Verdict::Relist { after_vanish: true }
+        );
+    }
+}
