@@ -40,6 +40,16 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A multi-lock was given two paths whose queues would share or nest: the same path
+    /// twice, or one inside the other's lock directory.
+    #[error("a multi-lock cannot hold {first} and {second}: the same path twice, or one inside the other's lock directory, share or nest their queues; list each lock once, and none under another")]
+    OverlappingLocks {
+        /// The first of the two paths, in sorted order.
+        first: String,
+        /// The second.
+        second: String,
+    },
+
     /// A node path given to a revocation is not a node of that lock's queue.
     #[error("{node:?} is not a node of lock {lock_path}'s queue; pass a guard's node_path(), or the lock path, '/' and a node name from contenders()")]
     NotInQueue {

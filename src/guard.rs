@@ -658,6 +658,32 @@ impl LockGuard {
     }
 }
 
+impl crate::section::Guarded for LockGuard {
+    type Handle = Held;
+
+    fn handle(&self) -> Held {
+        self.held()
+    }
+
+    fn release(self) -> impl std::future::Future<Output = Result<()>> + Send {
+        LockGuard::release(self)
+    }
+}
+
+impl crate::section::Fenceable for Held {
+    fn halt(&self) -> std::result::Result<(), Halt> {
+        Held::halt(self)
+    }
+
+    fn steady(&self) -> impl std::future::Future<Output = Result<()>> + Send {
+        Held::steady(self)
+    }
+
+    fn cancellation_token(&self) -> CancellationToken {
+        Held::cancellation_token(self)
+    }
+}
+
 impl Drop for LockGuard {
     /// Ends the guard at once; if it was the last of its hold, the node is deleted in the
     /// background by the release dropped here, unless `release` confirmed it gone.

@@ -60,9 +60,54 @@
 //! goes negative). Queue order itself is computed with serial-number arithmetic, so it too
 //! survives the wrap.
 //!
-//! The lease is measured with the monotonic clock (`CLOCK_MONOTONIC`), which keeps running
-//! while a process is stopped but not while the whole machine is suspended; a suspended VM or
-//! laptop is a case only the fencing token covers.
+//! The lease is measured on a clock that counts a suspend of the machine (`CLOCK_BOOTTIME`'s
+//! lead over `CLOCK_MONOTONIC`), so a laptop or host that sleeps through its lease wakes up
+//! with `check()` failing; a paused VM, whose clocks all stop, is a case only the fencing
+//! token covers.
+//!
+//! # Riding out failovers: jeopardy and a grace period
+//!
+//! With [`LockOptions::with_grace`], a lease that lapses with no evidence of loss (a leader
+//! failover, a rolling restart, an fsync stall) puts the hold in **jeopardy** rather than
+//! ending it, as Chubby's grace period does: [`Held::check`] fails with [`Error::Jeopardy`],
+//! [`Held::jeopardy`] reads `true`, a [`FencedLock::run`] section is not polled, and the
+//! cancellation token waits. A committed probe that finds the guard's node again resumes it
+//! ([`Held::steady`]); the grace running out ends it. The argument is in the lease module.
+//! Work that only watches the cancellation token must not use a grace.
+//!
+//! # Reentrancy, revocation and several locks at once
+//!
+//! - [`LockOptions::with_reentrant`]: the task that holds a lock gets another guard with the
+//!   same token when it acquires it again, with no request; the node goes with the last
+//!   guard. Without it, such an acquire fails at once with [`Error::WouldDeadlock`], never a
+//!   hang. A writer may take the read lock (a downgrade); a reader never gets the write lock.
+//! - Revocation, Apache Curator's protocol: [`FencedLock::request_revocation`] asks a holder
+//!   to let go, [`Held::revocation_requested`] tells it (Curator's `Revoker` reaches it too),
+//!   [`FencedLock::force_revocation`] takes the lock.
+//! - [`FencedMultiLock`]: several locks taken in one canonical order, all or nothing, a token
+//!   per path.
+//!
+//! ```no_run
+//! use zkfence::{FencedLock, FencedMultiLock, LockOptions};
+//!
+//! # async fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+//! let lock = FencedLock::new(client.clone(), "/locks/a", LockOptions::default().with_reentrant(true))?;
+//! let outer = lock.acquire().await?;
+//! let inner = lock.acquire().await?; // same task: same token, nothing sent
+//! assert_eq!(inner.token(), outer.token());
+//! drop(inner);
+//! tokio::select! {
+//!     _ = outer.revocation_requested() => {} // someone asked us to let go
+//!     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+//! }
+//! outer.release().await?;
+//!
+//! let pair = FencedMultiLock::new(client, ["/locks/b", "/locks/a"], LockOptions::default())?;
+//! let both = pair.acquire().await?; // /locks/a first, whatever the order given
+//! println!("{:?}", both.tokens());  // in the order given: /locks/b's, then /locks/a's
+//! both.release().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Protocol and interoperability
 //!
@@ -70,17 +115,19 @@
 //! Curator's `InterProcessMutex` on one path exclude each other. After a ConnectionLoss on
 //! create, our node is found by its UUID **and** our session as its `ephemeralOwner`. The
 //! uncontended acquire pipelines the children listing behind the create (one round trip plus
-//! one commit); a waiter watches only its predecessor, and takes the lock with no further
-//! request when that predecessor was the only node ahead.
+//! one commit); a waiter watches only its predecessor, with a child watch (it fires on the
+//! node's deletion, never on a write into it such as a revocation request), and takes the lock
+//! with no further request when that predecessor was the only node ahead.
 //!
 //! **The handoff.** A mutex or writer that had to queue releases with a marker: one `multi`
-//! that sets its node's data and deletes it (one transaction). Its successor's watch fires
-//! with the data change, which only a holder's release writes (a waiter that gives up deletes
-//! its node plainly), and a holder held alone: so the successor takes the lock with no
-//! further request however many nodes it queued behind. A plain deletion (a Curator holder, a
-//! waiter giving up, a session ending) sends the successor to list the queue again. Server
-//! writes per acquisition: the create and the release, contended or not. The argument, node by
-//! node, is in `src/queue/mod.rs` ("The handoff").
+//! that sets its node's data and deletes it (one transaction). A successor that queued behind
+//! several nodes also watches its predecessor's data, and sees the data change and then the
+//! deletion, which only a holder's release writes together (a waiter that gives up deletes its
+//! node plainly), and a holder held alone: so the successor takes the lock with no further
+//! request however many nodes it queued behind. A plain deletion (a Curator holder, a waiter
+//! giving up, a session ending) sends the successor to list the queue again. Server writes per
+//! acquisition: the create and the release, contended or not. The argument, node by node, is
+//! in `src/queue/mod.rs` ("The handoff").
 //!
 //! One limit of mixing with Curator: Curator orders the queue by comparing sequence suffixes as
 //! strings, which breaks when a parent's sequence wraps past 2³¹ (after about a billion lock
@@ -136,7 +183,8 @@
 //!   by comparison with the fence, whether a newer writer has been granted.
 //! - [`FencedSemaphore`]: up to N holders, each with its own token and watchdog. Its tokens
 //!   order the leases but do not fence storage: N holders are valid at once.
-//! - [`LockGuard`] / [`Held`]: token, check, cancellation, release.
+//! - [`FencedMultiLock`], [`MultiGuard`], [`MultiHeld`]: several locks at once.
+//! - [`LockGuard`] / [`Held`]: token, check, cancellation, jeopardy, revocation, release.
 //! - [`FencingToken`]: the number storage compares.
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.
 //! - [`Error`]: one error type with predicates.
@@ -180,6 +228,7 @@ mod holds;
 mod lock;
 mod loss;
 pub mod metrics;
+mod multi;
 mod mutants;
 mod options;
 mod queue;
@@ -195,6 +244,7 @@ pub use crate::fencing::{FencingToken, ParseTokenError};
 pub use crate::guard::{Held, LockGuard};
 pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
+pub use crate::multi::{FencedMultiLock, MultiGuard, MultiHeld};
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
 pub use crate::mutants::Mutant;

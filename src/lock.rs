@@ -402,11 +402,7 @@ impl FencedLock {
             Err(zk::Error::NoNode) => return Ok(false),
             Err(err) => return Err(Error::from_request("list", path, session, err)),
         };
-        let permits = match self.queue.kind {
-            Kind::Semaphore(n) => Some(n),
-            _ => None,
-        };
-        if !Kind::holds(&children, name, permits) {
+        if !Kind::holds(&children, name, self.permits()) {
             return Ok(false);
         }
         // A repeat after a lost reply writes the same marker again: harmless.
@@ -534,6 +530,44 @@ impl FencedLock {
             }
         }
         Ok(out)
+    }
+
+    /// The nodes that hold the lock now: those that nothing ahead blocks, by each node's own
+    /// kind (the mutex's or a writer's one holder, the readers ahead of the first writer, a
+    /// semaphore's first leases by this semaphore's count). Includes Curator's nodes.
+    ///
+    /// # Errors
+    ///
+    /// As [`contenders`](Self::contenders).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
+    /// for holder in lock.holders().await? {
+    ///     lock.request_revocation(&format!("{}/{}", lock.path(), holder.node)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn holders(&self) -> Result<Vec<Contender>> {
+        let queue = self.contenders().await?;
+        let names: Vec<String> = queue.iter().map(|c| c.node.clone()).collect();
+        let permits = self.permits();
+        Ok((queue.into_iter())
+            .filter(|c| Kind::holds(&names, &c.node, permits))
+            .collect())
+    }
+
+    /// A semaphore's count, when this is one.
+    fn permits(&self) -> Option<u32> {
+        match self.queue.kind {
+            Kind::Semaphore(n) => Some(n),
+            _ => None,
+        }
     }
 
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {

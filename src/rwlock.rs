@@ -34,6 +34,16 @@ use crate::queue::kind::Kind;
 /// nothing can be refused to a stale reader except its read itself, by reading conditionally
 /// (`SELECT … WHERE fence <= $reader_token`: no row once a newer writer has written).
 ///
+/// **Downgrade.** A task that holds the write lock may take the read lock (with or without
+/// reentrancy), as Apache Curator allows: the read lock is granted at once, with a node and a
+/// token of its own; release the write lock and you hold the read lock, shared with the
+/// readers that queued behind your writer. One difference from Curator: when writers queued
+/// behind your write lock before you took the read lock, releasing the write lock keeps its
+/// node until the read lock ends (those writers were promised the lock before your read, and
+/// Curator lets them write beside your reader). The reverse, a reader asking for the write lock,
+/// fails at once with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock): two readers
+/// upgrading would wait for each other.
+///
 /// Writers (like the mutex) queue in-process first: clones of one `FencedRwLock` keep at most
 /// one writer node per process. Readers each get their own node.
 ///

@@ -6,22 +6,49 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::error::Error;
-use crate::guard::{Held, LockGuard};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
 use crate::loss::LossReason;
 use crate::watchdog::Halt;
 
-/// Runs `f`'s future under `guard`, checking the lock before every poll; releases after.
-pub(crate) async fn run<F, Fut, T, E>(guard: LockGuard, f: F) -> std::result::Result<T, E>
+/// What a section runs under: a guard that is released after it, and the cloneable handle the
+/// section gets (a [`LockGuard`](crate::LockGuard) and its [`Held`](crate::Held), a
+/// [`MultiGuard`](crate::MultiGuard) and its [`MultiHeld`](crate::MultiHeld)).
+pub(crate) trait Guarded: Send {
+    type Handle: Fenceable;
+
+    /// A handle on the same hold.
+    fn handle(&self) -> Self::Handle;
+
+    /// Releases the hold.
+    fn release(self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The handle's side: the synchronous check, waiting for the hold to be steady, cancellation.
+pub(crate) trait Fenceable: Clone + Send + Sync + Unpin + 'static {
+    /// Whether the hold is steady, in jeopardy or over.
+    fn halt(&self) -> std::result::Result<(), Halt>;
+
+    /// Until the hold is steady again (or lost).
+    fn steady(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Cancelled when the hold is lost or released.
+    fn cancellation_token(&self) -> CancellationToken;
+}
+
+/// Runs `f`'s future under `guard`, checking the hold before every poll; releases after.
+pub(crate) async fn run<G, F, Fut, T, E>(guard: G, f: F) -> std::result::Result<T, E>
 where
-    F: FnOnce(Held) -> Fut,
+    G: Guarded,
+    F: FnOnce(G::Handle) -> Fut,
     Fut: Future<Output = std::result::Result<T, E>>,
     E: From<Error>,
 {
-    let held = guard.held();
+    let held = guard.handle();
     let cancelled = Box::pin(held.cancellation_token().cancelled_owned());
     let section = Fenced {
-        future: Some(Box::pin(f(guard.held()))),
+        future: Some(Box::pin(f(guard.handle()))),
         held,
         cancelled,
         steadying: None,
@@ -56,16 +83,16 @@ enum SectionEnd<O> {
 /// Polls the critical section only while the lock holds: not at all while the hold is in
 /// jeopardy (it waits, unpolled, until the hold is steady again), and never again once it is
 /// lost (it is dropped).
-struct Fenced<Fut> {
-    held: Held,
+struct Fenced<H, Fut> {
+    held: H,
     /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
     cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     /// While in jeopardy: until the hold is steady again, or lost.
-    steadying: Option<Pin<Box<dyn Future<Output = crate::error::Result<()>> + Send>>>,
+    steadying: Option<Pin<Box<dyn Future<Output = Result<()>> + Send>>>,
     future: Option<Pin<Box<Fut>>>,
 }
 
-impl<Fut: Future> Future for Fenced<Fut> {
+impl<H: Fenceable, Fut: Future> Future for Fenced<H, Fut> {
     type Output = SectionEnd<Fut::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

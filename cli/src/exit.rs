@@ -15,6 +15,9 @@ pub(crate) const EXIT_TIMEOUT: u8 = 75;
 /// The lock was lost while the command ran (the command was stopped: SIGTERM, then SIGKILL),
 /// or was found lost, or could not be confirmed held, by the release after the command exited.
 pub(crate) const EXIT_LOCK_LOST: u8 = 76;
+/// Someone asked the holder to let go (`zkfence revoke`, Curator's `Revoker`): the command was
+/// stopped (SIGTERM, then SIGKILL) and the lock released (`run --on-revoke term`).
+pub(crate) const EXIT_REVOKED: u8 = 79;
 /// The command was found but could not be executed (permissions, not an executable).
 pub(crate) const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.
@@ -34,6 +37,8 @@ Exit codes:
   76   the lock was lost while the command ran (the command was stopped), or the release
        after it found the lock lost, failed, or was not confirmed within --release-timeout
   77   permission denied: authentication failed, or an ACL refuses the lock's requests
+  79   run: the lock's holder was asked to let go (zkfence revoke, Curator's Revoker); the
+       command was stopped (SIGTERM, then SIGKILL) and the lock released (--on-revoke term)
   126  the command is not executable
   127  the command was not found
 

@@ -9,6 +9,7 @@ mod exit;
 mod holders;
 mod lifeline;
 mod local;
+mod revoke;
 mod run;
 mod supervise;
 mod terminal;
@@ -43,6 +44,8 @@ enum Command {
     Run(run::Args),
     /// Show a lock's queue: holder first, then waiters.
     Holders(holders::Args),
+    /// Ask a lock's holder to let go (Curator's revocation), or take the lock (--force).
+    Revoke(revoke::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
     Demo(demo::Args),
     /// Measure acquire/release cycles and handoffs against zookeeper-client's lock and raw ZooKeeper.
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Holders(args) => holders::holders(args).await,
+            Command::Revoke(args) => revoke::revoke(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,

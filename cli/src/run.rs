@@ -3,13 +3,15 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use zkfence::{FencedLock, FencedSemaphore, LockGuard, LockOptions};
+use zkfence::{
+    FencedLock, FencedMultiLock, FencedSemaphore, Held, LockGuard, LockOptions, MultiGuard,
+};
 use zookeeper_client::Acls;
 
 use crate::connect::Connection;
 use crate::duration::{parse_duration, parse_session_timeout};
 use crate::exit::{fail, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::supervise::{supervise, OnJeopardy, Policy};
+use crate::supervise::{supervise, OnJeopardy, OnRevoke, Policy};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -18,6 +20,9 @@ The command runs in its own process group with these variables set:
   ZKFENCE_SEQUENCE   the lock node's sequence number, as in its name
   ZKFENCE_LOCK_PATH  the lock path
   ZKFENCE_NODE       our lock node's full path
+With several --lock, each lock's as ZKFENCE_TOKEN_<n>, ZKFENCE_SEQUENCE_<n>,
+ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --lock order (the first's also
+as above).
 
 Examples:
   zkfence run --connect zk1:2181,zk2:2181 --lock /locks/nightly -- ./nightly-job.sh
@@ -26,9 +31,10 @@ Examples:
 pub(crate) struct Args {
     #[command(flatten)]
     connection: Connection,
-    /// The lock path, e.g. `/locks/nightly`.
-    #[arg(long, env = "ZKFENCE_LOCK")]
-    lock: String,
+    /// The lock path, e.g. `/locks/nightly`; give it several times to hold several locks
+    /// together (taken in sorted order, all or nothing).
+    #[arg(long, env = "ZKFENCE_LOCK", required = true, num_args = 1)]
+    lock: Vec<String>,
     /// Give up after this long, connecting and waiting for the lock together (exit 75), e.g. `30s`.
     #[arg(long, env = "ZKFENCE_TIMEOUT", value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -48,6 +54,10 @@ pub(crate) struct Args {
     /// then safe).
     #[arg(long, env = "ZKFENCE_ON_JEOPARDY", value_enum, default_value = "stop")]
     on_jeopardy: OnJeopardy,
+    /// What happens when someone asks the holder to let go (`zkfence revoke`, Curator's
+    /// `Revoker`): `term` (SIGTERM, SIGKILL after --kill-after, release, exit 79) or `ignore`.
+    #[arg(long, env = "ZKFENCE_ON_REVOKE", value_enum, default_value = "term")]
+    on_revoke: OnRevoke,
     /// How long the final release may take before zkfence exits anyway (the node then goes
     /// with the session, within the session timeout).
     #[arg(long, env = "ZKFENCE_RELEASE_TIMEOUT", value_parser = parse_duration, default_value = "3s")]
@@ -86,21 +96,8 @@ pub(crate) enum AclChoice {
 }
 
 pub(crate) async fn run(args: Args) -> u8 {
-    // Everything that can be checked without ZooKeeper is checked first (exit 64).
-    if let Err(err) = FencedLock::check_path(&args.lock) {
-        return fail("bad --lock", &err);
-    }
-    if args.permits == Some(0) {
-        eprintln!("zkfence: --permits must be at least 1");
-        return EXIT_USAGE;
-    }
-    match args.connection.credential() {
-        Ok(None) if args.acl == AclChoice::Creator => {
-            eprintln!("zkfence: --acl creator needs credentials (--auth, ZKFENCE_AUTH or --auth-file): without them every client is the same anonymous creator");
-            return EXIT_USAGE;
-        }
-        Err(code) => return code,
-        Ok(_) => {}
+    if let Err(code) = check(&args) {
+        return code;
     }
     if let Some(addr) = args.metrics_addr {
         if let Err(code) = serve_metrics(addr) {
@@ -115,31 +112,86 @@ pub(crate) async fn run(args: Args) -> u8 {
         }
         Err(code) => return code,
     };
-    let guard = match acquire(&args, client, deadline).await {
-        Ok(guard) => guard,
-        Err(code) => return code,
-    };
-    tracing::info!(lock = %args.lock, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
-    let env = [
-        ("ZKFENCE_TOKEN", guard.token().as_u64().to_string()),
-        ("ZKFENCE_SEQUENCE", guard.token().sequence().to_string()),
-        ("ZKFENCE_LOCK_PATH", args.lock.clone()),
-        ("ZKFENCE_NODE", guard.node_path().to_owned()),
-    ];
     let policy = Policy {
         kill_after: args.kill_after,
         release_timeout: args.release_timeout,
         on_jeopardy: args.on_jeopardy,
+        on_revoke: args.on_revoke,
     };
-    supervise(&args.command, &env, guard, &args.lock, &policy).await
+    let what = args.lock.join(", ");
+    match acquire(&args, client, deadline).await {
+        Ok(Acquired::One(guard)) => {
+            tracing::info!(lock = %what, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
+            let env = variables(&[guard.held()]);
+            supervise(&args.command, &env, guard, &what, &policy).await
+        }
+        Ok(Acquired::Many(guard)) => {
+            tracing::info!(lock = %what, "acquired every lock; starting the command");
+            let env = variables(guard.helds());
+            supervise(&args.command, &env, guard, &what, &policy).await
+        }
+        Err(code) => code,
+    }
 }
 
-/// Queues for the lock (or one of `--permits` leases) until `deadline`.
+/// Everything that can be checked without ZooKeeper, first (exit 64).
+fn check(args: &Args) -> Result<(), u8> {
+    for lock in &args.lock {
+        FencedLock::check_path(lock).map_err(|err| fail("bad --lock", &err))?;
+    }
+    if args.permits == Some(0) {
+        eprintln!("zkfence: --permits must be at least 1");
+        return Err(EXIT_USAGE);
+    }
+    if args.permits.is_some() && args.lock.len() > 1 {
+        eprintln!(
+            "zkfence: --permits takes one --lock (a semaphore); hold several locks without it"
+        );
+        return Err(EXIT_USAGE);
+    }
+    match args.connection.credential() {
+        Ok(None) if args.acl == AclChoice::Creator => {
+            eprintln!("zkfence: --acl creator needs credentials (--auth, ZKFENCE_AUTH or --auth-file): without them every client is the same anonymous creator");
+            Err(EXIT_USAGE)
+        }
+        Err(code) => Err(code),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The command's variables: the first lock's as `ZKFENCE_TOKEN` and friends, and every lock's
+/// as `ZKFENCE_TOKEN_<n>` and friends, `n` from 1 in the order of `--lock`.
+fn variables(helds: &[Held]) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for (i, held) in helds.iter().enumerate() {
+        let suffixes = if i == 0 {
+            vec![String::new(), "_1".to_owned()]
+        } else {
+            vec![format!("_{}", i + 1)]
+        };
+        for suffix in suffixes {
+            let var = |name: &str| format!("ZKFENCE_{name}{suffix}");
+            env.push((var("TOKEN"), held.token().as_u64().to_string()));
+            env.push((var("SEQUENCE"), held.token().sequence().to_string()));
+            env.push((var("LOCK_PATH"), held.lock_path().to_owned()));
+            env.push((var("NODE"), held.node_path().to_owned()));
+        }
+    }
+    env
+}
+
+/// What `run` holds.
+enum Acquired {
+    One(LockGuard),
+    Many(MultiGuard),
+}
+
+/// Queues for the lock (or one of `--permits` leases, or every lock) until `deadline`.
 async fn acquire(
     args: &Args,
     client: zookeeper_client::Client,
     deadline: Option<Instant>,
-) -> Result<LockGuard, u8> {
+) -> Result<Acquired, u8> {
     let mut options = LockOptions::default()
         .with_ride_out_disconnects(args.ride_out)
         .with_grace(args.grace);
@@ -147,35 +199,47 @@ async fn acquire(
         options = options.with_acls(Acls::creator_all().to_vec());
     }
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    let acquired = match args.permits {
-        Some(permits) => {
-            let semaphore = FencedSemaphore::new(client, args.lock.clone(), permits, options)
+    let lock = args.lock[0].clone();
+    let acquired = match (args.permits, args.lock.len()) {
+        (Some(permits), _) => {
+            let semaphore = FencedSemaphore::new(client, lock, permits, options)
                 .map_err(|err| fail("cannot use the semaphore", &err))?;
             match left {
                 Some(left) => semaphore.acquire_timeout(left).await,
                 None => semaphore.acquire().await.map(Some),
             }
+            .map(|g| g.map(Acquired::One))
         }
-        None => {
-            let lock = FencedLock::new(client, args.lock.clone(), options)
+        (None, 1) => {
+            let lock = FencedLock::new(client, lock, options)
                 .map_err(|err| fail("cannot use the lock", &err))?;
             match left {
                 Some(left) => lock.acquire_timeout(left).await,
                 None => lock.acquire().await.map(Some),
             }
+            .map(|g| g.map(Acquired::One))
+        }
+        (None, _) => {
+            let locks = FencedMultiLock::new(client, args.lock.clone(), options)
+                .map_err(|err| fail("cannot use the locks", &err))?;
+            match left {
+                Some(left) => locks.acquire_timeout(left).await,
+                None => locks.acquire().await.map(Some),
+            }
+            .map(|g| g.map(Acquired::Many))
         }
     };
+    let what = args.lock.join(", ");
     match acquired {
-        Ok(Some(guard)) => Ok(guard),
+        Ok(Some(acquired)) => Ok(acquired),
         Ok(None) => {
             eprintln!(
-                "zkfence: timed out after {:?} waiting for {}",
+                "zkfence: timed out after {:?} waiting for {what}",
                 args.timeout.unwrap_or_default(),
-                args.lock
             );
             Err(EXIT_TIMEOUT)
         }
-        Err(err) => Err(fail(&format!("cannot acquire {}", args.lock), &err)),
+        Err(err) => Err(fail(&format!("cannot acquire {what}"), &err)),
     }
 }
 

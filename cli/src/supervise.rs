@@ -1,4 +1,5 @@
-//! The supervisor of a command that runs under a hold: `run` hands it the guard it acquired.
+//! The supervisor of a command that runs under a hold: `run` hands it the guard it acquired
+//! (one lock's, or a multi-lock's).
 //!
 //! - The command runs in a process group of its own, with the hold's variables, the terminal's
 //!   foreground when stdin is one, and a [`Lifeline`] that kills the group if zkfence dies.
@@ -6,16 +7,23 @@
 //!   after `--kill-after`, then the release; exit 76.
 //! - In jeopardy (with `--grace`): SIGSTOP to the group until the hold is steady again
 //!   (`--on-jeopardy stop`, the default), or nothing (`keep`).
+//! - Asked to let go (a revocation request): SIGTERM, then SIGKILL after `--kill-after`, then
+//!   the release; exit 79 (`--on-revoke term`, the default), or nothing (`ignore`).
 //! - When the command exits: what is left of its group is stopped the same way, then the
 //!   release; the command's code stands only behind a confirmed release (see [`finish`]).
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
-use zkfence::{LockGuard, LossReason};
+use std::future::Future;
 
-use crate::exit::{EXIT_CANNOT_RUN, EXIT_FAILURE, EXIT_LOCK_LOST, EXIT_NOT_EXECUTABLE};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use zkfence::{LockGuard, LossReason, MultiGuard};
+
+use crate::exit::{
+    EXIT_CANNOT_RUN, EXIT_FAILURE, EXIT_LOCK_LOST, EXIT_NOT_EXECUTABLE, EXIT_REVOKED,
+};
 use crate::lifeline::Lifeline;
 use crate::terminal::Terminal;
 
@@ -28,6 +36,74 @@ pub(crate) enum OnJeopardy {
     Keep,
 }
 
+/// What the supervisor does to a command whose lock someone asks to let go.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnRevoke {
+    /// SIGTERM (SIGKILL after --kill-after), release the lock, exit 79.
+    Term,
+    /// Let it run; the request is only logged.
+    Ignore,
+}
+
+/// What the supervisor holds: one lock's guard or a multi-lock's.
+pub(crate) trait Hold: Send + Sync {
+    /// Until the hold is lost (or released), and why.
+    fn lost(&self) -> impl Future<Output = LossReason> + Send;
+    /// `true` while in jeopardy.
+    fn jeopardy(&self) -> watch::Receiver<bool>;
+    /// Until someone asks the holder to let go.
+    fn revocation_requested(&self) -> impl Future<Output = ()> + Send;
+    /// The synchronous check.
+    fn check(&self) -> zkfence::Result<()>;
+    /// The release.
+    fn release(self) -> impl Future<Output = zkfence::Result<()>> + Send;
+    /// The lock node(s), for messages.
+    fn nodes(&self) -> String;
+}
+
+impl Hold for LockGuard {
+    fn lost(&self) -> impl Future<Output = LossReason> + Send {
+        zkfence::Held::lost(self)
+    }
+    fn jeopardy(&self) -> watch::Receiver<bool> {
+        zkfence::Held::jeopardy(self)
+    }
+    fn revocation_requested(&self) -> impl Future<Output = ()> + Send {
+        zkfence::Held::revocation_requested(self)
+    }
+    fn check(&self) -> zkfence::Result<()> {
+        zkfence::Held::check(self)
+    }
+    fn release(self) -> impl Future<Output = zkfence::Result<()>> + Send {
+        LockGuard::release(self)
+    }
+    fn nodes(&self) -> String {
+        self.node_path().to_owned()
+    }
+}
+
+impl Hold for MultiGuard {
+    fn lost(&self) -> impl Future<Output = LossReason> + Send {
+        zkfence::MultiHeld::lost(self)
+    }
+    fn jeopardy(&self) -> watch::Receiver<bool> {
+        zkfence::MultiHeld::jeopardy(self)
+    }
+    fn revocation_requested(&self) -> impl Future<Output = ()> + Send {
+        zkfence::MultiHeld::revocation_requested(self)
+    }
+    fn check(&self) -> zkfence::Result<()> {
+        zkfence::MultiHeld::check(self)
+    }
+    fn release(self) -> impl Future<Output = zkfence::Result<()>> + Send {
+        MultiGuard::release(self)
+    }
+    fn nodes(&self) -> String {
+        let nodes: Vec<&str> = self.helds().iter().map(|h| h.node_path()).collect();
+        nodes.join(", ")
+    }
+}
+
 /// How the supervisor treats its command.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
@@ -36,15 +112,16 @@ pub(crate) struct Policy {
     /// How long the final release may take.
     pub(crate) release_timeout: Duration,
     pub(crate) on_jeopardy: OnJeopardy,
+    pub(crate) on_revoke: OnRevoke,
 }
 
 /// Runs `command` with `env` while `guard` holds `lock`: the command's exit code, or
 /// [`EXIT_LOCK_LOST`] when the hold was lost (the command stopped) or its release was not
 /// confirmed.
-pub(crate) async fn supervise(
+pub(crate) async fn supervise<H: Hold>(
     command: &[String],
-    env: &[(&str, String)],
-    guard: LockGuard,
+    env: &[(String, String)],
+    guard: H,
     lock: &str,
     policy: &Policy,
 ) -> u8 {
@@ -72,6 +149,18 @@ pub(crate) async fn supervise(
             release_bounded(guard, policy.release_timeout).await.ok();
             EXIT_LOCK_LOST
         }
+        Ended::Revoked => {
+            eprintln!(
+                "zkfence: asked to let go of lock {lock}; sent SIGTERM to the command (SIGKILL in {:?})",
+                policy.kill_after
+            );
+            running.stop_group(policy.kill_after).await;
+            running.lifeline.done();
+            match finish(lock, guard, EXIT_REVOKED, policy.release_timeout).await {
+                EXIT_REVOKED => EXIT_REVOKED,
+                lost => lost,
+            }
+        }
     }
 }
 
@@ -81,6 +170,8 @@ enum Ended {
     Exited(u8),
     /// The hold was lost first.
     Lost(LossReason),
+    /// Someone asked the holder to let go (`--on-revoke term`).
+    Revoked,
 }
 
 /// The command, its group and its lifeline.
@@ -98,7 +189,7 @@ struct Running {
 
 impl Running {
     /// Starts the lifeline, then the command; `Err` is an exit code after a message.
-    fn start(command: &[String], env: &[(&str, String)]) -> Result<Running, u8> {
+    fn start(command: &[String], env: &[(String, String)]) -> Result<Running, u8> {
         let (Ok(interrupts), Ok(terminations)) = (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
@@ -146,9 +237,12 @@ impl Running {
 
     /// Waits for the command's exit or the hold's loss, forwarding SIGINT and SIGTERM, and
     /// stopping the command while the hold is in jeopardy if the policy says so.
-    async fn watch(&mut self, guard: &LockGuard, policy: &Policy) -> Ended {
+    async fn watch<H: Hold>(&mut self, guard: &H, policy: &Policy) -> Ended {
         let mut jeopardy = guard.jeopardy();
         let mut watching = policy.on_jeopardy == OnJeopardy::Stop;
+        let revoked = guard.revocation_requested();
+        tokio::pin!(revoked);
+        let mut heeding = true;
         loop {
             tokio::select! {
                 status = self.child.wait() => {
@@ -159,6 +253,13 @@ impl Running {
                     return Ended::Exited(code);
                 }
                 reason = guard.lost() => return Ended::Lost(reason),
+                () = &mut revoked, if heeding => {
+                    if policy.on_revoke == OnRevoke::Term {
+                        return Ended::Revoked;
+                    }
+                    eprintln!("zkfence: asked to let go of the lock; --on-revoke ignore: the command goes on");
+                    heeding = false;
+                }
                 changed = jeopardy.changed(), if watching => match changed {
                     Ok(()) => {
                         let now = *jeopardy.borrow_and_update();
@@ -282,11 +383,11 @@ fn signal_group(pgid: i32, signal: i32) {
 }
 
 /// Releases within `limit`; past it, says so and gives up (the session's end removes the node).
-pub(crate) async fn release_bounded(
-    guard: LockGuard,
+pub(crate) async fn release_bounded<H: Hold>(
+    guard: H,
     limit: Duration,
 ) -> Result<zkfence::Result<()>, ()> {
-    let node = guard.node_path().to_owned();
+    let node = guard.nodes();
     match tokio::time::timeout(limit, guard.release()).await {
         Ok(released) => Ok(released),
         Err(_) => {
@@ -315,7 +416,7 @@ pub(crate) async fn release_bounded(
 /// loss too, as the library's [`ReleaseUnconfirmed`](LossReason::ReleaseUnconfirmed) does. A
 /// hold in jeopardy at the exit (not lost) is decided the same way: a confirmed delete found
 /// the node, so nobody else held the lock while the command ran.
-async fn finish(lock: &str, guard: LockGuard, code: u8, limit: Duration) -> u8 {
+async fn finish<H: Hold>(lock: &str, guard: H, code: u8, limit: Duration) -> u8 {
     let checked = guard.check().err().as_ref().and_then(loss);
     let released = release_bounded(guard, limit).await;
     let lost = checked.or_else(|| released.as_ref().ok()?.as_ref().err().and_then(loss));

@@ -193,3 +193,151 @@ async fn on_jeopardy_keep_lets_the_command_run_through_jeopardy() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_stops_the_command_releases_and_exits_79() {
+    let hosts = chroot(shared(), "cli-revoke").await;
+    let dir = temp("revoke-term");
+    let script = r#"trap 'echo terminated > "$DIR/term"; exit 3' TERM; echo $$ > "$DIR/ready"; while :; do sleep 0.02; done"#;
+    let child = run_sh(&hosts, &[], script, &dir);
+    started(&dir).await;
+    let (code, stdout, stderr) =
+        common::run(&["revoke", "--connect", &hosts, "--lock", "/locks/cli"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("asked"), "{stdout}");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(79), "{stderr}");
+    assert!(dir.join("term").exists(), "the command got no SIGTERM");
+    // Released: nobody holds any more.
+    let (_, stdout, _) = common::run(&["holders", "--connect", &hosts, "/locks/cli"]).await;
+    assert!(stdout.contains("nobody"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_revoke_ignore_lets_the_command_finish_and_force_takes_the_lock() {
+    let hosts = chroot(shared(), "cli-revoke-ignore").await;
+    let dir = temp("revoke-ignore");
+    let log = dir.join("stderr");
+    let child = common::run_on(
+        &hosts,
+        &["--on-revoke", "ignore", "--", "sh", "-c", EXIT_0_ON_GO],
+    )
+    .env("DIR", &dir)
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    started(&dir).await;
+    let (code, _, _) = common::run(&["revoke", "--connect", &hosts, "--lock", "/locks/cli"]).await;
+    assert_eq!(code, Some(0));
+    wait_until(
+        Duration::from_secs(10),
+        "zkfence to hear the request",
+        || async {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("--on-revoke ignore")
+        },
+    )
+    .await;
+    let output = go(&dir, child).await;
+    assert_eq!(output.status.code(), Some(0));
+    // --force deletes the holder's node: its run ends with the loss code.
+    let dir = temp("revoke-force");
+    let child = run_sh(
+        &hosts,
+        &[],
+        r#"echo x > "$DIR/ready"; while :; do sleep 0.02; done"#,
+        &dir,
+    );
+    started(&dir).await;
+    let (code, stdout, _) = common::run(&[
+        "revoke",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/cli",
+        "--force",
+    ])
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("deleted"), "{stdout}");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(76));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_locks_are_held_together_with_a_token_each() {
+    let hosts = chroot(shared(), "cli-multi").await;
+    let dir = temp("multi");
+    let mut args = vec![
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/b",
+        "--lock",
+        "/locks/a",
+    ];
+    args.extend_from_slice(&[
+        "--",
+        "sh",
+        "-c",
+        r#"env | grep ^ZKFENCE_ | sort > "$DIR/env""#,
+    ]);
+    let output = common::zkfence(&args).env("DIR", &dir).output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {env}"))
+            .to_owned()
+    };
+    assert_eq!(var("ZKFENCE_LOCK_PATH_1"), "/locks/b");
+    assert_eq!(var("ZKFENCE_LOCK_PATH_2"), "/locks/a");
+    assert_eq!(var("ZKFENCE_TOKEN"), var("ZKFENCE_TOKEN_1"));
+    // /locks/a was taken first (sorted order): its token is the smaller.
+    let token = |n: &str| var(&format!("ZKFENCE_TOKEN_{n}")).parse::<u64>().unwrap();
+    assert!(token("2") < token("1"));
+    let (code, _, stderr) = common::run(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/a",
+        "--lock",
+        "/locks/a",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("cannot hold"), "{stderr}");
+    let (code, _, _) = common::run(&[
+        "run",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/locks/a",
+        "--lock",
+        "/locks/b",
+        "--permits",
+        "2",
+        "--",
+        "true",
+    ])
+    .await;
+    assert_eq!(code, Some(64));
+}
