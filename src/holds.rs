@@ -160,6 +160,7 @@ pub(crate) fn describe(kind: Kind) -> &'static str {
         Kind::Read => "a read lock",
         Kind::Write => "the write lock",
         Kind::Semaphore(_) => "a semaphore lease",
+        Kind::Latch => "the leadership",
     }
 }
 

@@ -221,6 +221,7 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod election;
 mod error;
 mod fencing;
 mod guard;
@@ -239,6 +240,7 @@ mod semaphore;
 mod time;
 mod watchdog;
 
+pub use crate::election::{FencedElection, Leader, Leadership, Observer, Reconnect};
 pub use crate::error::{Error, Result};
 pub use crate::fencing::{FencingToken, ParseTokenError};
 pub use crate::guard::{Held, LockGuard};

@@ -571,6 +571,15 @@ impl FencedLock {
     }
 
     async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        self.acquire_as(wait, None).await
+    }
+
+    /// An acquire whose node carries `data` instead of the options' (an election candidate's).
+    pub(crate) async fn acquire_as(
+        &self,
+        wait: Wait,
+        data: Option<&[u8]>,
+    ) -> Result<Option<LockGuard>> {
         let client = &self.queue.client;
         let span = tracing::debug_span!(
             "acquire",
@@ -582,7 +591,10 @@ impl FencedLock {
         );
         let started = Instant::now();
         let result = match self.reentry() {
-            Ok(Entry::Queue(pin)) => self.queue_for(wait, pin).instrument(span.clone()).await,
+            Ok(Entry::Queue(pin)) => {
+                let queued = self.queue_for(wait, pin, data);
+                queued.instrument(span.clone()).await
+            }
             Ok(Entry::Nested(guard)) => Ok(Some(guard)),
             Err(err) => Err(err),
         };
@@ -640,9 +652,19 @@ impl FencedLock {
     /// Queues for the lock; `pin`, a share of the write lock a read lock is taken under (a
     /// downgrade), admits the read lock at once and is kept while writers queued behind the
     /// write lock before it.
-    async fn queue_for(&self, wait: Wait, pin: Option<LockGuard>) -> Result<Option<LockGuard>> {
+    async fn queue_for(
+        &self,
+        wait: Wait,
+        pin: Option<LockGuard>,
+        data: Option<&[u8]>,
+    ) -> Result<Option<LockGuard>> {
         let under = pin.as_ref().map(|write| write.node_path().to_owned());
-        let queued = queue::acquire(&self.queue, wait, under.as_deref());
+        let request = queue::Request {
+            wait,
+            under: under.as_deref(),
+            data,
+        };
+        let queued = queue::acquire(&self.queue, request);
         let granted = match wait {
             // The protocol honours the deadline itself and deletes our node before returning;
             // this bound only matters while ZooKeeper is unreachable (then the node, if any,

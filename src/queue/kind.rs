@@ -2,8 +2,8 @@
 //! (Curator's driver idea).
 
 use super::names::{
-    distance, holds_alone, marker_holds_alone, marker_of, parse_node, Role, LEASE_NAME, LOCK_NAME,
-    READ_NAME, WRITE_NAME,
+    distance, holds_alone, marker_holds_alone, marker_of, parse_node, Role, LATCH_NAME, LEASE_NAME,
+    LOCK_NAME, READ_NAME, WRITE_NAME,
 };
 
 /// The lock kinds, each a predicate over the one queue.
@@ -17,6 +17,10 @@ pub(crate) enum Kind {
     Write,
     /// Up to `n` holders: proceeds when fewer than `n` nodes sort before it.
     Semaphore(u32),
+    /// An election candidate (Curator's `LeaderLatch` names): leads when nothing sorts before
+    /// it. It never writes into its node (no release marker): a Curator participant watching it
+    /// reacts to its deletion only, and a data change would leave it stranded.
+    Latch,
 }
 
 impl Kind {
@@ -27,6 +31,7 @@ impl Kind {
             Kind::Read => READ_NAME,
             Kind::Write => WRITE_NAME,
             Kind::Semaphore(_) => LEASE_NAME,
+            Kind::Latch => LATCH_NAME,
         }
     }
 
@@ -37,6 +42,7 @@ impl Kind {
             Kind::Read => "read",
             Kind::Write => "write",
             Kind::Semaphore(_) => "semaphore",
+            Kind::Latch => "election",
         }
     }
 
@@ -47,6 +53,7 @@ impl Kind {
             LOCK_NAME => Kind::Mutex,
             READ_NAME => Kind::Read,
             WRITE_NAME => Kind::Write,
+            LATCH_NAME => Kind::Latch,
             _ => Kind::Semaphore(permits.unwrap_or(1)),
         })
     }
@@ -64,7 +71,7 @@ impl Kind {
     /// Whether this kind queues in-process first (one ZooKeeper contender per process): the
     /// kinds that exclude every other holder.
     pub(crate) fn queues_in_process(self) -> bool {
-        matches!(self, Kind::Mutex | Kind::Write)
+        matches!(self, Kind::Mutex | Kind::Write | Kind::Latch)
     }
 
     /// Whether a holder of this kind marks its release, so that a successor that queued
@@ -83,7 +90,7 @@ impl Kind {
     pub(crate) fn admitted_by_release(self, watched: &str) -> bool {
         match self {
             Kind::Mutex | Kind::Write | Kind::Read => holds_alone(watched),
-            Kind::Semaphore(_) => false,
+            Kind::Semaphore(_) | Kind::Latch => false,
         }
     }
 
@@ -118,7 +125,7 @@ impl Kind {
             nodes.into_iter().map(|(_, name, _)| name.clone()).collect()
         };
         let (blocking, watch) = match self {
-            Kind::Mutex | Kind::Write => {
+            Kind::Mutex | Kind::Write | Kind::Latch => {
                 let blocking = ahead.len();
                 (blocking, watch_nearest(ahead, 1))
             }

@@ -170,15 +170,22 @@ pub(crate) struct Grant {
     pub(crate) behind_writers: bool,
 }
 
+/// One acquire's particulars.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub(crate) wait: Wait,
+    /// The full path of the write lock's node that this process holds and takes this read lock
+    /// under (a downgrade): admitted at once, since nothing but that write lock can block it
+    /// for good.
+    pub(crate) under: Option<&'a str>,
+    /// The node's data, when not the options' (an election candidate's).
+    pub(crate) data: Option<&'a [u8]>,
+}
+
 /// The protocol, as its steps: our turn in the process, our node in the queue, our turn in
-/// the queue, the lock-delay, the grant. `Ok(None)` when the wait ran out. `under`: the full
-/// path of the write lock's node that this process holds and takes this read lock under (a
-/// downgrade): admitted at once, since nothing but that write lock can block it for good.
-pub(crate) async fn acquire(
-    queue: &Queue,
-    wait: Wait,
-    under: Option<&str>,
-) -> Result<Option<Grant>> {
+/// the queue, the lock-delay, the grant. `Ok(None)` when the wait ran out.
+pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Option<Grant>> {
+    let Request { wait, under, data } = request;
     let client = &queue.client;
     if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
         return Err(err);
@@ -188,7 +195,8 @@ pub(crate) async fn acquire(
         return Ok(None);
     };
     let interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
-    let mut attempt = Attempt::new(queue, wait, interest);
+    let data = data.unwrap_or(&queue.options.data);
+    let mut attempt = Attempt::new(queue, wait, data, interest);
     let Some(created) = attempt.create().await? else {
         return Ok(None);
     };
@@ -213,6 +221,8 @@ pub(crate) async fn acquire(
 /// One acquire in progress: what its steps share.
 struct Attempt<'a> {
     queue: &'a Queue,
+    /// Our node's data.
+    data: &'a [u8],
     client: &'a zk::Client,
     path: &'a str,
     session: zk::SessionId,
@@ -256,10 +266,11 @@ struct Waited {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(queue: &'a Queue, wait: Wait, interest: Interest) -> Attempt<'a> {
+    fn new(queue: &'a Queue, wait: Wait, data: &'a [u8], interest: Interest) -> Attempt<'a> {
         let client = &queue.client;
         Attempt {
             queue,
+            data,
             client,
             path: &queue.path,
             session: client.session_id(),
@@ -296,7 +307,7 @@ impl<'a> Attempt<'a> {
             }
             self.pending.sending_create();
             let sent = clock::now();
-            let create = client.create(&create_path, &options.data, &mode);
+            let create = client.create(&create_path, self.data, &mode);
             let list = client.list_children(path);
             let read = self
                 .queue

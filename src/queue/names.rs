@@ -12,6 +12,8 @@ pub(crate) const READ_NAME: &str = "__READ__";
 pub(crate) const WRITE_NAME: &str = "__WRIT__";
 /// Semaphore leases (the name Curator's `InterProcessSemaphoreV2` gives its lease nodes).
 pub(crate) const LEASE_NAME: &str = "lease-";
+/// Curator's `LeaderLatch` participants (and zkfence's election candidates).
+pub(crate) const LATCH_NAME: &str = "latch-";
 
 /// Whether a queue node shares the lock with its neighbours (a reader) or excludes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,7 @@ pub(crate) fn parse_node(name: &str) -> Option<(i32, Role)> {
 /// The marker and sequence of a queue node's name: the last marker in it, followed by at
 /// least ten digits.
 fn parse_marked(name: &str) -> Option<(&'static str, i32)> {
-    let (at, marker) = [LOCK_NAME, READ_NAME, WRITE_NAME, LEASE_NAME]
+    let (at, marker) = [LOCK_NAME, READ_NAME, WRITE_NAME, LEASE_NAME, LATCH_NAME]
         .into_iter()
         .filter_map(|m| name.rfind(m).map(|at| (at, m)))
         .max_by_key(|&(at, _)| at)?;
