@@ -286,8 +286,10 @@ impl FencedElection {
     ///
     /// # Errors
     ///
-    /// The session's end without [`with_reconnect`](Self::with_reconnect), a reconnect's
-    /// error, and errors no campaign can mend (bad paths, ACLs).
+    /// An error of `work`'s own ends `lead` with it, after resigning; an error that comes of a
+    /// lost leadership does not (it campaigns again). Also: the session's end without
+    /// [`with_reconnect`](Self::with_reconnect), a reconnect's error, and errors no campaign
+    /// can mend (bad paths, ACLs).
     ///
     /// # Cancel safety
     ///
@@ -309,35 +311,39 @@ impl FencedElection {
     ///     .await
     /// # }
     /// ```
-    pub async fn lead<F, Fut>(
+    pub async fn lead<F, Fut, E>(
         &self,
         data: impl Into<Vec<u8>>,
         shutdown: CancellationToken,
         mut work: F,
-    ) -> Result<()>
+    ) -> std::result::Result<(), E>
     where
         F: FnMut(Leadership) -> Fut,
-        Fut: Future<Output = Result<()>>,
+        Fut: Future<Output = std::result::Result<(), E>>,
+        E: From<Error>,
     {
         let data = data.into();
         let mut election = self.clone();
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
-            let outcome = tokio::select! {
+            let ended = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 won = election.campaign(data.clone()) => match won {
-                    Ok(leadership) => term(leadership, &shutdown, &mut work).await,
+                    Ok(leadership) => match term(leadership, &shutdown, &mut work).await {
+                        TermEnd::Ended(ended) => ended,
+                        TermEnd::Failed(err) => return Err(err),
+                    },
                     Err(err) => Err(err),
                 },
             };
-            match outcome {
+            match ended {
                 Ok(()) => failures = 0,
                 Err(err) if err.is_session_terminal() => {
                     election = election.renewed(&err).await?;
                     failures += 1;
                 }
                 Err(err) if err.is_retryable() || err.is_lock_lost() => failures += 1,
-                Err(err) => return Err(err),
+                Err(err) => return Err(err.into()),
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
@@ -361,16 +367,26 @@ impl FencedElection {
     }
 }
 
+/// How a term of [`FencedElection::lead`] ended.
+enum TermEnd<E> {
+    /// Its leadership ended: resigned (`Ok`), lost, or its resignation failed.
+    Ended(Result<()>),
+    /// `work` failed with an error of its own while leading (and this candidate resigned).
+    Failed(E),
+}
+
 /// One term: `work` under `leadership` until it returns, leadership is lost, or `shutdown`
-/// fires; then the resignation, awaited.
-async fn term<F, Fut>(
+/// fires; then the resignation, awaited. A loss wins over `work`'s error, which it may have
+/// caused (the section's check turned into `work`'s error type).
+async fn term<F, Fut, E>(
     leadership: Leadership,
     shutdown: &CancellationToken,
     work: &mut F,
-) -> Result<()>
+) -> TermEnd<E>
 where
     F: FnMut(Leadership) -> Fut,
-    Fut: Future<Output = Result<()>>,
+    Fut: Future<Output = std::result::Result<(), E>>,
+    E: From<Error>,
 {
     let kept = leadership.clone();
     let ran = tokio::select! {
@@ -378,7 +394,11 @@ where
         ran = crate::section::run(leadership, work) => ran,
     };
     let resigned = kept.resign().await;
-    ran.and(resigned)
+    match (ran, resigned) {
+        (_, Err(loss)) if loss.is_lock_lost() => TermEnd::Ended(Err(loss)),
+        (Err(err), _) => TermEnd::Failed(err),
+        (Ok(()), resigned) => TermEnd::Ended(resigned),
+    }
 }
 
 /// Between campaigns: 100 ms doubling per failure up to 5 s, with up to 50% jitter (so a fleet
@@ -545,8 +565,10 @@ impl crate::section::Guarded for Leadership {
         self.clone()
     }
 
+    /// Nothing: the only section over a leadership is [`term`]'s, which resigns itself after
+    /// it, to tell a loss found by the resignation from `work`'s own error.
     fn release(self) -> impl Future<Output = Result<()>> + Send {
-        self.resign()
+        std::future::ready(Ok(()))
     }
 }
 

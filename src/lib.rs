@@ -109,6 +109,29 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Leader election
+//!
+//! [`FencedElection`] puts its candidates in the same fair queue, named as Curator's
+//! `LeaderLatch` names its participants (a mixed fleet has one leader at a time). The leader is
+//! the head; its [`epoch`](Leadership::epoch) is its node's fencing token, so storage fences a
+//! deposed leader exactly as it fences a lock's stale holder. [`FencedElection::lead`] is the
+//! singleton worker's loop: campaign, run the work while leading (dropped the moment
+//! leadership is lost), resign, campaign again, on a new session after an expiry.
+//!
+//! ```no_run
+//! # async fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+//! let election = zkfence::FencedElection::new(client, "/elections/compactor", zkfence::LockOptions::default())?;
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! election
+//!     .lead("host-a", shutdown, |leadership| async move {
+//!         leadership.proclaim("host-a: compacting").await?;
+//!         leadership.check()?; // then write with leadership.epoch().as_u64()
+//!         Ok::<(), zkfence::Error>(())
+//!     })
+//!     .await
+//! # }
+//! ```
+//!
 //! # Protocol and interoperability
 //!
 //! Nodes are named `_c_<uuid>-lock-<seq>` (Apache Curator's protected mode), so zkfence and
@@ -184,6 +207,8 @@
 //! - [`FencedSemaphore`]: up to N holders, each with its own token and watchdog. Its tokens
 //!   order the leases but do not fence storage: N holders are valid at once.
 //! - [`FencedMultiLock`], [`MultiGuard`], [`MultiHeld`]: several locks at once.
+//! - [`FencedElection`], [`Leadership`], [`Leader`], [`Observer`]: leader election on the same
+//!   queue; the leader's epoch is its token (see below).
 //! - [`LockGuard`] / [`Held`]: token, check, cancellation, jeopardy, revocation, release.
 //! - [`FencingToken`]: the number storage compares.
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.

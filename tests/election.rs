@@ -200,7 +200,7 @@ async fn lead_campaigns_again_on_a_new_session_after_its_session_expired() {
                     async move {
                         terms.fetch_add(1, Ordering::SeqCst);
                         leadership.lost().await;
-                        Ok(())
+                        Ok::<(), Error>(())
                     }
                 })
                 .await
@@ -225,6 +225,72 @@ async fn lead_campaigns_again_on_a_new_session_after_its_session_expired() {
         .expect("lead stops on shutdown")
         .unwrap()
         .unwrap();
+    assert_eq!(
+        candidate(&hosts).await.leader().await.unwrap(),
+        None,
+        "resigned"
+    );
+}
+
+/// What a worker's own failure looks like to `lead`.
+#[derive(Debug)]
+enum WorkError {
+    Lock(#[allow(dead_code)] Error),
+    DiskFull,
+}
+
+impl From<Error> for WorkError {
+    fn from(err: Error) -> Self {
+        WorkError::Lock(err)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lead_campaigns_again_after_a_loss_and_ends_with_the_works_own_error() {
+    let hosts = chroot(shared(), "election-lead-errors").await;
+    let election = candidate(&hosts).await;
+    let terms = Arc::new(AtomicUsize::new(0));
+    let leading = tokio::spawn({
+        let terms = terms.clone();
+        async move {
+            let work = |leadership: zkfence::Leadership| {
+                let term = terms.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if term > 0 {
+                        return Err(WorkError::DiskFull);
+                    }
+                    // The first term's error comes of the loss: lead campaigns again.
+                    leadership.lost().await;
+                    leadership.check()?;
+                    Ok(())
+                }
+            };
+            election
+                .lead("worker", CancellationToken::new(), work)
+                .await
+        }
+    });
+    wait_until(Duration::from_secs(10), "the first term", || async {
+        terms.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let leader = candidate(&hosts)
+        .await
+        .leader()
+        .await
+        .unwrap()
+        .expect("a leader");
+    let admin = connect(&hosts, T).await;
+    admin
+        .delete(&format!("{ELECTION}/{}", leader.node), None)
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), leading)
+        .await
+        .expect("lead ends with the second term's error")
+        .unwrap();
+    assert!(matches!(ended, Err(WorkError::DiskFull)), "{ended:?}");
+    assert_eq!(terms.load(Ordering::SeqCst), 2);
     assert_eq!(
         candidate(&hosts).await.leader().await.unwrap(),
         None,

@@ -79,3 +79,18 @@ async fn fenced_postgres_refuses_the_stale_write() {
     assert_eq!(out.matches("increment accepted").count(), 3, "{out}");
     assert!(out.contains("refused by the store"), "{out}");
 }
+
+/// The singleton worker: four terms by two candidates, each with three fenced steps under a
+/// greater epoch, then the first leader's late write refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn singleton_leaders_take_turns_and_a_deposed_leaders_write_is_refused() {
+    let logs = std::env::temp_dir();
+    let pg = tokio::task::spawn_blocking(move || zkfence_testkit::LocalPostgres::start(&logs))
+        .await
+        .unwrap()
+        .unwrap_or_else(|err| panic!("{err}"));
+    let out = run_example("singleton", &[("DATABASE_URL", pg.conninfo("postgres"))]).await;
+    assert_eq!(out.matches("step accepted").count(), 12, "{out}");
+    assert!(out.contains("refused by the store"), "{out}");
+    assert!(out.contains("observer: epoch"), "{out}");
+}

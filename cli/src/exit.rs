@@ -26,7 +26,7 @@ pub(crate) const EXIT_CANNOT_RUN: u8 = 127;
 /// The help's table of the exit codes above.
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
-  N    run: the command's own exit code (128+signal if a signal ended it)
+  N    run, elect: the command's own exit code (128+signal if a signal ended it)
   2    command line syntax error (unknown flag, missing argument)
   64   bad input: invalid lock path, unusable duration or session timeout, unreadable
        credentials or certificates
@@ -35,12 +35,14 @@ Exit codes:
   70   other failures (an unexpected ZooKeeper error, the lock path missing)
   75   run --timeout passed before the lock was acquired (nothing ran, no node left)
   76   the lock was lost while the command ran (the command was stopped), or the release
-       after it found the lock lost, failed, or was not confirmed within --release-timeout
+       after it found the lock lost, failed, or was not confirmed within --release-timeout;
+       elect --once: the leadership was lost (without --once, elect campaigns again)
   77   permission denied: authentication failed, or an ACL refuses the lock's requests
   79   run: the lock's holder was asked to let go (zkfence revoke, Curator's Revoker); the
        command was stopped (SIGTERM, then SIGKILL) and the lock released (--on-revoke term)
   126  the command is not executable
   127  the command was not found
+  130  elect: SIGINT while campaigning (the candidate withdrawn); 143 for SIGTERM
 
 Every flag can also be set by a ZKFENCE_* variable (see each flag's help).
 Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=zkfence=debug) for more.";

@@ -7,6 +7,7 @@ use zkfence::{Contender, Error, FencedLock, LockOptions};
 
 use crate::connect::Connection;
 use crate::exit::fail;
+use crate::json::json_string;
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -90,34 +91,4 @@ fn to_json(queue: &[Contender], now_ms: i64) -> String {
     }
     out.push(']');
     out
-}
-
-fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-    }
 }

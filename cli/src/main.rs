@@ -5,8 +5,10 @@ mod bench;
 mod connect;
 mod demo;
 mod duration;
+mod elect;
 mod exit;
 mod holders;
+mod json;
 mod lifeline;
 mod local;
 mod revoke;
@@ -42,6 +44,8 @@ struct Cli {
 enum Command {
     /// Run a command while holding a lock; stop it if the lock is lost.
     Run(run::Args),
+    /// Run a command while this process leads an election; campaign again when it loses.
+    Elect(elect::Args),
     /// Show a lock's queue: holder first, then waiters.
     Holders(holders::Args),
     /// Ask a lock's holder to let go (Curator's revocation), or take the lock (--force).
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Elect(args) => elect::elect(args).await,
             Command::Holders(args) => holders::holders(args).await,
             Command::Revoke(args) => revoke::revoke(args).await,
             Command::Demo(args) => demo::demo(args).await,

@@ -3,15 +3,13 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use zkfence::{
-    FencedLock, FencedMultiLock, FencedSemaphore, Held, LockGuard, LockOptions, MultiGuard,
-};
+use zkfence::{FencedLock, FencedMultiLock, FencedSemaphore, Held, LockGuard, MultiGuard};
 use zookeeper_client::Acls;
 
 use crate::connect::Connection;
 use crate::duration::{parse_duration, parse_session_timeout};
 use crate::exit::{fail, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::supervise::{supervise, OnJeopardy, OnRevoke, Policy};
+use crate::supervise::{self, supervise, OnRevoke};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -41,30 +39,12 @@ pub(crate) struct Args {
     /// The ZooKeeper session timeout to ask for (1s to 10min; the server may grant less).
     #[arg(long, env = "ZKFENCE_SESSION_TIMEOUT", value_parser = parse_session_timeout, default_value = "10s")]
     session_timeout: Duration,
-    /// After SIGTERM on lock loss, how long before SIGKILL.
-    #[arg(long, env = "ZKFENCE_KILL_AFTER", value_parser = parse_duration, default_value = "5s")]
-    kill_after: Duration,
-    /// How long the lock may stay in jeopardy (its lease lapsed with no evidence of loss, as
-    /// while the ensemble elects a leader) before it counts as lost; zero: a lapse is a loss.
-    /// A grace of the session timeout rides out leader failovers and rolling restarts.
-    #[arg(long, env = "ZKFENCE_GRACE", value_parser = parse_duration, default_value = "0s")]
-    grace: Duration,
-    /// What the command does while the lock is in jeopardy: `stop` (SIGSTOP to its process
-    /// group, SIGCONT when the lock holds again) or `keep` (it runs on; only fenced writes are
-    /// then safe).
-    #[arg(long, env = "ZKFENCE_ON_JEOPARDY", value_enum, default_value = "stop")]
-    on_jeopardy: OnJeopardy,
+    #[command(flatten)]
+    supervision: supervise::Options,
     /// What happens when someone asks the holder to let go (`zkfence revoke`, Curator's
     /// `Revoker`): `term` (SIGTERM, SIGKILL after --kill-after, release, exit 79) or `ignore`.
     #[arg(long, env = "ZKFENCE_ON_REVOKE", value_enum, default_value = "term")]
     on_revoke: OnRevoke,
-    /// How long the final release may take before zkfence exits anyway (the node then goes
-    /// with the session, within the session timeout).
-    #[arg(long, env = "ZKFENCE_RELEASE_TIMEOUT", value_parser = parse_duration, default_value = "3s")]
-    release_timeout: Duration,
-    /// Ride out short disconnects until the lease ends, instead of stopping the command at once.
-    #[arg(long, env = "ZKFENCE_RIDE_OUT")]
-    ride_out: bool,
     /// Let up to N commands hold at once (a semaphore, as `consul lock -n`); each gets its own
     /// token. All contenders on a path must agree on N.
     #[arg(long, env = "ZKFENCE_PERMITS", value_name = "N")]
@@ -112,23 +92,22 @@ pub(crate) async fn run(args: Args) -> u8 {
         }
         Err(code) => return code,
     };
-    let policy = Policy {
-        kill_after: args.kill_after,
-        release_timeout: args.release_timeout,
-        on_jeopardy: args.on_jeopardy,
-        on_revoke: args.on_revoke,
-    };
+    let policy = args.supervision.policy(args.on_revoke);
     let what = args.lock.join(", ");
     match acquire(&args, client, deadline).await {
         Ok(Acquired::One(guard)) => {
             tracing::info!(lock = %what, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
             let env = variables(&[guard.held()]);
-            supervise(&args.command, &env, guard, &what, &policy).await
+            supervise(&args.command, &env, guard, &what, &policy)
+                .await
+                .code()
         }
         Ok(Acquired::Many(guard)) => {
             tracing::info!(lock = %what, "acquired every lock; starting the command");
             let env = variables(guard.helds());
-            supervise(&args.command, &env, guard, &what, &policy).await
+            supervise(&args.command, &env, guard, &what, &policy)
+                .await
+                .code()
         }
         Err(code) => code,
     }
@@ -161,7 +140,7 @@ fn check(args: &Args) -> Result<(), u8> {
 
 /// The command's variables: the first lock's as `ZKFENCE_TOKEN` and friends, and every lock's
 /// as `ZKFENCE_TOKEN_<n>` and friends, `n` from 1 in the order of `--lock`.
-fn variables(helds: &[Held]) -> Vec<(String, String)> {
+pub(crate) fn variables(helds: &[Held]) -> Vec<(String, String)> {
     let mut env = Vec::new();
     for (i, held) in helds.iter().enumerate() {
         let suffixes = if i == 0 {
@@ -192,9 +171,7 @@ async fn acquire(
     client: zookeeper_client::Client,
     deadline: Option<Instant>,
 ) -> Result<Acquired, u8> {
-    let mut options = LockOptions::default()
-        .with_ride_out_disconnects(args.ride_out)
-        .with_grace(args.grace);
+    let mut options = args.supervision.lock_options();
     if args.acl == AclChoice::Creator {
         options = options.with_acls(Acls::creator_all().to_vec());
     }
@@ -249,7 +226,7 @@ const LATENCY_BUCKETS: &[f64] = &[
     30.0, 60.0, 150.0, 300.0, 600.0,
 ];
 
-fn serve_metrics(addr: SocketAddr) -> Result<(), u8> {
+pub(crate) fn serve_metrics(addr: SocketAddr) -> Result<(), u8> {
     // Histograms with buckets (summaries cannot be aggregated across instances), spanning what
     // a lock's latencies span: a sub-millisecond uncontended acquire to a many-minute hold.
     let builder = metrics_exporter_prometheus::PrometheusBuilder::new()

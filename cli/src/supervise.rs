@@ -1,5 +1,5 @@
 //! The supervisor of a command that runs under a hold: `run` hands it the guard it acquired
-//! (one lock's, or a multi-lock's).
+//! (one lock's, or a multi-lock's), `elect` each term's leadership.
 //!
 //! - The command runs in a process group of its own, with the hold's variables, the terminal's
 //!   foreground when stdin is one, and a [`Lifeline`] that kills the group if zkfence dies.
@@ -19,8 +19,9 @@ use std::future::Future;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
-use zkfence::{LockGuard, LossReason, MultiGuard};
+use zkfence::{Leadership, LockGuard, LockOptions, LossReason, MultiGuard};
 
+use crate::duration::parse_duration;
 use crate::exit::{
     EXIT_CANNOT_RUN, EXIT_FAILURE, EXIT_LOCK_LOST, EXIT_NOT_EXECUTABLE, EXIT_REVOKED,
 };
@@ -104,39 +105,131 @@ impl Hold for MultiGuard {
     }
 }
 
+impl Hold for Leadership {
+    fn lost(&self) -> impl Future<Output = LossReason> + Send {
+        zkfence::Held::lost(self)
+    }
+    fn jeopardy(&self) -> watch::Receiver<bool> {
+        zkfence::Held::jeopardy(self)
+    }
+    /// A leader is never asked to let go through its node (a write into it would strand the
+    /// Curator `LeaderLatch` behind it, which watches only for its deletion).
+    fn revocation_requested(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+    fn check(&self) -> zkfence::Result<()> {
+        zkfence::Held::check(self)
+    }
+    fn release(self) -> impl Future<Output = zkfence::Result<()>> + Send {
+        Leadership::resign(self)
+    }
+    fn nodes(&self) -> String {
+        self.node_path().to_owned()
+    }
+}
+
+/// The flags of every subcommand that supervises a command (`run`, `elect`): how the hold
+/// rides out trouble and how the command is stopped.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct Options {
+    /// After SIGTERM on lock loss, how long before SIGKILL.
+    #[arg(long, env = "ZKFENCE_KILL_AFTER", value_parser = parse_duration, default_value = "5s")]
+    kill_after: Duration,
+    /// How long the lock may stay in jeopardy (its lease lapsed with no evidence of loss, as
+    /// while the ensemble elects a leader) before it counts as lost; zero: a lapse is a loss.
+    /// A grace of the session timeout rides out leader failovers and rolling restarts.
+    #[arg(long, env = "ZKFENCE_GRACE", value_parser = parse_duration, default_value = "0s")]
+    grace: Duration,
+    /// What the command does while the lock is in jeopardy: `stop` (SIGSTOP to its process
+    /// group, SIGCONT when the lock holds again) or `keep` (it runs on; only fenced writes are
+    /// then safe).
+    #[arg(long, env = "ZKFENCE_ON_JEOPARDY", value_enum, default_value = "stop")]
+    on_jeopardy: OnJeopardy,
+    /// How long the final release may take before zkfence exits anyway (the node then goes
+    /// with the session, within the session timeout).
+    #[arg(long, env = "ZKFENCE_RELEASE_TIMEOUT", value_parser = parse_duration, default_value = "3s")]
+    pub(crate) release_timeout: Duration,
+    /// Ride out short disconnects until the lease ends, instead of stopping the command at once.
+    #[arg(long, env = "ZKFENCE_RIDE_OUT")]
+    ride_out: bool,
+}
+
+impl Options {
+    /// The lock options these flags set.
+    pub(crate) fn lock_options(&self) -> LockOptions {
+        LockOptions::default()
+            .with_ride_out_disconnects(self.ride_out)
+            .with_grace(self.grace)
+    }
+
+    /// The supervisor's policy, with what it does on a revocation request.
+    pub(crate) fn policy(&self, on_revoke: OnRevoke) -> Policy {
+        Policy {
+            kill_after: self.kill_after,
+            release_timeout: self.release_timeout,
+            on_jeopardy: self.on_jeopardy,
+            on_revoke,
+        }
+    }
+}
+
 /// How the supervisor treats its command.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
     /// From SIGTERM to SIGKILL, on a loss and for what a command leaves behind.
-    pub(crate) kill_after: Duration,
+    kill_after: Duration,
     /// How long the final release may take.
-    pub(crate) release_timeout: Duration,
-    pub(crate) on_jeopardy: OnJeopardy,
-    pub(crate) on_revoke: OnRevoke,
+    release_timeout: Duration,
+    on_jeopardy: OnJeopardy,
+    on_revoke: OnRevoke,
 }
 
-/// Runs `command` with `env` while `guard` holds `lock`: the command's exit code, or
-/// [`EXIT_LOCK_LOST`] when the hold was lost (the command stopped) or its release was not
-/// confirmed.
+/// How a supervised command's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The command exited; the code to exit with ([`EXIT_LOCK_LOST`] when the hold was found
+    /// lost, or its release unconfirmed, after the exit).
+    Exited(u8),
+    /// The hold was lost while the command ran; the command was stopped.
+    Lost,
+    /// Someone asked the holder to let go; the command was stopped, and the code says whether
+    /// the release was confirmed.
+    Revoked(u8),
+    /// The command could not be started (the hold was released).
+    NotStarted(u8),
+}
+
+impl Outcome {
+    /// The exit code this outcome stands for.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Outcome::Exited(code) | Outcome::Revoked(code) | Outcome::NotStarted(code) => code,
+            Outcome::Lost => EXIT_LOCK_LOST,
+        }
+    }
+}
+
+/// Runs `command` with `env` while `guard` holds `lock`, and releases it: how that ended
+/// (see [`Outcome`]).
 pub(crate) async fn supervise<H: Hold>(
     command: &[String],
     env: &[(String, String)],
     guard: H,
     lock: &str,
     policy: &Policy,
-) -> u8 {
+) -> Outcome {
     let mut running = match Running::start(command, env) {
         Ok(running) => running,
         Err(code) => {
             release_bounded(guard, policy.release_timeout).await.ok();
-            return code;
+            return Outcome::NotStarted(code);
         }
     };
     match running.watch(&guard, policy).await {
         Ended::Exited(code) => {
             running.clear_group(policy.kill_after).await;
             running.lifeline.done();
-            finish(lock, guard, code, policy.release_timeout).await
+            Outcome::Exited(finish(lock, guard, code, policy.release_timeout).await)
         }
         Ended::Lost(reason) => {
             eprintln!(
@@ -147,7 +240,7 @@ pub(crate) async fn supervise<H: Hold>(
             running.lifeline.done();
             // Best effort: the node may still be ours (a disconnect we did not ride out).
             release_bounded(guard, policy.release_timeout).await.ok();
-            EXIT_LOCK_LOST
+            Outcome::Lost
         }
         Ended::Revoked => {
             eprintln!(
@@ -156,10 +249,7 @@ pub(crate) async fn supervise<H: Hold>(
             );
             running.stop_group(policy.kill_after).await;
             running.lifeline.done();
-            match finish(lock, guard, EXIT_REVOKED, policy.release_timeout).await {
-                EXIT_REVOKED => EXIT_REVOKED,
-                lost => lost,
-            }
+            Outcome::Revoked(finish(lock, guard, EXIT_REVOKED, policy.release_timeout).await)
         }
     }
 }
