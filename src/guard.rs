@@ -455,7 +455,7 @@ impl LockGuard {
         }));
         let id = watch.next_id();
         let node = release.node().clone();
-        watch.send(Event::Register {
+        watch.post(Event::Register {
             id,
             node: node.clone(),
             state: state.clone(),
@@ -649,7 +649,9 @@ impl LockGuard {
         holding.state.lose(LossReason::Released);
         HOLDINGS.remove(&holding.key, holding);
         if let Some(interest) = interest {
-            interest.watch().send(Event::Unregister { id: holding.id });
+            interest
+                .watch()
+                .post_quietly(Event::Unregister { id: holding.id });
         }
         metrics::gauge!(HELD_LOCKS).decrement(1.0);
         metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => holding.state.terms.label.clone())

@@ -142,6 +142,7 @@ mod tests {
             present: true,
             blocking,
             watch: names,
+            others: blocking,
         };
         Ahead::new(Kind::Mutex, &position, lock_delay, Flaw::default())
     }
@@ -226,6 +227,7 @@ mod tests {
             present: true,
             blocking: 2,
             watch: names,
+            others: 2,
         };
         let mut ahead = Ahead::new(Kind::Semaphore(2), &position, false, Flaw::default());
         assert_eq!(ahead.senses(0), &[Sense::Deletion]);

@@ -99,6 +99,7 @@ impl Kind {
     /// nearest blockers).
     pub(crate) fn position(self, children: &[String], own: &str, own_seq: i32) -> Position {
         let mut present = false;
+        let mut others = 0;
         let mut ahead: Vec<(i32, &String, Role)> = Vec::new();
         for child in children {
             if child == own {
@@ -108,6 +109,7 @@ impl Kind {
             let Some((seq, role)) = parse_node(child) else {
                 continue;
             };
+            others += 1;
             let d = distance(own_seq, seq);
             if d < 0 {
                 ahead.push((d, child, role));
@@ -148,6 +150,7 @@ impl Kind {
             present,
             blocking,
             watch: if blocking > 0 { watch } else { Vec::new() },
+            others,
         }
     }
 }
@@ -163,6 +166,8 @@ pub(crate) struct Position {
     /// a semaphore of `n`). When one of them goes and `blocking` was 1, we proceed with no
     /// further request.
     pub(crate) watch: Vec<String>,
+    /// How many queue nodes other than ours the listing shows, ahead or behind.
+    pub(crate) others: usize,
 }
 
 #[cfg(test)]
@@ -179,7 +184,8 @@ mod tests {
             Position {
                 present: true,
                 blocking: 4,
-                watch: vec![children[1].clone()]
+                watch: vec![children[1].clone()],
+                others: 4,
             }
         );
         let first = Kind::Mutex.position(&children, &children[4], 1);
@@ -188,7 +194,8 @@ mod tests {
             Position {
                 present: true,
                 blocking: 0,
-                watch: vec![]
+                watch: vec![],
+                others: 4,
             }
         );
         let gone = Kind::Mutex.position(&children, "_c_0f-lock-0000000004", 4);

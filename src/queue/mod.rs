@@ -20,12 +20,16 @@
 //!   `__REVOKE__` into the holder's node) wakes nobody waiting behind the holder. An exists
 //!   watch would fire on that write, and a waiter that took it for a release would walk in
 //!   beside the holder (the `DataChangeAdmits` mutant).
-//! - **A holder marks its release** when a successor may need it: it deletes its node in a
-//!   `multi` that first sets the node's data (`crate::requests::RELEASED`). Only holders of the
-//!   kinds that hold alone mark (mutex, writer; `Kind::marks_release`), and only if they had
-//!   queued behind someone: a holder that found the queue empty can have no successor that saw
-//!   more than it ahead (that successor's listing came after ours and showed only us). With
-//!   lock-delay on, every release is marked (it says "released, not failed").
+//! - **A holder marks its release** when a successor is likely to need it: it deletes its node
+//!   in a `multi` that first sets the node's data (`crate::requests::RELEASED`). Only holders of
+//!   the kinds that hold alone mark (mutex, writer; `Kind::marks_release`), and only if they
+//!   waited in a crowded queue: their listing showed two other nodes or more, or the wait
+//!   lasted long enough (`OWN_WATCH_DELAY`) for others to queue behind them. Two contenders
+//!   passing the lock back and forth (an active and a standby) each queue behind the holder
+//!   alone, proceed on its deletion, and a plain delete serves them at less cost. A successor
+//!   that did queue behind more than one node and finds the deletion unmarked lists again, a
+//!   round trip later, never sooner: marking only saves requests, and omitting it is always
+//!   safe. With lock-delay on, every release is marked (it says "released, not failed").
 //! - **A waiter that gives up never marks** its deletion as a lock node of a kind that holds
 //!   alone. So a data change on a `lock-` or `__WRIT__` node followed by its deletion in the
 //!   same transaction proves that its holder released it, and a holder took the lock only
@@ -258,9 +262,9 @@ struct Waited {
     vanished: bool,
     /// Taken under a write lock with writers queued between (see [`Grant::behind_writers`]).
     behind_writers: bool,
-    /// Some node was ahead of ours: a successor may have queued behind more than us, so our
-    /// release is marked (see "The handoff").
-    queued: bool,
+    /// We waited in a queue of three nodes or more: a successor has likely queued behind more
+    /// than us, so our release is marked (see "The handoff").
+    crowded: bool,
     /// The watch on our own node, if one was set while waiting; the watchdog takes it over.
     own_watch: Option<NodeWatch>,
 }
@@ -434,16 +438,27 @@ impl<'a> Attempt<'a> {
         })
     }
 
-    /// Waits until the kind's predicate lets us proceed, watching the nodes it names and our
-    /// own node (sent with the first round of watches, so it costs no extra round trip: if
-    /// someone deletes it, we fail instead of taking a lock we no longer queue for).
-    /// `Ok(None)`: the wait ran out (our node is removed).
+    /// Waits until the kind's predicate lets us proceed (see [`Self::wait_in_queue`]). A wait
+    /// that lasted [`OWN_WATCH_DELAY`] counts as crowded: others may have queued behind us
+    /// meanwhile, so our release is marked for them.
     async fn wait_turn(&mut self, node: &Queued) -> Result<Option<Waited>> {
+        let own_due = Instant::now() + OWN_WATCH_DELAY;
+        let waited = self.wait_in_queue(node, own_due).await?;
+        Ok(waited.map(|mut waited| {
+            waited.crowded |= Instant::now() >= own_due;
+            waited
+        }))
+    }
+
+    /// Waits until the kind's predicate lets us proceed, watching the nodes it names and, from
+    /// `own_due` on, our own node (if someone deletes it, we fail instead of taking a lock we
+    /// no longer queue for). `Ok(None)`: the wait ran out (our node is removed).
+    async fn wait_in_queue(&mut self, node: &Queued, own_due: Instant) -> Result<Option<Waited>> {
         let mut listing = node.listing.clone();
         let mut waited = Waited {
             vanished: false,
             behind_writers: false,
-            queued: false,
+            crowded: false,
             own_watch: None,
         };
         // Whether we list again because a node we watched vanished without a release: if
@@ -468,7 +483,7 @@ impl<'a> Attempt<'a> {
                 waited.vanished = after_vanish && self.lock_delay_on();
                 return Ok(Some(waited));
             }
-            waited.queued = true;
+            waited.crowded |= position.others >= 2;
             if let Wait::Never = self.wait {
                 self.pending.remove().await?;
                 return Ok(None);
@@ -479,8 +494,9 @@ impl<'a> Attempt<'a> {
                 self.lock_delay_on(),
                 self.queue.options.flaw,
             );
+            let own_now = Instant::now() >= own_due;
             let watching = match self
-                .arm(&position, &ahead, node, &mut waited.own_watch)
+                .arm(&position, &ahead, node, &mut waited.own_watch, own_now)
                 .await?
             {
                 Armed::Watching(watching) => watching,
@@ -491,7 +507,7 @@ impl<'a> Attempt<'a> {
                 }
             };
             match self
-                .watch_ahead(watching, &mut ahead, node, &mut waited.own_watch)
+                .watch_ahead(watching, &mut ahead, node, &mut waited.own_watch, own_due)
                 .await?
             {
                 Some(Verdict::Proceed { vanished }) => {
@@ -512,46 +528,76 @@ impl<'a> Attempt<'a> {
     }
 
     /// Waits on the watches set on the nodes ahead until an event decides (see
-    /// [`handoff`]); `None` when the deadline came first.
+    /// [`handoff`]), setting the watch on our own node at `own_due` if it is not set yet;
+    /// `None` when the deadline came first.
     async fn watch_ahead(
         &self,
         mut watching: Vec<Watching>,
         ahead: &mut Ahead,
         node: &Queued,
         own_watch: &mut Option<NodeWatch>,
+        own_due: Instant,
     ) -> Result<Option<Verdict>> {
         loop {
-            let (event, target, sense, rest) = match self.next_change(watching, own_watch).await {
-                Woke::Timeout => return Ok(None),
-                Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
-                    return Err(self.node_deleted(node).await);
-                }
-                Woke::Own(event) => {
-                    self.session_over(&event)?;
-                    // Our own node's data (a revocation request aimed at a waiter): list again.
-                    return Ok(Some(Verdict::Relist {
-                        after_vanish: false,
-                    }));
-                }
-                Woke::Blocker {
-                    event,
-                    target,
-                    sense,
-                    rest,
-                } => (event, target, sense, rest),
-            };
+            let (event, target, sense) =
+                match self.next_change(&mut watching, own_watch, own_due).await {
+                    Woke::Timeout => return Ok(None),
+                    Woke::OwnDue => {
+                        if let Some(retry) = self.watch_own(node, own_watch).await? {
+                            return Ok(Some(retry));
+                        }
+                        continue;
+                    }
+                    Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
+                        return Err(self.node_deleted(node).await);
+                    }
+                    Woke::Own(event) => {
+                        self.session_over(&event)?;
+                        // Our own node's data (a revocation request aimed at a waiter): list again.
+                        return Ok(Some(Verdict::Relist {
+                            after_vanish: false,
+                        }));
+                    }
+                    Woke::Blocker {
+                        event,
+                        target,
+                        sense,
+                    } => (event, target, sense),
+                };
             self.session_over(&event)?;
-            let mut rest = rest;
             if sense == Sense::Deletion {
                 // The release marker's event came first (zookeeper-client hands events over
                 // in order), but both were ready when we polled: take it first.
-                for marker in take_ready(&mut rest, target, Sense::Data) {
+                for marker in take_ready(&mut watching, target, Sense::Data) {
                     ahead.on_event(target, Sense::Data, &marker);
                 }
             }
             match ahead.on_event(target, sense, &event) {
-                Verdict::Wait => watching = rest,
+                Verdict::Wait => {}
                 decided => return Ok(Some(decided)),
+            }
+        }
+    }
+
+    /// Sets the watch on our own node, late in a wait that lasts. `Some(Relist)` when the
+    /// connection broke meanwhile (the queue is listed again).
+    async fn watch_own(
+        &self,
+        node: &Queued,
+        own_watch: &mut Option<NodeWatch>,
+    ) -> Result<Option<Verdict>> {
+        match self.client.check_and_watch_stat(&node.path).await {
+            Ok((Some(_), watcher)) => {
+                *own_watch = Some(Box::pin(watch_changed(watcher)));
+                Ok(None)
+            }
+            Ok((None, _)) => Err(self.node_deleted(node).await),
+            Err(err) => {
+                // After a reconnect: list again (and set the watch with that round's).
+                self.watch_failed(&node.path, err).await?;
+                Ok(Some(Verdict::Relist {
+                    after_vanish: false,
+                }))
             }
         }
     }
@@ -610,7 +656,7 @@ impl<'a> Attempt<'a> {
         Ok(Some(Waited {
             vanished: false,
             behind_writers: between,
-            queued: false,
+            crowded: false,
             own_watch: None,
         }))
     }
@@ -649,20 +695,20 @@ impl<'a> Attempt<'a> {
     }
 
     /// Sets the watches [`Ahead`] asks for on the nodes the predicate names (a child watch for
-    /// each node's deletion, a data watch where the release marker counts), and an exists
-    /// watch on our own node the first time, all back to back: one round trip. Neither needs
-    /// READ permission on others' nodes. On a missing node neither arms anything.
+    /// each node's deletion, a data watch where the release marker counts), and, when `own`
+    /// and not yet set, an exists watch on our own node, all back to back: one round trip.
+    /// Neither needs READ permission on others' nodes. On a missing node neither arms
+    /// anything.
     async fn arm(
         &self,
         position: &Position,
         ahead: &Ahead,
         node: &Queued,
         own_watch: &mut Option<NodeWatch>,
+        own: bool,
     ) -> Result<Armed> {
         let client = self.client;
-        let own = own_watch
-            .is_none()
-            .then(|| client.check_and_watch_stat(&node.path));
+        let own = (own && own_watch.is_none()).then(|| client.check_and_watch_stat(&node.path));
         let targets: Vec<String> = (position.watch.iter())
             .map(|n| child_path(self.path, n))
             .collect();
@@ -723,35 +769,44 @@ impl<'a> Attempt<'a> {
         Err(Error::from_request("watch", target, self.session, err))
     }
 
-    /// Waits for our node, a watched node, or the deadline.
+    /// Waits for our node, a watched node (taken out of `watching`), the time to watch our
+    /// own node, or the deadline.
     async fn next_change(
         &self,
-        mut watching: Vec<Watching>,
+        watching: &mut Vec<Watching>,
         own_watch: &mut Option<NodeWatch>,
+        own_due: Instant,
     ) -> Woke {
-        let own_changed = own_watch.as_mut().expect("own watch is set before waiting");
+        let unarmed = own_watch.is_none();
+        let own_changed = async {
+            match own_watch.as_mut() {
+                Some(watch) => watch.await,
+                None => std::future::pending().await,
+            }
+        };
         let fired = tokio::select! {
             biased;
             event = own_changed => Err(Woke::Own(event)),
             (event, i, _) = futures_util::future::select_all(watching.iter_mut().map(|w| &mut w.watch)) => Ok((event, i)),
+            _ = tokio::time::sleep_until(own_due), if unarmed => Err(Woke::OwnDue),
             _ = sleep_until_opt(self.deadline()) => Err(Woke::Timeout),
         };
-        let woke = match fired {
+        match fired {
             Ok((event, i)) => {
                 let Watching { target, sense, .. } = watching.swap_remove(i);
                 Woke::Blocker {
                     event,
                     target,
                     sense,
-                    rest: watching,
                 }
             }
-            Err(woke) => woke,
-        };
-        if let Woke::Own(_) = woke {
-            *own_watch = None;
+            Err(woke) => {
+                if let Woke::Own(_) = woke {
+                    *own_watch = None;
+                }
+                woke
+            }
         }
-        woke
     }
 
     /// The error for our queue node gone while waiting: the session's own error if the
@@ -793,7 +848,7 @@ impl<'a> Attempt<'a> {
 
     /// Hands our node back as a grant, for the front type to build its guard from.
     fn into_grant(self, node: Queued, waited: Waited, turn: Option<InProcessTurn>) -> Grant {
-        let mark = release_marked(self.queue, waited.queued);
+        let mark = release_marked(self.queue, waited.crowded);
         Grant {
             client: self.client.clone(),
             token: node.token,
@@ -815,9 +870,9 @@ fn withdrawal_marked(queue: &Queue) -> bool {
 }
 
 /// Whether a holder of `queue` releases with the marker: always with lock-delay on; otherwise
-/// when its kind holds alone and it had queued behind another node (see "The handoff").
-fn release_marked(queue: &Queue, queued: bool) -> bool {
-    queue.options.lock_delay.is_some() || (queue.kind.marks_release() && queued)
+/// when its kind holds alone and it waited in a crowded queue (see "The handoff").
+fn release_marked(queue: &Queue, crowded: bool) -> bool {
+    queue.options.lock_delay.is_some() || (queue.kind.marks_release() && crowded)
 }
 
 /// A watch set on a node ahead: which one (its index in `Position::watch`), which kind of
@@ -879,12 +934,22 @@ pub(crate) fn create_request_bytes(chroot: &str, path: &str, options: &LockOptio
 
 enum Woke {
     Own(zk::WatchedEvent),
-    /// The event of a watch on a node ahead, and the watches still set.
+    /// Time to watch our own node: the wait lasts.
+    OwnDue,
+    /// The event of a watch on a node ahead (taken out of the watches still set).
     Blocker {
         event: zk::WatchedEvent,
         target: usize,
         sense: Sense,
-        rest: Vec<Watching>,
     },
     Timeout,
 }
+
+/// How long a waiter waits before it watches its own node. A handoff sooner than this costs
+/// no request and no notification for it (the commonest wait, behind one holder with a short
+/// critical section); the holder's watchdog then arms the watch (see
+/// `crate::watchdog::driver::NODE_WATCH_DELAY`). A deletion of our node by someone else in
+/// this window is caught when either watch is armed, its read finding the node gone: a loss
+/// within this delay plus one round trip, as for a holder that never waited. Session expiry
+/// needs no watch: the lease covers it, and a session's events stop with it.
+const OWN_WATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(10);

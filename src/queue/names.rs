@@ -199,7 +199,8 @@ mod tests {
             Position {
                 present: true,
                 blocking: 2,
-                watch: vec![children[1].clone()]
+                watch: vec![children[1].clone()],
+                others: 2,
             }
         );
     }

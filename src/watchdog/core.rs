@@ -35,6 +35,8 @@ pub(crate) enum Event {
     /// A client handle for probes and node watches, sent when interest rises from zero: the
     /// task lets its handle go when idle, so that it never keeps a session open by itself.
     Attach(zk::Client),
+    /// Messages were posted for the driver to take (see `SessionWatch::post`).
+    Posted,
 }
 
 impl fmt::Debug for Event {
@@ -46,6 +48,7 @@ impl fmt::Debug for Event {
             Event::SessionId(id) => write!(f, "SessionId({id:#x})"),
             Event::NodeGone { id } => write!(f, "NodeGone({id})"),
             Event::Attach(_) => f.write_str("Attach"),
+            Event::Posted => f.write_str("Posted"),
         }
     }
 }
@@ -133,7 +136,7 @@ impl Core {
             }
             Event::SessionId(_) => {}
             Event::NodeGone { id } => self.lose(id, LossReason::NodeDeleted, now),
-            Event::Attach(_) => {}
+            Event::Attach(_) | Event::Posted => {}
         }
         None
     }
@@ -374,6 +377,11 @@ impl Core {
 
     pub(crate) fn guards(&self) -> usize {
         self.guards.len()
+    }
+
+    /// Whether guard `id` is registered (not yet unregistered).
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        self.guards.contains_key(&id)
     }
 
     /// A node to probe, rotating through the held ones, those in jeopardy first (only a

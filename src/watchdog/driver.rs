@@ -53,9 +53,15 @@ struct Probing {
     turn: usize,
 }
 
+/// Guards' nodes to watch once they have been held for `NODE_WATCH_DELAY`, in the order they
+/// were registered (so by when they are due).
+type Deferred = std::collections::VecDeque<(Instant, NodeToWatch)>;
+
 /// What woke the task.
 enum Wake {
     Event(Option<Event>),
+    /// The first deferred node watch is due.
+    Sweep,
     State(zk::SessionState),
     NodeGone(u64),
     Due,
@@ -95,6 +101,7 @@ impl Driver {
 
     pub(crate) async fn run(mut self) {
         let mut node_watches: FuturesUnordered<WatchTask> = FuturesUnordered::new();
+        let mut deferred = Deferred::new();
         let mut idle_since: Option<Instant> = None;
         // The state channel first, and the state as it is now: a disconnect that happens
         // while the persistent watch below is being registered must not go unseen.
@@ -107,8 +114,10 @@ impl Driver {
             None => None,
         };
         loop {
+            self.take_posted(&mut node_watches, &mut deferred);
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
             let (due_at, probe_at) = (self.core.next_deadline(), self.probe_at());
+            let sweep_at = deferred.front().map(|(due, _)| *due);
             let wake = tokio::select! {
                 biased;
                 event = self.events.recv() => Wake::Event(event),
@@ -118,13 +127,14 @@ impl Driver {
                 _ = sleep_on_lease_clock(due_at) => Wake::Due,
                 Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
                 _ = sleep_on_lease_clock(probe_at) => Wake::ProbeTime,
+                _ = sleep_until_opt(sweep_at) => Wake::Sweep,
                 _ = sleep_until_opt(detach_at), if self.client.is_some() => Wake::Detach,
             };
             match wake {
                 Wake::Event(None) => break,
                 Wake::Event(Some(event)) => {
                     if let Some(node) = self.on_event(event) {
-                        node_watches.push(node);
+                        self.watch_later(node, Instant::now(), &mut node_watches, &mut deferred);
                     }
                 }
                 Wake::State(state) => self.on_state(state),
@@ -134,12 +144,10 @@ impl Driver {
                 Wake::Due => self.core.check_lease(clock::now()),
                 Wake::Probed(reply) => self.on_probe(reply),
                 Wake::ProbeTime => self.send_probe(),
-                Wake::Detach => {
-                    // Idle: let the session close when the application drops its clients.
-                    self.client = None;
-                    self.probing.in_flight = FuturesUnordered::new();
-                }
+                Wake::Sweep => self.sweep(&mut node_watches, &mut deferred),
+                Wake::Detach => self.detach(),
             }
+            self.stop_looking(&deferred);
             let idle = self.idle();
             if idle && self.core.terminal.is_some() && self.try_close() {
                 break;
@@ -149,16 +157,104 @@ impl Driver {
         metrics::gauge!(WATCHED_SESSIONS).decrement(1.0);
     }
 
-    /// Applies a message; a newly registered guard's node watch to run, if there is one.
-    fn on_event(&mut self, event: Event) -> Option<WatchTask> {
+    /// Takes the registrations and ends the guards posted (see [`SessionWatch::post`]).
+    fn take_posted(
+        &mut self,
+        node_watches: &mut FuturesUnordered<WatchTask>,
+        deferred: &mut Deferred,
+    ) {
+        let Some(watch) = self.watch.upgrade() else {
+            return;
+        };
+        for (posted, event) in watch.take_posted() {
+            if let Some(node) = self.on_event(event) {
+                self.watch_later(node, posted, node_watches, deferred);
+            }
+        }
+    }
+
+    /// A registered guard's node: watched now if the acquire set a watch on it, else once
+    /// the guard has been held for [`NODE_WATCH_DELAY`] since `registered`.
+    fn watch_later(
+        &self,
+        node: NodeToWatch,
+        registered: Instant,
+        node_watches: &mut FuturesUnordered<WatchTask>,
+        deferred: &mut Deferred,
+    ) {
+        match (&self.client, node.pending.is_some()) {
+            (Some(client), true) => node_watches.push(Box::pin(watch_node(client.clone(), node))),
+            _ => deferred.push_back((registered + NODE_WATCH_DELAY, node)),
+        }
+    }
+
+    /// Arms the watches that are due, on the nodes of guards still held.
+    fn sweep(&mut self, node_watches: &mut FuturesUnordered<WatchTask>, deferred: &mut Deferred) {
+        let now = Instant::now();
+        while deferred.front().is_some_and(|(due, _)| *due <= now) {
+            let Some((_, node)) = deferred.pop_front() else {
+                break;
+            };
+            if node.state.token.is_cancelled() || !self.core.holds(node.id) {
+                continue; // released (or lost) before its watch was due: none needed
+            }
+            if let Some(client) = &self.client {
+                node_watches.push(Box::pin(watch_node(client.clone(), node)));
+            }
+        }
+    }
+
+    /// Lets posts wake the task again once nothing brings it back on its own (no deferred
+    /// watch), then takes what was posted before the flag went down.
+    fn stop_looking(&mut self, deferred: &Deferred) {
+        let Some(watch) = self.watch.upgrade() else {
+            return;
+        };
+        if !deferred.is_empty() {
+            watch
+                .looking
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        watch
+            .looking
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        // A post that saw the flag still up woke nobody: look again (the loop takes it).
+        if watch.has_posted()
+            && !watch
+                .looking
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            watch.send(Event::Posted);
+        }
+    }
+
+    /// Idle: lets the client handle go, so that the session can close when the application
+    /// drops its clients; keeps it if interest rose meanwhile (its acquire saw it attached).
+    fn detach(&mut self) {
+        if let Some(watch) = self.watch.upgrade() {
+            watch
+                .attached
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            if watch.interested() {
+                watch
+                    .attached
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+        }
+        self.client = None;
+        self.probing.in_flight = FuturesUnordered::new();
+    }
+
+    /// Applies a message; a newly registered guard's node to watch, if there is one.
+    fn on_event(&mut self, event: Event) -> Option<NodeToWatch> {
         if let Event::Attach(client) = event {
             self.client = Some(client);
             self.probing.next = clock::now();
             return None;
         }
-        let node = self.core.apply(event, clock::now())?;
-        let client = self.client.as_ref()?;
-        Some(Box::pin(watch_node(client.clone(), node)))
+        self.core.apply(event, clock::now())
     }
 
     /// When to wake up to send a probe: the regular one when none is in flight, or a cold one
@@ -341,7 +437,8 @@ impl Driver {
             return true;
         };
         let (events, core) = (&self.events, &self.core);
-        watch.leave_unless(|| !events.is_empty() || core.guards() != 0)
+        let busy = || !events.is_empty() || watch.has_posted() || core.guards() != 0;
+        watch.leave_unless(busy)
     }
 }
 
@@ -425,7 +522,7 @@ async fn probe_session(client: zk::Client, target: ProbeTarget, sync: bool) -> P
 /// Most holds are shorter than this and then cost no request beyond create, list and delete.
 /// A node deleted by someone else within this window is caught when the watch is armed (the
 /// read finds it gone), so detection takes at most this delay plus one round trip.
-/// A guard that waited in the queue already has its watch from the acquire.
+/// A guard that waited long in the queue already has its watch from the acquire.
 const NODE_WATCH_DELAY: Duration = Duration::from_millis(10);
 
 /// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
@@ -444,13 +541,6 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
         mut pending,
     } = node;
     let token = state.token.clone();
-    if pending.is_none() {
-        tokio::select! {
-            biased;
-            _ = token.cancelled() => return (id, false),
-            _ = tokio::time::sleep(NODE_WATCH_DELAY) => {}
-        }
-    }
     let mut attempt = 0;
     loop {
         let event = match pending.take() {

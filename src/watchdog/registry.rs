@@ -8,6 +8,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
@@ -26,6 +27,14 @@ pub(crate) struct SessionWatch {
     probe_path: Mutex<Arc<str>>,
     pub(super) token: CancellationToken,
     events: mpsc::UnboundedSender<Event>,
+    /// Guards' registrations and ends, with when they were posted: the driver takes them in
+    /// batches (see [`SessionWatch::post`]).
+    posted: Mutex<Vec<(Instant, Event)>>,
+    /// Whether the driver will take the posted messages soon without being woken: it was woken
+    /// for them, or has a node watch to arm (within `NODE_WATCH_DELAY`).
+    pub(super) looking: AtomicBool,
+    /// Whether the driver holds a client handle (it lets it go while nobody is interested).
+    pub(super) attached: AtomicBool,
     /// Acquires in progress plus guards held; the task exits when it stays zero.
     interest: AtomicU64,
     closed: AtomicBool,
@@ -49,7 +58,7 @@ impl Interest {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        self.watch.interest.fetch_sub(1, Ordering::AcqRel);
+        self.watch.interest.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -68,11 +77,13 @@ pub(super) fn join(
             watch.adopt(policy, lock_path);
             // The driver lets its client handle go only while nobody is interested, so it
             // needs one again only when interest rises from zero (not on every acquire).
-            if watch.interest.fetch_add(1, Ordering::AcqRel) == 0 {
+            if watch.interest.fetch_add(1, Ordering::SeqCst) == 0 {
                 // No probe ran while idle: the next proof is a cold one (marked here, before
                 // the caller's create can record its reply).
                 watch.lease.restart();
-                watch.send(Event::Attach(client.clone()));
+                if !watch.attached.swap(true, Ordering::SeqCst) {
+                    watch.send(Event::Attach(client.clone()));
+                }
             }
             let watch = watch.clone();
             return (Interest { watch }, None);
@@ -100,6 +111,9 @@ impl SessionWatch {
             probe_path: Mutex::new(Arc::from("/")),
             token: CancellationToken::new(),
             events,
+            posted: Mutex::new(Vec::new()),
+            looking: AtomicBool::new(false),
+            attached: AtomicBool::new(true),
             interest: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
@@ -131,9 +145,48 @@ impl SessionWatch {
         self.timeout
     }
 
+    /// Sends `event` to the driver, waking it.
     pub(crate) fn send(&self, event: Event) {
         // The task outlives every holder of interest, so the receiver is there.
         let _ = self.events.send(event);
+    }
+
+    /// Posts a guard's registration or end for the driver to take with others: it wakes the
+    /// driver only if the driver is not about to look anyway, so that a stream of short holds
+    /// on one session costs the driver one wake per `NODE_WATCH_DELAY`, not two per hold.
+    /// Nothing here needs the driver sooner: a guard's check, its session's cancellation and
+    /// its lease's clock do not wait for it, and its node's watch is armed only after that
+    /// delay (or, set by the acquire, is already armed).
+    pub(crate) fn post(&self, event: Event) {
+        self.posted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now(), event));
+        if !self.looking.swap(true, Ordering::SeqCst) {
+            self.send(Event::Posted);
+        }
+    }
+
+    /// Posts a guard's end without waking the driver: it is taken with the next batch.
+    pub(crate) fn post_quietly(&self, event: Event) {
+        self.posted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Instant::now(), event));
+    }
+
+    /// The messages posted since the last call, in order.
+    pub(super) fn take_posted(&self) -> Vec<(Instant, Event)> {
+        std::mem::take(&mut *self.posted.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether messages are waiting to be taken.
+    pub(super) fn has_posted(&self) -> bool {
+        !self
+            .posted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     pub(crate) fn next_id(&self) -> u64 {
@@ -148,7 +201,7 @@ impl SessionWatch {
 
     /// Whether anyone holds interest in this watchdog.
     pub(super) fn interested(&self) -> bool {
-        self.interest.load(Ordering::Acquire) != 0
+        self.interest.load(Ordering::SeqCst) != 0
     }
 
     /// Leaves the registry, unless someone is interested or `busy()` says the task still has

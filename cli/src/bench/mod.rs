@@ -44,10 +44,22 @@ pub(crate) async fn bench(args: Args) -> u8 {
         );
         return EXIT_USAGE;
     };
-    let run = Run::new(&args, args.implementation, args.mode, args.contenders);
-    match run.execute(&hosts, &args.lock).await {
+    let mut run = Run::new(&args, args.implementation, args.mode, args.contenders);
+    if args.count {
+        // Every request the run sends is divided by every acquisition it made.
+        run.warmup = 0.0;
+    }
+    let proxy = match args.count {
+        true => Some(CountingProxy::start(&hosts).await),
+        false => None,
+    };
+    let through = proxy.as_ref().map_or(hosts.clone(), |p| p.addr.clone());
+    match run.execute(&through, &args.lock).await {
         Ok(report) => {
-            println!("{}", report.json());
+            match &proxy {
+                Some(proxy) => println!("{}", counted_json(&report, proxy)),
+                None => println!("{}", report.json()),
+            }
             if report.violations > 0 {
                 EXIT_FAILURE
             } else {
@@ -59,6 +71,52 @@ pub(crate) async fn bench(args: Args) -> u8 {
             EXIT_UNAVAILABLE
         }
     }
+}
+
+/// ZooKeeper's opcodes by name, for the counted runs.
+fn opcode_name(op: i32) -> String {
+    match op {
+        1 => "create".into(),
+        2 => "delete".into(),
+        3 => "exists".into(),
+        4 => "getData".into(),
+        5 => "setData".into(),
+        8 => "getChildren".into(),
+        9 => "sync".into(),
+        12 => "getChildren2".into(),
+        13 => "check".into(),
+        14 => "multi".into(),
+        15 => "create2".into(),
+        18 => "removeWatches".into(),
+        22 => "multiRead".into(),
+        101 => "setWatches".into(),
+        105 => "setWatches2".into(),
+        106 => "addWatch".into(),
+        -11 => "closeSession".into(),
+        op => format!("op{op}"),
+    }
+}
+
+/// A counted run's JSON line: its report, with the requests (in all and by operation) and the
+/// notifications per acquisition. Every request of the run counts, warmup included, divided by
+/// the acquisitions of the whole run.
+fn counted_json(report: &Report, proxy: &CountingProxy) -> String {
+    let all = report.acquisitions.max(1) as f64;
+    let mut counts: Vec<(i32, u64)> = proxy.counts().into_iter().collect();
+    counts.sort();
+    let by_op: Vec<String> = counts
+        .iter()
+        .filter(|(op, _)| *op != -11)
+        .map(|(op, n)| format!("\"{}\":{:.3}", opcode_name(*op), *n as f64 / all))
+        .collect();
+    let json = report.json();
+    format!(
+        "{},\"counted\":true,\"requests_per_acq\":{:.3},\"notifications_per_acq\":{:.3},\"requests_by_op\":{{{}}}}}",
+        &json[..json.len() - 1],
+        counts.iter().filter(|(op, _)| *op != -11).map(|(_, n)| n).sum::<u64>() as f64 / all,
+        proxy.notifications() as f64 / all,
+        by_op.join(",")
+    )
 }
 
 /// Requests each impl sends per acquisition, through a counting proxy (pings excluded).

@@ -80,6 +80,11 @@ pub(crate) struct Args {
         env = "ZKFENCE_BENCH_IMPLEMENTATION"
     )]
     pub(super) implementation: Impl,
+    /// Count instead of timing: run through a counting proxy and report the requests (by
+    /// operation) and watch notifications per acquisition. The proxy adds latency: its
+    /// throughput and latencies are not comparable with an uncounted run's.
+    #[arg(long, env = "ZKFENCE_BENCH_COUNT")]
+    pub(super) count: bool,
     /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
     #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
     pub(super) matrix: bool,
