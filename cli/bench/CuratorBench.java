@@ -1,15 +1,17 @@
 // `zkfence bench --impl curator`: Apache Curator's InterProcessMutex under the workload the Rust
 // drivers run (cli/src/bench/workload.rs), compiled at run time against Debian's jars.
 //
-// Usage: CuratorBench <connect> <path> <uncontended|contended> <contenders> <warmupSeconds> <seconds> <holdNanos>
+// Usage: CuratorBench <connect> <path> <uncontended|contended> <contenders> <warmupSeconds> <seconds> <holdNanos> <serverPid>
 //
 // Each contender has a CuratorFramework of its own (one 10 s session), on <path>/lock when
 // contended and <path>/u<i> when not, and cycles acquire/release, holding for <holdNanos>
 // (0: an empty critical section). Measured as the Rust drivers measure: a cycle from the acquire call to the release
 // returning; a handoff from the holder's release call to the next holder's acquire returning; a
 // second holder is a violation. The server's zxid is read (a setData on <path>/zxid, which
-// the caller creates) when the measured window opens and when it closes. Prints, one per line:
-//   acquisitions N / violations N / errors N / zxids FIRST LAST / cycles NS... / handoffs NS...
+// the caller creates) when the measured window opens and when it closes, and so is the CPU time
+// of this JVM and of the server (its /proc stat; <serverPid> 0: not measured). Prints, one per
+// line: acquisitions N / violations N / errors N / zxids FIRST LAST / cpu JVM_NS SERVER_NS /
+// cycles NS... / handoffs NS...
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -47,6 +49,7 @@ public class CuratorBench {
         long warmupNanos = (long) (Double.parseDouble(args[4]) * 1e9);
         long measuredNanos = (long) (Double.parseDouble(args[5]) * 1e9);
         long holdNanos = Long.parseLong(args[6]);
+        int serverPid = Integer.parseInt(args[7]);
 
         CuratorFramework admin = connect(connect);
         String probe = path + "/zxid"; // created by zkfence bench
@@ -66,9 +69,11 @@ public class CuratorBench {
         }
         Thread.sleep(warmupNanos / 1_000_000);
         long first = admin.setData().forPath(probe, new byte[0]).getMzxid();
+        long jvmFrom = jvmCpuNanos(), serverFrom = cpuNanos(serverPid);
         measuring = true;
         Thread.sleep(measuredNanos / 1_000_000);
         measuring = false;
+        long jvmTo = jvmCpuNanos(), serverTo = cpuNanos(serverPid);
         long last = admin.setData().forPath(probe, new byte[0]).getMzxid();
         for (Thread t : threads) {
             t.join();
@@ -82,9 +87,32 @@ public class CuratorBench {
         out.append("violations ").append(violations.get()).append('\n');
         out.append("errors ").append(errors.get()).append('\n');
         out.append("zxids ").append(first).append(' ').append(last).append('\n');
+        out.append("cpu ").append(jvmTo - jvmFrom).append(' ').append(serverTo - serverFrom).append('\n');
         line(out, "cycles", cycles);
         line(out, "handoffs", handoffs);
         System.out.print(out);
+    }
+
+    /** This JVM's CPU time so far, every thread. */
+    static long jvmCpuNanos() {
+        java.lang.management.OperatingSystemMXBean os =
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        return ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
+    }
+
+    /** Process pid's CPU time so far (user plus system, from /proc); 0 for pid 0 or on failure. */
+    static long cpuNanos(int pid) {
+        if (pid == 0) {
+            return 0;
+        }
+        try {
+            String stat = new String(java.nio.file.Files.readAllBytes(java.nio.file.Paths.get("/proc/" + pid + "/stat")));
+            String[] fields = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            long ticks = Long.parseLong(fields[11]) + Long.parseLong(fields[12]);
+            return ticks * 10_000_000L; // USER_HZ is 100 on Linux
+        } catch (Exception e) {
+            return 0;
+        }
     }
 
     static void line(StringBuilder out, String name, List<Long> samples) {

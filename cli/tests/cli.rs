@@ -460,6 +460,87 @@ async fn bench_prints_one_json_line_per_run_for_every_impl() {
 /// `demo --connect` on a server with the stock tickTime (2 s) grants 4 s sessions for the
 /// requested 2 s: the demo freezes its holder for twice what was granted and ends with the
 /// readable verdict (it used the requested timeout, and failed).
+/// `bench --rounds`: a JSON line per run with its round, the counted lines, and the summary
+/// of ratios with their spread; `--count` adds requests and notifications to a single run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_rounds_interleave_the_peers_and_summarise_the_ratios() {
+    let hosts = chroot(shared(), "cli-bench-rounds").await;
+    let args = [
+        "bench",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/bench",
+        "--rounds",
+        "2",
+        "--configs",
+        "1,2",
+        "--peers",
+        "zkclient",
+        "--seconds",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--server-warmup",
+        "0",
+    ];
+    let output = zkfence(&args).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let lines: Vec<serde_json::Value> = (stdout.lines())
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // 2 rounds x 2 configurations x (zkfence, zkclient, raw), then 2 x 2 counted runs.
+    let timed: Vec<_> = lines.iter().filter(|l| l.get("round").is_some()).collect();
+    assert_eq!(timed.len(), 12, "{stdout}");
+    let firsts: Vec<&str> = (timed.iter())
+        .filter(|l| l["contenders"] == 2)
+        .map(|l| l["impl"].as_str().unwrap())
+        .collect();
+    assert_eq!(firsts[0], "zkfence");
+    assert_eq!(
+        firsts[3], "zkclient",
+        "the second round starts with the next peer"
+    );
+    let counted: Vec<_> = lines.iter().filter(|l| l["counted"] == true).collect();
+    assert_eq!(counted.len(), 4, "{stdout}");
+    assert!(counted
+        .iter()
+        .all(|l| l["requests_per_acq"].as_f64().unwrap() >= 3.0));
+    assert!(
+        stdout.contains("| N=2 |") && stdout.contains("throughput ÷ zkclient"),
+        "{stdout}"
+    );
+
+    let single = [
+        "bench",
+        "--connect",
+        &hosts,
+        "--lock",
+        "/bench",
+        "--mode",
+        "contended",
+        "--contenders",
+        "2",
+        "--seconds",
+        "0.3",
+        "--warmup",
+        "0",
+        "--count",
+    ];
+    let output = zkfence(&single).output().unwrap();
+    let report: serde_json::Value = serde_json::from_str(text(&output).0.trim()).unwrap();
+    assert!(
+        report["requests_by_op"]["create2"].as_f64().unwrap() > 0.9,
+        "{report}"
+    );
+    assert!(
+        report["notifications_per_acq"].as_f64().is_some(),
+        "{report}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_on_a_stock_server_freezes_for_the_granted_timeout() {
     let server = tokio::task::spawn_blocking(|| {

@@ -283,7 +283,7 @@ impl<'a> Attempt<'a> {
             pending: PendingNode::new(
                 client.clone(),
                 queue.path.to_string(),
-                names::protected_prefix(&uuid::Uuid::new_v4(), queue.kind.marker()),
+                names::protected_prefix(&names::fresh_id(), queue.kind.marker()),
                 withdrawal_marked(queue),
             ),
         }

@@ -69,6 +69,21 @@ pub(crate) fn protected_prefix(id: &uuid::Uuid, marker: &str) -> String {
     format!("_c_{id}-{marker}")
 }
 
+/// A fresh id for one acquire's node: a random 128-bit base drawn once per process, plus a
+/// counter, in a version-4 UUID's shape. Unique in this process, and across processes as
+/// random ids are, without a system call per acquire. (A node is found again after a lost
+/// reply by this id *and* our session, so the id need not be unpredictable, only unique.)
+pub(crate) fn fresh_id() -> uuid::Uuid {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::LazyLock;
+    static BASE: LazyLock<u128> = LazyLock::new(|| uuid::Uuid::new_v4().as_u128());
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    // The counter goes into the low 64 bits, which hold no version or variant bits.
+    let bits = *BASE ^ u128::from(n);
+    uuid::Builder::from_random_bytes(bits.to_be_bytes()).into_uuid()
+}
+
 /// The sequence number and role of a queue node's name, if it is one: the digits after the
 /// last marker (Curator's rule), which are negative after the 2³¹ wrap. Unknown names are
 /// not queue nodes. Readers (`__READ__`) share; every other marker excludes.
@@ -148,6 +163,14 @@ pub(crate) fn mutex_names(seqs: &[i32]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fresh_ids_are_distinct_version_4_uuids() {
+        let (a, b) = (super::fresh_id(), super::fresh_id());
+        assert_ne!(a, b);
+        assert_eq!(a.get_version_num(), 4);
+        assert_eq!(a.get_variant(), uuid::Variant::RFC4122);
+    }
+
     use super::*;
     use crate::queue::kind::{Kind, Position};
 

@@ -166,9 +166,29 @@ impl Driver {
         let Some(watch) = self.watch.upgrade() else {
             return;
         };
-        for (posted, event) in watch.take_posted() {
+        let posted = watch.take_posted();
+        // A guard registered and ended within one batch, with no watch set on its node, never
+        // needed the driver: both messages are dropped unseen.
+        let ended: std::collections::HashSet<u64> = (posted.iter())
+            .filter_map(|(_, event)| match event {
+                Event::Unregister { id } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let mut passed = std::collections::HashSet::new();
+        for (at, event) in posted {
+            match &event {
+                Event::Register {
+                    id, watch: None, ..
+                } if ended.contains(id) => {
+                    passed.insert(*id);
+                    continue;
+                }
+                Event::Unregister { id } if passed.contains(id) => continue,
+                _ => {}
+            }
             if let Some(node) = self.on_event(event) {
-                self.watch_later(node, posted, node_watches, deferred);
+                self.watch_later(node, at, node_watches, deferred);
             }
         }
     }

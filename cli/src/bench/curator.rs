@@ -42,6 +42,7 @@ pub(super) async fn run(run: Run, hosts: &str, path: &str) -> Result<Report, Str
         .arg(run.warmup.to_string())
         .arg(run.seconds.to_string())
         .arg(run.hold.as_nanos().to_string())
+        .arg(run.server_pid.unwrap_or(0).to_string())
         .kill_on_drop(true)
         .output()
         .await
@@ -88,6 +89,16 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
     let handoffs = Latencies::from_nanos(&values("handoffs")?);
     let acquisitions = one("acquisitions")?;
     let contended = run.mode == Mode::Contended;
+    // Nanoseconds of CPU in the measured window: the JVM's, and the server's (0: unknown).
+    let cpu = values("cpu")?;
+    let per = |ns: u64| ns as f64 / 1000.0 / acquisitions.max(1) as f64;
+    let (client_cpu_us, server_cpu_us) = match cpu[..] {
+        [jvm, server] => (
+            Some(per(jvm)),
+            (run.server_pid.is_some()).then(|| per(server)),
+        ),
+        _ => return Err(format!("the Curator worker printed cpu {cpu:?}")),
+    };
     Ok(Report {
         implementation: run.implementation.name(),
         mode: run.mode.name(),
@@ -107,6 +118,8 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
         )),
         violations: one("violations")?,
         errors: one("errors")?,
+        client_cpu_us,
+        server_cpu_us,
     })
 }
 
@@ -123,18 +136,21 @@ mod tests {
             seconds: 1.0,
             warmup: 0.0,
             hold: std::time::Duration::ZERO,
+            server_pid: None,
         }
     }
 
     #[test]
     fn parses_the_workers_report() {
-        let out = "acquisitions 3\nviolations 0\nerrors 1\nzxids 100 110\ncycles 3000 1000 2000\nhandoffs 500\n";
+        let out = "acquisitions 3\nviolations 0\nerrors 1\nzxids 100 110\ncpu 3000 0\ncycles 3000 1000 2000\nhandoffs 500\n";
         let report = parse(run(), out).unwrap();
         assert_eq!(report.acquisitions, 3);
         assert_eq!(report.errors, 1);
         assert_eq!(report.cycle_p50_us, 2.0);
         assert_eq!(report.handoff_p50_us, Some(0.5));
         assert_eq!(report.writes_per_acq, Some(3.0));
+        assert_eq!(report.client_cpu_us, Some(1.0));
+        assert_eq!(report.server_cpu_us, None);
     }
 
     #[test]

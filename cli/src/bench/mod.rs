@@ -12,9 +12,12 @@
 //! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`.
 
 mod chart;
+mod cpu;
 mod curator;
+mod measure;
 mod options;
 mod report;
+mod rounds;
 mod stats;
 mod workload;
 
@@ -35,7 +38,7 @@ use crate::local::start_local_zookeeper;
 /// `zkfence bench`: one run against `--connect`, or the matrix, scale or in-process
 /// measurements; the exit code.
 pub(crate) async fn bench(args: Args) -> u8 {
-    if args.matrix || args.scale || args.in_process {
+    if args.matrix || args.scale || args.in_process || args.rounds.is_some() {
         return with_server(&args).await;
     }
     let Some(hosts) = args.connect.clone() else {
@@ -44,22 +47,16 @@ pub(crate) async fn bench(args: Args) -> u8 {
         );
         return EXIT_USAGE;
     };
-    let mut run = Run::new(&args, args.implementation, args.mode, args.contenders);
-    if args.count {
-        // Every request the run sends is divided by every acquisition it made.
-        run.warmup = 0.0;
-    }
-    let proxy = match args.count {
-        true => Some(CountingProxy::start(&hosts).await),
-        false => None,
+    let run = Run::new(&args, args.implementation, args.mode, args.contenders);
+    let measured = match args.count {
+        true => measure::counted(run, &hosts, &args.lock)
+            .await
+            .map(|(report, counted)| (counted.json(&report), report)),
+        false => run.execute(&hosts, &args.lock).await.map(|r| (r.json(), r)),
     };
-    let through = proxy.as_ref().map_or(hosts.clone(), |p| p.addr.clone());
-    match run.execute(&through, &args.lock).await {
-        Ok(report) => {
-            match &proxy {
-                Some(proxy) => println!("{}", counted_json(&report, proxy)),
-                None => println!("{}", report.json()),
-            }
+    match measured {
+        Ok((line, report)) => {
+            println!("{line}");
             if report.violations > 0 {
                 EXIT_FAILURE
             } else {
@@ -73,94 +70,23 @@ pub(crate) async fn bench(args: Args) -> u8 {
     }
 }
 
-/// ZooKeeper's opcodes by name, for the counted runs.
-fn opcode_name(op: i32) -> String {
-    match op {
-        1 => "create".into(),
-        2 => "delete".into(),
-        3 => "exists".into(),
-        4 => "getData".into(),
-        5 => "setData".into(),
-        8 => "getChildren".into(),
-        9 => "sync".into(),
-        12 => "getChildren2".into(),
-        13 => "check".into(),
-        14 => "multi".into(),
-        15 => "create2".into(),
-        18 => "removeWatches".into(),
-        22 => "multiRead".into(),
-        101 => "setWatches".into(),
-        105 => "setWatches2".into(),
-        106 => "addWatch".into(),
-        -11 => "closeSession".into(),
-        op => format!("op{op}"),
-    }
-}
-
-/// A counted run's JSON line: its report, with the requests (in all and by operation) and the
-/// notifications per acquisition. Every request of the run counts, warmup included, divided by
-/// the acquisitions of the whole run.
-fn counted_json(report: &Report, proxy: &CountingProxy) -> String {
-    let all = report.acquisitions.max(1) as f64;
-    let mut counts: Vec<(i32, u64)> = proxy.counts().into_iter().collect();
-    counts.sort();
-    let by_op: Vec<String> = counts
-        .iter()
-        .filter(|(op, _)| *op != -11)
-        .map(|(op, n)| format!("\"{}\":{:.3}", opcode_name(*op), *n as f64 / all))
-        .collect();
-    let json = report.json();
-    format!(
-        "{},\"counted\":true,\"requests_per_acq\":{:.3},\"notifications_per_acq\":{:.3},\"requests_by_op\":{{{}}}}}",
-        &json[..json.len() - 1],
-        counts.iter().filter(|(op, _)| *op != -11).map(|(_, n)| n).sum::<u64>() as f64 / all,
-        proxy.notifications() as f64 / all,
-        by_op.join(",")
-    )
-}
-
-/// Requests each impl sends per acquisition, through a counting proxy (pings excluded).
-async fn requests_per_acquisition(
-    hosts: &str,
-    args: &Args,
-    implementation: Impl,
-    mode: Mode,
-    contenders: usize,
-) -> Result<f64, String> {
-    let proxy = CountingProxy::start(hosts).await;
-    // No warmup: every request the run sends is divided by every acquisition it made.
-    let run = Run {
-        seconds: 2.0,
-        warmup: 0.0,
-        ..Run::new(args, implementation, mode, contenders)
-    };
-    let report = run.execute(&proxy.addr, &args.lock).await?;
-    if std::env::var_os("ZKFENCE_BENCH_OPCODES").is_some() {
-        eprintln!(
-            "{} {mode:?} x{contenders}: requests by opcode {:?} for {} acquisitions",
-            implementation.name(),
-            proxy.counts(),
-            report.acquisitions
-        );
-    }
-    Ok(per_acquisition(proxy.total(), report.acquisitions))
-}
-
 /// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
 async fn with_server(args: &Args) -> u8 {
     let local;
-    let hosts = match &args.connect {
-        Some(hosts) => hosts.clone(),
+    let (hosts, server_pid) = match &args.connect {
+        Some(hosts) => (hosts.clone(), None),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
             local = match start_local_zookeeper(|| bench_server(false)).await {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };
-            local.addr()
+            (local.addr(), Some(local.pid()))
         }
     };
-    let result = if args.in_process {
+    let result = if args.rounds.is_some() {
+        rounds::rounds(args, &hosts, server_pid).await
+    } else if args.in_process {
         in_process(args, &hosts).await
     } else if args.scale {
         scale(args, &hosts).await
@@ -180,36 +106,11 @@ fn bench_server(
     zkfence_testkit::LocalZooKeeper::start_for_bench(force_sync)
 }
 
-/// Runs contended and uncontended cycles, unmeasured, for `--server-warmup` seconds, so that
-/// the server's JIT has compiled its hot paths before the first measured run: a fresh server
-/// runs its first seconds several times slower, which would fall on whichever run came first.
-async fn warm_up(args: &Args, hosts: &str) -> Result<(), String> {
-    if args.server_warmup <= 0.0 {
-        return Ok(());
-    }
-    eprintln!(
-        "bench: warming the server up for {} s ...",
-        args.server_warmup
-    );
-    for (implementation, mode, contenders) in [
-        (Impl::Raw, Mode::Uncontended, 1),
-        (Impl::Zkfence, Mode::Contended, 8),
-    ] {
-        let run = Run {
-            seconds: 0.0,
-            warmup: args.server_warmup / 2.0,
-            ..Run::new(args, implementation, mode, contenders)
-        };
-        run.execute(hosts, &args.lock).await?;
-    }
-    Ok(())
-}
-
 /// `--matrix`: every impl in every configuration, the requests and writes per acquisition, the
 /// table of ratios and the chart; then, on a local server, the same matrix on a second server
 /// with forceSync=yes.
 async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
-    warm_up(args, hosts).await?;
+    measure::warm_up(args, hosts).await?;
     let reports = matrix_runs(args, hosts).await?;
     let requests = matrix_requests(args, hosts).await;
     println!(
@@ -228,7 +129,7 @@ async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
             Ok(zk) => zk,
             Err(code) => return Ok(code),
         };
-        warm_up(args, &durable.addr()).await?;
+        measure::warm_up(args, &durable.addr()).await?;
         let synced = matrix_runs(args, &durable.addr()).await?;
         println!("\nforceSync=yes (every transaction fsynced before it is acknowledged):\n");
         print!("{}", table(&synced));
@@ -268,7 +169,9 @@ async fn matrix_requests(args: &Args, hosts: &str) -> Vec<(Impl, Mode, usize, f6
     let mut requests = Vec::new();
     for (mode, contenders) in [(Mode::Uncontended, 1), (Mode::Contended, 8)] {
         for implementation in LOCKS {
-            match requests_per_acquisition(hosts, args, implementation, mode, contenders).await {
+            match measure::requests_per_acquisition(hosts, args, implementation, mode, contenders)
+                .await
+            {
                 Ok(r) => requests.push((implementation, mode, contenders, r)),
                 Err(err) => eprintln!("zkfence: {err}"),
             }

@@ -49,6 +49,7 @@ impl Impl {
 Examples:
   zkfence bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
   zkfence bench --matrix                     # every impl and mode, on a throwaway local server
+  zkfence bench --rounds 5                   # zkfence and its peers in turns, ratios with their spread
   scripts/bench                              # the same, as in the README")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
@@ -85,6 +86,28 @@ pub(crate) struct Args {
     /// throughput and latencies are not comparable with an uncounted run's.
     #[arg(long, env = "ZKFENCE_BENCH_COUNT")]
     pub(super) count: bool,
+    /// Measure zkfence and its peers in turns, this many rounds of every configuration (each
+    /// round starting with another implementation), and summarise the ratios per round as
+    /// their median and range; on a throwaway local server without --connect.
+    #[arg(long, value_name = "R", env = "ZKFENCE_BENCH_ROUNDS")]
+    pub(super) rounds: Option<usize>,
+    /// With --rounds: the configurations, as contender counts (1: uncontended).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,8,32",
+        env = "ZKFENCE_BENCH_CONFIGS"
+    )]
+    pub(super) configs: Vec<usize>,
+    /// With --rounds: the peers measured beside zkfence (the raw limits always are).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "zkclient,curator",
+        env = "ZKFENCE_BENCH_PEERS"
+    )]
+    pub(super) peers: Vec<Impl>,
     /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
     #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
     pub(super) matrix: bool,
@@ -148,6 +171,8 @@ pub(super) struct Run {
     pub(super) warmup: f64,
     /// The critical section: how long each holder holds.
     pub(super) hold: Duration,
+    /// The ZooKeeper server's process, when the bench started it: its CPU time is measured.
+    pub(super) server_pid: Option<i32>,
 }
 
 impl Run {
@@ -160,6 +185,7 @@ impl Run {
             seconds: args.seconds,
             warmup: args.warmup,
             hold: args.hold,
+            server_pid: None,
         }
     }
 }

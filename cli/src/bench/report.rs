@@ -25,6 +25,11 @@ pub(super) struct Report {
     pub(super) writes_per_acq: Option<f64>,
     pub(super) violations: u64,
     pub(super) errors: u64,
+    /// CPU time per acquisition in the measured window, in microseconds: the contenders'
+    /// process (this one, or Curator's JVM) and the ZooKeeper server (when the bench started
+    /// it).
+    pub(super) client_cpu_us: Option<f64>,
+    pub(super) server_cpu_us: Option<f64>,
 }
 
 impl Report {
@@ -60,6 +65,12 @@ impl Report {
         }
         if let Some(writes) = self.writes_per_acq {
             let _ = write!(out, ",\"writes_per_acq\":{writes:.2}");
+        }
+        if let Some(cpu) = self.client_cpu_us {
+            let _ = write!(out, ",\"client_cpu_us_per_acq\":{cpu:.1}");
+        }
+        if let Some(cpu) = self.server_cpu_us {
+            let _ = write!(out, ",\"server_cpu_us_per_acq\":{cpu:.1}");
         }
         out.push('}');
         out

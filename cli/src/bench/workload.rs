@@ -12,6 +12,7 @@ use zkfence::{FencedLock, LockGuard, LockOptions};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
+use super::cpu;
 use super::options::{Args, Impl, Mode, Run};
 use super::report::Report;
 use super::stats::{writes_per_acquisition, Latencies};
@@ -91,15 +92,19 @@ impl Run {
             .await?;
         tokio::time::sleep_until(measure_from).await;
         let first = zxid(&admin, &probe).await?;
+        let cpu_from = cpu::Sample::now(self.server_pid);
         shared.measuring.store(true, Ordering::SeqCst);
         tokio::time::sleep_until(until).await;
         shared.measuring.store(false, Ordering::SeqCst);
+        let cpu_to = cpu::Sample::now(self.server_pid);
         let last = zxid(&admin, &probe).await?;
         for task in tasks {
             let _ = task.await;
         }
         let mut report = self.report(&shared);
         report.writes_per_acq = Some(writes_per_acquisition(first, last, report.acquisitions));
+        let (client, server) = cpu_from.per_acquisition(cpu_to, report.acquisitions);
+        (report.client_cpu_us, report.server_cpu_us) = (Some(client), server);
         Ok(report)
     }
 
@@ -183,6 +188,8 @@ impl Run {
             writes_per_acq: None,
             violations: shared.violations.load(Ordering::SeqCst),
             errors: shared.errors.load(Ordering::SeqCst),
+            client_cpu_us: None,
+            server_cpu_us: None,
         }
     }
 }
