@@ -65,6 +65,9 @@ enum Command {
     /// The process that kills a command's group if zkfence dies (started by `run`).
     #[command(hide = true)]
     Lifeline,
+    /// One candidate process of `bench --failover` (started by the bench).
+    #[command(hide = true)]
+    BenchCandidate(bench::failover::CandidateArgs),
 }
 
 /// `zookeeper-client` 0.11 unwraps a closed watch channel (`session/watch.rs`) when a client
@@ -121,6 +124,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
+            Command::BenchCandidate(args) => bench::failover::candidate(args).await,
             Command::Lifeline => lifeline::main(),
             Command::Completions { shell } => {
                 clap_complete::generate(

@@ -415,7 +415,7 @@ impl Running {
 /// a second line behind the lifeline. The signal follows the *thread* that forks, so it is set
 /// only when the command is spawned from the main thread (the runtime's `block_on` runs there;
 /// a worker thread could exit under the command).
-fn die_with_zkfence(command: &mut tokio::process::Command) {
+pub(crate) fn die_with_zkfence(command: &mut tokio::process::Command) {
     // SAFETY: getpid and gettid only read the process's identity.
     let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
     if pid != tid {

@@ -14,6 +14,7 @@
 mod chart;
 mod cpu;
 mod curator;
+pub(crate) mod failover;
 mod measure;
 mod options;
 mod report;
@@ -38,6 +39,15 @@ use crate::local::start_local_zookeeper;
 /// `zkfence bench`: one run against `--connect`, or the matrix, scale or in-process
 /// measurements; the exit code.
 pub(crate) async fn bench(args: Args) -> u8 {
+    if args.failover.run {
+        return failover::bench(
+            args.connect.as_deref(),
+            &args.lock,
+            args.rounds,
+            &args.failover,
+        )
+        .await;
+    }
     if args.matrix || args.scale || args.in_process || args.rounds.is_some() {
         return with_server(&args).await;
     }

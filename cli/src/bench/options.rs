@@ -50,6 +50,7 @@ Examples:
   zkfence bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
   zkfence bench --matrix                     # every impl and mode, on a throwaway local server
   zkfence bench --rounds 5                   # zkfence and its peers in turns, ratios with their spread
+  zkfence bench --failover --rounds 5        # leader failover (kill -9, SIGSTOP) vs Curator's LeaderLatch
   scripts/bench                              # the same, as in the README")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
@@ -142,6 +143,9 @@ pub(crate) struct Args {
     /// With --in-process: tasks in the process.
     #[arg(long, default_value_t = 64, env = "ZKFENCE_BENCH_TASKS")]
     pub(super) tasks: usize,
+    /// `--failover` and its options: leader failover, zkfence against Curator's LeaderLatch.
+    #[command(flatten)]
+    pub(super) failover: super::failover::Options,
 }
 
 /// The matrix's configurations: (mode, contenders).
