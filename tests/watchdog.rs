@@ -561,3 +561,43 @@ async fn an_idle_client_sends_at_least_every_fifth_of_the_session_timeout() {
         drop(client);
     }
 }
+
+/// A mutant that loses its own locks in normal running is caught by nothing that matters: the
+/// chaos suite's invariants look for two holders, which a self-defeating lease never makes.
+/// So each lease mutant must keep a lock held through twice its session timeout on a healthy
+/// server, renewing through its own probes (`sync` for `SyncLease`). This once failed: the
+/// `SyncLease` watchdog, with no probe sent yet, found the first one always a moment ahead and
+/// never sent it, and the chaos suite's `sync-lease` mutant stopped being caught.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lease_mutant_keeps_its_lock_on_a_healthy_server() {
+    use zkfence::Mutant;
+    let hosts = chroot(shared(), "mutants-live").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let t = Duration::from_secs(2);
+    for mutant in [Mutant::SyncLease, Mutant::ResumeWithoutProof] {
+        let proxy = CountingProxy::start(server).await;
+        let client = connect(&format!("{}{root}", proxy.addr), t).await;
+        let options = LockOptions::default().with_mutant(mutant).with_grace(t);
+        let lock = FencedLock::new(client, "/mutant-live", options).unwrap();
+        let guard = lock.acquire().await.unwrap();
+        let held = Instant::now();
+        while held.elapsed() < t * 2 {
+            if let Err(err) = guard.check() {
+                panic!(
+                    "{mutant:?} lost its lock after {:?} on a healthy server: {err}",
+                    held.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let counts = proxy.counts();
+        let probes = counts.get(&9).or(counts.get(&14)).copied().unwrap_or(0);
+        assert!(
+            probes >= 2,
+            "{mutant:?}: {probes} probes in {:?}: {counts:?}",
+            t * 2
+        );
+        guard.release().await.unwrap();
+    }
+}

@@ -323,14 +323,21 @@ impl Driver {
     /// `SyncLease` mutant's rule).
     fn probe_due(&self, last_sent: Option<Instant>) -> Instant {
         let lease = &self.core.lease;
+        // What has never happened is due already: a time in the past, never "now", which
+        // `send_probe` (comparing with the instant it read first) would find still ahead.
+        let long_ago = || {
+            clock::now()
+                .checked_sub(self.timeout)
+                .unwrap_or_else(clock::now)
+        };
         if lease.is_legacy() {
-            return last_sent.map_or_else(clock::now, |s| s + self.timeout / 3);
+            return last_sent.map_or_else(long_ago, |s| s + self.timeout / 3);
         }
         // A probe pairs with the newest committed write once a gap has passed (replies that
         // are refusals do not move this: a lock retrying an error must not starve the probes).
         let pairs = lease
             .newest_commit()
-            .map_or_else(clock::now, |r| r + lease.gap());
+            .map_or_else(long_ago, |r| r + lease.gap());
         last_sent.map_or(pairs, |s| pairs.max(s + lease.probe_period()))
     }
 
