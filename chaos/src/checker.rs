@@ -310,6 +310,7 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOv
     let mut violations = Vec::new();
     let mut found = LeaseOverlaps {
         durations: Vec::new(),
+        grants: Vec::new(),
         by_fault: HashMap::new(),
         exempt: exempt_count,
     };
@@ -319,6 +320,7 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOv
     for (token, (grant, first, last)) in &overlaps {
         let lasted = ms(grant.t, last.t);
         found.durations.push(lasted);
+        found.grants.push(grant.t);
         // The fault under way when the newer holder was granted, if any.
         let during = tl
             .input
@@ -427,6 +429,7 @@ mod tests {
             valid: true,
             long: false,
             role,
+            jeopardy: false,
         };
         self::ev(t, w, ev)
     }
@@ -633,6 +636,110 @@ mod tests {
             outcome.figures["lease_overlaps"]["exempt_operator_deletions"],
             1
         );
+    }
+
+    #[test]
+    fn jeopardy_is_not_a_passing_check_but_the_check_after_steady_is() {
+        // w1 (token 10) is in jeopardy after w2 was granted 12 at t=6: no overlap.
+        let mut history = clean_history();
+        history.events.push(ev(8, 1, Ev::Jeopardy { token: 10 }));
+        let steady = Ev::Steady {
+            token: 10,
+            waited_ms: 1,
+        };
+        history.events.push(ev(9, 1, steady));
+        assert!(check(&history).violations.is_empty());
+        // Its check after steady() returned passes: that one overlaps.
+        let lease = Ev::Lease {
+            token: 10,
+            lease_left_ms: 700,
+        };
+        history.events.push(ev(11, 1, lease));
+        assert_eq!(invariants(&check(&history)), [LEASE_INVARIANT]);
+    }
+
+    #[test]
+    fn a_grant_in_jeopardy_is_no_passing_check_but_still_a_newer_grant() {
+        let mut history = clean_history();
+        let mut grant = granted(11, 3, 20, Role::Write);
+        if let Ev::Granted { jeopardy, .. } = &mut grant.ev {
+            *jeopardy = true;
+        }
+        history.events.push(grant);
+        assert!(check(&history).violations.is_empty());
+        // w2 (token 12) passes a check after w3 was granted 20, in jeopardy or not.
+        let lease = Ev::Lease {
+            token: 12,
+            lease_left_ms: 5,
+        };
+        history.events.push(ev(12, 2, lease));
+        assert_eq!(invariants(&check(&history)), [LEASE_INVARIANT]);
+    }
+
+    #[test]
+    fn a_lost_hold_whose_node_survived_is_a_needless_cancel_of_the_fault_under_way() {
+        let mut history = clean_history();
+        history.events.insert(0, ev(0, 1, start(2000, 2000)));
+        let cancel = Ev::Cancel {
+            token: 10,
+            reason: "lease_expired".into(),
+        };
+        history.events.push(ev(20, 1, cancel));
+        let verdict = |survived| Ev::LossVerdict {
+            token: 10,
+            reason: "lease_expired".into(),
+            node_survived: survived,
+            waited_ms: 0,
+        };
+        history.events.push(ev(30, 1, verdict(Some(true))));
+        history.faults.push(fault("leader-silent", 15, 25));
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let lost = &outcome.figures["holds_lost"];
+        assert_eq!(
+            (lost["count"].as_u64(), lost["needless"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(lost["by_fault"]["leader-silent"]["needless"], 1);
+        assert_eq!(
+            lost["by_config"]["T=2000 ms ride-out grace 2000 ms"]["lost"],
+            1
+        );
+        let row = &outcome.figures["per_fault_kind"]["leader-silent"];
+        assert_eq!(
+            (row["faults"].as_u64(), row["needless_cancels"].as_u64()),
+            (Some(1), Some(1))
+        );
+        // Its node gone: lost, but not needlessly.
+        let last = history.events.len() - 1;
+        history.events[last] = ev(30, 1, verdict(Some(false)));
+        let lost = &check(&history).figures["holds_lost"];
+        assert_eq!(
+            (lost["count"].as_u64(), lost["needless"].as_u64()),
+            (Some(1), Some(0))
+        );
+    }
+
+    fn start(session_ms: u64, grace_ms: u64) -> Ev {
+        Ev::Start {
+            mutant: "none".into(),
+            ride_out: true,
+            session_ms,
+            grace_ms,
+        }
+    }
+
+    fn fault(kind: &str, start: i64, end: i64) -> Fault {
+        Fault {
+            kind: kind.into(),
+            detail: String::new(),
+            start,
+            end,
+            reference: start,
+            victim: None,
+            expired_at: None,
+            pause_past_timeout: false,
+        }
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub(crate) enum Mutant {
     WatchdogOff,
     /// The earlier lease rule (`Mutant::SyncLease`): sync replies extend the lease from their send time.
     SyncLease,
+    /// Jeopardy ends on a sync's answer rather than on a committed probe that finds the node
+    /// (`Mutant::ResumeWithoutProof`); its workers have a grace.
+    ResumeWithoutProof,
 }
 
 impl Mutant {
@@ -33,15 +36,34 @@ impl Mutant {
             Mutant::FencingOff => "fencing-off",
             Mutant::WatchdogOff => "watchdog-off",
             Mutant::SyncLease => "sync-lease",
+            Mutant::ResumeWithoutProof => "resume-without-proof",
         }
     }
 }
 
-/// How one worker runs: its session timeout and whether it rides out disconnects.
+/// How one worker runs: its session timeout, whether it rides out disconnects, its grace.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerMode {
     pub session_ms: u64,
     pub ride_out: bool,
+    /// The grace period (`LockOptions::with_grace`), 0 for none.
+    pub grace_ms: u64,
+}
+
+impl WorkerMode {
+    /// How it shows in the setup lines: `T=2000 ms ride-out grace 2000 ms`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "T={} ms{}{}",
+            self.session_ms,
+            if self.ride_out { " ride-out" } else { "" },
+            if self.grace_ms > 0 {
+                format!(" grace {} ms", self.grace_ms)
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 /// The servers every scenario of a run shares: the main ensemble (tick 200 ms, each server in
@@ -99,6 +121,8 @@ struct Slot {
     skew: Option<f64>,
     /// The token of the hold the worker stretched on our SIGUSR1.
     extended: Option<u64>,
+    /// The token of the hold the worker last found in jeopardy, until it is steady again.
+    jeopardy: Option<u64>,
 }
 
 struct State {
@@ -262,6 +286,11 @@ impl Scenario {
         Duration::from_millis(self.modes[id].session_ms)
     }
 
+    /// Worker `id`'s grace period (zero: none).
+    pub(crate) fn grace_of(&self, id: usize) -> Duration {
+        Duration::from_millis(self.modes[id].grace_ms)
+    }
+
     /// Worker `id`'s command line: this executable's `worker` subcommand, with libfaketime at
     /// `skew` when given.
     fn worker_command(
@@ -288,6 +317,7 @@ impl Scenario {
             .args(["--mutant", self.mutant.name()])
             .args(["--seed", &self.seed.to_string()])
             .args(["--long-ms", &self.long_ms.to_string()])
+            .args(["--grace-ms", &mode.grace_ms.to_string()])
             .args(self.rw.then_some("--rw"))
             .args(mode.ride_out.then_some("--ride-out"))
             .stdout(std::process::Stdio::piped())
@@ -421,6 +451,16 @@ impl Scenario {
     /// The token of the hold worker `id` last stretched on SIGUSR1.
     pub(crate) fn extended(&self, id: usize) -> Option<u64> {
         self.lock_state().slots[id].extended
+    }
+
+    /// Whether worker `id`'s hold of `token` is in jeopardy or over (lost, released, or the
+    /// process gone).
+    pub(crate) fn suspended(&self, id: usize, token: u64) -> bool {
+        let st = self.lock_state();
+        let slot = &st.slots[id];
+        slot.jeopardy == Some(token)
+            || slot.cancelled
+            || slot.holding.as_ref().map(|(t, _)| *t) != Some(token)
     }
 
     /// Notes the fault under way, for the progress line.
@@ -607,6 +647,8 @@ fn apply(st: &mut State, id: usize, e: &Event) {
             st.cancels += 1;
         }
         Ev::Extended { token } => slot.extended = Some(*token),
+        Ev::Jeopardy { token } => slot.jeopardy = Some(*token),
+        Ev::Steady { .. } => slot.jeopardy = None,
         Ev::Release { .. } | Ev::CheckFailed { .. } | Ev::Unknown { .. } => {
             slot.holding = None;
             slot.long_since = None;

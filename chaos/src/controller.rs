@@ -174,17 +174,7 @@ impl Servers {
         let (name, mutant) = (plan.name, plan.mutant);
         println!();
         println!("== scenario {name} (mutant: {}) ==", mutant.name());
-        let workers: Vec<String> = plan
-            .modes
-            .iter()
-            .map(|m| {
-                format!(
-                    "T={} ms{}",
-                    m.session_ms,
-                    if m.ride_out { " ride-out" } else { "" }
-                )
-            })
-            .collect();
+        let workers: Vec<String> = plan.modes.iter().map(|m| m.describe()).collect();
         println!("  workers: {}", workers.join(", "));
         let (ensemble, options) = self.place(plan);
         let spec = Spec {

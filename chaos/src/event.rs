@@ -58,6 +58,9 @@ pub(crate) enum Ev {
         mutant: String,
         ride_out: bool,
         session_ms: u64,
+        /// The grace period (`LockOptions::with_grace`), 0 for none (and in earlier runs' logs).
+        #[serde(default)]
+        grace_ms: u64,
     },
     /// A ZooKeeper session was established.
     Session { session: i64, timeout_ms: u64 },
@@ -70,7 +73,8 @@ pub(crate) enum Ev {
     /// `acquire_timeout` timed out or failed.
     AcquireFailed { error: String },
     /// `acquire` returned; `valid` if the lease check right after it passed (its `t` was taken
-    /// before that check).
+    /// before that check), or, when that check found the hold in `jeopardy`, if it was steady
+    /// again and checked before the worker went on (not a passing check at `t`, then).
     Granted {
         token: u64,
         seq: i64,
@@ -79,6 +83,8 @@ pub(crate) enum Ev {
         valid: bool,
         long: bool,
         role: Role,
+        #[serde(default)]
+        jeopardy: bool,
     },
     /// The hold was stretched on the controller's SIGUSR1.
     Extended { token: u64 },
@@ -114,8 +120,25 @@ pub(crate) enum Ev {
     },
     /// A lease check failed; the hold ends.
     CheckFailed { token: u64, error: String },
+    /// A lease check found the hold in jeopardy (only with a grace): not lost, but no side
+    /// effect until it is steady again. Not a passing check. The worker awaits `steady()`.
+    Jeopardy { token: u64 },
+    /// `steady()` returned after `waited_ms`: a committed probe found the node again. The
+    /// worker checks its lease again (with a time of its own) before going on; this event is
+    /// not a passing check either.
+    Steady { token: u64, waited_ms: u64 },
     /// The watchdog cancelled the hold (logged by a task waiting on `Held::lost()`).
     Cancel { token: u64, reason: String },
+    /// After a hold was lost (`reason`), before its release: whether its lock node was still
+    /// there, asked on the worker's own session once it could answer (a `sync`, then
+    /// `exists`). `false` also when the session was over (its ephemeral node went with it);
+    /// `null` when no answer came within 3T. A node that survived makes the loss needless.
+    LossVerdict {
+        token: u64,
+        reason: String,
+        node_survived: Option<bool>,
+        waited_ms: u64,
+    },
     /// About to release the lock.
     Release { token: u64 },
     /// The release returned.
@@ -144,7 +167,10 @@ impl Ev {
             Ev::Lease { .. } => "lease",
             Ev::Observe { .. } => "observe",
             Ev::CheckFailed { .. } => "check-failed",
+            Ev::Jeopardy { .. } => "jeopardy",
+            Ev::Steady { .. } => "steady",
             Ev::Cancel { .. } => "cancel",
+            Ev::LossVerdict { .. } => "loss-verdict",
             Ev::Release { .. } => "release",
             Ev::Released { .. } => "released",
             Ev::SessionEnded { .. } => "session-ended",
@@ -164,7 +190,10 @@ impl Ev {
             | Ev::Lease { token, .. }
             | Ev::Observe { token, .. }
             | Ev::CheckFailed { token, .. }
+            | Ev::Jeopardy { token }
+            | Ev::Steady { token, .. }
             | Ev::Cancel { token, .. }
+            | Ev::LossVerdict { token, .. }
             | Ev::Release { token }
             | Ev::Released { token, .. } => Some(*token),
             _ => None,
@@ -207,11 +236,18 @@ impl Event {
 
     /// The worker passed a lease check at `t` (taken just before the check): a valid grant, an
     /// invoke after a check, a polled check, a reader's checked read. `Some(is_reader)` if so.
+    /// Jeopardy never is: a check in jeopardy failed, and after `steady()` returns the worker
+    /// checks again, and that check (an invoke's, a poll's) is the one that counts.
     pub(crate) fn passed_check(&self) -> Option<bool> {
         match self.ev {
-            Ev::Granted { valid: true, .. } => Some(self.reader()),
+            Ev::Granted {
+                valid: true,
+                jeopardy: false,
+                ..
+            } => Some(self.reader()),
             Ev::Invoke { checked: true, .. } | Ev::Lease { .. } => Some(false),
             Ev::Observe { valid: true, .. } => Some(true),
+            Ev::Jeopardy { .. } | Ev::Steady { .. } | Ev::Granted { .. } => None,
             _ => None,
         }
     }
@@ -250,6 +286,7 @@ mod tests {
                 mutant: s(),
                 ride_out: true,
                 session_ms: 2000,
+                grace_ms: 2000,
             },
             Ev::Session {
                 session: 7,
@@ -267,6 +304,7 @@ mod tests {
                 valid: true,
                 long: false,
                 role: Role::Write,
+                jeopardy: true,
             },
             Ev::Extended { token: 1 },
             Ev::Read { token: 1 },
@@ -303,9 +341,20 @@ mod tests {
                 token: 1,
                 error: s(),
             },
+            Ev::Jeopardy { token: 1 },
+            Ev::Steady {
+                token: 1,
+                waited_ms: 5,
+            },
             Ev::Cancel {
                 token: 1,
                 reason: s(),
+            },
+            Ev::LossVerdict {
+                token: 1,
+                reason: s(),
+                node_survived: Some(true),
+                waited_ms: 5,
             },
             Ev::Release { token: 1 },
             Ev::Released {
@@ -357,6 +406,17 @@ mod tests {
                 token: 9,
                 error: None
             }
+        );
+        let line = r#"{"ev":"start","mutant":"none","pid":3,"ride_out":false,"session_ms":2000,"t":1,"w":0}"#;
+        assert_eq!(
+            serde_json::from_str::<Event>(line).unwrap().ev,
+            Ev::Start {
+                mutant: "none".into(),
+                ride_out: false,
+                session_ms: 2000,
+                grace_ms: 0
+            },
+            "a start of an earlier run has no grace"
         );
         let line = r#"{"ev":"session-ended","pid":3,"state":"Closed","t":1,"w":0}"#;
         assert_eq!(

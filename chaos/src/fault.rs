@@ -67,6 +67,32 @@ pub(crate) enum FaultKind {
     IsolateFollower,
     /// The links between the leader and the followers lose 30% of their packets for 2T.
     LossyLeaderLink,
+    /// A holder on a follower; the leader cut off from the followers as in
+    /// `IsolateLeader { symmetric: false }`, and the holder from the followers too (a client
+    /// on the minority side); it reaches the stale leader once its hold is in jeopardy (or
+    /// over). The stale leader answers syncs and commits nothing: what a rule that ends
+    /// jeopardy on a sync's answer gets wrong.
+    StaleLeaderReconnect,
+    /// The faults operators cause every week (the failover experiment). Each server restarted
+    /// in turn (followers first, the leader last), each serving again before the next, under
+    /// a holder stretched through it wherever it is.
+    RollingRestart,
+    /// A holder on a follower; the leader SIGKILLed, restarted once the followers elected
+    /// another.
+    KillLeaderFollowers,
+    /// A holder on a follower; the leader's links to the followers drop packets both ways (a
+    /// power loss, a dead NIC), so the followers wait `syncLimit · tickTime` before electing.
+    LeaderSilent,
+    /// A holder on a follower; the leader SIGSTOPped for `factor` × T (a long GC pause).
+    LeaderGcPause {
+        factor: f64,
+    },
+    /// The holder's commits become slow: the replies to its next writes held T/4 each (an
+    /// fsync stall, as the client sees it), for 2T.
+    FsyncStall,
+    /// The holder SIGSTOPped for 1.5 T: what a suspended client machine looks like to the
+    /// servers (the lease clock's half of a suspend is the library's time-namespace test).
+    ClientSuspend,
 }
 
 impl FaultKind {
@@ -90,18 +116,41 @@ impl FaultKind {
             FaultKind::OneWayFollower => "one-way-follower",
             FaultKind::IsolateFollower => "isolate-follower",
             FaultKind::LossyLeaderLink => "lossy-leader-link",
+            FaultKind::StaleLeaderReconnect => "stale-leader-reconnect",
+            FaultKind::RollingRestart => "rolling-restart",
+            FaultKind::KillLeaderFollowers => "kill-leader-followers",
+            FaultKind::LeaderSilent => "leader-silent",
+            FaultKind::LeaderGcPause { .. } => "leader-gc-pause",
+            FaultKind::FsyncStall => "fsync-stall",
+            FaultKind::ClientSuspend => "client-suspend",
         }
     }
 }
 
 /// The names of the faults that cut links inside the ensemble.
-pub(crate) const PARTITION_KINDS: [&str; 5] = [
+pub(crate) const PARTITION_KINDS: [&str; 7] = [
     "isolate-leader-asym",
     "isolate-leader-sym",
     "one-way-follower",
     "isolate-follower",
     "lossy-leader-link",
+    "stale-leader-reconnect",
+    "leader-silent",
 ];
+
+/// The failover experiment's fault kinds, in the order its table lists them.
+pub(crate) const FAILOVER_KINDS: [&str; 6] = [
+    "rolling-restart",
+    "kill-leader-followers",
+    "leader-silent",
+    "leader-gc-pause",
+    "fsync-stall",
+    "client-suspend",
+];
+
+/// The failover experiment's target: with a grace of T, these cost no needless cancel.
+pub(crate) const FAILOVER_TARGET_KINDS: [&str; 3] =
+    ["rolling-restart", "kill-leader-followers", "leader-silent"];
 
 /// One injected fault, as the controller recorded it.
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@
 
 use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
+use crate::fault::Fault;
 use crate::store::Row;
 use crate::timeline::{increments, Hold, Timeline};
 use serde_json::{json, Value};
@@ -33,6 +34,8 @@ fn stats_by<K: Eq + std::hash::Hash + serde::Serialize>(
 pub(crate) struct LeaseOverlaps {
     /// How long each overlap lasted (ms).
     pub durations: Vec<f64>,
+    /// When each one began: the newer grant's time.
+    pub grants: Vec<i64>,
     /// The same, by the fault under way at the newer grant.
     pub by_fault: HashMap<String, Vec<f64>>,
     /// Checks that passed late for holders an operator deleted behind their lease.
@@ -212,9 +215,148 @@ fn cancels_on_surviving_sessions(tl: &Timeline<'_>) -> HashMap<&'static str, u64
     false_cancels
 }
 
+/// How long after a fault ends a cancel is still put down to it (ns): 2T + 1 s.
+fn slack(tl: &Timeline<'_>) -> i64 {
+    2 * tl.input.session_ms as i64 * 1_000_000 + 1_000_000_000
+}
+
+/// The kind of the fault that moment `t` is put down to: the last one to start before it
+/// (or within 0.1 s after), if `t` comes no later than `slack` after that fault ended; else
+/// `none`. Faults run one at a time, so the one under way or the one just healed.
+pub(crate) fn fault_at(faults: &[Fault], t: i64, slack: i64) -> String {
+    faults
+        .iter()
+        .filter(|f| f.start - 100_000_000 <= t)
+        .max_by_key(|f| f.start)
+        .filter(|f| t <= f.end + slack)
+        .map_or_else(|| "none".to_owned(), |f| f.kind.clone())
+}
+
+/// What a lost hold's node told afterwards, counted per fault kind or lease configuration.
+#[derive(Default, serde::Serialize)]
+struct LossCount {
+    /// Holds lost (their token fired, or a check found them lost).
+    lost: u64,
+    /// Of those, the ones whose node was still there afterwards: needless.
+    needless: u64,
+    /// Of those, the ones with no verdict (none came in time, or the process ended first).
+    unknown: u64,
+}
+
+/// A worker's lease configuration, as its `start` event gives it.
+fn configuration(ev: &Ev) -> Option<String> {
+    let Ev::Start {
+        ride_out,
+        session_ms,
+        grace_ms,
+        ..
+    } = ev
+    else {
+        return None;
+    };
+    let mode = if *ride_out { "ride-out" } else { "default" };
+    Some(format!("T={session_ms} ms {mode} grace {grace_ms} ms"))
+}
+
+/// Holds lost, needless ones (their node survived the loss: the session lived on and nobody
+/// else held) and unknown ones, per fault kind ([`fault_at`] of the cancel, else of the
+/// verdict's start) and per lease configuration; and the worker's jeopardy spells.
+fn losses(tl: &Timeline<'_>) -> Value {
+    let mut config: HashMap<u32, String> = HashMap::new();
+    let mut lost_at: HashMap<(u32, u64), i64> = HashMap::new();
+    let mut verdicts: HashMap<(u32, u64), Option<bool>> = HashMap::new();
+    let (mut spells, mut steady) = (0u64, 0u64);
+    for e in tl.events {
+        match &e.ev {
+            Ev::Start { .. } => {
+                config.extend(configuration(&e.ev).map(|c| (e.pid, c)));
+            }
+            Ev::Cancel { token, .. } => {
+                lost_at.entry((e.pid, *token)).or_insert(e.t);
+            }
+            Ev::LossVerdict {
+                token,
+                node_survived,
+                waited_ms,
+                ..
+            } => {
+                let began = e.t - *waited_ms as i64 * 1_000_000;
+                lost_at.entry((e.pid, *token)).or_insert(began);
+                verdicts.insert((e.pid, *token), *node_survived);
+            }
+            Ev::Jeopardy { .. } => spells += 1,
+            Ev::Steady { .. } => steady += 1,
+            _ => {}
+        }
+    }
+    let mut by_fault: HashMap<String, LossCount> = HashMap::new();
+    let mut by_config: HashMap<String, LossCount> = HashMap::new();
+    let mut all = LossCount::default();
+    for (key, &at) in &lost_at {
+        let kind = fault_at(&tl.input.faults, at, slack(tl));
+        let cfg = config.get(&key.0).cloned().unwrap_or_else(|| "?".into());
+        let verdict = verdicts.get(key).copied().flatten();
+        for count in [
+            by_fault.entry(kind).or_default(),
+            by_config.entry(cfg).or_default(),
+            &mut all,
+        ] {
+            count.lost += 1;
+            count.needless += u64::from(verdict == Some(true));
+            count.unknown += u64::from(verdict.is_none());
+        }
+    }
+    json!({
+        "count": all.lost, "needless": all.needless, "verdict_unknown": all.unknown,
+        "by_fault": by_fault, "by_config": by_config,
+        "jeopardy": {"noticed": spells, "steady_again": steady},
+    })
+}
+
+/// One row of the failover table: what is put down to one fault kind.
+#[derive(Default, serde::Serialize)]
+struct KindRow {
+    faults: u64,
+    holds_lost: u64,
+    needless_cancels: u64,
+    lease_overlaps: u64,
+    stale_writes_accepted: u64,
+}
+
+/// Per fault kind: faults, holds lost, needless cancels, valid-lease overlaps and stale writes
+/// accepted put down to it ([`fault_at`]; an overlap by its newer grant): the failover table.
+fn per_fault_kind(
+    tl: &Timeline<'_>,
+    losses: &Value,
+    lease: &LeaseOverlaps,
+    stale: &StaleWrites,
+) -> Value {
+    let faults = &tl.input.faults;
+    let mut kinds: HashMap<String, KindRow> = HashMap::new();
+    for f in faults {
+        kinds.entry(f.kind.clone()).or_default().faults += 1;
+    }
+    if let Some(by) = losses["by_fault"].as_object() {
+        for (kind, count) in by {
+            let row = kinds.entry(kind.clone()).or_default();
+            row.holds_lost += count["lost"].as_u64().unwrap_or(0);
+            row.needless_cancels += count["needless"].as_u64().unwrap_or(0);
+        }
+    }
+    for &t in &lease.grants {
+        let kind = fault_at(faults, t, slack(tl));
+        kinds.entry(kind).or_default().lease_overlaps += 1;
+    }
+    for &(_, t) in &stale.accepted {
+        let kind = fault_at(faults, t, slack(tl));
+        kinds.entry(kind).or_default().stale_writes_accepted += 1;
+    }
+    serde_json::to_value(kinds).unwrap_or_default()
+}
+
 /// Spurious cancels: no fault from 0.1 s after to 2T + 1 s before.
 fn spurious_cancels(tl: &Timeline<'_>) -> usize {
-    let slack = 2 * tl.input.session_ms as i64 * 1_000_000 + 1_000_000_000;
+    let slack = slack(tl);
     tl.cancels
         .iter()
         .filter(|c| {
@@ -293,6 +435,8 @@ pub(crate) fn figures(
     let detect = detection(tl);
     let progress = progress(tl);
     let gap = progress.gap;
+    let losses = losses(tl);
+    let per_kind = per_fault_kind(tl, &losses, lease, stale);
     json!({
         "faults": input.faults.len(),
         "faults_by_kind": by_kind,
@@ -314,6 +458,8 @@ pub(crate) fn figures(
         "lease_overlaps": {"count": lease.durations.len(), "duration": stats(lease.durations.clone()),
                            "exempt_operator_deletions": lease.exempt, "by_fault": stats_by(lease.by_fault.clone())},
         "cancels_on_surviving_sessions": cancels_on_surviving_sessions(tl),
+        "holds_lost": losses,
+        "per_fault_kind": per_kind,
         "failover_after_kill_ms": stats(detect.failover),
         "cancels": tl.cancels.len(),
         "spurious_cancels": spurious_cancels(tl),

@@ -1,6 +1,6 @@
 //! `zkfence-chaos`: the fault-injection suite's command line. See `chaos/README.md`.
 //!
-//! `smoke`, `long` and `partition` run the controller ([`controller`]); `worker` is one worker
+//! `smoke`, `long`, `partition` and `failover` run the controller ([`controller`]); `worker` is one worker
 //! process, which the controller starts.
 
 mod checker;
@@ -21,13 +21,13 @@ mod verdict;
 mod worker;
 
 use clap::Parser;
-use mode::{Mode, PartitionArgs, RunArgs};
+use mode::{FailoverArgs, Mode, PartitionArgs, RunArgs};
 
 #[derive(Parser)]
 #[command(about = "zkfence's chaos suite: real ZooKeeper ensemble, real PostgreSQL, real faults")]
 enum Cmd {
-    /// The CI run (about 7 minutes): every fault kind, partitions inside the ensemble, then
-    /// the three mutants, which must fail.
+    /// The CI run (about 7 minutes): every fault kind, partitions inside the ensemble, a short
+    /// failover scenario, then the four mutants, which must fail.
     Smoke(RunArgs),
     /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
     /// partition scenario on a second ensemble running alongside.
@@ -36,6 +36,11 @@ enum Cmd {
     /// off from its followers (asymmetric and symmetric) and a one-way follower cut, `--runs`
     /// times per lease mode, then the same with the earlier lease rule that trusted syncs, which must fail.
     Partition(PartitionArgs),
+    /// The failover experiment: the faults operators cause every week (rolling restarts,
+    /// leader failovers, GC pauses, fsync stalls, client suspends) under stock server settings
+    /// and T = 10 s, `--runs` times each, without a grace and with a grace of T; the needless
+    /// cancels per fault kind.
+    Failover(FailoverArgs),
     /// One worker process (started by the controller).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -53,6 +58,7 @@ fn main() {
         Cmd::Smoke(args) => std::process::exit(controller_main(Mode::Smoke(args))),
         Cmd::Long(args) => std::process::exit(controller_main(Mode::Long(args))),
         Cmd::Partition(args) => std::process::exit(controller_main(Mode::Partition(args))),
+        Cmd::Failover(args) => std::process::exit(controller_main(Mode::Failover(args))),
     }
 }
 

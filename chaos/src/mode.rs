@@ -1,4 +1,4 @@
-//! The run's mode (`smoke`, `long`, `partition`) and its command-line arguments: what the
+//! The run's mode (`smoke`, `long`, `partition`, `failover`) and its command-line arguments: what the
 //! controller, the schedule and the verdict read of the command line.
 
 use std::path::PathBuf;
@@ -60,11 +60,41 @@ pub(crate) struct PartitionArgs {
     pub only: Vec<String>,
 }
 
+/// The arguments of a failover run.
+#[derive(clap::Args, Clone)]
+pub(crate) struct FailoverArgs {
+    /// Seed of the fault order (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Runs of each fault kind per scenario (without a grace, with a grace of T).
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// The servers' tickTime, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub tick_ms: u64,
+    /// The servers' syncLimit, in ticks.
+    #[arg(long, default_value_t = 5)]
+    pub sync_limit: u32,
+    /// The workers' session timeout T, in milliseconds (the grace scenario's grace is T).
+    #[arg(long, default_value_t = 10000)]
+    pub session_ms: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// Run directory (default: chaos/runs/failover-<seed>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run only the scenarios with these names (failover-no-grace, failover-grace).
+    #[arg(long)]
+    pub only: Vec<String>,
+}
+
 /// The run the controller makes, with its arguments.
 pub(crate) enum Mode {
     Smoke(RunArgs),
     Long(RunArgs),
     Partition(PartitionArgs),
+    Failover(FailoverArgs),
 }
 
 impl Mode {
@@ -73,6 +103,7 @@ impl Mode {
             Mode::Smoke(_) => "smoke",
             Mode::Long(_) => "long",
             Mode::Partition(_) => "partition",
+            Mode::Failover(_) => "failover",
         }
     }
 
@@ -80,6 +111,7 @@ impl Mode {
         match self {
             Mode::Smoke(a) | Mode::Long(a) => a.seed,
             Mode::Partition(a) => a.seed,
+            Mode::Failover(a) => a.seed,
         }
     }
 
@@ -87,6 +119,7 @@ impl Mode {
         match self {
             Mode::Smoke(a) | Mode::Long(a) => a.out.clone(),
             Mode::Partition(a) => a.out.clone(),
+            Mode::Failover(a) => a.out.clone(),
         }
     }
 
@@ -95,6 +128,7 @@ impl Mode {
         match self {
             Mode::Smoke(a) | Mode::Long(a) => &a.only,
             Mode::Partition(a) => &a.only,
+            Mode::Failover(a) => &a.only,
         }
     }
 }

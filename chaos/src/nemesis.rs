@@ -59,7 +59,14 @@ impl Scenario {
             FaultKind::OneWayFollower => self.cut_follower(kind, true).await,
             FaultKind::IsolateFollower => self.cut_follower(kind, false).await,
             FaultKind::LossyLeaderLink => self.lossy_leader_link(kind).await,
+            FaultKind::StaleLeaderReconnect => self.stale_leader_reconnect(kind).await,
             FaultKind::SkewWorker { rate } => self.skew_worker(kind, rate).await,
+            FaultKind::RollingRestart => self.rolling_restart(kind).await,
+            FaultKind::KillLeaderFollowers => self.kill_leader_under_follower(kind).await,
+            FaultKind::LeaderSilent => self.silence_leader(kind).await,
+            FaultKind::LeaderGcPause { factor } => self.pause_leader(kind, factor, true).await,
+            FaultKind::FsyncStall => self.fsync_stall(kind).await,
+            FaultKind::ClientSuspend => self.pause_holder(kind, 1.5, Phase::Any).await,
         }?;
         self.fault_ended(fault.clone());
         Some(fault)
@@ -346,6 +353,67 @@ impl Scenario {
         })
     }
 
+    /// A holder on a follower; the leader cut off from both followers as in
+    /// isolate-leader-asym, and the holder from both followers (its connection to its
+    /// follower goes silent, even when the follower drops it, as in a real partition), as a
+    /// client on the leader's side of the split. It may reach the stale leader once its hold
+    /// is in jeopardy (or over), and no sooner than T/2 after the cut (so that a lease it
+    /// renews there would outlast the majority's grant; the stale leader itself expires the
+    /// session about T after the cut): no write of its session is stuck there yet, so the
+    /// leader answers its syncs at once, and it commits nothing. Held like the partitions.
+    async fn stale_leader_reconnect(&self, kind: &FaultKind) -> Option<Fault> {
+        let leader = self.leader().await?;
+        // A worker with a grace if there is one: what the fault is about.
+        let graced = (0..self.proxies.len()).any(|w| !self.grace_of(w).is_zero());
+        let who = |w: usize| !graced || !self.grace_of(w).is_zero();
+        let (h, server) = self
+            .placed_holder_among(|s| s != leader, Some(&who))
+            .await?;
+        self.pin(h.id, server, &[leader]);
+        // A hold that has run a while (stretched, it lasts through the fault): its watchdog
+        // probes at its steady pace, not the burst of a fresh start.
+        tokio::time::sleep(self.timeout_of(h.id) / 2).await;
+        let at = self.where_things_are(h.id).await;
+        let followers: Vec<usize> = (0..3).filter(|&f| f != leader).collect();
+        let start = now_ns();
+        for &f in &followers {
+            let _ = self.ensemble.cut(f, leader, LinkFault::Reset);
+            let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
+        }
+        self.proxies[h.id][server].cut_off(true);
+        self.proxies[h.id][server].refuse(true);
+        let (expired, opened) = tokio::join!(
+            self.hold_partition(h.id, &h.node, &followers),
+            self.open_when_suspended(&h, leader, start),
+        );
+        self.proxies[h.id][server].cut_off(false);
+        let detail = format!(
+            "w{} token {} on follower {server}, cut off from both followers as the leader {leader} is \
+             (their packets to it reset, its packets to them dropped); let reach the leader {:.1} s in {at}",
+            h.id,
+            h.token,
+            (opened - start) as f64 / 1e9
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Lets `h`'s worker connect to server `to` once its hold is in jeopardy or over (or after
+    /// its T and 1 s), and no sooner than T/2 after `since`; returns when.
+    async fn open_when_suspended(&self, h: &Holder, to: usize, since: i64) -> i64 {
+        let t = self.timeout_of(h.id);
+        let deadline = since + (t + Duration::from_secs(1)).as_nanos() as i64;
+        let earliest = since + t.mul_f64(0.5).as_nanos() as i64;
+        while now_ns() < deadline && (now_ns() < earliest || !self.suspended(h.id, h.token)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.proxies[h.id][to].refuse(false);
+        now_ns()
+    }
+
     /// 30% of the packets between the leader and the followers lost, both ways, for 2T.
     async fn lossy_leader_link(&self, kind: &FaultKind) -> Option<Fault> {
         let t = self.timeout();
@@ -386,6 +454,152 @@ impl Scenario {
         })
     }
 
+    /// Restart each server in turn, followers first and the leader last (as an operator's
+    /// runbook does), each serving again, with all three in quorum, before the next; a
+    /// holder, wherever it is, stretched through it.
+    async fn rolling_restart(&self, kind: &FaultKind) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let holder = self.placed_holder(|_| true).await;
+        let start = now_ns();
+        let order: Vec<usize> = (0..3).filter(|&s| s != leader).chain([leader]).collect();
+        let mut steps = Vec::new();
+        for &i in &order {
+            let ensemble = self.ensemble.clone();
+            let began = now_ns();
+            let outcome = tokio::task::spawn_blocking(move || ensemble.restart(i)).await;
+            self.await_quorum().await;
+            steps.push(format!(
+                "{i} {} after {:.1} s",
+                restarted(outcome),
+                (now_ns() - began) as f64 / 1e9
+            ));
+        }
+        let detail = format!(
+            "servers restarted in turn, the leader {leader} last: {}{}",
+            steps.join(", "),
+            holder.as_ref().map_or(String::new(), |(h, server)| format!(
+                "; w{} token {} holding on server {server}",
+                h.id, h.token
+            ))
+        );
+        Some(Fault {
+            victim: holder.map(|(h, _)| h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// A holder on a follower, stretched; SIGKILL the leader, restart it once the followers
+    /// elected another (and 1 s more), and keep the fault until T + 2 s after the kill, when
+    /// the holder's lease has lapsed or been proven again either way.
+    async fn kill_leader_under_follower(&self, kind: &FaultKind) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let (h, server) = self.placed_holder(|s| s != leader).await?;
+        self.free_but_avoid(h.id, leader);
+        let start = now_ns();
+        let ensemble = self.ensemble.clone();
+        let _ = tokio::task::spawn_blocking(move || ensemble.kill(leader)).await;
+        let elected = self.new_leader(leader).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ensemble = self.ensemble.clone();
+        let outcome = tokio::task::spawn_blocking(move || ensemble.restart(leader)).await;
+        self.await_quorum().await;
+        let until = start + (self.timeout_of(h.id) + Duration::from_secs(2)).as_nanos() as i64;
+        tokio::time::sleep(Duration::from_nanos((until - now_ns()).max(0) as u64)).await;
+        self.refuse_none();
+        let detail = format!(
+            "w{} token {} holding on follower {server}; server {leader} (leader) SIGKILL, {}, {}",
+            h.id,
+            h.token,
+            elected.map_or("no new leader within the wait".into(), |(l, at)| format!(
+                "server {l} elected after {:.1} s",
+                (at - start) as f64 / 1e9
+            )),
+            restarted(outcome)
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// A holder on a follower, stretched; the leader's links to both followers drop packets
+    /// both ways, so the followers elect only after `syncLimit · tickTime`. Held, like the
+    /// partitions, for `syncLimit` ticks + the holder's T + 2 s.
+    async fn silence_leader(&self, kind: &FaultKind) -> Option<Fault> {
+        let leader = self.leader().await?;
+        let (h, server) = self.placed_holder(|s| s != leader).await?;
+        self.free_but_avoid(h.id, leader);
+        let at = self.where_things_are(h.id).await;
+        let followers: Vec<usize> = (0..3).filter(|&f| f != leader).collect();
+        let start = now_ns();
+        for &f in &followers {
+            let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
+            let _ = self.ensemble.cut(f, leader, LinkFault::Drop);
+        }
+        let expired = self.hold_partition(h.id, &h.node, &followers).await;
+        let detail = format!(
+            "w{} token {} on follower {server}; the leader {leader}'s links to both followers drop packets both ways {at}",
+            h.id, h.token
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            expired_at: expired,
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// A holder, stretched; the replies to its next writes (the watchdog's probes) on all its
+    /// proxies held T/4 after each was sent, as an fsync stall looks to the client, for 2T.
+    /// A stand-in: this kernel has no `tc netem` and the servers' disks cannot be slowed.
+    async fn fsync_stall(&self, kind: &FaultKind) -> Option<Fault> {
+        const WRITES: u32 = 4;
+        let (h, server) = self.placed_holder(|_| true).await?;
+        let t = self.timeout_of(h.id);
+        let start = now_ns();
+        for p in &self.proxies[h.id] {
+            p.delay_writes(t / 4, WRITES);
+        }
+        tokio::time::sleep(t * 2).await;
+        for p in &self.proxies[h.id] {
+            p.delay_writes(Duration::ZERO, 0);
+        }
+        let detail = format!(
+            "w{} token {} on server {server}: the replies to its next {WRITES} writes held {} ms each, for {:.1} s",
+            h.id,
+            h.token,
+            (t / 4).as_millis(),
+            (t * 2).as_secs_f64()
+        );
+        Some(Fault {
+            victim: Some(h.victim()),
+            ..record(kind, detail, start)
+        })
+    }
+
+    /// Once the victim is placed: every other worker may connect anywhere again, and worker
+    /// `id` anywhere but server `avoid` (it stays off the server the fault strikes).
+    fn free_but_avoid(&self, id: usize, avoid: usize) {
+        self.refuse_none();
+        self.proxies[id][avoid].refuse(true);
+    }
+
+    /// Waits (up to three times `syncLimit` ticks + 10 s) until a server other than `old`
+    /// leads; which, and when.
+    async fn new_leader(&self, old: usize) -> Option<(usize, i64)> {
+        let wait = self.options.tick() * self.options.sync_limit() * 3 + Duration::from_secs(10);
+        let deadline = now_ns() + wait.as_nanos() as i64;
+        while now_ns() < deadline {
+            let ensemble = self.ensemble.clone();
+            if let Ok(Some(l)) = tokio::task::spawn_blocking(move || ensemble.leader()).await {
+                if l != old {
+                    return Some((l, now_ns()));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// A holder early in a long critical section, else any holder.
     async fn long_holder(&self) -> Option<Holder> {
         match self.holder(Phase::Long, Duration::from_secs(10)).await {
@@ -398,12 +612,26 @@ impl Scenario {
     /// waits for a holder connected to such a server and stretches its hold (SIGUSR1) so that
     /// it lasts through the fault; returns it, with its server, once it acknowledged.
     async fn placed_holder(&self, on: impl Fn(usize) -> bool) -> Option<(Holder, usize)> {
-        self.steer(&on).await;
+        self.placed_holder_among(on, None).await
+    }
+
+    /// [`Scenario::placed_holder`], among the workers `who` accepts, if given (they are all
+    /// steered onto the servers `on` accepts, whatever their number).
+    async fn placed_holder_among(
+        &self,
+        on: impl Fn(usize) -> bool,
+        who: Option<&dyn Fn(usize) -> bool>,
+    ) -> Option<(Holder, usize)> {
+        self.steer(&on, who).await;
         let deadline = now_ns() + 40_000_000_000;
         while now_ns() < deadline {
             let Some(h) = self.holder(Phase::Any, Duration::from_millis(500)).await else {
                 continue;
             };
+            if who.is_some_and(|who| !who(h.id)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
             let servers: Vec<usize> = (0..3)
                 .filter(|&s| self.proxies[h.id][s].connections() > 0)
                 .collect();
@@ -428,14 +656,14 @@ impl Scenario {
     }
 
     /// Puts even workers on the servers `on` accepts and odd ones on the others (all on the
-    /// accepted ones if there are no others): their proxies elsewhere refuse connections and
-    /// reset the open ones. Waits (up to 3 s) for the resets to land.
-    async fn steer(&self, on: &impl Fn(usize) -> bool) {
+    /// accepted ones if there are no others, and those `who` accepts): their proxies elsewhere
+    /// refuse connections and reset the open ones. Waits (up to 3 s) for the resets to land.
+    async fn steer(&self, on: &impl Fn(usize) -> bool, who: Option<&dyn Fn(usize) -> bool>) {
         let good: Vec<usize> = (0..3).filter(|&s| on(s)).collect();
         let bad: Vec<usize> = (0..3).filter(|&s| !on(s)).collect();
         let mut sides = Vec::new();
         for (w, proxies) in self.proxies.iter().enumerate() {
-            let side = if w % 2 == 0 || bad.is_empty() {
+            let side = if w % 2 == 0 || bad.is_empty() || who.is_some_and(|who| who(w)) {
                 good.clone()
             } else {
                 bad.clone()

@@ -3,7 +3,7 @@
 
 use crate::checker::Outcome;
 use crate::clock::ms;
-use crate::fault::Fault;
+use crate::fault::{Fault, FAILOVER_KINDS};
 use std::fmt::Write;
 
 fn escape(s: &str) -> String {
@@ -346,6 +346,69 @@ fn watchdog_text(s: &mut String, f: &serde_json::Value) {
         "  cancels whose session went on (false cancels), by mode: {}",
         f["cancels_on_surviving_sessions"]
     );
+    losses_text(s, &f["holds_lost"]);
+}
+
+/// Holds lost and the needless ones (their node survived), by fault and by configuration;
+/// jeopardy spells.
+fn losses_text(s: &mut String, l: &serde_json::Value) {
+    let _ = writeln!(
+        s,
+        "  holds lost: {}, needless (the node was still there afterwards) {}, no verdict {}; jeopardy noticed {} times, steady again {}",
+        l["count"], l["needless"], l["verdict_unknown"], l["jeopardy"]["noticed"], l["jeopardy"]["steady_again"]
+    );
+    for (title, key) in [
+        ("by fault", "by_fault"),
+        ("by lease configuration", "by_config"),
+    ] {
+        let Some(by) = l[key].as_object().filter(|by| !by.is_empty()) else {
+            continue;
+        };
+        let mut by: Vec<_> = by.iter().collect();
+        by.sort_by(|a, b| a.0.cmp(b.0));
+        let list: Vec<String> = by
+            .iter()
+            .map(|(k, c)| format!("{k} {} ({} needless)", c["lost"], c["needless"]))
+            .collect();
+        let _ = writeln!(s, "    {title}: {}", list.join(", "));
+    }
+}
+
+/// The failover table, in Markdown: per fault kind (the failover kinds first, then any other,
+/// `none` for losses with no fault nearby) and scenario, the faults, holds lost, needless
+/// cancels, valid-lease overlaps and stale writes accepted. `scenarios` pairs each scenario's
+/// name with its `per_fault_kind` figure.
+pub(crate) fn failover_table(scenarios: &[(&str, &serde_json::Value)]) -> String {
+    let mut kinds: Vec<String> = FAILOVER_KINDS.iter().map(|k| k.to_string()).collect();
+    let mut others: Vec<String> = scenarios
+        .iter()
+        .filter_map(|(_, by)| by.as_object())
+        .flat_map(|by| by.keys().cloned())
+        .filter(|k| !kinds.contains(k))
+        .collect();
+    others.sort();
+    others.dedup();
+    kinds.extend(others);
+    let mut s = String::new();
+    let _ = writeln!(s, "| fault kind | scenario | faults | holds lost | needless cancels | valid-lease overlaps | stale writes accepted |");
+    let _ = writeln!(s, "| --- | --- | --- | --- | --- | --- | --- |");
+    for kind in &kinds {
+        for (i, (name, by)) in scenarios.iter().enumerate() {
+            let row = &by[kind.as_str()];
+            let n = |key: &str| row[key].as_u64().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "| {} | {name} | {} | {} | {} | {} | {} |",
+                if i == 0 { kind.as_str() } else { "" },
+                n("faults"),
+                n("holds_lost"),
+                n("needless_cancels"),
+                n("lease_overlaps"),
+                n("stale_writes_accepted")
+            );
+        }
+    }
+    s
 }
 
 /// Failover, cancels, the longest gap without progress, liveness after the heal.

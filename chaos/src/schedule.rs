@@ -3,7 +3,7 @@
 
 use crate::cluster::{partition_ensemble, Mutant, WorkerMode};
 use crate::fault::{FaultKind, Phase};
-use crate::mode::{Mode, PartitionArgs, RunArgs};
+use crate::mode::{FailoverArgs, Mode, PartitionArgs, RunArgs};
 use crate::rng::Rng;
 use std::time::Duration;
 use zkfence_testkit::EnsembleOptions;
@@ -84,6 +84,7 @@ pub(crate) fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
         IsolateLeader { symmetric: true },
         IsolateFollower,
         LossyLeaderLink,
+        StaleLeaderReconnect,
     ];
     rng.shuffle(&mut faults);
     faults
@@ -154,6 +155,31 @@ pub(crate) fn long_fault(rng: &mut Rng) -> FaultKind {
     }
 }
 
+/// A leader GC pause of 0.6–1.0 × T (in tenths).
+fn gc_pause(rng: &mut Rng) -> FaultKind {
+    FaultKind::LeaderGcPause {
+        factor: 0.6 + 0.1 * rng.range(0, 4) as f64,
+    }
+}
+
+/// The failover experiment's faults: each kind `runs` times, in seeded order.
+pub(crate) fn failover_schedule(runs: u32, rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = Vec::new();
+    for _ in 0..runs {
+        faults.extend([
+            RollingRestart,
+            KillLeaderFollowers,
+            LeaderSilent,
+            gc_pause(rng),
+            FsyncStall,
+            ClientSuspend,
+        ]);
+    }
+    rng.shuffle(&mut faults);
+    faults
+}
+
 /// The pause between two faults of a fixed schedule.
 pub(crate) fn gap(rng: &mut Rng) -> Duration {
     Duration::from_millis(rng.range(1000, 2500))
@@ -202,12 +228,39 @@ fn scenario(name: &'static str, modes: Vec<WorkerMode>, plan: Plan) -> ScenarioP
     }
 }
 
+/// A worker with session timeout `session_ms`, riding out disconnects or not, without a grace.
+fn worker(session_ms: u64, ride_out: bool) -> WorkerMode {
+    WorkerMode {
+        session_ms,
+        ride_out,
+        grace_ms: 0,
+    }
+}
+
 /// `n` workers with session timeout `ms`, every other one riding out disconnects if `mixed`.
 fn modes(n: u32, ms: u64, mixed: bool) -> Vec<WorkerMode> {
-    (0..n)
-        .map(|i| WorkerMode {
-            session_ms: ms,
-            ride_out: mixed && i % 2 == 1,
+    (0..n).map(|i| worker(ms, mixed && i % 2 == 1)).collect()
+}
+
+/// The same workers, those that ride out disconnects with a grace as long as their session
+/// timeout.
+fn with_grace_when_riding_out(modes: Vec<WorkerMode>) -> Vec<WorkerMode> {
+    modes
+        .into_iter()
+        .map(|m| WorkerMode {
+            grace_ms: if m.ride_out { m.session_ms } else { 0 },
+            ..m
+        })
+        .collect()
+}
+
+/// The same workers, each with a grace as long as its session timeout.
+fn with_grace_of_t(modes: Vec<WorkerMode>) -> Vec<WorkerMode> {
+    modes
+        .into_iter()
+        .map(|m| WorkerMode {
+            grace_ms: m.session_ms,
+            ..m
         })
         .collect()
 }
@@ -218,10 +271,7 @@ fn partition_modes(long: bool) -> Vec<WorkerMode> {
     let last = if long { 8000 } else { 4000 };
     [(800, false), (2000, true), (4000, false), (last, true)]
         .into_iter()
-        .map(|(session_ms, ride_out)| WorkerMode {
-            session_ms,
-            ride_out,
-        })
+        .map(|(session_ms, ride_out)| worker(session_ms, ride_out))
         .collect()
 }
 
@@ -237,12 +287,13 @@ pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleO
         Mode::Smoke(args) => (smoke_plans(args, rng), partition_ensemble()),
         Mode::Long(args) => (long_plans(args), partition_ensemble()),
         Mode::Partition(args) => partition_plans(args, rng),
+        Mode::Failover(args) => failover_plans(args, rng),
     }
 }
 
-/// Smoke: the main, read/write and partition scenarios with fixed schedules, then the
-/// mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets two
-/// asymmetric leader isolations.
+/// Smoke: the main, read/write, partition and failover scenarios with fixed schedules, then
+/// the mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets
+/// two asymmetric leader isolations, resume-without-proof two stale-leader reconnects.
 fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let (schedule, head) = smoke_schedule(rng);
     let rw = rw_schedule(rng);
@@ -259,10 +310,11 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
             partition: true,
             ..scenario(
                 "partition",
-                partition_modes(false),
+                with_grace_when_riding_out(partition_modes(false)),
                 Plan::Fixed(partition_schedule(rng)),
             )
         },
+        smoke_failover(args, rng),
     ];
     if args.no_mutants {
         return plans;
@@ -288,7 +340,37 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
             Plan::Fixed(isolations),
         )
     });
+    // Jeopardy that ends on a sync's answer: a holder that reaches a stale leader while in
+    // jeopardy (isolate-leader-asym cannot show it: there the holder's last probe, a write, is
+    // stuck on that leader, and its session's later requests wait behind it). Workers that
+    // ride out disconnects, T = 4 s and a grace of T.
+    let workers = (0..args.workers).map(|_| worker(4000, true)).collect();
+    plans.push(ScenarioPlan {
+        mutant: Mutant::ResumeWithoutProof,
+        long_ms: long,
+        partition: true,
+        ..scenario(
+            "mutant-resume-without-proof",
+            with_grace_of_t(workers),
+            Plan::Fixed(vec![FaultKind::StaleLeaderReconnect; 2]),
+        )
+    });
     plans
+}
+
+/// Smoke's failover scenario, on the main ensemble: a rolling restart and a leader killed
+/// under a holder on a follower, in seeded order, against workers with a grace of T that ride
+/// out disconnects.
+fn smoke_failover(args: &RunArgs, rng: &mut Rng) -> ScenarioPlan {
+    let mut faults = vec![FaultKind::RollingRestart, FaultKind::KillLeaderFollowers];
+    rng.shuffle(&mut faults);
+    let workers = (0..args.workers)
+        .map(|_| worker(args.session_ms, true))
+        .collect();
+    ScenarioPlan {
+        long_ms: long_hold_ms(&EnsembleOptions::default(), args.session_ms),
+        ..scenario("failover", with_grace_of_t(workers), Plan::Fixed(faults))
+    }
 }
 
 /// Long: the main, read/write and partition scenarios side by side, each drawing its faults
@@ -342,12 +424,7 @@ fn partition_plans(args: &PartitionArgs, rng: &mut Rng) -> (Vec<ScenarioPlan>, E
     };
     let (n, ms) = (args.workers, args.session_ms);
     let default = faults(&kinds, rng);
-    let ride_out_all = (0..n)
-        .map(|_| WorkerMode {
-            session_ms: ms,
-            ride_out: true,
-        })
-        .collect();
+    let ride_out_all = (0..n).map(|_| worker(ms, true)).collect();
     let ride_out = faults(&kinds, rng);
     let mut plans = vec![
         partitioned(scenario("partition-default", modes(n, ms, false), default)),
@@ -371,5 +448,34 @@ fn partition_plans(args: &PartitionArgs, rng: &mut Rng) -> (Vec<ScenarioPlan>, E
             plan,
         )));
     }
+    (plans, options)
+}
+
+/// Failover: the faults operators cause every week, each `--runs` times in seeded order, on
+/// an ensemble with stock settings, against workers with T = 10 s that ride out disconnects:
+/// without a grace, and with a grace of T. Both get the same schedule, so that each fault
+/// compares with its twin.
+fn failover_plans(args: &FailoverArgs, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
+    let options = EnsembleOptions::default()
+        .with_tick(Duration::from_millis(args.tick_ms))
+        .with_sync_limit(args.sync_limit);
+    let long = long_hold_ms(&options, args.session_ms);
+    let schedule = failover_schedule(args.runs, rng);
+    let ride_out = || {
+        (0..args.workers)
+            .map(|_| worker(args.session_ms, true))
+            .collect()
+    };
+    let plans = [
+        ("failover-no-grace", ride_out()),
+        ("failover-grace", with_grace_of_t(ride_out())),
+    ]
+    .into_iter()
+    .map(|(name, workers)| ScenarioPlan {
+        long_ms: long,
+        partition: true,
+        ..scenario(name, workers, Plan::Fixed(schedule.clone()))
+    })
+    .collect();
     (plans, options)
 }

@@ -6,8 +6,9 @@
 use crate::checker::{self, Violation};
 use crate::clock;
 use crate::cluster::Mutant;
-use crate::fault::PARTITION_KINDS;
+use crate::fault::{FAILOVER_TARGET_KINDS, PARTITION_KINDS};
 use crate::mode::Mode;
+use crate::report;
 use serde_json::json;
 use std::path::Path;
 
@@ -79,13 +80,16 @@ pub(crate) fn verdict(
             reasons.push("mutants skipped".into());
         }
     }
+    if let Mode::Failover(_) = mode {
+        reasons.extend(failover_target(results));
+    }
     println!();
     let mutants: Vec<&ScenarioResult> = results
         .iter()
         .filter(|r| r.mutant != Mutant::None)
         .collect();
     reasons.extend(mutants.iter().filter_map(|r| mutant_passed(r)));
-    let summary = summary(&results[0], &totals, &mutants, &reasons, started);
+    let summary = summary(results, &totals, &mutants, &reasons, started);
     let pass = reasons.is_empty();
     write_report(mode, seed, dir, pass, &reasons, results);
     println!(
@@ -145,11 +149,39 @@ fn smoke_shortfalls(main: &ScenarioResult, totals: &Totals) -> Vec<String> {
     reasons
 }
 
-/// Prints how a mutant fared; the reason the run fails if it passed the checker. The
-/// sync-lease mutant must be caught by the lease invariant itself.
+/// Prints the failover table; the reason the run fails if the target is missed: with a grace
+/// of T, a leader failover (killed or silent) or a rolling restart costs no needless cancel.
+/// (Overlaps and stale writes accepted are invariants: they fail the run already.)
+fn failover_target(results: &[ScenarioResult]) -> Option<String> {
+    let scenarios: Vec<(&str, &serde_json::Value)> = results
+        .iter()
+        .map(|r| (r.name.as_str(), &r.figures["per_fault_kind"]))
+        .collect();
+    println!();
+    println!("failover: per fault kind and scenario");
+    print!("{}", report::failover_table(&scenarios));
+    let (_, grace) = scenarios
+        .iter()
+        .find(|(name, _)| *name == "failover-grace")?;
+    let missed: Vec<String> = FAILOVER_TARGET_KINDS
+        .iter()
+        .map(|k| (k, grace[k]["needless_cancels"].as_u64().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    (!missed.is_empty()).then(|| {
+        format!(
+            "target missed: needless cancels with a grace of T ({})",
+            missed.join(", ")
+        )
+    })
+}
+
+/// Prints how a mutant fared; the reason the run fails if it passed the checker. The lease
+/// mutants (sync-lease, resume-without-proof) must be caught by the lease invariant itself.
 fn mutant_passed(r: &ScenarioResult) -> Option<String> {
     let caught = match r.mutant {
-        Mutant::SyncLease => r
+        Mutant::SyncLease | Mutant::ResumeWithoutProof => r
             .violations
             .iter()
             .any(|v| v.invariant == checker::LEASE_INVARIANT),
@@ -173,14 +205,16 @@ fn mutant_passed(r: &ScenarioResult) -> Option<String> {
     None
 }
 
-/// The RESULT line's figures.
+/// The RESULT line's figures (stale writes and double holders from the first scenario, main
+/// in smoke and long runs), with the holds lost in each failover scenario.
 fn summary(
-    main: &ScenarioResult,
+    results: &[ScenarioResult],
     totals: &Totals,
     mutants: &[&ScenarioResult],
     reasons: &[String],
     started: i64,
 ) -> String {
+    let main = &results[0];
     let st = &main.figures["stale_writes"];
     let mutants = if mutants.is_empty() {
         String::new()
@@ -191,9 +225,20 @@ fn summary(
             mutants.len()
         )
     };
+    let losses: String = results
+        .iter()
+        .filter(|r| r.mutant == Mutant::None && r.name.starts_with("failover"))
+        .map(|r| {
+            let l = &r.figures["holds_lost"];
+            format!(
+                "{}: {} holds lost, {} needless, ",
+                r.name, l["count"], l["needless"]
+            )
+        })
+        .collect();
     format!(
         "{} faults ({} holder pauses past T, {} partitions inside the ensemble), {} increments, \
-         {} stale writes refused, {} accepted out of order, {} double-holder windows, {} valid-lease overlaps, {mutants}{:.0} s",
+         {} stale writes refused, {} accepted out of order, {} double-holder windows, {} valid-lease overlaps, {losses}{mutants}{:.0} s",
         totals.faults,
         totals.pauses,
         totals.partitions,

@@ -9,7 +9,7 @@ use crate::store::{Outcome, Store};
 use std::io::Write;
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::{FencedLock, FencedRwLock, LockGuard, LockOptions};
+use zkfence::{FencedLock, FencedRwLock, LockGuard, LockOptions, LossReason};
 use zookeeper_client as zk;
 
 /// What a worker is told by the controller.
@@ -30,12 +30,17 @@ pub(crate) struct WorkerArgs {
     /// Session timeout in milliseconds.
     #[arg(long)]
     pub session_ms: u64,
-    /// `none`, `fencing-off`, `watchdog-off` or `sync-lease` (the earlier lease rule that trusted syncs).
+    /// `none`, `fencing-off`, `watchdog-off`, `sync-lease` (the earlier lease rule that trusted
+    /// syncs) or `resume-without-proof` (jeopardy ends on a sync's answer).
     #[arg(long, default_value = "none")]
     pub mutant: String,
     /// Ride out disconnects until the lease ends (`LockOptions::with_ride_out_disconnects`).
     #[arg(long)]
     pub ride_out: bool,
+    /// The grace period in milliseconds (`LockOptions::with_grace`; 0: none). With one, a
+    /// check in jeopardy holds the write back until `steady()` returns.
+    #[arg(long, default_value_t = 0)]
+    pub grace_ms: u64,
     /// On SIGUSR1 the current hold goes on for at least this long (ms): the controller
     /// stretches a holder before it cuts its server off, so that the hold spans the fault.
     #[arg(long, default_value_t = 0)]
@@ -104,6 +109,7 @@ pub(crate) async fn run(args: WorkerArgs) {
         mutant: args.mutant.clone(),
         ride_out: args.ride_out,
         session_ms: args.session_ms,
+        grace_ms: args.grace_ms,
     });
     let fencing = args.mutant != "fencing-off";
     let store = Store::connect_retrying(&args.pg, fencing).await;
@@ -126,7 +132,7 @@ pub(crate) async fn run(args: WorkerArgs) {
                 (Some(reader), true) => reader,
                 _ => &writer,
             };
-            worker.hold(lock, read).await;
+            worker.hold(&client, lock, read).await;
         }
         worker.log.now(Ev::SessionEnded {
             state: format!("{:?}", client.state()),
@@ -155,9 +161,14 @@ impl Worker {
         let args = &self.args;
         let mut options = LockOptions::default()
             .with_create_parents(true)
-            .with_ride_out_disconnects(args.ride_out);
-        if args.mutant == "sync-lease" {
-            options = options.with_mutant(zkfence::Mutant::SyncLease);
+            .with_ride_out_disconnects(args.ride_out)
+            .with_grace(Duration::from_millis(args.grace_ms));
+        match args.mutant.as_str() {
+            "sync-lease" => options = options.with_mutant(zkfence::Mutant::SyncLease),
+            "resume-without-proof" => {
+                options = options.with_mutant(zkfence::Mutant::ResumeWithoutProof);
+            }
+            _ => {}
         }
         let locks = if args.rw {
             FencedRwLock::new(client.clone(), args.lock.clone(), options)
@@ -198,8 +209,9 @@ impl Worker {
         }
     }
 
-    /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment.
-    async fn hold(&mut self, lock: &FencedLock, read: bool) {
+    /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment. A
+    /// hold that was lost first finds out, on `client`, whether its node survived the loss.
+    async fn hold(&mut self, client: &zk::Client, lock: &FencedLock, read: bool) {
         EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
         self.log.now(Ev::Acquire { role: role(read) });
         let Some(guard) = self.acquire(lock).await else {
@@ -229,6 +241,13 @@ impl Worker {
                 .await;
         }
         let token = guard.token().as_u64();
+        // Before the release, which would delete the node itself.
+        match guard.check() {
+            Err(zkfence::Error::LockLost(reason)) if reason != LossReason::Released => {
+                self.loss_verdict(client, &guard, reason).await;
+            }
+            _ => {}
+        }
         self.log.now(Ev::Release { token });
         let result = guard.release().await;
         self.log.now(Ev::Released {
@@ -237,6 +256,48 @@ impl Worker {
         });
         tokio::time::sleep(Duration::from_millis(self.rng.range(0, 20))).await;
     }
+
+    /// Logs whether the lost hold's node was still there afterwards ([`node_survived`]): a
+    /// needless loss if it was (its session survived and nobody else can have held).
+    async fn loss_verdict(&self, client: &zk::Client, guard: &LockGuard, reason: LossReason) {
+        let started = now_ns();
+        let survived = node_survived(client, guard.node_path(), self.timeout * 3).await;
+        self.log.now(Ev::LossVerdict {
+            token: guard.token().as_u64(),
+            reason: reason.as_str().to_owned(),
+            node_survived: survived,
+            waited_ms: ((now_ns() - started).max(0) / 1_000_000) as u64,
+        });
+    }
+}
+
+/// Whether `node` is still there, asked on `client`'s own session once it can answer: a
+/// `sync` (so that a follower that fell behind the leader catches up), then `exists`, retried
+/// across connection losses for up to `wait`. `Some(false)` once the session is over (its
+/// ephemeral node went with it); `None` if no answer came in time.
+async fn node_survived(client: &zk::Client, node: &str, wait: Duration) -> Option<bool> {
+    let deadline = Instant::now() + wait;
+    let attempt = || async {
+        client.sync(node).await?;
+        client.check_stat(node).await
+    };
+    while Instant::now() < deadline {
+        if client.state().is_terminated() {
+            return Some(false);
+        }
+        match tokio::time::timeout(Duration::from_secs(2), attempt()).await {
+            Ok(Ok(stat)) => return Some(stat.is_some()),
+            Ok(Err(
+                zk::Error::NoNode
+                | zk::Error::SessionExpired
+                | zk::Error::ClientClosed
+                | zk::Error::AuthFailed
+                | zk::Error::NoHosts,
+            )) => return Some(false),
+            Ok(Err(_)) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    None
 }
 
 /// The role a hold logs.
@@ -288,11 +349,11 @@ impl Hold<'_> {
     /// Takes the time first, then checks the lease, then reads the deadline: if the check passed,
     /// the logged time is before the cancellation and the lease left is positive. The
     /// watchdog-off mutant skips the check and so logs a negative lease left after a pause.
-    fn gate(&self) -> Result<(i64, i64), String> {
+    fn try_gate(&self) -> zkfence::Result<(i64, i64)> {
         let t = now_ns();
         let at = Instant::now();
         if self.heed_watchdog {
-            self.guard.check().map_err(|e| e.to_string())?;
+            self.guard.check()?;
         }
         let deadline = self.guard.lease_deadline();
         let left_ms = if deadline >= at {
@@ -303,18 +364,50 @@ impl Hold<'_> {
         Ok((t, left_ms))
     }
 
+    /// The lease gate before a side effect ([`Hold::try_gate`]). In jeopardy (a grace runs) it
+    /// does not pass: it logs `jeopardy`, awaits `steady()` (logging `steady`), then checks
+    /// again with a time of its own; a loss, or the grace running out, fails it.
+    async fn gate(&self) -> Result<(i64, i64), String> {
+        loop {
+            match self.try_gate() {
+                Err(zkfence::Error::Jeopardy) => self.sit_out_jeopardy().await?,
+                result => return result.map_err(|e| e.to_string()),
+            }
+        }
+    }
+
+    /// Waits until the hold is steady again, or lost.
+    async fn sit_out_jeopardy(&self) -> Result<(), String> {
+        let token = self.token();
+        let since = now_ns();
+        self.log.at(since, Ev::Jeopardy { token });
+        self.guard.steady().await.map_err(|e| e.to_string())?;
+        let waited_ms = ((now_ns() - since).max(0) / 1_000_000) as u64;
+        self.log.now(Ev::Steady { token, waited_ms });
+        Ok(())
+    }
+
     fn next_op(&mut self) -> String {
         *self.ops += 1;
         format!("w{}-{}-{}", self.log.id, self.log.pid, self.ops)
     }
 
     /// Logs the grant (valid if the lease check passes right after it) and starts the task
-    /// that logs a watchdog cancellation. `None`: the grant was already stale.
-    fn granted(&self, long: bool) -> Option<tokio::task::JoinHandle<()>> {
+    /// that logs a watchdog cancellation. `None`: the grant was already stale. A grant in
+    /// jeopardy (the lease lapsed while it queued) goes on only once `steady()` returned and a
+    /// check passed; it is logged valid but `jeopardy`, which is not a passing check.
+    async fn granted(&self, long: bool) -> Option<tokio::task::JoinHandle<()>> {
         let token = self.token();
         let seq = self.guard.token().sequence();
         let t = now_ns();
-        let ok = !self.heed_watchdog || self.guard.check().is_ok();
+        let (ok, jeopardy) = match self.heed_watchdog.then(|| self.guard.check()) {
+            None | Some(Ok(())) => (true, false),
+            Some(Err(zkfence::Error::Jeopardy)) => {
+                let steady = self.sit_out_jeopardy().await.is_ok();
+                (steady && self.guard.check().is_ok(), true)
+            }
+            Some(Err(_)) => (false, false),
+        };
         self.log.at(
             t,
             Ev::Granted {
@@ -325,6 +418,7 @@ impl Hold<'_> {
                 valid: ok,
                 long,
                 role: role(self.read),
+                jeopardy,
             },
         );
         if !ok {
@@ -347,20 +441,21 @@ impl Hold<'_> {
     /// While the lease holds, no writer after us can have been granted, so the fence (the
     /// newest writer's token the store accepted) must be below our token.
     async fn observe(&mut self, store: &mut Store, rng: &mut Rng, reads: u32) {
-        let Some(watcher) = self.granted(false) else {
+        let Some(watcher) = self.granted(false).await else {
             return;
         };
         let token = self.token();
         for _ in 0..reads {
-            if let Err(why) = self.gate() {
+            if let Err(why) = self.gate().await {
                 self.log.now(Ev::CheckFailed { token, error: why });
                 break;
             }
             let Ok((counter, fence)) = store.peek().await else {
                 break;
             };
-            // The time logged is the one taken before this second check.
-            let (t, valid) = match self.gate() {
+            // The time logged is the one taken before this second check; in jeopardy the read
+            // is not vouched for.
+            let (t, valid) = match self.try_gate() {
                 Ok((t, _)) => (t, true),
                 Err(_) => (now_ns(), false),
             };
@@ -391,7 +486,7 @@ impl Hold<'_> {
         long: bool,
         stretch: Duration,
     ) {
-        let Some(watcher) = self.granted(long) else {
+        let Some(watcher) = self.granted(long).await else {
             return;
         };
         let token = self.token();
@@ -426,13 +521,14 @@ impl Hold<'_> {
         drop(watcher); // detaches: it still reports a loss during release
     }
 
-    /// Calls `check()` every 10 ms until it fails or `until` passes, logging a `lease` event
-    /// (with the time taken before the check) for each pass, at most every 20 ms.
+    /// Calls `check()` every 10 ms until it fails or `until` passes (sitting out jeopardy, see
+    /// [`Hold::gate`]), logging a `lease` event (with the time taken before the check) for
+    /// each pass, at most every 20 ms.
     async fn poll_lease(&self, until: Instant) {
         let token = self.token();
         let mut logged = None;
         while Instant::now() < until {
-            match self.gate() {
+            match self.gate().await {
                 Ok((t, left_ms)) => {
                     if logged.is_none_or(|at: i64| t - at >= 20_000_000) {
                         self.log.at(
@@ -457,7 +553,7 @@ impl Hold<'_> {
     /// One fenced write; `None` ends the hold (refused, unknown, or the lease gate closed).
     async fn step(&mut self, store: &mut Store, kind: OpKind, value: Option<i64>) -> Option<()> {
         let token = self.token();
-        let (t, left_ms) = match self.gate() {
+        let (t, left_ms) = match self.gate().await {
             Ok(gate) => gate,
             Err(why) => {
                 self.log.now(Ev::CheckFailed { token, error: why });

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 /// A TCP proxy in front of a server that counts the requests clients send through it
 /// (pings excluded), by opcode, and can blackhole traffic both ways (a partition: bytes are
-/// accepted and dropped, connections stay open), drop only the server's replies, delay every
-/// frame (a slow link), refuse new connections and reset the open ones (to steer a client to
-/// other servers).
+/// accepted and dropped, connections stay open), cut clients off (a blackhole that also hides
+/// the server closing a connection), drop only the server's replies, delay every frame (a slow
+/// link), hold the replies to writes (a slow commit), refuse new connections and reset the open
+/// ones (to steer a client to other servers).
 ///
 /// # Examples
 ///
@@ -128,6 +129,24 @@ impl CountingProxy {
     /// ```
     pub fn blackhole(&self, on: bool) {
         self.link.hole.store(on, Ordering::SeqCst);
+    }
+
+    /// Cuts the clients off while `on`, as a network partition does: like
+    /// [`blackhole`](CountingProxy::blackhole), and a server that closes a connection
+    /// meanwhile (a follower that drops its clients to join an election, say) does not close
+    /// the client's side, which stays open and silent, so the client learns nothing until its
+    /// own timeouts fire. Turning it off closes those connections.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::CountingProxy) {
+    /// proxy.cut_off(true);
+    /// proxy.cut_off(false);
+    /// # }
+    /// ```
+    pub fn cut_off(&self, on: bool) {
+        self.link.cut.store(on, Ordering::SeqCst);
     }
 
     /// Drops the server's frames (replies, notifications) while `on`; requests still reach the
@@ -253,6 +272,8 @@ impl CountingProxy {
 #[derive(Debug, Clone, Default)]
 struct Link {
     hole: Arc<AtomicBool>,
+    /// A blackhole that also hides the server's closing of a connection (`cut_off`).
+    cut: Arc<AtomicBool>,
     /// Drop the server's frames only.
     mute: Arc<AtomicBool>,
     delay_ms: Arc<AtomicU64>,
@@ -353,7 +374,7 @@ async fn forward_connection(
     // Replies to hold back until an instant, by the xid of their request (this connection's).
     let held: Arc<Mutex<HashMap<i32, Instant>>> = Arc::default();
     let held_back = held.clone();
-    let replies = async move {
+    let replies = async {
         // Replies carry their request's xid; watch notifications carry -1.
         let _ = forward_frames(
             &mut server_rx,
@@ -382,31 +403,67 @@ async fn forward_connection(
         &link,
         &closed,
         false,
-        |frame| {
-            let op = header_field(frame, 4);
-            if op != 11 {
-                *counts
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(op)
-                    .or_default() += 1;
-            }
-            if let Some(delay) = link.hold_reply_to(op) {
-                let xid = header_field(frame, 0);
-                let until = Instant::now() + delay;
-                held.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(xid, until);
-            }
-            Duration::ZERO
-        },
+        |frame| note_request(frame, &counts, &link, &held),
     );
-    // Either direction ending, or a reset, closes both sockets.
-    tokio::select! {
-        _ = replies => {}
-        _ = requests => {}
-        _ = reset.cancelled() => {}
+    // Either direction ending, or a reset, closes both sockets; but while the clients are cut
+    // off, the server's side ending is hidden from the client until the cut ends.
+    let server_closed = tokio::select! {
+        _ = replies => true,
+        _ = requests => false,
+        _ = reset.cancelled() => false,
+    };
+    if server_closed && link.cut.load(Ordering::SeqCst) {
+        hide_the_close(&mut client_rx, &link, &reset).await;
     }
+    drop(client_tx);
+}
+
+/// Keeps a client's connection open and silent, dropping what it sends, until the link is no
+/// longer cut off, the client closes it, or a reset.
+async fn hide_the_close(
+    client_rx: &mut tokio::net::tcp::OwnedReadHalf,
+    link: &Link,
+    reset: &tokio_util::sync::CancellationToken,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    while link.cut.load(Ordering::SeqCst) {
+        tokio::select! {
+            read = client_rx.read(&mut sink) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+            _ = reset.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Counts a client's request by opcode (pings not), and marks the reply to hold back if the
+/// link delays writes; requests themselves go on at once.
+fn note_request(
+    frame: &[u8],
+    counts: &Mutex<HashMap<i32, u64>>,
+    link: &Link,
+    held: &Mutex<HashMap<i32, Instant>>,
+) -> Duration {
+    let op = header_field(frame, 4);
+    if op != 11 {
+        *counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(op)
+            .or_default() += 1;
+    }
+    if let Some(delay) = link.hold_reply_to(op) {
+        let until = Instant::now() + delay;
+        let xid = header_field(frame, 0);
+        held.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(xid, until);
+    }
+    Duration::ZERO
 }
 
 /// Forwards length-prefixed ZooKeeper frames from `from` to `to`, handing each frame after the
@@ -436,7 +493,10 @@ async fn forward_frames(
             }
             silence.0 = Some(now);
         }
-        if link.hole.load(Ordering::SeqCst) || (from_server && link.mute.load(Ordering::SeqCst)) {
+        if link.hole.load(Ordering::SeqCst)
+            || link.cut.load(Ordering::SeqCst)
+            || (from_server && link.mute.load(Ordering::SeqCst))
+        {
             continue;
         }
         if closed.is_cancelled() {
