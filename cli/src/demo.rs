@@ -1,6 +1,8 @@
 //! `zkfence demo`: worker processes increment a counter in a SQLite store under the lock; the
 //! holder is frozen (SIGSTOP) in the middle of its write for twice its session timeout. With
-//! fencing, its late write is refused and no increment is lost; without, one is.
+//! fencing, its late write is refused and no increment is lost; without, one is. With
+//! `--redis`, a third run does the same under a Redis lock (its TTL the session timeout): no
+//! token to fence with, no watchdog to tell the frozen holder, and an increment is lost.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -20,7 +22,8 @@ use crate::local::start_local_zookeeper;
 #[command(after_help = "\
 Examples:
   zkfence demo                              # starts a throwaway local ZooKeeper itself
-  zkfence demo --connect 127.0.0.1:2181     # uses yours (it creates /zkfence-demo)")]
+  zkfence demo --connect 127.0.0.1:2181     # uses yours (it creates /zkfence-demo)
+  zkfence demo --redis                      # and the same under a Redis lock (Debian's redis-server)")]
 pub(crate) struct Args {
     /// ZooKeeper hosts; without it, a throwaway local ZooKeeper is started (Debian's package).
     #[arg(long, env = "ZKFENCE_DEMO_CONNECT")]
@@ -31,9 +34,13 @@ pub(crate) struct Args {
     /// Increments each worker makes.
     #[arg(long, default_value_t = 4, env = "ZKFENCE_DEMO_INCREMENTS")]
     increments: u32,
-    /// The workers' ZooKeeper session timeout.
+    /// The workers' ZooKeeper session timeout (and the Redis lock's TTL).
     #[arg(long, value_parser = parse_duration, default_value = "2s", env = "ZKFENCE_DEMO_SESSION_TIMEOUT")]
     session_timeout: Duration,
+    /// Then the same under a Redis lock (`SET NX PX` with the session timeout as its TTL, a
+    /// compare-and-delete release, as Redis lock libraries do), on a throwaway redis-server.
+    #[arg(long, env = "ZKFENCE_DEMO_REDIS")]
+    redis: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -56,6 +63,20 @@ pub(crate) struct WorkerArgs {
     /// How long a write takes between the check and the store (the window the demo freezes).
     #[arg(long, value_parser = parse_duration, default_value = "300ms")]
     write_delay: Duration,
+    /// Lock with a Redis lock on this server instead (no token: writes are unfenced).
+    #[arg(long)]
+    redis: Option<String>,
+}
+
+/// What the workers of a run lock with, and how the store takes their writes.
+#[derive(Debug, Clone)]
+enum Locking {
+    /// zkfence, the store checking the token.
+    Fenced,
+    /// zkfence, the store not checking it.
+    Unfenced,
+    /// A Redis lock on this server (no token).
+    Redis(String),
 }
 
 /// What one run of the scenario showed.
@@ -92,37 +113,67 @@ pub(crate) async fn demo(args: Args) -> u8 {
         eprintln!("zkfence: cannot create {}: {err}", dir.display());
         return EXIT_FAILURE;
     }
-    let result = async {
-        println!("== Run 1: the store checks the fencing token (UPDATE ... WHERE fence <= token) ==");
-        let fenced = scenario(&args, &hosts, &dir, true).await?;
-        println!("\n== Run 2: the same, with fencing switched off (UPDATE ... without the fence check) ==");
-        let unfenced = scenario(&args, &hosts, &dir, false).await?;
-        Ok::<_, String>((fenced, unfenced))
-    }
-    .await;
+    let result = runs(&args, &hosts, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
-    let (fenced, unfenced) = match result {
+    let (fenced, unfenced, redis) = match result {
         Ok(outcomes) => outcomes,
         Err(err) => {
             eprintln!("zkfence: demo failed: {err}");
             return EXIT_FAILURE;
         }
     };
+    verdict(&fenced, &unfenced, redis.as_ref())
+}
+
+/// The runs: fenced, unfenced, and (with `--redis`) under a Redis lock.
+async fn runs(
+    args: &Args,
+    hosts: &str,
+    dir: &Path,
+) -> Result<(Outcome, Outcome, Option<Outcome>), String> {
+    println!("== Run 1: the store checks the fencing token (UPDATE ... WHERE fence <= token) ==");
+    let fenced = scenario(args, hosts, dir, Locking::Fenced).await?;
+    println!(
+        "\n== Run 2: the same, with fencing switched off (UPDATE ... without the fence check) =="
+    );
+    let unfenced = scenario(args, hosts, dir, Locking::Unfenced).await?;
+    if !args.redis {
+        return Ok((fenced, unfenced, None));
+    }
+    println!("\n== Run 3: the same under a Redis lock (SET key value NX PX {}ms, compare-and-delete release): no token to fence with, no watchdog ==", args.session_timeout.as_millis());
+    println!(
+        "Starting a throwaway redis-server (Debian's redis-server package) on a loopback port..."
+    );
+    let redis = tokio::task::spawn_blocking(zkfence_testkit::LocalRedis::start)
+        .await
+        .map_err(|e| e.to_string())??;
+    let outcome = scenario(args, hosts, dir, Locking::Redis(redis.addr())).await?;
+    Ok((fenced, unfenced, Some(outcome)))
+}
+
+/// The last line, and the exit code: 0 when every run showed what it should.
+fn verdict(fenced: &Outcome, unfenced: &Outcome, redis: Option<&Outcome>) -> u8 {
     let fenced_ok = fenced.value == fenced.accepted
         && fenced.late_write_refused
         && fenced.successor_token_greater
         && fenced.victim_cancelled;
-    let lost = unfenced.accepted - unfenced.value;
+    let lost = |o: &Outcome| o.accepted - o.value;
+    let redis_ok =
+        redis.is_none_or(|r| r.late_write_accepted && lost(r) > 0 && !r.victim_cancelled);
     println!();
-    if fenced_ok && unfenced.late_write_accepted && lost > 0 {
+    if fenced_ok && unfenced.late_write_accepted && lost(unfenced) > 0 && redis_ok {
+        let and_redis = redis.map_or(String::new(), |r| {
+            format!(" Under the Redis lock, its key expired while it was frozen, nothing told it, and its late write was accepted: {} increment(s) lost.", lost(r))
+        });
         println!(
-            "VERDICT: with fencing, the frozen holder's late write was refused and all {} increments survived; without fencing, its late write was accepted and {lost} increment(s) were lost.",
-            fenced.accepted
+            "VERDICT: with fencing, the frozen holder's late write was refused and all {} increments survived; without fencing, its late write was accepted and {} increment(s) were lost.{and_redis}",
+            fenced.accepted,
+            lost(unfenced)
         );
         0
     } else {
         println!(
-            "VERDICT: unexpected result: with fencing {fenced:?}; without fencing {unfenced:?}"
+            "VERDICT: unexpected result: with fencing {fenced:?}; without fencing {unfenced:?}; under Redis {redis:?}"
         );
         EXIT_FAILURE
     }
@@ -145,7 +196,7 @@ fn spawn_workers(
     hosts: &str,
     lock: &str,
     db_path: &Path,
-    fence: bool,
+    locking: &Locking,
 ) -> Result<(Vec<tokio::process::Child>, WorkerLines), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(u32, String)>();
@@ -165,8 +216,14 @@ fn spawn_workers(
             .env("RUST_LOG", "off")
             .stdout(Stdio::piped())
             .kill_on_drop(true);
-        if !fence {
-            command.arg("--no-fence");
+        match locking {
+            Locking::Fenced => {}
+            Locking::Unfenced => {
+                command.arg("--no-fence");
+            }
+            Locking::Redis(addr) => {
+                command.args(["--no-fence", "--redis", addr]);
+            }
         }
         let mut child = command
             .spawn()
@@ -185,13 +242,23 @@ fn spawn_workers(
 }
 
 /// Runs the scenario: watches the workers' lines, freezes the holder mid-write, narrates.
-async fn scenario(args: &Args, hosts: &str, dir: &Path, fence: bool) -> Result<Outcome, String> {
-    let name = if fence { "fenced" } else { "unfenced" };
+async fn scenario(
+    args: &Args,
+    hosts: &str,
+    dir: &Path,
+    locking: Locking,
+) -> Result<Outcome, String> {
+    let name = match locking {
+        Locking::Fenced => "fenced",
+        Locking::Unfenced => "unfenced",
+        Locking::Redis(_) => "redis",
+    };
     let db_path = dir.join(format!("{name}.sqlite"));
     let db = create_store(&db_path)?;
     let lock = format!("/zkfence-demo/{name}-{}", std::process::id());
-    let (children, mut rx) = spawn_workers(args, hosts, &lock, &db_path, fence)?;
-    let mut narrator = Narrator::new(args.session_timeout);
+    let (children, mut rx) = spawn_workers(args, hosts, &lock, &db_path, &locking)?;
+    let redis = matches!(locking, Locking::Redis(_));
+    let mut narrator = Narrator::new(args.session_timeout, redis);
     while narrator.done < args.workers {
         tokio::select! {
             next = rx.recv() => {
@@ -238,10 +305,12 @@ struct Narrator {
     /// The session timeout asked for: a worker's stall when its granted one is unknown.
     session_timeout: Duration,
     started: Instant,
+    /// Under a Redis lock: no tokens to tell, a TTL instead of a session.
+    redis: bool,
 }
 
 impl Narrator {
-    fn new(session_timeout: Duration) -> Narrator {
+    fn new(session_timeout: Duration, redis: bool) -> Narrator {
         Narrator {
             outcome: Outcome::default(),
             granted: std::collections::HashMap::new(),
@@ -253,6 +322,7 @@ impl Narrator {
             done: 0,
             session_timeout,
             started: Instant::now(),
+            redis,
         }
     }
 
@@ -291,6 +361,9 @@ impl Narrator {
             "reconnecting" => self.say(format!(
                 "worker {id} lost its session; it reconnects and queues again"
             )),
+            "unreleased" => self.say(format!(
+                "worker {id}'s release found its key holding another worker's value: the first sign, after its write, that it had lost the lock"
+            )),
             "done" => self.done += 1,
             "error" => self.say(format!("worker {id}: {}", event.rest("message"))),
             _ => {}
@@ -305,6 +378,12 @@ impl Narrator {
             Duration::from_millis(event.int("session_ms").max(0) as u64),
         );
         match self.victim {
+            Some((v, _, _)) if self.redis && !self.resumed && id != v && !self.successor_seen => {
+                self.successor_seen = true;
+                self.say(format!(
+                    "worker {id} acquired the lock: Redis expired frozen worker {v}'s key (its TTL ran out); there is no token to tell them apart"
+                ));
+            }
             Some((v, _, vt)) if !self.resumed && id != v && !self.successor_seen => {
                 self.successor_seen = true;
                 self.outcome.successor_token_greater = token > vt;
@@ -312,6 +391,7 @@ impl Narrator {
                     "worker {id} acquired the lock with token {token}, greater than frozen worker {v}'s {vt}: ZooKeeper expired worker {v}'s session"
                 ));
             }
+            _ if self.redis => self.say(format!("worker {id} holds the lock")),
             _ => self.say(format!("worker {id} holds the lock (token {token})")),
         }
     }
@@ -331,8 +411,15 @@ impl Narrator {
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         self.victim = Some((id, pid, token));
         self.resume_at = Some(Instant::now() + stall);
+        let (with, limit) = match self.redis {
+            true => (String::new(), "the lock's TTL"),
+            false => (
+                format!(" with token {token}"),
+                "the session timeout the server granted it",
+            ),
+        };
         self.say(format!(
-            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {} with token {token}); frozen for {stall:?}, twice the session timeout the server granted it",
+            "SIGSTOP worker {id} in the middle of its write (it read counter = {}, will write {}{with}); frozen for {stall:?}, twice {limit}",
             event.int("value") - 1,
             event.int("value")
         ));
@@ -342,14 +429,23 @@ impl Narrator {
     fn accepted(&mut self, id: u32, event: &Event<'_>) {
         self.accepted_so_far += 1;
         let (token, value) = (event.int("token"), event.int("value"));
-        let late = self
-            .victim
-            .is_some_and(|(v, _, vt)| v == id && self.resumed && token == vt);
+        // The frozen worker's first write after it was thawed (a Redis worker's writes all
+        // carry token 0: only the first is the late one).
+        let late = !self.outcome.late_write_accepted
+            && self
+                .victim
+                .is_some_and(|(v, _, vt)| v == id && self.resumed && token == vt);
         if self.successor_seen && late {
             self.outcome.late_write_accepted = true;
+            let stale = match self.redis {
+                true => "as if it still held the lock".to_owned(),
+                false => format!("with its stale token {token}"),
+            };
             self.say(format!(
-                "the store ACCEPTED worker {id}'s late write: counter = {value} with its stale token {token}, overwriting newer increments"
+                "the store ACCEPTED worker {id}'s late write: counter = {value} {stale}, overwriting newer increments"
             ));
+        } else if self.redis {
+            self.say(format!("worker {id} wrote counter = {value}: accepted"));
         } else {
             self.say(format!(
                 "worker {id} wrote counter = {value} (token {token}): accepted"
@@ -437,14 +533,22 @@ impl<'a> Event<'a> {
 }
 
 pub(crate) async fn worker(args: WorkerArgs) -> u8 {
-    let mut db = match open_store(&args.db) {
+    let db = match open_store(&args.db) {
         Ok(db) => db,
         Err(err) => {
             println!("error message=cannot open the store: {err}");
             return EXIT_FAILURE;
         }
     };
-    let mut lock = match worker_lock(&args).await {
+    match &args.redis {
+        Some(addr) => redis_worker(&args, addr, db).await,
+        None => zkfence_worker(&args, db).await,
+    }
+}
+
+/// A worker under zkfence: acquire, check, write with the token, check, release.
+async fn zkfence_worker(args: &WorkerArgs, mut db: Connection) -> u8 {
+    let mut lock = match worker_lock(args).await {
         Ok(lock) => lock,
         Err(code) => return code,
     };
@@ -454,7 +558,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
             Ok(guard) => guard,
             Err(err) if err.is_session_terminal() => {
                 println!("reconnecting");
-                lock = match worker_lock(&args).await {
+                lock = match worker_lock(args).await {
                     Ok(lock) => lock,
                     Err(code) => return code,
                 };
@@ -474,27 +578,13 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
             guard.token().sequence(),
             lock.client().session_timeout().as_millis()
         );
-        let read = db.query_row("SELECT value FROM counter WHERE id = 1", [], |row| {
-            row.get::<_, i64>(0)
-        });
-        let Ok(value) = read else {
-            println!("error message=cannot read the store");
-            return EXIT_FAILURE;
-        };
         if let Err(err) = guard.check() {
             println!("cancelled reason={err}");
             continue;
         }
-        println!("writing token={token} value={}", value + 1);
-        // The write path is slow (a disk, a network hop): the demo freezes us right here.
-        tokio::time::sleep(args.write_delay).await;
-        match store_write(&mut db, args.id, value + 1, token, !args.no_fence) {
-            Ok(None) => {
-                done += 1;
-                println!("accepted token={token} value={}", value + 1);
-            }
-            Ok(Some(fence)) => println!("refused token={token} fence={fence}"),
-            Err(err) => println!("error message=store write failed: {err}"),
+        match increment(&mut db, args, token).await {
+            Ok(accepted) => done += u32::from(accepted),
+            Err(code) => return code,
         }
         if let Err(err) = guard.check() {
             println!("cancelled reason={err}");
@@ -504,6 +594,78 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
     }
     println!("done");
     0
+}
+
+/// A worker under a Redis lock (its TTL the session timeout): acquire, write, release with a
+/// compare-and-delete. No token, so its writes go unfenced; no watchdog, so nothing tells it
+/// that its key expired while it was stalled.
+async fn redis_worker(args: &WorkerArgs, addr: &str, mut db: Connection) -> u8 {
+    let waiting = crate::redis_lock::Waiting::Pubsub;
+    let connected =
+        crate::redis_lock::Contender::connect(addr, &args.lock, waiting, args.session_timeout);
+    let mut lock = match connected.await {
+        Ok(lock) => lock,
+        Err(err) => {
+            println!("error message=cannot reach Redis at {addr}: {err}");
+            return EXIT_FAILURE;
+        }
+    };
+    let mut done = 0;
+    while done < args.increments {
+        let value = match lock.acquire().await {
+            Ok(value) => value,
+            Err(err) => {
+                println!("error message={err}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        println!(
+            "acquired token=0 session_ms={}",
+            args.session_timeout.as_millis()
+        );
+        match increment(&mut db, args, 0).await {
+            Ok(accepted) => done += u32::from(accepted),
+            Err(code) => return code,
+        }
+        match lock.release(&value).await {
+            Ok(true) => {}
+            Ok(false) => println!("unreleased"),
+            Err(err) => println!("error message=release failed: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    println!("done");
+    0
+}
+
+/// One increment under the lock: reads the counter, announces the write, takes the write's
+/// time (the window the demo freezes), writes with `token`; whether the store accepted it.
+async fn increment(db: &mut Connection, args: &WorkerArgs, token: i64) -> Result<bool, u8> {
+    let read = db.query_row("SELECT value FROM counter WHERE id = 1", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    let Ok(value) = read else {
+        println!("error message=cannot read the store");
+        return Err(EXIT_FAILURE);
+    };
+    println!("writing token={token} value={}", value + 1);
+    // The write path is slow (a disk, a network hop): the demo freezes us right here.
+    tokio::time::sleep(args.write_delay).await;
+    match store_write(db, args.id, value + 1, token, !args.no_fence) {
+        Ok(None) => {
+            println!("accepted token={token} value={}", value + 1);
+            Ok(true)
+        }
+        Ok(Some(fence)) => {
+            println!("refused token={token} fence={fence}");
+            Ok(false)
+        }
+        Err(err) => {
+            println!("error message=store write failed: {err}");
+            Ok(false)
+        }
+    }
 }
 
 async fn worker_lock(args: &WorkerArgs) -> Result<FencedLock, u8> {

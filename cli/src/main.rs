@@ -11,6 +11,7 @@ mod holders;
 mod json;
 mod lifeline;
 mod local;
+mod redis_lock;
 mod revoke;
 mod run;
 mod supervise;

@@ -379,15 +379,16 @@ async fn holders_json_lists_the_queue_holder_first() {
 
 #[test]
 fn demo_runs_to_its_verdict() {
-    let output = zkfence(&["demo"]).output().unwrap();
+    // With its third run: the same under a Redis lock (a throwaway redis-server).
+    let output = zkfence(&["demo", "--redis"]).output().unwrap();
     let (stdout, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     let verdict = stdout.lines().last().unwrap_or("");
     assert!(verdict.starts_with("VERDICT: with fencing"), "{stdout}");
-    assert!(
-        stdout.contains("REFUSED") && stdout.contains("LOST"),
-        "{stdout}"
-    );
+    assert!(verdict.contains("Under the Redis lock"), "{stdout}");
+    assert!(stdout.contains("REFUSED"), "{stdout}");
+    assert_eq!(stdout.matches("LOST").count(), 2, "{stdout}");
+    assert!(stdout.contains("Redis expired frozen worker"), "{stdout}");
 }
 
 /// The bench tool's output is functional, not timed: one JSON line with every field, no

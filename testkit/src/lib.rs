@@ -9,11 +9,14 @@
 //! - [`LocalEnsemble`]: three `QuorumPeerMain` servers, on loopback or each in a network
 //!   namespace of its own ([`EnsembleOptions`]), where [`LocalEnsemble::cut`] drops, resets or
 //!   loses the packets one server sends another.
-//! - [`CountingProxy`]: counts requests by opcode and watch notifications; blackholes, delays,
-//!   drops replies, refuses and resets connections.
+//! - [`CountingProxy`]: counts requests by opcode and watch notifications; blackholes, cuts
+//!   off (a blackhole that also hides the server's close), delays, holds the replies to
+//!   writes, drops replies, refuses and resets connections.
 //! - [`expire_session`]: ends another client's session from outside, the way an operator would.
 //! - [`curator`]: Apache Curator's jars from Debian, and `javac` for workers compiled at run
 //!   time (the interop tests, `zkfence bench --impl curator`).
+//! - [`LocalRedis`]: a throwaway `redis-server` (Debian's package), the lock peer the bench
+//!   measures against.
 //! - [`stats`]: the one percentile definition (nearest rank) the bench and the chaos suite share.
 //!
 //! The JVM runs under a small `bash` wrapper that kills it and removes the data dir when this
@@ -44,6 +47,7 @@ pub mod harness;
 mod options;
 mod postgres;
 mod proxy;
+mod redis;
 mod server;
 mod session;
 pub mod stats;
@@ -52,5 +56,6 @@ pub use crate::ensemble::{LinkFault, LocalEnsemble};
 pub use crate::options::EnsembleOptions;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::proxy::CountingProxy;
+pub use crate::redis::LocalRedis;
 pub use crate::server::{four_letter, LocalZooKeeper, StartError, INSTALL_HINT};
 pub use crate::session::expire_session;

@@ -120,6 +120,7 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
         errors: one("errors")?,
         client_cpu_us,
         server_cpu_us,
+        max_share: None,
     })
 }
 
@@ -137,6 +138,7 @@ mod tests {
             warmup: 0.0,
             hold: std::time::Duration::ZERO,
             server_pid: None,
+            redis: None,
         }
     }
 

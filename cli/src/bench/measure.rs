@@ -12,6 +12,7 @@ use super::stats::per_acquisition;
 #[derive(Debug, Clone)]
 pub(super) struct Counted {
     pub(super) requests: f64,
+    /// NaN where not counted (the Redis peers).
     pub(super) notifications: f64,
     /// Requests by operation name, sorted by opcode.
     pub(super) by_op: Vec<(String, f64)>,
@@ -33,17 +34,37 @@ impl Counted {
         }
     }
 
+    /// Nothing counted (an uncounted run).
+    pub(super) fn none() -> Counted {
+        Counted {
+            requests: f64::NAN,
+            notifications: f64::NAN,
+            by_op: Vec::new(),
+        }
+    }
+
+    /// `report`'s JSON line, with these counts if anything was counted.
+    pub(super) fn line(&self, report: &Report) -> String {
+        match self.requests.is_nan() {
+            true => report.json(),
+            false => self.json(report),
+        }
+    }
+
     /// `report`'s JSON line with these counts added.
     pub(super) fn json(&self, report: &Report) -> String {
         let json = report.json();
         let by_op: Vec<String> = (self.by_op.iter())
             .map(|(op, n)| format!("\"{op}\":{n:.3}"))
             .collect();
+        let notifications = match self.notifications.is_nan() {
+            true => "null".to_owned(),
+            false => format!("{:.3}", self.notifications),
+        };
         format!(
-            "{},\"counted\":true,\"requests_per_acq\":{:.3},\"notifications_per_acq\":{:.3},\"requests_by_op\":{{{}}}}}",
+            "{},\"counted\":true,\"requests_per_acq\":{:.3},\"notifications_per_acq\":{notifications},\"requests_by_op\":{{{}}}}}",
             &json[..json.len() - 1],
             self.requests,
-            self.notifications,
             by_op.join(",")
         )
     }
@@ -74,6 +95,28 @@ fn opcode_name(op: i32) -> String {
         op => return format!("op{op}"),
     };
     name.to_owned()
+}
+
+/// One run of a Redis peer, counting the commands the Redis server processed (its own count,
+/// `INFO stats`; the few this count and the connections cost included) per acquisition; no
+/// notification count.
+pub(super) async fn counted_redis(run: Run, lock: &str) -> Result<(Report, Counted), String> {
+    let addr = run.redis.ok_or("no Redis server")?.to_string();
+    let count = || async {
+        crate::redis_lock::commands_processed(&addr)
+            .await
+            .map_err(|e| format!("cannot count Redis commands: {e}"))
+    };
+    let before = count().await?;
+    let run = Run { warmup: 0.0, ..run };
+    let report = run.execute("", lock).await?;
+    let after = count().await?;
+    let counted = Counted {
+        requests: per_acquisition(after.saturating_sub(before), report.acquisitions),
+        notifications: f64::NAN,
+        by_op: Vec::new(),
+    };
+    Ok((report, counted))
 }
 
 /// One run of `run` through a counting proxy in front of the first of `hosts`, with no warmup (every

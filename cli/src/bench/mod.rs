@@ -12,6 +12,7 @@
 //! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`.
 
 mod chart;
+mod contention;
 mod cpu;
 mod curator;
 pub(crate) mod failover;
@@ -51,19 +52,27 @@ pub(crate) async fn bench(args: Args) -> u8 {
     if args.matrix || args.scale || args.in_process || args.rounds.is_some() {
         return with_server(&args).await;
     }
-    let Some(hosts) = args.connect.clone() else {
-        eprintln!(
-            "zkfence: bench needs --connect HOSTS (or --matrix, which starts a local server)"
-        );
-        return EXIT_USAGE;
+    let redis = args.implementation.redis_waiting().is_some();
+    let hosts = match (&args.connect, redis) {
+        (Some(hosts), _) => hosts.clone(),
+        (None, true) => String::new(),
+        (None, false) => {
+            eprintln!(
+                "zkfence: bench needs --connect HOSTS (or --rounds or --matrix, which start a local server)"
+            );
+            return EXIT_USAGE;
+        }
     };
     let run = Run::new(&args, args.implementation, args.mode, args.contenders);
-    let measured = match args.count {
-        true => measure::counted(run, &hosts, &args.lock)
-            .await
-            .map(|(report, counted)| (counted.json(&report), report)),
-        false => run.execute(&hosts, &args.lock).await.map(|r| (r.json(), r)),
-    };
+    let measured = match (args.count, redis) {
+        (true, true) => measure::counted_redis(run, &args.lock).await,
+        (true, false) => measure::counted(run, &hosts, &args.lock).await,
+        (false, _) => run.execute(&hosts, &args.lock).await.map(|r| {
+            let none = measure::Counted::none();
+            (r, none)
+        }),
+    }
+    .map(|(report, counted)| (counted.line(&report), report));
     match measured {
         Ok((line, report)) => {
             println!("{line}");
@@ -95,7 +104,7 @@ async fn with_server(args: &Args) -> u8 {
         }
     };
     let result = if args.rounds.is_some() {
-        rounds::rounds(args, &hosts, server_pid).await
+        with_redis(args, &hosts, server_pid).await
     } else if args.in_process {
         in_process(args, &hosts).await
     } else if args.scale {
@@ -107,6 +116,32 @@ async fn with_server(args: &Args) -> u8 {
         eprintln!("zkfence: {err}");
         EXIT_UNAVAILABLE
     })
+}
+
+/// `--rounds`, with a throwaway Redis server when a Redis peer is measured without `--redis`.
+async fn with_redis(args: &Args, hosts: &str, zookeeper_pid: Option<i32>) -> Result<u8, String> {
+    let wanted = args.peers.iter().any(|p| p.redis_waiting().is_some());
+    let local = match (wanted, args.redis) {
+        (true, None) => {
+            eprintln!("bench: starting a throwaway redis-server on a loopback port...");
+            let started = tokio::task::spawn_blocking(zkfence_testkit::LocalRedis::start).await;
+            Some(started.map_err(|e| e.to_string())??)
+        }
+        _ => None,
+    };
+    let redis = match &local {
+        Some(redis) => Some((
+            redis.addr().parse().map_err(|e| format!("{e}"))?,
+            Some(redis.pid()),
+        )),
+        None => args.redis.map(|addr| (addr, None)),
+    };
+    let servers = rounds::Servers {
+        hosts,
+        zookeeper_pid,
+        redis,
+    };
+    rounds::rounds(args, servers).await
 }
 
 /// A throwaway server for measurements (every JIT tier; fsync as asked).

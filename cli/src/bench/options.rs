@@ -29,6 +29,11 @@ pub(crate) enum Impl {
     Zkclient,
     /// Apache Curator's `InterProcessMutex`, in a JVM (Debian's jars, compiled at run time).
     Curator,
+    /// A Redis lock (`SET NX PX`, compare-and-delete) whose waiters retry after 50–250 ms, as
+    /// go-redsync's do.
+    RedisRetry,
+    /// A Redis lock whose waiters subscribe to the release's message, as Redisson's do.
+    RedisPubsub,
     Raw,
 }
 
@@ -39,7 +44,18 @@ impl Impl {
             Impl::Zkfence => "zkfence",
             Impl::Zkclient => "zkclient",
             Impl::Curator => "curator",
+            Impl::RedisRetry => "redis-retry",
+            Impl::RedisPubsub => "redis-pubsub",
             Impl::Raw => "raw",
+        }
+    }
+
+    /// How a Redis peer's waiters wait; `None` for the ZooKeeper ones.
+    pub(super) fn redis_waiting(self) -> Option<crate::redis_lock::Waiting> {
+        match self {
+            Impl::RedisRetry => Some(crate::redis_lock::Waiting::Retry),
+            Impl::RedisPubsub => Some(crate::redis_lock::Waiting::Pubsub),
+            _ => None,
         }
     }
 }
@@ -87,6 +103,10 @@ pub(crate) struct Args {
     /// throughput and latencies are not comparable with an uncounted run's.
     #[arg(long, env = "ZKFENCE_BENCH_COUNT")]
     pub(super) count: bool,
+    /// The Redis server the Redis peers (`--impl redis-retry|redis-pubsub`) lock on, e.g.
+    /// `127.0.0.1:6379`; --rounds starts a throwaway one without it.
+    #[arg(long, value_name = "HOST:PORT", env = "ZKFENCE_BENCH_REDIS")]
+    pub(super) redis: Option<std::net::SocketAddr>,
     /// Measure zkfence and its peers in turns, this many rounds of every configuration (each
     /// round starting with another implementation), and summarise the ratios per round as
     /// their median and range; on a throwaway local server without --connect.
@@ -175,8 +195,11 @@ pub(super) struct Run {
     pub(super) warmup: f64,
     /// The critical section: how long each holder holds.
     pub(super) hold: Duration,
-    /// The ZooKeeper server's process, when the bench started it: its CPU time is measured.
+    /// The server's process (ZooKeeper's, or Redis's for the Redis peers), when the bench
+    /// started it: its CPU time is measured.
     pub(super) server_pid: Option<i32>,
+    /// The Redis server, for the Redis peers.
+    pub(super) redis: Option<std::net::SocketAddr>,
 }
 
 impl Run {
@@ -190,6 +213,7 @@ impl Run {
             warmup: args.warmup,
             hold: args.hold,
             server_pid: None,
+            redis: args.redis,
         }
     }
 }

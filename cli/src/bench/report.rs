@@ -30,6 +30,9 @@ pub(super) struct Report {
     /// it).
     pub(super) client_cpu_us: Option<f64>,
     pub(super) server_cpu_us: Option<f64>,
+    /// Contended: the largest share of the acquisitions one contender made (a fair lock's is
+    /// about 1/N; an unfair one lets the releaser take it back).
+    pub(super) max_share: Option<f64>,
 }
 
 impl Report {
@@ -71,6 +74,9 @@ impl Report {
         }
         if let Some(cpu) = self.server_cpu_us {
             let _ = write!(out, ",\"server_cpu_us_per_acq\":{cpu:.1}");
+        }
+        if let Some(share) = self.max_share {
+            let _ = write!(out, ",\"max_share\":{share:.3}");
         }
         out.push('}');
         out

@@ -125,13 +125,36 @@ fn implementations(args: &Args) -> Vec<Impl> {
     all
 }
 
+/// The servers the runs go to: ZooKeeper's hosts, and the process ids whose CPU is measured
+/// (ZooKeeper's and, for the Redis peers, Redis's, when the bench started them).
+#[derive(Debug, Clone)]
+pub(super) struct Servers<'a> {
+    pub(super) hosts: &'a str,
+    pub(super) zookeeper_pid: Option<i32>,
+    pub(super) redis: Option<(std::net::SocketAddr, Option<i32>)>,
+}
+
+impl Servers<'_> {
+    /// `implementation`'s run of (`mode`, `n`), pointed at its server.
+    fn run(&self, args: &Args, implementation: Impl, mode: Mode, n: usize) -> Run {
+        let run = Run::new(args, implementation, mode, n);
+        match (implementation.redis_waiting(), self.redis) {
+            (Some(_), Some((addr, pid))) => Run {
+                redis: Some(addr),
+                server_pid: pid,
+                ..run
+            },
+            _ => Run {
+                server_pid: self.zookeeper_pid,
+                ..run
+            },
+        }
+    }
+}
+
 /// `--rounds`: the runs, the counts, the summary; the exit code (a violation fails it).
-pub(super) async fn rounds(
-    args: &Args,
-    hosts: &str,
-    server_pid: Option<i32>,
-) -> Result<u8, String> {
-    measure::warm_up(args, hosts).await?;
+pub(super) async fn rounds(args: &Args, servers: Servers<'_>) -> Result<u8, String> {
+    measure::warm_up(args, servers.hosts).await?;
     let impls = implementations(args);
     let rounds = args.rounds.unwrap_or(1).max(1);
     let mut runs = Runs {
@@ -145,20 +168,22 @@ pub(super) async fn rounds(
             order.rotate_left(round % impls.len());
             order.push(Impl::Raw);
             for implementation in order {
-                let report =
-                    timed(args, hosts, server_pid, round, implementation, contenders).await?;
+                let report = timed(args, &servers, round, implementation, contenders).await?;
                 runs.timed.push((round, report));
             }
         }
     }
-    eprintln!("bench: counting requests and notifications per acquisition through a proxy ...");
+    eprintln!("bench: counting requests and notifications per acquisition ...");
     for &contenders in &args.configs {
         for &implementation in &impls {
             let run = Run {
                 seconds: 2.0,
-                ..Run::new(args, implementation, mode_of(contenders), contenders)
+                ..servers.run(args, implementation, mode_of(contenders), contenders)
             };
-            let (report, counted) = measure::counted(run, hosts, &args.lock).await?;
+            let (report, counted) = match implementation.redis_waiting() {
+                Some(_) => measure::counted_redis(run, &args.lock).await?,
+                None => measure::counted(run, servers.hosts, &args.lock).await?,
+            };
             println!("{}", counted.json(&report));
             runs.counted.push((implementation, contenders, counted));
         }
@@ -175,8 +200,7 @@ pub(super) async fn rounds(
 /// One timed run, printed as its JSON line with its round.
 async fn timed(
     args: &Args,
-    hosts: &str,
-    server_pid: Option<i32>,
+    servers: &Servers<'_>,
     round: usize,
     implementation: Impl,
     contenders: usize,
@@ -193,11 +217,8 @@ async fn timed(
         implementation.name(),
         mode.name()
     );
-    let run = Run {
-        server_pid,
-        ..Run::new(args, implementation, mode, n)
-    };
-    let mut report = run.execute(hosts, &args.lock).await?;
+    let run = servers.run(args, implementation, mode, n);
+    let mut report = run.execute(servers.hosts, &args.lock).await?;
     // Filed under the configuration it was measured for.
     report.contenders = contenders;
     report.mode = mode_of(contenders).name();
@@ -281,7 +302,7 @@ fn per_acquisition_table(impls: &[Impl], rounds: usize, runs: &Runs, configs: &[
     let rows: [(&str, &Figure); 4] = [
         ("requests", &|i, n| runs.counts(i, n).map(|c| c.requests)),
         ("notifications", &|i, n| {
-            runs.counts(i, n).map(|c| c.notifications)
+            (runs.counts(i, n).map(|c| c.notifications)).filter(|v| !v.is_nan())
         }),
         ("client CPU µs (median)", &|i, n| {
             runs.median(rounds, i, n, |r| r.client_cpu_us)

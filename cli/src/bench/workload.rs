@@ -2,8 +2,8 @@
 //! (zkfence, `zookeeper-client`'s lock, the raw ZooKeeper limits), the in-process throughput
 //! sides, and the scale measurements (locks held at once, waiters queued on one lock).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -12,10 +12,11 @@ use zkfence::{FencedLock, LockGuard, LockOptions};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
-use super::cpu;
+use super::contention::{self, enter, leave, locked, record, Shared};
 use super::options::{Args, Impl, Mode, Run};
 use super::report::Report;
-use super::stats::{writes_per_acquisition, Latencies};
+use super::stats::writes_per_acquisition;
+use crate::redis_lock as redis;
 
 /// ZooKeeper's getData opcode, as the counting proxy keys its counts.
 const OP_GET_DATA: i32 = 4;
@@ -41,34 +42,18 @@ pub(super) async fn connect_session(addr: &str, timeout: Duration) -> Result<zk:
         .map_err(|e| format!("cannot connect: {e}"))
 }
 
-/// The value behind a mutex, even if a contender panicked while holding it.
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What the contenders of one run share.
-#[derive(Debug, Default)]
-struct Shared {
-    holders: AtomicUsize,
-    violations: AtomicU64,
-    errors: AtomicU64,
-    acquisitions: AtomicU64,
-    measuring: AtomicBool,
-    /// When the current holder started its release, for the next holder's handoff.
-    release_started: Mutex<Option<Instant>>,
-    cycles: Mutex<Vec<u64>>,
-    handoffs: Mutex<Vec<u64>>,
-    reads: Mutex<Vec<u64>>,
-    /// Raw create (with a children listing pipelined behind it) + delete cycles.
-    listed_cycles: Mutex<Vec<u64>>,
-}
-
 static RUN_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Run {
     /// Runs the contenders on a fresh path under `base` through warmup and the measured
     /// seconds, and summarises what they measured.
     pub(super) async fn execute(self, hosts: &str, base: &str) -> Result<Report, String> {
+        if let Some(waiting) = self.implementation.redis_waiting() {
+            let addr = (self.redis).ok_or(
+                "the Redis peers need a Redis server: --redis HOST:PORT (--rounds starts one)",
+            )?;
+            return redis_run(self, waiting, addr.to_string()).await;
+        }
         let path = format!(
             "{base}/run-{}-{}",
             std::process::id(),
@@ -92,19 +77,13 @@ impl Run {
             .await?;
         tokio::time::sleep_until(measure_from).await;
         let first = zxid(&admin, &probe).await?;
-        let cpu_from = cpu::Sample::now(self.server_pid);
-        shared.measuring.store(true, Ordering::SeqCst);
-        tokio::time::sleep_until(until).await;
-        shared.measuring.store(false, Ordering::SeqCst);
-        let cpu_to = cpu::Sample::now(self.server_pid);
+        let cpu = contention::measure(&shared, until, self.server_pid).await;
         let last = zxid(&admin, &probe).await?;
         for task in tasks {
             let _ = task.await;
         }
-        let mut report = self.report(&shared);
+        let mut report = contention::report(self, &shared, cpu);
         report.writes_per_acq = Some(writes_per_acquisition(first, last, report.acquisitions));
-        let (client, server) = cpu_from.per_acquisition(cpu_to, report.acquisitions);
-        (report.client_cpu_us, report.server_cpu_us) = (Some(client), server);
         Ok(report)
     }
 
@@ -165,33 +144,6 @@ impl Run {
             }
         }
     }
-
-    /// The run's figures from what its contenders recorded.
-    fn report(self, shared: &Shared) -> Report {
-        let cycles = Latencies::from_nanos(&locked(&shared.cycles));
-        let handoffs = Latencies::from_nanos(&locked(&shared.handoffs));
-        let reads = Latencies::from_nanos(&locked(&shared.reads));
-        let listed = Latencies::from_nanos(&locked(&shared.listed_cycles));
-        let contended = self.mode == Mode::Contended;
-        Report {
-            implementation: self.implementation.name(),
-            mode: self.mode.name(),
-            contenders: self.contenders,
-            seconds: self.seconds,
-            acquisitions: shared.acquisitions.load(Ordering::SeqCst),
-            cycle_p50_us: cycles.percentile_or_zero(0.5),
-            cycle_p99_us: cycles.percentile_or_zero(0.99),
-            handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
-            handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
-            read_p50_us: reads.percentile(0.5),
-            listed_cycle_p50_us: listed.percentile(0.5),
-            writes_per_acq: None,
-            violations: shared.violations.load(Ordering::SeqCst),
-            errors: shared.errors.load(Ordering::SeqCst),
-            client_cpu_us: None,
-            server_cpu_us: None,
-        }
-    }
 }
 
 /// The server's latest zxid, as the transaction of a setData on `probe` (a node of the run's
@@ -209,10 +161,6 @@ fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
 
-fn record(into: &Mutex<Vec<u64>>, from: Instant, to: Instant) {
-    locked(into).push(to.duration_since(from).as_nanos() as u64);
-}
-
 /// A contender cycling acquire/release with zkfence or zookeeper-client's lock.
 async fn locker(
     run: Run,
@@ -222,21 +170,32 @@ async fn locker(
     shared: Arc<Shared>,
     until: Instant,
 ) {
-    let lock = FencedLock::new(
-        client.clone(),
-        path.clone(),
-        LockOptions::default().with_create_parents(false),
-    );
-    let Ok(lock) = lock else { return };
+    let lock = match implementation {
+        Impl::Zkfence => {
+            let options = LockOptions::default().with_create_parents(false);
+            match FencedLock::new(client, path, options) {
+                Ok(lock) => Lock::Zkfence(lock),
+                Err(_) => return,
+            }
+        }
+        _ => Lock::Zkclient { client, path },
+    };
+    cycle(run, lock, shared, until).await;
+}
+
+/// Acquires and releases `lock` until `until`, recording each measured cycle and handoff, and
+/// then this contender's share of the acquisitions.
+async fn cycle(run: Run, mut lock: Lock, shared: Arc<Shared>, until: Instant) {
+    let mut mine = 0;
     while Instant::now() < until {
         let started = Instant::now();
-        let held = match acquire(implementation, &lock, &client, &path).await {
+        let held = match lock.acquire().await {
             Attempt::Held(held) => held,
             Attempt::Failed => {
                 shared.errors.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            Attempt::Unusable => return,
+            Attempt::Unusable => break,
         };
         let acquired = Instant::now();
         let measuring = shared.measuring.load(Ordering::Relaxed);
@@ -245,18 +204,27 @@ async fn locker(
             tokio::time::sleep(run.hold).await;
         }
         leave(run.mode, &shared);
-        let released = match held {
-            Held::Zkfence(guard) => guard.release().await.is_ok(),
-            Held::Zkclient(node) => client.delete(&node, None).await.is_ok(),
-        };
-        if !released {
+        if !lock.release(held).await {
             shared.errors.fetch_add(1, Ordering::Relaxed);
         }
         if measuring {
+            mine += 1;
             shared.acquisitions.fetch_add(1, Ordering::Relaxed);
             record(&shared.cycles, started, Instant::now());
         }
     }
+    locked(&shared.shares).push(mine);
+}
+
+/// One contender's lock.
+enum Lock {
+    Zkfence(FencedLock),
+    /// `zookeeper-client`'s `Client::lock` on `path`.
+    Zkclient {
+        client: zk::Client,
+        path: String,
+    },
+    Redis(redis::Contender),
 }
 
 /// What one acquire call gave.
@@ -270,21 +238,43 @@ enum Attempt {
 enum Held {
     Zkfence(LockGuard),
     Zkclient(String),
+    /// The value our Redis lock holds.
+    Redis(Vec<u8>),
 }
 
-/// One acquire call with zkfence or zookeeper-client's lock.
-async fn acquire(
-    implementation: Impl,
-    lock: &FencedLock,
-    client: &zk::Client,
-    path: &str,
-) -> Attempt {
-    if implementation == Impl::Zkfence {
-        return match lock.acquire().await {
-            Ok(guard) => Attempt::Held(Held::Zkfence(guard)),
-            Err(_) => Attempt::Failed,
-        };
+impl Lock {
+    /// One acquire call.
+    async fn acquire(&mut self) -> Attempt {
+        match self {
+            Lock::Zkfence(lock) => match lock.acquire().await {
+                Ok(guard) => Attempt::Held(Held::Zkfence(guard)),
+                Err(_) => Attempt::Failed,
+            },
+            Lock::Zkclient { client, path } => zkclient_acquire(client, path).await,
+            Lock::Redis(contender) => match contender.acquire().await {
+                Ok(value) => Attempt::Held(Held::Redis(value)),
+                Err(_) => Attempt::Failed,
+            },
+        }
     }
+
+    /// The release, awaited; whether it succeeded.
+    async fn release(&mut self, held: Held) -> bool {
+        match (self, held) {
+            (_, Held::Zkfence(guard)) => guard.release().await.is_ok(),
+            (Lock::Zkclient { client, .. }, Held::Zkclient(node)) => {
+                client.delete(&node, None).await.is_ok()
+            }
+            (Lock::Redis(contender), Held::Redis(value)) => {
+                contender.release(&value).await.unwrap_or(false)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One acquire call with zookeeper-client's lock.
+async fn zkclient_acquire(client: &zk::Client, path: &str) -> Attempt {
     let Ok(prefix) = zk::LockPrefix::new_curator(path, "lock-") else {
         return Attempt::Unusable;
     };
@@ -300,28 +290,37 @@ async fn acquire(
     }
 }
 
-/// The holder's turn, just acquired: counts a second holder as a violation and records the
-/// handoff from the previous holder's release.
-fn enter(mode: Mode, shared: &Shared, acquired: Instant, measuring: bool) {
-    if shared.holders.fetch_add(1, Ordering::SeqCst) != 0 && mode == Mode::Contended {
-        shared.violations.fetch_add(1, Ordering::SeqCst);
+/// The Redis peers' runs: each contender with connections of its own to the Redis server at
+/// `addr`, on one key (contended) or a key each; then the report, as the ZooKeeper runs make
+/// it (no server writes to count).
+async fn redis_run(run: Run, waiting: redis::Waiting, addr: String) -> Result<Report, String> {
+    let id = RUN_ID.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::new(Shared::default());
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(run.warmup);
+    let until = measure_from + Duration::from_secs_f64(run.seconds);
+    let mut tasks = Vec::new();
+    for i in 0..run.contenders {
+        let key = match run.mode {
+            Mode::Uncontended => format!("zkfence-bench:{}:{id}:u{i}", std::process::id()),
+            Mode::Contended => format!("zkfence-bench:{}:{id}:lock", std::process::id()),
+        };
+        let contender = redis::Contender::connect(&addr, &key, waiting, redis::TTL)
+            .await
+            .map_err(|e| format!("cannot reach Redis at {addr}: {e}"))?;
+        tasks.push(tokio::spawn(cycle(
+            run,
+            Lock::Redis(contender),
+            shared.clone(),
+            until,
+        )));
     }
-    if mode == Mode::Contended {
-        if let Some(release_started) = locked(&shared.release_started).take() {
-            if measuring {
-                record(&shared.handoffs, release_started, acquired);
-            }
-        }
+    tokio::time::sleep_until(measure_from).await;
+    let cpu = contention::measure(&shared, until, run.server_pid).await;
+    for task in tasks {
+        let _ = task.await;
     }
-}
-
-/// The holder's turn ends: (contended) marks the start of its release.
-fn leave(mode: Mode, shared: &Shared) {
-    shared.holders.fetch_sub(1, Ordering::SeqCst);
-    let releasing = Instant::now();
-    if mode == Mode::Contended {
-        *locked(&shared.release_started) = Some(releasing);
-    }
+    Ok(contention::report(run, &shared, cpu))
 }
 
 /// The raw uncontended limits: create(ephemeral sequential) + delete; one read round trip; and
