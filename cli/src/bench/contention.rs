@@ -90,18 +90,8 @@ pub(super) fn report(run: Run, shared: &Shared, cpu: [cpu::Sample; 2]) -> Report
     let acquisitions = shared.acquisitions.load(Ordering::SeqCst);
     let (client_cpu, server_cpu) = cpu[0].per_acquisition(cpu[1], acquisitions);
     Report {
-        implementation: run.implementation.name(),
-        mode: run.mode.name(),
-        contenders: run.contenders,
-        seconds: run.seconds,
-        acquisitions,
-        cycle_p50_us: cycles.percentile_or_zero(0.5),
-        cycle_p99_us: cycles.percentile_or_zero(0.99),
-        handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
-        handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
         read_p50_us: reads.percentile(0.5),
         listed_cycle_p50_us: listed.percentile(0.5),
-        writes_per_acq: None,
         violations: shared.violations.load(Ordering::SeqCst),
         errors: shared.errors.load(Ordering::SeqCst),
         client_cpu_us: Some(client_cpu),
@@ -109,6 +99,7 @@ pub(super) fn report(run: Run, shared: &Shared, cpu: [cpu::Sample; 2]) -> Report
         max_share: contended
             .then(|| max_share(&locked(&shared.shares)))
             .flatten(),
+        ..Report::of(run, acquisitions, &cycles, &handoffs)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use super::options::{Mode, Run};
+use super::options::Run;
 use super::report::Report;
 use super::stats::{writes_per_acquisition, Latencies};
 
@@ -88,7 +88,6 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
     let cycles = Latencies::from_nanos(&values("cycles")?);
     let handoffs = Latencies::from_nanos(&values("handoffs")?);
     let acquisitions = one("acquisitions")?;
-    let contended = run.mode == Mode::Contended;
     // Nanoseconds of CPU in the measured window: the JVM's, and the server's (0: unknown).
     let cpu = values("cpu")?;
     let per = |ns: u64| ns as f64 / 1000.0 / acquisitions.max(1) as f64;
@@ -100,17 +99,6 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
         _ => return Err(format!("the Curator worker printed cpu {cpu:?}")),
     };
     Ok(Report {
-        implementation: run.implementation.name(),
-        mode: run.mode.name(),
-        contenders: run.contenders,
-        seconds: run.seconds,
-        acquisitions,
-        cycle_p50_us: cycles.percentile_or_zero(0.5),
-        cycle_p99_us: cycles.percentile_or_zero(0.99),
-        handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
-        handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
-        read_p50_us: None,
-        listed_cycle_p50_us: None,
         writes_per_acq: Some(writes_per_acquisition(
             first as i64,
             last as i64,
@@ -120,14 +108,14 @@ fn parse(run: Run, stdout: &str) -> Result<Report, String> {
         errors: one("errors")?,
         client_cpu_us,
         server_cpu_us,
-        max_share: None,
+        ..Report::of(run, acquisitions, &cycles, &handoffs)
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::options::Impl;
+    use crate::bench::options::{Impl, Mode};
 
     fn run() -> Run {
         Run {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::options::{Impl, Mode};
-use super::stats::per_second;
+use super::options::{Impl, Mode, Run};
+use super::stats::{per_second, Latencies};
 
 /// One run's figures, printed as one JSON line.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +36,29 @@ pub(super) struct Report {
 }
 
 impl Report {
+    /// The report of `run`, with its acquisitions and the percentiles of its cycles and (when
+    /// contended) handoffs; every other figure empty, for the caller to fill.
+    pub(super) fn of(
+        run: Run,
+        acquisitions: u64,
+        cycles: &Latencies,
+        handoffs: &Latencies,
+    ) -> Report {
+        let contended = run.mode == Mode::Contended;
+        Report {
+            implementation: run.implementation.name(),
+            mode: run.mode.name(),
+            contenders: run.contenders,
+            seconds: run.seconds,
+            acquisitions,
+            cycle_p50_us: cycles.percentile_or_zero(0.5),
+            cycle_p99_us: cycles.percentile_or_zero(0.99),
+            handoff_p50_us: contended.then(|| handoffs.percentile_or_zero(0.5)),
+            handoff_p99_us: contended.then(|| handoffs.percentile_or_zero(0.99)),
+            ..Report::default()
+        }
+    }
+
     /// Acquisitions per measured second.
     pub(super) fn acq_per_s(&self) -> f64 {
         per_second(self.acquisitions, self.seconds)
