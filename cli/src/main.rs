@@ -105,11 +105,13 @@ fn main() -> ExitCode {
     if let Command::Lifeline = cli.command {
         return ExitCode::from(lifeline::main());
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // Two workers are plenty for a lock's supervisor; the bench measures what a service gets
+    // from tokio's default (a worker per core), as its peers' users would run them.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if !matches!(cli.command, Command::Bench(_)) {
+        builder.worker_threads(2);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("zkfence: cannot start the async runtime: {err}");
