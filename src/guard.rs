@@ -484,16 +484,20 @@ impl LockGuard {
     }
 
     /// One more guard of `holding` (a reentrant acquire): the same node and token, no
-    /// request. `None` if the holding ended meanwhile.
-    pub(crate) fn nest(holding: Arc<Holding>) -> Option<LockGuard> {
+    /// request. `Ok(None)` if the holding was released meanwhile (the acquire queues);
+    /// [`Error::LockLost`] if it was lost: its node may still stand in the queue, and an
+    /// acquire queued behind it would wait for the task's own lost guard.
+    pub(crate) fn nest(holding: Arc<Holding>) -> Result<Option<LockGuard>> {
         {
             let mut guards = holding.guards();
-            if guards.count == 0 || holding.state.reason().is_some() {
-                return None;
+            match holding.state.reason() {
+                Some(LossReason::Released) => return Ok(None),
+                Some(reason) => return Err(Error::LockLost(reason)),
+                None if guards.count == 0 => return Ok(None),
+                None => guards.count += 1,
             }
-            guards.count += 1;
         }
-        Some(LockGuard::of(holding))
+        Ok(Some(LockGuard::of(holding)))
     }
 
     fn of(holding: Arc<Holding>) -> LockGuard {

@@ -635,9 +635,9 @@ impl FencedLock {
         Ok(
             match holds::reentry(&kinds, queue.kind, queue.options.reentrant) {
                 Reentry::Queue => Entry::Queue(None),
-                Reentry::Nest(i) => nest(i).map_or(Entry::Queue(None), Entry::Nested),
+                Reentry::Nest(i) => nest(i)?.map_or(Entry::Queue(None), Entry::Nested),
                 // The write lock stays held while the read lock is taken beside it.
-                Reentry::Downgrade(i) => Entry::Queue(nest(i)),
+                Reentry::Downgrade(i) => Entry::Queue(nest(i)?),
                 Reentry::WouldDeadlock => {
                     return Err(Error::WouldDeadlock {
                         path: queue.path.to_string(),

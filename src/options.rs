@@ -209,7 +209,10 @@ impl LockOptions {
     /// it; off by default. With it, an acquire (any of `acquire`, `try_acquire`,
     /// `acquire_timeout`, `run`) by the task that holds the lock returns at once another guard
     /// with the **same token**, sending nothing; the node is deleted only when the last of the
-    /// nested guards ends (release or drop), and a loss cancels them all. "The task that holds
+    /// nested guards ends (release or drop), and a loss cancels them all. A lost hold has
+    /// nothing to re-enter: while one of its guards lives, the task's acquire fails at once
+    /// with [`Error::LockLost`](crate::Error::LockLost) (drop the guards, then acquire again)
+    /// rather than wait behind the lost node. "The task that holds
     /// it" is the tokio task that acquired it (see [`LockGuard::adopt`](crate::LockGuard::adopt)
     /// for a guard moved to another task), across clones of one lock and across locks built on
     /// the same path and session. Without it such an acquire fails at once with

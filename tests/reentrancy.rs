@@ -1,8 +1,9 @@
 //! Reentrancy against real servers: a task that holds a lock and acquires it again gets the
 //! same token with no request (reentrant) or `WouldDeadlock` at once (the default), never a
-//! hang; the node goes with the last nested hold; a loss cancels them all; a guard moved to
-//! another task; a writer's downgrade to a reader, and the write lock kept while writers queued
-//! behind it; a reader never upgrades; a semaphore lease holder asking for more leases.
+//! hang; the node goes with the last nested hold; a loss cancels them all, and the task's next
+//! acquire fails while a lost guard lives; a guard moved to another task; a writer's downgrade
+//! to a reader, and the write lock kept while writers queued behind it; a reader never
+//! upgrades; a semaphore lease holder asking for more leases.
 
 use std::time::{Duration, Instant};
 
@@ -87,6 +88,23 @@ async fn a_loss_cancels_every_nested_hold() {
         inner.release().await,
         Err(Error::LockLost(LossReason::NodeDeleted))
     );
+    // A lost hold has nothing to re-enter, and its node may still stand in the queue: while
+    // the lost guard lives, the task's acquire fails at once rather than wait for it (through
+    // this lock, whose in-process turn the lost guard keeps, and through another one).
+    let other = FencedLock::new(admin.clone(), LOCK, reentrant()).unwrap();
+    let same_session = FencedLock::new(lock.client().clone(), LOCK, reentrant()).unwrap();
+    for again in [lock.acquire(), same_session.acquire()] {
+        let failed = tokio::time::timeout(T, again).await.expect("no hang");
+        assert_eq!(failed.err(), Some(Error::LockLost(LossReason::NodeDeleted)));
+    }
+    drop(outer);
+    let afresh = tokio::time::timeout(T, lock.acquire())
+        .await
+        .expect("granted")
+        .unwrap();
+    assert_eq!(afresh.check(), Ok(()));
+    assert!(other.try_acquire().await.unwrap().is_none());
+    afresh.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
