@@ -12,14 +12,22 @@
 use crate::clock::ms;
 use crate::event::{Ev, Event};
 use crate::fault::Fault;
-use crate::figures::{self, LeaseOverlaps};
+use crate::figures::{self, LeaseOverlaps, PathFigures};
 use crate::store::Row;
-use crate::timeline::{holds, increments, Hold, Input, Timeline};
+use crate::succession::{successions, Succession};
+use crate::timeline::{holds, increments, per_path, Hold, Input, Timeline};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
 /// The lease invariant's name (guarantee 1, checked on the shared clock).
 pub(crate) const LEASE_INVARIANT: &str = "no lease check passes after a newer conflicting grant";
+
+/// The failover bound's name (an election's: see [`crate::succession`]).
+pub(crate) const FAILOVER_INVARIANT: &str =
+    "a new leader within T plus the election time after the old one's loss";
+
+/// The grant order's name: tokens (an election's epochs) strictly increase from grant to grant.
+pub(crate) const GRANT_ORDER_INVARIANT: &str = "tokens strictly increase in grant order";
 
 /// A broken invariant and the evidence.
 #[derive(Debug, Clone)]
@@ -39,33 +47,68 @@ pub(crate) struct Outcome {
     pub cancels: Vec<(u32, i64)>,
 }
 
-/// Checks every invariant and works out the figures.
+/// Checks every invariant and works out the figures. The invariants about a lock path (all
+/// but the nested holds' tokens) are checked per path ([`per_path`]): a scenario of several
+/// paths (the multi-lock scenario) has a store row, a queue and tokens per path.
 pub(crate) fn check(input: &Input) -> Outcome {
     let mut events = input.events.clone();
     events.sort_by_key(|e| e.t);
     let tl = Timeline::new(input, &events);
-    let holds = holds(&tl);
-    let (lease_violations, lease) = lease_overlaps(&tl, &holds);
-    let violations = [
-        no_stale_token_accepted(&tl),
-        store_agrees_with_outcomes(&tl),
-        counter_equals_increments(&tl),
-        tokens_increase_in_grant_order(&tl),
-        readers_see_no_newer_writer(&tl),
-        no_write_after_cancellation(&tl),
-        lease_violations,
-    ]
-    .concat();
-    let stale = figures::stale_writes(&tl);
-    let figures = figures::figures(&tl, &holds, &lease, &stale);
+    let paths = per_path(input, &events);
+    let several = paths.len() > 1;
+    let mut violations = Vec::new();
+    let mut found = PathFigures::default();
+    for (row, path) in &paths {
+        let (mut broken, figures) = check_path(&Timeline::new(path, &path.events));
+        if several {
+            for v in &mut broken {
+                v.summary = format!("lock path {row}: {}", v.summary);
+            }
+        }
+        violations.extend(broken);
+        found.add(figures);
+    }
+    violations.extend(nested_holds_share_their_token(&tl));
+    found.holds.sort_by_key(|h| h.start);
+    let figures = figures::figures(&tl, &found);
     Outcome {
         violations,
-        holds,
         figures,
-        refused: stale.refused,
-        stale_accepted: stale.accepted,
+        refused: found.stale.refused,
+        stale_accepted: found.stale.accepted,
+        holds: found.holds,
         cancels: tl.cancels.iter().map(|c| (c.w, c.t)).collect(),
     }
+}
+
+/// The invariants of one lock path (an election's path too: its failover bound), and the
+/// figures that are per path.
+fn check_path(tl: &Timeline<'_>) -> (Vec<Violation>, PathFigures) {
+    let holds = holds(tl);
+    let (lease_violations, lease) = lease_overlaps(tl, &holds);
+    let (failover_violations, successions) = match tl.input.election_ms {
+        Some(election_ms) => new_leader_in_time(tl, election_ms),
+        None => (Vec::new(), Vec::new()),
+    };
+    let violations = [
+        no_stale_token_accepted(tl),
+        store_agrees_with_outcomes(tl),
+        counter_equals_increments(tl),
+        tokens_increase_in_grant_order(tl),
+        readers_see_no_newer_writer(tl),
+        no_write_after_cancellation(tl),
+        lease_violations,
+        failover_violations,
+    ]
+    .concat();
+    let found = PathFigures {
+        double_ms: figures::double_holder_windows(&holds),
+        stale: figures::stale_writes(tl),
+        holds,
+        lease,
+        successions,
+    };
+    (violations, found)
 }
 
 fn row_line(r: &Row) -> String {
@@ -178,12 +221,12 @@ fn counter_equals_increments(tl: &Timeline<'_>) -> Vec<Violation> {
             .concat(),
         });
     }
-    if tl.input.counter != writes.len() as i64 {
+    if tl.input.counter() != writes.len() as i64 {
         violations.push(Violation {
             invariant: INVARIANT,
             summary: format!(
                 "final counter {} but {} increments applied",
-                tl.input.counter,
+                tl.input.counter(),
                 writes.len()
             ),
             evidence: Vec::new(),
@@ -202,7 +245,7 @@ fn tokens_increase_in_grant_order(tl: &Timeline<'_>) -> Vec<Violation> {
         let bound = if g.reader() { last_writer } else { last_any };
         if let Some(before) = bound.filter(|b| g.token() <= b.token()) {
             violations.push(Violation {
-                invariant: "tokens strictly increase in grant order",
+                invariant: GRANT_ORDER_INVARIANT,
                 summary: format!(
                     "w{} was granted token {:?} after w{} got {:?}",
                     g.w,
@@ -291,6 +334,57 @@ fn no_write_after_cancellation(tl: &Timeline<'_>) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// 8. A nested hold has its hold's token: a reentrant acquire by the task that holds the lock
+///    re-enters that hold (the same node, so the same token), never a second one; once the
+///    hold is lost, the acquire fails (`LockLost`) rather than queue behind it.
+fn nested_holds_share_their_token(tl: &Timeline<'_>) -> Vec<Violation> {
+    tl.events
+        .iter()
+        .filter_map(|e| match e.ev {
+            Ev::Nested { token, inner } if inner != token => Some(Violation {
+                invariant: "a nested hold has its hold's token",
+                summary: format!(
+                    "w{} nested in its hold of token {token} with token {inner}",
+                    e.w
+                ),
+                evidence: tl.evidence(&[e.w], e.t),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// 9. An election's failover bound ([`crate::succession`]): after a leader's loss, a new
+///    leader within its T plus the election time, counted from when a leader was possible
+///    again. Returns the violations and every succession, for the figures.
+fn new_leader_in_time(tl: &Timeline<'_>, election_ms: u64) -> (Vec<Violation>, Vec<Succession>) {
+    let found = successions(tl, election_ms);
+    let violations = found
+        .iter()
+        .filter(|s| s.gap_ms > s.bound_ms)
+        .map(|s| {
+            let after = if s.possible > s.loss {
+                format!(
+                    "{:.0} ms after a leader was possible again ({:.0} ms after its last check)",
+                    s.gap_ms,
+                    ms(s.loss, s.next_at)
+                )
+            } else {
+                format!("{:.0} ms after its last check", s.gap_ms)
+            };
+            Violation {
+                invariant: FAILOVER_INVARIANT,
+                summary: format!(
+                    "w{} (epoch {}) was lost; w{} led (epoch {}) {after}, past the bound of {:.0} ms",
+                    s.w, s.token, s.next_w, s.next_token, s.bound_ms
+                ),
+                evidence: tl.evidence(&[s.w, s.next_w], s.next_at),
+            }
+        })
+        .collect();
+    (violations, found)
 }
 
 /// An overlap of one token's checks with a newer conflicting grant: (that grant, the first
@@ -430,6 +524,7 @@ mod tests {
             long: false,
             role,
             jeopardy: false,
+            row: 1,
         };
         self::ev(t, w, ev)
     }
@@ -464,6 +559,7 @@ mod tests {
     fn row(seq: i64, op: &str, kind: &str, worker: i64, token: i64, value: i64) -> Row {
         Row {
             seq,
+            row: 1,
             op: op.into(),
             kind: kind.into(),
             worker,
@@ -475,13 +571,15 @@ mod tests {
     fn input(rows: Vec<Row>, counter: i64, events: Vec<Event>) -> Input {
         Input {
             rows,
-            counter,
+            counters: [(1, counter)].into(),
             events,
             faults: Vec::new(),
             session_ms: 2000,
             t0: 0,
             heal_at: 0,
             end_at: 10_000_000_000,
+            available: Vec::new(),
+            election_ms: None,
         }
     }
 
@@ -564,7 +662,7 @@ mod tests {
         let mut history = clean_history();
         history.events[9] = ok(10, 1, "d", 10);
         history.rows.push(row(4, "d", "write", 1, 10, 2));
-        history.counter = 2;
+        history.counters.insert(1, 2);
         let outcome = check(&history);
         assert_eq!(invariants(&outcome), ["no stale token accepted"]);
         assert!(outcome.violations[0].evidence[1].contains("op d"));
@@ -574,7 +672,7 @@ mod tests {
     fn a_lost_update_fails() {
         let mut history = clean_history();
         history.rows.push(row(4, "e", "write", 2, 12, 1));
-        history.counter = 1;
+        history.counters.insert(1, 1);
         let outcome = check(&history);
         assert_eq!(
             invariants(&outcome),
@@ -795,5 +893,92 @@ mod tests {
         );
         assert!(lease_overlaps(&tl, &holds).0.is_empty());
         assert_eq!(figures::double_holder_windows(&holds).len(), 1);
+    }
+    /// `e`, a grant, on store row `row`.
+    fn on_row(mut e: Event, row: u32) -> Event {
+        if let Ev::Granted { row: r, .. } = &mut e.ev {
+            *r = row;
+        }
+        e
+    }
+
+    #[test]
+    fn the_invariants_hold_per_lock_path() {
+        // w1 holds path 2 with token 12, then w2 path 1 with token 10: across the paths the
+        // store accepts 10 after 12 and w2 checks its lease after a greater grant, both right.
+        let lease = |t, w, token| {
+            let lease_left_ms = 500;
+            ev(
+                t,
+                w,
+                Ev::Lease {
+                    token,
+                    lease_left_ms,
+                },
+            )
+        };
+        let events = vec![
+            on_row(granted(1, 1, 12, Role::Write), 2),
+            invoke(2, 1, "a", OpKind::Fence, 12, 900),
+            ok(3, 1, "a", 12),
+            granted(4, 2, 10, Role::Write),
+            invoke(5, 2, "b", OpKind::Fence, 10, 900),
+            ok(6, 2, "b", 10),
+            lease(7, 2, 10),
+        ];
+        let mut a = row(1, "a", "fence", 1, 12, 0);
+        a.row = 2;
+        let mut history = input(vec![a, row(2, "b", "fence", 2, 10, 0)], 0, events);
+        history.counters.insert(2, 0);
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        assert_eq!(outcome.figures["holds"], 2);
+        // On path 1 itself, w3 granted token 14 and w2 still passing its check: an overlap.
+        history.events.push(granted(8, 3, 14, Role::Write));
+        history.events.push(lease(9, 2, 10));
+        let outcome = check(&history);
+        assert_eq!(invariants(&outcome), [LEASE_INVARIANT]);
+        assert!(outcome.violations[0].summary.starts_with("lock path 1: "));
+    }
+
+    #[test]
+    fn a_nested_hold_with_another_token_fails() {
+        let mut history = clean_history();
+        let nested = |inner| Ev::Nested { token: 10, inner };
+        history.events.push(ev(4, 1, nested(10)));
+        assert!(check(&history).violations.is_empty());
+        history.events.push(ev(5, 1, nested(11)));
+        assert_eq!(
+            invariants(&check(&history)),
+            ["a nested hold has its hold's token"]
+        );
+    }
+
+    #[test]
+    fn a_new_leader_past_t_plus_the_election_time_fails_unless_no_quorum_could_commit() {
+        // T = 2 s, E = 1.4 s. w1 leads from 1 s, last checks at 1.5 s; w2 leads at 5.5 s.
+        let s = 1_000_000_000;
+        let lease = Ev::Lease {
+            token: 10,
+            lease_left_ms: 500,
+        };
+        let events = vec![
+            granted(s, 1, 10, Role::Write),
+            ev(s + s / 2, 1, lease),
+            granted(5 * s + s / 2, 2, 12, Role::Write),
+        ];
+        let mut history = input(Vec::new(), 0, events);
+        history.election_ms = Some(1400);
+        let outcome = check(&history);
+        assert_eq!(invariants(&outcome), [FAILOVER_INVARIANT]);
+        assert_eq!(outcome.figures["failover_gaps"]["after_loss"]["n"], 1);
+        // No write committed from 1.5 s to 3 s: measured from 3 s, 2.5 s is in time.
+        let every_50_ms = |from: i64, to: i64| (from..to).map(|i| i * 50_000_000);
+        history.available = every_50_ms(0, 30).chain(every_50_ms(60, 120)).collect();
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let gaps = &outcome.figures["failover_gaps"];
+        assert_eq!(gaps["after_loss"]["max_ms"], 2500.0);
+        assert_eq!(gaps["measured_from_recovery_by_fault"]["none"], 1);
     }
 }

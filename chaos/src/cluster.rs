@@ -5,6 +5,7 @@
 use crate::clock::now_ns;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::{Fault, Phase};
+use crate::probe::Probe;
 use crate::store::Postgres;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,12 @@ pub(crate) enum Mutant {
     /// Jeopardy ends on a sync's answer rather than on a committed probe that finds the node
     /// (`Mutant::ResumeWithoutProof`); its workers have a grace.
     ResumeWithoutProof,
+    /// Elected workers with a lock-delay of 2T (`LockOptions::with_lock_delay`): a dead
+    /// leader's successor waits 2T more than the failover bound allows.
+    LockDelay,
+    /// Elected workers that fence with their node's sequence number, which restarts when the
+    /// election's node is recreated, instead of the epoch.
+    EpochSequence,
 }
 
 impl Mutant {
@@ -37,31 +44,70 @@ impl Mutant {
             Mutant::WatchdogOff => "watchdog-off",
             Mutant::SyncLease => "sync-lease",
             Mutant::ResumeWithoutProof => "resume-without-proof",
+            Mutant::LockDelay => "lock-delay",
+            Mutant::EpochSequence => "epoch-sequence",
         }
     }
 }
 
-/// How one worker runs: its session timeout, whether it rides out disconnects, its grace.
+/// What a scenario's workers hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recipe {
+    /// A lock: the double-holder scenario.
+    Lock,
+    /// A read/write lock: most holds read.
+    ReadWrite,
+    /// An election: the leader works, fenced by its epoch (`FencedElection`).
+    Election,
+    /// Reentrant holds and multi-locks on three lock paths (`FencedMultiLock`).
+    Multi,
+}
+
+impl Recipe {
+    /// The worker's `--recipe`.
+    fn name(self) -> &'static str {
+        match self {
+            Recipe::Lock | Recipe::ReadWrite => "lock",
+            Recipe::Election => "election",
+            Recipe::Multi => "multi",
+        }
+    }
+
+    /// The store rows its lock paths write: one per path.
+    fn rows(self) -> u32 {
+        if self == Recipe::Multi {
+            3
+        } else {
+            1
+        }
+    }
+}
+
+/// How one worker runs: its session timeout, whether it rides out disconnects, its grace;
+/// an elected worker, whether it leads with `FencedElection::lead`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerMode {
     pub session_ms: u64,
     pub ride_out: bool,
     /// The grace period (`LockOptions::with_grace`), 0 for none.
     pub grace_ms: u64,
+    /// Leads with `FencedElection::lead` (else it campaigns by hand).
+    pub lead: bool,
 }
 
 impl WorkerMode {
-    /// How it shows in the setup lines: `T=2000 ms ride-out grace 2000 ms`.
+    /// How it shows in the setup lines: `T=2000 ms ride-out grace 2000 ms lead()`.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "T={} ms{}{}",
+            "T={} ms{}{}{}",
             self.session_ms,
             if self.ride_out { " ride-out" } else { "" },
             if self.grace_ms > 0 {
                 format!(" grace {} ms", self.grace_ms)
             } else {
                 String::new()
-            }
+            },
+            if self.lead { " lead()" } else { "" }
         )
     }
 }
@@ -157,8 +203,8 @@ impl Holder {
 pub(crate) struct Scenario {
     pub name: String,
     pub mutant: Mutant,
-    /// Workers use a read/write lock.
-    pub rw: bool,
+    /// What the workers hold.
+    pub recipe: Recipe,
     pub lock: String,
     /// The longest session timeout among the workers.
     pub session_ms: u64,
@@ -178,6 +224,8 @@ pub(crate) struct Scenario {
     long_ms: u64,
     state: Arc<Mutex<State>>,
     pg: String,
+    /// An election scenario's availability probe.
+    probe: Option<Probe>,
 }
 
 /// What a scenario returns to the report.
@@ -185,13 +233,15 @@ pub(crate) struct Collected {
     pub events: Vec<Event>,
     pub faults: Vec<Fault>,
     pub end_at: i64,
+    /// When the availability probe's quick writes were sent (an election scenario's).
+    pub available: Vec<i64>,
 }
 
 /// What one scenario runs.
 pub(crate) struct Spec<'a> {
     pub name: &'a str,
     pub mutant: Mutant,
-    pub rw: bool,
+    pub recipe: Recipe,
     /// One per worker.
     pub modes: Vec<WorkerMode>,
     /// How far a holder is stretched (ms) when a partition is aimed at it.
@@ -209,7 +259,7 @@ impl Scenario {
         let Spec {
             name,
             mutant,
-            rw,
+            recipe,
             modes,
             long_ms,
             seed,
@@ -219,7 +269,7 @@ impl Scenario {
         } = spec;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let pg = cluster.pg.database(name).await?;
-        crate::store::reset(&pg).await?;
+        crate::store::reset(&pg, recipe.rows()).await?;
         let mut proxies = Vec::new();
         for _ in &modes {
             let mut mine = Vec::new();
@@ -242,11 +292,18 @@ impl Scenario {
             .connect(&ensemble.addr())
             .await
             .map_err(|e| format!("connect to the ensemble: {e}"))?;
+        let probe = match recipe {
+            Recipe::Election => {
+                Some(Probe::start(&ensemble, &admin, &format!("/chaos/{name}-{seed}-probe")).await)
+            }
+            _ => None,
+        };
         Ok(Scenario {
             admin,
             name: name.to_owned(),
             mutant,
-            rw,
+            recipe,
+            probe,
             lock: format!("/chaos/{name}-{seed}/lock"),
             session_ms: modes.iter().map(|m| m.session_ms).max().unwrap_or(2000),
             seed,
@@ -318,7 +375,9 @@ impl Scenario {
             .args(["--seed", &self.seed.to_string()])
             .args(["--long-ms", &self.long_ms.to_string()])
             .args(["--grace-ms", &mode.grace_ms.to_string()])
-            .args(self.rw.then_some("--rw"))
+            .args(["--recipe", self.recipe.name()])
+            .args((self.recipe == Recipe::ReadWrite).then_some("--rw"))
+            .args(mode.lead.then_some("--lead"))
             .args(mode.ride_out.then_some("--ride-out"))
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
@@ -511,11 +570,13 @@ impl Scenario {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let end_at = now_ns();
+        let available = self.probe.as_ref().map(Probe::stop).unwrap_or_default();
         let mut st = self.lock_state();
         Collected {
             events: std::mem::take(&mut st.events),
             faults: std::mem::take(&mut st.faults),
             end_at,
+            available,
         }
     }
 

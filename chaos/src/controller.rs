@@ -3,7 +3,7 @@
 //! the store, and hands them to the checker and the report; last, the verdict.
 
 use crate::clock::{self, ms, now_ns};
-use crate::cluster::{self, Cluster, Collected, Mutant, Scenario, Spec};
+use crate::cluster::{self, Cluster, Collected, Mutant, Recipe, Scenario, Spec};
 use crate::fault::FaultKind;
 use crate::mode::Mode;
 use crate::rng::Rng;
@@ -65,8 +65,8 @@ pub(crate) async fn run(mode: Mode) -> Result<bool, String> {
         results.push(b?);
         results.push(c?);
     } else {
-        for p in plans {
-            results.push(servers.scenario(p, seed, &mut rng, &dir).await?);
+        for group in schedule::side_by_side(plans) {
+            results.extend(servers.group(group, seed, &mut rng, &dir).await?);
         }
     }
     verdict::verdict(&mode, seed, &dir, started, &results)
@@ -139,6 +139,30 @@ impl Servers {
         }
     }
 
+    /// Runs a group of scenarios side by side ([`schedule::side_by_side`]), each drawing its
+    /// gaps from a generator of its own (the seed and its name), so that the run's generator,
+    /// and with it the replay of the scenarios run alone, is the same with them or without. A
+    /// group of one is a scenario run alone, on the run's generator.
+    async fn group(
+        &self,
+        mut group: Vec<ScenarioPlan>,
+        seed: u64,
+        rng: &mut Rng,
+        dir: &Path,
+    ) -> Result<Vec<ScenarioResult>, String> {
+        if group.len() == 1 {
+            let plan = group.remove(0);
+            return Ok(vec![self.scenario(plan, seed, rng, dir).await?]);
+        }
+        let mut own: Vec<Rng> = group.iter().map(|p| p.own_rng(seed)).collect();
+        let runs = (group.into_iter().zip(own.iter_mut()))
+            .map(|(plan, rng)| self.scenario(plan, seed, rng, dir));
+        futures_util::future::join_all(runs)
+            .await
+            .into_iter()
+            .collect()
+    }
+
     /// Runs one scenario: starts its workers, plays its faults, heals, checks and reports.
     async fn scenario(
         &self,
@@ -180,7 +204,7 @@ impl Servers {
         let spec = Spec {
             name,
             mutant,
-            rw: plan.rw,
+            recipe: plan.recipe,
             modes: plan.modes.clone(),
             long_ms: plan.long_ms,
             seed,
@@ -255,6 +279,13 @@ async fn inject(sc: &Arc<Scenario>, kind: FaultKind) {
     }
 }
 
+/// An election's election time E on an ensemble with `options` (see `crate::succession`):
+/// two ticks (the server expires sessions in tick-sized buckets) and 1 s (the closing
+/// commit, the successor's notification, a candidate's new session after an outage).
+fn election_ms(options: &EnsembleOptions) -> u64 {
+    2 * options.tick().as_millis() as u64 + 1000
+}
+
 /// Reads the store, checks the scenario, writes `store.jsonl` and `timeline.svg` and prints
 /// the figures and any violations.
 async fn check_and_report(
@@ -263,27 +294,29 @@ async fn check_and_report(
     heal_at: i64,
 ) -> Result<ScenarioResult, String> {
     let (name, mutant, t0) = (sc.name.as_str(), sc.mutant, sc.t0);
-    let (rows, counter, _fence) = store::dump(sc.conninfo()).await?;
+    let (rows, counters) = store::dump(sc.conninfo()).await?;
     // The store's commit order next to the workers' logs, so a run can be examined later.
     let lines: String = rows
         .iter()
         .map(|r| {
             format!(
                 "{}\n",
-                json!({"seq": r.seq, "op": r.op, "kind": r.kind, "worker": r.worker, "token": r.token, "value": r.value})
+                json!({"seq": r.seq, "op": r.op, "kind": r.kind, "worker": r.worker, "token": r.token, "value": r.value, "row": r.row})
             )
         })
         .collect();
     let _ = std::fs::write(sc.dir.join("store.jsonl"), lines);
     let input = Input {
         rows,
-        counter,
+        counters,
         events: collected.events,
         faults: collected.faults,
         session_ms: sc.session_ms,
         t0,
         heal_at,
         end_at: collected.end_at,
+        available: collected.available,
+        election_ms: (sc.recipe == Recipe::Election).then(|| election_ms(&sc.options)),
     };
     let outcome = checker::check(&input);
     let title = format!(

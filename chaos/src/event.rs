@@ -49,6 +49,11 @@ impl OpKind {
     }
 }
 
+/// The row of a grant in logs of runs before multi-locks: the only one.
+fn first_row() -> u32 {
+    1
+}
+
 /// What a worker logs, in the order a hold goes through them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "ev", rename_all = "kebab-case")]
@@ -85,7 +90,16 @@ pub(crate) enum Ev {
         role: Role,
         #[serde(default)]
         jeopardy: bool,
+        /// The store row this lock path's writes go to (1 in a scenario of one lock path; a
+        /// multi-lock logs a grant per path), by which the checker splits its invariants.
+        #[serde(default = "first_row")]
+        row: u32,
     },
+    /// A reentrant acquire by the task that holds `token` returned a nested hold with
+    /// `inner`'s token (the same, if reentrancy works): no request, the same node.
+    Nested { token: u64, inner: u64 },
+    /// The nested hold of `token` was released; the outer hold goes on (its node stays).
+    Unnested { token: u64 },
     /// The hold was stretched on the controller's SIGUSR1.
     Extended { token: u64 },
     /// About to read the counter (the think phase of an increment).
@@ -158,6 +172,8 @@ impl Ev {
             Ev::Acquire { .. } => "acquire",
             Ev::AcquireFailed { .. } => "acquire-failed",
             Ev::Granted { .. } => "granted",
+            Ev::Nested { .. } => "nested",
+            Ev::Unnested { .. } => "unnested",
             Ev::Extended { .. } => "extended",
             Ev::Read { .. } => "read",
             Ev::Invoke { .. } => "invoke",
@@ -181,6 +197,8 @@ impl Ev {
     pub(crate) fn token(&self) -> Option<u64> {
         match self {
             Ev::Granted { token, .. }
+            | Ev::Nested { token, .. }
+            | Ev::Unnested { token }
             | Ev::Extended { token }
             | Ev::Read { token }
             | Ev::Invoke { token, .. }
@@ -221,6 +239,14 @@ impl Event {
     /// A grant whose lease check passed right after `acquire` returned.
     pub(crate) fn valid_grant(&self) -> bool {
         matches!(self.ev, Ev::Granted { valid: true, .. })
+    }
+
+    /// A grant's store row (its lock path's), if the event is a grant.
+    pub(crate) fn row(&self) -> Option<u32> {
+        match self.ev {
+            Ev::Granted { row, .. } => Some(row),
+            _ => None,
+        }
     }
 
     /// A read lock's grant (readers share the lock with each other).
@@ -305,7 +331,10 @@ mod tests {
                 long: false,
                 role: Role::Write,
                 jeopardy: true,
+                row: 2,
             },
+            Ev::Nested { token: 1, inner: 1 },
+            Ev::Unnested { token: 1 },
             Ev::Extended { token: 1 },
             Ev::Read { token: 1 },
             Ev::Invoke {
@@ -417,6 +446,12 @@ mod tests {
                 grace_ms: 0
             },
             "a start of an earlier run has no grace"
+        );
+        let line = r#"{"ev":"granted","long":false,"node":"n","pid":3,"role":"write","seq":4,"session":5,"t":1,"token":9,"valid":true,"w":0}"#;
+        assert_eq!(
+            serde_json::from_str::<Event>(line).unwrap().row(),
+            Some(1),
+            "a grant of an earlier run is on the only row"
         );
         let line = r#"{"ev":"session-ended","pid":3,"state":"Closed","t":1,"w":0}"#;
         assert_eq!(

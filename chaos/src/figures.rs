@@ -8,6 +8,7 @@ use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::Fault;
 use crate::store::Row;
+use crate::succession::Succession;
 use crate::timeline::{increments, Hold, Timeline};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -31,6 +32,7 @@ fn stats_by<K: Eq + std::hash::Hash + serde::Serialize>(
 }
 
 /// The overlaps the lease invariant found (the checker's invariant 7), as figures.
+#[derive(Default)]
 pub(crate) struct LeaseOverlaps {
     /// How long each overlap lasted (ms).
     pub durations: Vec<f64>,
@@ -40,6 +42,36 @@ pub(crate) struct LeaseOverlaps {
     pub by_fault: HashMap<String, Vec<f64>>,
     /// Checks that passed late for holders an operator deleted behind their lease.
     pub exempt: usize,
+}
+
+/// What the checker found on each lock path that the figures report, merged over the paths
+/// (a scenario of one lock has one).
+#[derive(Default)]
+pub(crate) struct PathFigures {
+    pub holds: Vec<Hold>,
+    /// The double-holder windows' lengths ([`double_holder_windows`]).
+    pub double_ms: Vec<f64>,
+    pub lease: LeaseOverlaps,
+    pub stale: StaleWrites,
+    /// An election's lost terms and their successors (`crate::succession`).
+    pub successions: Vec<Succession>,
+}
+
+impl PathFigures {
+    /// Adds another path's.
+    pub(crate) fn add(&mut self, other: PathFigures) {
+        self.holds.extend(other.holds);
+        self.double_ms.extend(other.double_ms);
+        let (lease, more) = (&mut self.lease, other.lease);
+        lease.durations.extend(more.durations);
+        lease.grants.extend(more.grants);
+        for (kind, durations) in more.by_fault {
+            lease.by_fault.entry(kind).or_default().extend(durations);
+        }
+        lease.exempt += more.exempt;
+        self.stale.add(other.stale);
+        self.successions.extend(other.successions);
+    }
 }
 
 /// Double-holder windows: a hold that still believed itself current after a newer,
@@ -73,6 +105,20 @@ pub(crate) struct StaleWrites {
     pub refused: Vec<(u32, i64)>,
     /// Stale writes the store accepted out of order, for the picture.
     pub accepted: Vec<(u32, i64)>,
+}
+
+impl StaleWrites {
+    /// Adds another path's.
+    fn add(&mut self, other: StaleWrites) {
+        self.all += other.all;
+        self.refused_count += other.refused_count;
+        self.out_of_order += other.out_of_order;
+        self.late_ack += other.late_ack;
+        self.unknown += other.unknown;
+        self.stale_rows += other.stale_rows;
+        self.refused.extend(other.refused);
+        self.accepted.extend(other.accepted);
+    }
 }
 
 /// Stale writes: completed (refused, acknowledged or unknown) after a newer grant than their
@@ -417,13 +463,50 @@ fn progress(tl: &Timeline<'_>) -> Progress {
     }
 }
 
-/// The report's figures for one scenario (`stale` from [`stale_writes`]).
-pub(crate) fn figures(
-    tl: &Timeline<'_>,
-    holds: &[Hold],
-    lease: &LeaseOverlaps,
-    stale: &StaleWrites,
-) -> Value {
+/// The applied increments per lock path (store row).
+fn increments_by_path(rows: &[Row]) -> std::collections::BTreeMap<i32, u64> {
+    let mut by = std::collections::BTreeMap::new();
+    for row in increments(rows) {
+        *by.entry(row.row).or_default() += 1;
+    }
+    by
+}
+
+/// An election's failover gaps ([`Succession`]): after losses per fault kind (the one under
+/// way at the loss, or just ended: [`fault_at`]), after resignations (handoffs) apart, and how
+/// many passed their bound.
+fn failover_gaps(tl: &Timeline<'_>, successions: &[Succession]) -> Value {
+    let mut by_fault: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut from_recovery: HashMap<String, u64> = HashMap::new();
+    let (mut lost, mut handoffs) = (Vec::new(), Vec::new());
+    for s in successions {
+        if s.resigned {
+            handoffs.push(s.gap_ms);
+            continue;
+        }
+        lost.push(s.gap_ms);
+        let kind = fault_at(&tl.input.faults, s.loss, slack(tl));
+        if s.possible > s.loss {
+            *from_recovery.entry(kind.clone()).or_default() += 1;
+        }
+        by_fault.entry(kind).or_default().push(s.gap_ms);
+    }
+    let bound = (successions.iter().map(|s| s.bound_ms))
+        .fold(None, |b: Option<f64>, x| Some(b.map_or(x, |b| b.min(x))));
+    json!({
+        "count": successions.len(),
+        "over_bound": successions.iter().filter(|s| s.gap_ms > s.bound_ms).count(),
+        "bound_ms": bound,
+        "after_loss": stats(lost),
+        "after_resignation": stats(handoffs),
+        "by_fault": stats_by(by_fault),
+        "measured_from_recovery_by_fault": from_recovery,
+    })
+}
+
+/// The report's figures for one scenario (`found`: what each lock path's timeline found).
+pub(crate) fn figures(tl: &Timeline<'_>, found: &PathFigures) -> Value {
+    let (holds, lease, stale) = (&found.holds, &found.lease, &found.stale);
     let input = tl.input;
     let t0 = input.t0;
     let mut by_kind: HashMap<&str, u64> = HashMap::new();
@@ -431,7 +514,7 @@ pub(crate) fn figures(
         *by_kind.entry(f.kind.as_str()).or_default() += 1;
     }
     let writes = increments(&input.rows).len();
-    let double_ms = double_holder_windows(holds);
+    let double_ms = found.double_ms.clone();
     let detect = detection(tl);
     let progress = progress(tl);
     let gap = progress.gap;
@@ -445,8 +528,10 @@ pub(crate) fn figures(
         "read_holds": holds.iter().filter(|h| h.shared).count(),
         "reader_observations": tl.events.iter().filter(|e| matches!(e.ev, Ev::Observe { .. })).count(),
         "increments_applied": writes,
+        "increments_by_path": increments_by_path(&input.rows),
+        "nested_holds": tl.events.iter().filter(|e| matches!(e.ev, Ev::Nested { .. })).count(),
         "fence_raises_applied": input.rows.len() - writes,
-        "final_counter": input.counter,
+        "final_counter": input.counter(),
         "double_holder_windows": {"count": double_ms.len(), "duration": stats(double_ms)},
         "stale_writes": {"in_flight_past_a_newer_grant": stale.all, "refused": stale.refused_count,
                           "accepted_out_of_order": stale.out_of_order, "acknowledged_late": stale.late_ack,
@@ -459,6 +544,7 @@ pub(crate) fn figures(
                            "exempt_operator_deletions": lease.exempt, "by_fault": stats_by(lease.by_fault.clone())},
         "cancels_on_surviving_sessions": cancels_on_surviving_sessions(tl),
         "holds_lost": losses,
+        "failover_gaps": failover_gaps(tl, &found.successions),
         "per_fault_kind": per_kind,
         "failover_after_kill_ms": stats(detect.failover),
         "cancels": tl.cancels.len(),

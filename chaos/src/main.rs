@@ -1,33 +1,40 @@
 //! `zkfence-chaos`: the fault-injection suite's command line. See `chaos/README.md`.
 //!
-//! `smoke`, `long`, `partition` and `failover` run the controller ([`controller`]); `worker` is one worker
-//! process, which the controller starts.
+//! `smoke`, `long`, `partition`, `failover`, `election` and `multi` run the controller
+//! ([`controller`]); `worker` is one worker process (a lock's, an elected one, or a multi-lock
+//! one), which the controller starts.
 
 mod checker;
 mod clock;
 mod cluster;
 mod controller;
+mod elected;
 mod event;
 mod fault;
 mod figures;
+mod hold;
 mod mode;
+mod multi;
 mod nemesis;
+mod probe;
 mod report;
 mod rng;
 mod schedule;
 mod store;
+mod succession;
 mod timeline;
 mod verdict;
 mod worker;
 
 use clap::Parser;
-use mode::{FailoverArgs, Mode, PartitionArgs, RunArgs};
+use mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 
 #[derive(Parser)]
 #[command(about = "zkfence's chaos suite: real ZooKeeper ensemble, real PostgreSQL, real faults")]
 enum Cmd {
-    /// The CI run (about 7 minutes): every fault kind, partitions inside the ensemble, a short
-    /// failover scenario, then the four mutants, which must fail.
+    /// The CI run (about 8 minutes): every fault kind, partitions inside the ensemble, a short
+    /// failover scenario, elected workers and multi-locks, then the nine mutants, which must
+    /// fail.
     Smoke(RunArgs),
     /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
     /// partition scenario on a second ensemble running alongside.
@@ -41,6 +48,14 @@ enum Cmd {
     /// and T = 10 s, `--runs` times each, without a grace and with a grace of T; the needless
     /// cancels per fault kind.
     Failover(FailoverArgs),
+    /// The election experiment: elected singleton workers (`FencedElection`, by hand and with
+    /// `lead()`) writing under their epoch, under every fault kind `--runs` times; then the
+    /// election mutants, which must fail.
+    Election(RecipeArgs),
+    /// The multi-lock experiment: reentrant holds and multi-locks over three lock paths,
+    /// under every fault kind `--runs` times, checked per path; then its mutant, which must
+    /// fail.
+    Multi(RecipeArgs),
     /// One worker process (started by the controller).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -53,12 +68,20 @@ fn main() {
                 .enable_all()
                 .build()
                 .expect("a tokio runtime");
-            rt.block_on(worker::run(args));
+            rt.block_on(async {
+                match args.recipe.as_str() {
+                    "election" => elected::run(args).await,
+                    "multi" => multi::run(args).await,
+                    _ => worker::run(args).await,
+                }
+            });
         }
         Cmd::Smoke(args) => std::process::exit(controller_main(Mode::Smoke(args))),
         Cmd::Long(args) => std::process::exit(controller_main(Mode::Long(args))),
         Cmd::Partition(args) => std::process::exit(controller_main(Mode::Partition(args))),
         Cmd::Failover(args) => std::process::exit(controller_main(Mode::Failover(args))),
+        Cmd::Election(args) => std::process::exit(controller_main(Mode::Election(args))),
+        Cmd::Multi(args) => std::process::exit(controller_main(Mode::Multi(args))),
     }
 }
 

@@ -1,5 +1,6 @@
-//! The run's mode (`smoke`, `long`, `partition`, `failover`) and its command-line arguments: what the
-//! controller, the schedule and the verdict read of the command line.
+//! The run's mode (`smoke`, `long`, `partition`, `failover`, `election`, `multi`) and its
+//! command-line arguments: what the controller, the schedule and the verdict read of the
+//! command line.
 
 use std::path::PathBuf;
 
@@ -89,12 +90,37 @@ pub(crate) struct FailoverArgs {
     pub only: Vec<String>,
 }
 
+/// The arguments of an election or multi-lock run.
+#[derive(clap::Args, Clone)]
+pub(crate) struct RecipeArgs {
+    /// Seed of the fault order (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Runs of each fault kind.
+    #[arg(long, default_value_t = 2)]
+    pub runs: u32,
+    /// The workers' session timeout T, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub session_ms: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4)]
+    pub workers: u32,
+    /// Run directory (default: chaos/runs/<mode>-<seed>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run only the scenarios with these names (election, multi, or a mutant's).
+    #[arg(long)]
+    pub only: Vec<String>,
+}
+
 /// The run the controller makes, with its arguments.
 pub(crate) enum Mode {
     Smoke(RunArgs),
     Long(RunArgs),
     Partition(PartitionArgs),
     Failover(FailoverArgs),
+    Election(RecipeArgs),
+    Multi(RecipeArgs),
 }
 
 impl Mode {
@@ -104,6 +130,8 @@ impl Mode {
             Mode::Long(_) => "long",
             Mode::Partition(_) => "partition",
             Mode::Failover(_) => "failover",
+            Mode::Election(_) => "election",
+            Mode::Multi(_) => "multi",
         }
     }
 
@@ -112,6 +140,7 @@ impl Mode {
             Mode::Smoke(a) | Mode::Long(a) => a.seed,
             Mode::Partition(a) => a.seed,
             Mode::Failover(a) => a.seed,
+            Mode::Election(a) | Mode::Multi(a) => a.seed,
         }
     }
 
@@ -120,6 +149,7 @@ impl Mode {
             Mode::Smoke(a) | Mode::Long(a) => a.out.clone(),
             Mode::Partition(a) => a.out.clone(),
             Mode::Failover(a) => a.out.clone(),
+            Mode::Election(a) | Mode::Multi(a) => a.out.clone(),
         }
     }
 
@@ -129,6 +159,7 @@ impl Mode {
             Mode::Smoke(a) | Mode::Long(a) => &a.only,
             Mode::Partition(a) => &a.only,
             Mode::Failover(a) => &a.only,
+            Mode::Election(a) | Mode::Multi(a) => &a.only,
         }
     }
 }

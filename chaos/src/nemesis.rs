@@ -278,7 +278,7 @@ impl Scenario {
         let start = now_ns();
         let deleted = delete_tree(&self.admin, &self.lock).await;
         let detail = format!(
-            "{} and its {} queue nodes deleted in one multi",
+            "{} and the {} nodes under it deleted in one multi",
             self.lock,
             deleted.unwrap_or(0)
         );
@@ -782,25 +782,44 @@ async fn wait_gone(admin: &zk::Client, node: &str, wait: Duration) -> Option<i64
     None
 }
 
-/// Deletes `path` and its children in one multi (retried when the queue changes under us).
+/// Deletes `path` and everything under it in one multi (retried when the tree changes under
+/// us): a lock's queue, or the multi-lock scenario's three lock paths and their queues.
 async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
     for _ in 0..50 {
-        let children = match admin.list_children(path).await {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => return Some(0),
+        let nodes = match subtree(admin, path).await {
+            Ok(nodes) => nodes,
+            Err(zk::Error::NoNode) if tree_gone(admin, path).await => return Some(0),
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let mut multi = admin.new_multi_writer();
-        for child in &children {
-            let _ = multi.add_delete(&format!("{path}/{child}"), None);
+        // Children before their parents.
+        for node in nodes.iter().rev() {
+            let _ = multi.add_delete(node, None);
         }
-        let _ = multi.add_delete(path, None);
         if multi.commit().await.is_ok() {
-            return Some(children.len());
+            return Some(nodes.len() - 1);
         }
     }
     None
+}
+
+/// Whether `path` itself is gone (not just a node under it).
+async fn tree_gone(admin: &zk::Client, path: &str) -> bool {
+    matches!(admin.check_stat(path).await, Ok(None))
+}
+
+/// `path` and the nodes under it, each after its parent.
+async fn subtree(admin: &zk::Client, path: &str) -> Result<Vec<String>, zk::Error> {
+    let mut nodes = vec![path.to_owned()];
+    let mut i = 0;
+    while i < nodes.len() {
+        let children = admin.list_children(&nodes[i]).await?;
+        let parent = nodes[i].clone();
+        nodes.extend(children.iter().map(|c| format!("{parent}/{c}")));
+        i += 1;
+    }
+    Ok(nodes)
 }

@@ -305,6 +305,16 @@ fn counts_text(s: &mut String, f: &serde_json::Value) {
         "  holds: {} ({} under a read lock, {} reads checked), increments applied: {}, final counter: {}",
         f["holds"], f["read_holds"], f["reader_observations"], f["increments_applied"], f["final_counter"]
     );
+    if f["increments_by_path"]
+        .as_object()
+        .is_some_and(|by| by.len() > 1)
+    {
+        let _ = writeln!(
+            s,
+            "  per lock path (store row): increments {}; nested (reentrant) holds: {}",
+            f["increments_by_path"], f["nested_holds"]
+        );
+    }
     let st = &f["stale_writes"];
     let _ = writeln!(
         s,
@@ -411,8 +421,31 @@ pub(crate) fn failover_table(scenarios: &[(&str, &serde_json::Value)]) -> String
     s
 }
 
+/// An election's failover gaps: from a leader's loss (or from when a leader was possible
+/// again) to its successor's grant, against the bound T + E.
+fn succession_text(s: &mut String, g: &serde_json::Value) {
+    if g["count"].as_u64().unwrap_or(0) == 0 {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  new leader after a loss (from the loss, or from when a leader was possible again): {}; after a resignation: {}; bound T + E = {} ms, {} over it",
+        latency(&g["after_loss"]),
+        latency(&g["after_resignation"]),
+        g["bound_ms"],
+        g["over_bound"]
+    );
+    by_key(s, &g["by_fault"], "after ", 20);
+    let _ = writeln!(
+        s,
+        "    measured from recovery (no quorum at the loss), by fault: {}",
+        g["measured_from_recovery_by_fault"]
+    );
+}
+
 /// Failover, cancels, the longest gap without progress, liveness after the heal.
 fn progress_text(s: &mut String, f: &serde_json::Value) {
+    succession_text(s, &f["failover_gaps"]);
     let _ = writeln!(
         s,
         "  kill -9: next grant to another worker after {}",

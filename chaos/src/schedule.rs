@@ -1,9 +1,9 @@
 //! The schedule: which scenarios a run has, their workers, and the faults each one gets,
 //! drawn from the run's seeded generator (the same seed gives the same schedule).
 
-use crate::cluster::{partition_ensemble, Mutant, WorkerMode};
+use crate::cluster::{partition_ensemble, Mutant, Recipe, WorkerMode};
 use crate::fault::{FaultKind, Phase};
-use crate::mode::{FailoverArgs, Mode, PartitionArgs, RunArgs};
+use crate::mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 use crate::rng::Rng;
 use std::time::Duration;
 use zkfence_testkit::EnsembleOptions;
@@ -88,6 +88,87 @@ pub(crate) fn partition_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     ];
     rng.shuffle(&mut faults);
     faults
+}
+
+/// Smoke's election scenario: the leader paused past T in its think and its write phase and
+/// killed, the ZooKeeper leader paused past T, the elected leader on a ZooKeeper leader cut
+/// off from its followers, every server killed; in seeded order.
+pub(crate) fn election_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        KillHolder,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
+        IsolateLeader { symmetric: false },
+        KillAll,
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// Smoke's multi-lock scenario: its holders (of a nested hold, a multi-lock, or both) paused
+/// past T in either phase, killed, expired, cut off, and the lock paths' parent deleted under
+/// them; in seeded order.
+pub(crate) fn multi_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        pause(2.0, Phase::Write),
+        pause(4.0, Phase::Think),
+        KillHolder,
+        ExpireHolder,
+        PartitionHolder,
+        DeleteParent,
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// Every fault kind but clock skew, each once: what `chaos/run election` and `chaos/run
+/// multi` put their scenario through, `--runs` times. Holder faults (pauses of 0.5, 2 and
+/// 4 T, kills, expiries, cut-offs, slow links, suspends, slow commits), server faults (the
+/// leader paused, killed or restarted, all of them paused or killed, the parent deleted),
+/// every partition inside the ensemble, and the failover faults.
+pub(crate) fn every_kind() -> Vec<FaultKind> {
+    use FaultKind::*;
+    vec![
+        pause(0.5, Phase::Any),
+        pause(2.0, Phase::Think),
+        pause(2.0, Phase::Write),
+        pause(4.0, Phase::Any),
+        KillHolder,
+        ExpireHolder,
+        PartitionHolder,
+        SlowHolder,
+        ClientSuspend,
+        FsyncStall,
+        PauseLeader {
+            factor: 1.5,
+            aimed: false,
+        },
+        PauseLeader {
+            factor: 0.75,
+            aimed: true,
+        },
+        LeaderGcPause { factor: 0.8 },
+        KillLeader { down_ms: 2000 },
+        KillLeader { down_ms: 0 },
+        KillLeaderFollowers,
+        RollingRestart,
+        PauseAll,
+        KillAll,
+        DeleteParent,
+        IsolateLeader { symmetric: false },
+        IsolateLeader { symmetric: true },
+        OneWayFollower,
+        IsolateFollower,
+        LossyLeaderLink,
+        StaleLeaderReconnect,
+        LeaderSilent,
+    ]
 }
 
 /// A partition inside the ensemble, for the long run's partition scenario, or a leader paused
@@ -204,7 +285,8 @@ pub(crate) enum Plan {
 pub(crate) struct ScenarioPlan {
     pub name: &'static str,
     pub mutant: Mutant,
-    pub rw: bool,
+    /// What its workers hold.
+    pub recipe: Recipe,
     pub modes: Vec<WorkerMode>,
     /// How far a holder is stretched (ms) when a partition is aimed at it: the hold must
     /// outlast the whole fault, so that a stale holder's checks are seen.
@@ -212,19 +294,48 @@ pub(crate) struct ScenarioPlan {
     /// On the partition ensemble rather than the main one.
     pub partition: bool,
     pub plan: Plan,
+    /// Runs side by side with the scenario before it (its gaps drawn from a generator of its
+    /// own): see [`side_by_side`].
+    pub alongside: bool,
 }
 
-/// A scenario on the main ensemble with a plain lock, no mutant and no stretching; the
-/// callers change what differs.
+impl ScenarioPlan {
+    /// The generator of a scenario that runs alongside another: the run's seed and its name.
+    pub(crate) fn own_rng(&self, seed: u64) -> Rng {
+        let salt = (self.name.bytes()).fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+        });
+        Rng::new(seed ^ salt)
+    }
+}
+
+/// The plans in groups that run side by side: a plan `alongside` joins the group of the one
+/// before it. Scenarios side by side share the machine (and, on one ensemble, its faults):
+/// the smoke run's election and multi-lock scenarios, each on an ensemble of its own, and its
+/// mutants of them, which must fail whatever runs beside them.
+pub(crate) fn side_by_side(plans: Vec<ScenarioPlan>) -> Vec<Vec<ScenarioPlan>> {
+    let mut groups: Vec<Vec<ScenarioPlan>> = Vec::new();
+    for plan in plans {
+        match groups.last_mut() {
+            Some(group) if plan.alongside => group.push(plan),
+            _ => groups.push(vec![plan]),
+        }
+    }
+    groups
+}
+
+/// A scenario on the main ensemble with a plain lock, no mutant and no stretching, run alone;
+/// the callers change what differs.
 fn scenario(name: &'static str, modes: Vec<WorkerMode>, plan: Plan) -> ScenarioPlan {
     ScenarioPlan {
         name,
         mutant: Mutant::None,
-        rw: false,
+        recipe: Recipe::Lock,
         modes,
         long_ms: 0,
         partition: false,
         plan,
+        alongside: false,
     }
 }
 
@@ -234,6 +345,7 @@ fn worker(session_ms: u64, ride_out: bool) -> WorkerMode {
         session_ms,
         ride_out,
         grace_ms: 0,
+        lead: false,
     }
 }
 
@@ -288,13 +400,193 @@ pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleO
         Mode::Long(args) => (long_plans(args), partition_ensemble()),
         Mode::Partition(args) => partition_plans(args, rng),
         Mode::Failover(args) => failover_plans(args, rng),
+        Mode::Election(args) => (election_plans(args, rng), partition_ensemble()),
+        Mode::Multi(args) => (multi_plans(args, rng), partition_ensemble()),
     }
 }
 
-/// Smoke: the main, read/write, partition and failover scenarios with fixed schedules, then
-/// the mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets
-/// two asymmetric leader isolations, resume-without-proof two stale-leader reconnects.
+/// Smoke: the main, read/write, partition and failover scenarios with fixed schedules, the
+/// election and multi-lock scenarios side by side (each on an ensemble of its own), then the
+/// mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets two
+/// asymmetric leader isolations, resume-without-proof two stale-leader reconnects; then the
+/// election and multi-lock mutants side by side ([`recipe_mutants`]).
 fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
+    let mut plans = lock_smoke_plans(args, rng);
+    let election = election_schedule(rng);
+    let multi = multi_schedule(rng);
+    let recipes = [
+        election_scenario(args.workers, args.session_ms, Plan::Fixed(election)),
+        ScenarioPlan {
+            alongside: true,
+            ..multi_scenario(args.workers, args.session_ms, true, Plan::Fixed(multi))
+        },
+    ];
+    // Before the lock mutants, which are last unless skipped.
+    let at = plans.len() - if args.no_mutants { 0 } else { 4 };
+    plans.splice(at..at, recipes);
+    if !args.no_mutants {
+        plans.extend(recipe_mutants(3, args.session_ms, true, true));
+    }
+    plans
+}
+
+/// The election scenario: `n` elected workers with T = `ms` (every other one leading with
+/// `lead()`), on the main ensemble, stretched through partitions.
+fn election_scenario(n: u32, ms: u64, plan: Plan) -> ScenarioPlan {
+    ScenarioPlan {
+        recipe: Recipe::Election,
+        long_ms: long_hold_ms(&EnsembleOptions::default(), ms),
+        ..scenario("election", electors(n, ms, true), plan)
+    }
+}
+
+/// The multi-lock scenario: `n` workers with T = `ms` taking reentrant holds and multi-locks,
+/// on the main ensemble or the partition one, stretched through partitions.
+fn multi_scenario(n: u32, ms: u64, partition: bool, plan: Plan) -> ScenarioPlan {
+    let options = if partition {
+        partition_ensemble()
+    } else {
+        EnsembleOptions::default()
+    };
+    ScenarioPlan {
+        recipe: Recipe::Multi,
+        partition,
+        long_ms: long_hold_ms(&options, ms),
+        ..scenario("multi", modes(n, ms, false), plan)
+    }
+}
+
+/// `n` elected workers with session timeout `ms`; every other one leads with `lead()` if
+/// `lead`, the others campaign by hand.
+fn electors(n: u32, ms: u64, lead: bool) -> Vec<WorkerMode> {
+    (0..n)
+        .map(|i| WorkerMode {
+            lead: lead && i % 2 == 1,
+            ..worker(ms, false)
+        })
+        .collect()
+}
+
+/// The mutants of the election and multi-lock scenarios, side by side, `n` workers each with
+/// T = `ms`; each must fail on the invariant it attacks:
+/// - `mutant-election-fencing-off`: elected workers (by hand) whose store statements drop the
+///   epoch comparison, two leaders paused past T in their write phase: a stale epoch accepted;
+/// - `mutant-lock-delay`: elected workers with a lock-delay of 2T, two leaders killed: the
+///   failover bound;
+/// - `mutant-epoch-sequence`: elected workers that fence with their node's sequence number,
+///   the election's node deleted and recreated: epochs do not increase;
+/// - `mutant-election-sync-lease` (on the partition ensemble): elected workers with the earlier
+///   lease rule, two elected leaders on a ZooKeeper leader cut off from its followers: two
+///   leaders passing their checks at once;
+/// - with `multi`, `mutant-multi-fencing-off` (on the partition ensemble): multi-lock workers
+///   without the fence, two holders paused past T in their write phase: a stale token
+///   accepted on a lock path.
+fn recipe_mutants(n: u32, ms: u64, multi: bool, sync_lease: bool) -> Vec<ScenarioPlan> {
+    let elected = |name, mutant, lead, faults| {
+        ScenarioPlan {
+            mutant,
+            alongside: true,
+            ..election_scenario(n, ms, Plan::Fixed(faults))
+        }
+        .named(name, electors(n, ms, lead))
+    };
+    let write_pauses = || vec![pause(2.0, Phase::Write); 2];
+    let mut plans = vec![
+        elected(
+            "mutant-election-fencing-off",
+            Mutant::FencingOff,
+            false,
+            write_pauses(),
+        ),
+        elected(
+            "mutant-lock-delay",
+            Mutant::LockDelay,
+            true,
+            vec![FaultKind::KillHolder; 2],
+        ),
+        elected(
+            "mutant-epoch-sequence",
+            Mutant::EpochSequence,
+            false,
+            vec![FaultKind::DeleteParent],
+        ),
+    ];
+    if sync_lease {
+        let isolations = vec![FaultKind::IsolateLeader { symmetric: false }; 2];
+        plans.push(ScenarioPlan {
+            partition: true,
+            long_ms: long_hold_ms(&partition_ensemble(), 2000),
+            modes: (0..n).map(|i| worker(2000, i % 2 == 1)).collect(),
+            ..elected(
+                "mutant-election-sync-lease",
+                Mutant::SyncLease,
+                false,
+                isolations,
+            )
+        });
+    }
+    if multi {
+        let faults = Plan::Fixed(write_pauses());
+        plans.push(ScenarioPlan {
+            mutant: Mutant::FencingOff,
+            alongside: true,
+            ..multi_scenario(n, ms, true, faults)
+                .named("mutant-multi-fencing-off", modes(n, ms, false))
+        });
+    }
+    plans[0].alongside = false;
+    plans
+}
+
+impl ScenarioPlan {
+    /// The same plan under another name, with other workers.
+    fn named(self, name: &'static str, modes: Vec<WorkerMode>) -> ScenarioPlan {
+        ScenarioPlan {
+            name,
+            modes,
+            ..self
+        }
+    }
+}
+
+/// Election: the election scenario (four elected workers, two leading with `lead()`, T =
+/// `--session-ms`) under every fault kind `--runs` times in seeded order, on the main
+/// ensemble; then the election mutants side by side.
+fn election_plans(args: &RecipeArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
+    let faults = repeated(args.runs, rng);
+    let mut plans = vec![election_scenario(
+        args.workers,
+        args.session_ms,
+        Plan::Fixed(faults),
+    )];
+    plans.extend(recipe_mutants(args.workers, args.session_ms, false, true));
+    plans
+}
+
+/// Multi: the multi-lock scenario under every fault kind `--runs` times in seeded order, on
+/// the main ensemble; then its mutant.
+fn multi_plans(args: &RecipeArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
+    let faults = repeated(args.runs, rng);
+    let (n, ms) = (args.workers, args.session_ms);
+    let multi = multi_scenario(n, ms, false, Plan::Fixed(faults));
+    let mutant = ScenarioPlan {
+        mutant: Mutant::FencingOff,
+        ..multi_scenario(n, ms, false, Plan::Fixed(vec![pause(2.0, Phase::Write); 2]))
+    }
+    .named("mutant-multi-fencing-off", modes(n, ms, false));
+    vec![multi, mutant]
+}
+
+/// Every fault kind ([`every_kind`]) `runs` times, in seeded order.
+fn repeated(runs: u32, rng: &mut Rng) -> Vec<FaultKind> {
+    let mut faults: Vec<FaultKind> = (0..runs).flat_map(|_| every_kind()).collect();
+    rng.shuffle(&mut faults);
+    faults
+}
+
+/// Smoke's scenarios of the lock and the read/write lock: main, read-write, partition and
+/// failover, and (unless skipped) their four mutants.
+fn lock_smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let (schedule, head) = smoke_schedule(rng);
     let rw = rw_schedule(rng);
     let long = long_hold_ms(&partition_ensemble(), 4000);
@@ -302,7 +594,7 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let mut plans = vec![
         scenario("main", workers(), Plan::Fixed(schedule.clone())),
         ScenarioPlan {
-            rw: true,
+            recipe: Recipe::ReadWrite,
             ..scenario("read-write", workers(), Plan::Fixed(rw))
         },
         ScenarioPlan {
@@ -388,7 +680,7 @@ fn long_plans(args: &RunArgs) -> Vec<ScenarioPlan> {
             ..scenario("main", workers(), timed(long_fault))
         },
         ScenarioPlan {
-            rw: true,
+            recipe: Recipe::ReadWrite,
             ..scenario("read-write", workers(), timed(rw_fault))
         },
         ScenarioPlan {

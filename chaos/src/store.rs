@@ -1,10 +1,13 @@
 //! The fenced store: a PostgreSQL server of our own (the test kit's `LocalPostgres`: a temp
 //! dir on a loopback port, fsync on) and the statements workers run against it.
 //!
-//! One row holds the counter and the fence (the highest token seen). Every accepted write also
-//! inserts a row into `log` in the same statement, after the `UPDATE` took the row lock, so
-//! `log.seq` is the commit order of accepted writes.
+//! A row per lock path holds its counter and its fence (the highest token seen for that path):
+//! one row for a scenario of one lock, three for the multi-lock scenario. Every accepted write
+//! also inserts a row into `log` (with the store row it wrote) in the same statement, after the
+//! `UPDATE` took the row lock, so `log.seq` is the commit order of accepted writes, and per
+//! store row its commit order.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -63,6 +66,8 @@ impl Postgres {
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
     pub seq: i64,
+    /// The store row (lock path) it wrote.
+    pub row: i32,
     pub op: String,
     pub kind: String,
     pub worker: i64,
@@ -76,31 +81,32 @@ async fn open(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
-/// (Re)creates the schema for one run: counter 0, fence 0, empty log.
-pub(crate) async fn reset(conninfo: &str) -> Result<(), String> {
+/// (Re)creates the schema for one run: `rows` store rows (1, 2, …), each with counter 0 and
+/// fence 0; an empty log.
+pub(crate) async fn reset(conninfo: &str, rows: u32) -> Result<(), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
     client
-        .batch_execute(
+        .batch_execute(&format!(
             "DROP TABLE IF EXISTS store, log;
              CREATE TABLE store (id int PRIMARY KEY, counter bigint NOT NULL, fence bigint NOT NULL);
-             INSERT INTO store VALUES (1, 0, 0);
+             INSERT INTO store SELECT id, 0, 0 FROM generate_series(1, {rows}) AS id;
              CREATE TABLE log (seq bigserial PRIMARY KEY, op text UNIQUE NOT NULL, kind text NOT NULL,
-                               worker int NOT NULL, token bigint NOT NULL, value bigint);",
-        )
+                               worker int NOT NULL, token bigint NOT NULL, value bigint, row int NOT NULL);"
+        ))
         .await
         .map_err(|e| format!("create schema: {e}"))
 }
 
-/// The accepted writes in commit order and the final counter.
-pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String> {
+/// The accepted writes in commit order, and each store row's final counter.
+pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
     let rows = client
         .query(
-            "SELECT seq, op, kind, worker, token, value FROM log ORDER BY seq",
+            "SELECT seq, op, kind, worker, token, value, row FROM log ORDER BY seq",
             &[],
         )
         .await
@@ -113,13 +119,24 @@ pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, i64, i64), String>
             worker: i64::from(r.get::<_, i32>(3)),
             token: r.get(4),
             value: r.get::<_, Option<i64>>(5).unwrap_or(0),
+            row: r.get(6),
         })
         .collect();
-    let store = client
-        .query_one("SELECT counter, fence FROM store WHERE id = 1", &[])
+    let counters = client
+        .query("SELECT id, counter FROM store ORDER BY id", &[])
         .await
-        .map_err(|e| format!("read store: {e}"))?;
-    Ok((rows, store.get(0), store.get(1)))
+        .map_err(|e| format!("read store: {e}"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok((rows, counters))
+}
+
+/// A fenced statement's identity: its op id, the worker sending it, the store row it writes.
+pub(crate) struct Op {
+    pub id: String,
+    pub worker: u32,
+    pub row: i32,
 }
 
 pub(crate) enum Outcome {
@@ -154,23 +171,23 @@ impl Store {
             // The mutant without fencing drops the token comparison and nothing else.
             let check = if self.fencing { "AND fence <= $2" } else { "" };
             let write = format!(
-                "WITH u AS (UPDATE store SET counter = $1 WHERE id = 1 {check} RETURNING 1)
-                 INSERT INTO log (op, kind, worker, token, value) SELECT $3, 'write', $4, $2, $1 FROM u RETURNING seq"
+                "WITH u AS (UPDATE store SET counter = $1 WHERE id = $5 {check} RETURNING 1)
+                 INSERT INTO log (op, kind, worker, token, value, row) SELECT $3, 'write', $4, $2, $1, $5 FROM u RETURNING seq"
             );
             let check = if self.fencing { "AND fence <= $1" } else { "" };
             let fence = format!(
-                "WITH u AS (UPDATE store SET fence = $1 WHERE id = 1 {check} RETURNING counter)
-                 INSERT INTO log (op, kind, worker, token, value) SELECT $2, 'fence', $3, $1, counter FROM u RETURNING seq"
+                "WITH u AS (UPDATE store SET fence = $1 WHERE id = $4 {check} RETURNING counter)
+                 INSERT INTO log (op, kind, worker, token, value, row) SELECT $2, 'fence', $3, $1, counter, $4 FROM u RETURNING seq"
             );
             let statements = [
                 client.prepare(&write).await.map_err(|e| e.to_string())?,
                 client.prepare(&fence).await.map_err(|e| e.to_string())?,
                 client
-                    .prepare("SELECT counter FROM store WHERE id = 1")
+                    .prepare("SELECT counter FROM store WHERE id = $1")
                     .await
                     .map_err(|e| e.to_string())?,
                 client
-                    .prepare("SELECT counter, fence FROM store WHERE id = 1")
+                    .prepare("SELECT counter, fence FROM store WHERE id = $1")
                     .await
                     .map_err(|e| e.to_string())?,
             ];
@@ -179,35 +196,37 @@ impl Store {
         self.conn.as_ref().ok_or_else(|| "no connection".into())
     }
 
-    pub(crate) async fn read(&mut self) -> Result<i64, String> {
+    /// Store row `row`'s counter.
+    pub(crate) async fn read(&mut self, row: i32) -> Result<i64, String> {
         let (client, st) = self.ensure().await?;
         let row = client
-            .query_one(&st[2], &[])
+            .query_one(&st[2], &[&row])
             .await
             .map_err(|e| e.to_string())?;
         Ok(row.get(0))
     }
 
-    /// The counter and the fence, for readers.
-    pub(crate) async fn peek(&mut self) -> Result<(i64, i64), String> {
+    /// Store row `row`'s counter and fence, for readers.
+    pub(crate) async fn peek(&mut self, row: i32) -> Result<(i64, i64), String> {
         let (client, st) = self.ensure().await?;
         let row = client
-            .query_one(&st[3], &[])
+            .query_one(&st[3], &[&row])
             .await
             .map_err(|e| e.to_string())?;
         Ok((row.get(0), row.get(1)))
     }
 
-    pub(crate) async fn write(&mut self, op: &str, worker: u32, token: u64, value: i64) -> Outcome {
-        let worker = worker as i32;
-        let token = token as i64;
-        self.execute(0, &[&value, &token, &op, &worker]).await
+    /// Sets store row `row`'s counter to `value`, fenced by `token`.
+    pub(crate) async fn write(&mut self, op: &Op, token: u64, value: i64) -> Outcome {
+        let (worker, token) = (op.worker as i32, token as i64);
+        self.execute(0, &[&value, &token, &op.id, &worker, &op.row])
+            .await
     }
 
-    pub(crate) async fn raise_fence(&mut self, op: &str, worker: u32, token: u64) -> Outcome {
-        let worker = worker as i32;
-        let token = token as i64;
-        self.execute(1, &[&token, &op, &worker]).await
+    /// Raises store row `row`'s fence to `token`.
+    pub(crate) async fn raise_fence(&mut self, op: &Op, token: u64) -> Outcome {
+        let (worker, token) = (op.worker as i32, token as i64);
+        self.execute(1, &[&token, &op.id, &worker, &op.row]).await
     }
 
     async fn execute(

@@ -1,23 +1,90 @@
 //! A scenario's history as the checker's invariants and the figures read it: what the
-//! scenario produced ([`Input`]), its events in time order with the look-ups both use
-//! ([`Timeline`]), the holds found in them ([`Hold`]) and the applied increments.
+//! scenario produced ([`Input`]), split per lock path ([`per_path`]), its events in time order
+//! with the look-ups both use ([`Timeline`]), the holds found in them ([`Hold`]) and the applied
+//! increments.
 
 use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::Fault;
 use crate::store::Row;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Everything one scenario produced.
+#[derive(Clone)]
 pub(crate) struct Input {
     pub rows: Vec<Row>,
-    pub counter: i64,
+    /// Each store row's final counter (one row per lock path).
+    pub counters: BTreeMap<i32, i64>,
     pub events: Vec<Event>,
     pub faults: Vec<Fault>,
     pub session_ms: u64,
     pub t0: i64,
     pub heal_at: i64,
     pub end_at: i64,
+    /// When the availability probe's quick writes were sent, in order (an election
+    /// scenario's; empty otherwise: then a leader counts as possible at any time).
+    pub available: Vec<i64>,
+    /// An election scenario's election time E (ms): a new leader must come within T + E of
+    /// the old one's loss (see `crate::succession`). `None` for the lock scenarios.
+    pub election_ms: Option<u64>,
+}
+
+impl Input {
+    /// The final counters' sum: the one counter of a scenario of one lock path.
+    pub(crate) fn counter(&self) -> i64 {
+        self.counters.values().sum()
+    }
+}
+
+/// The scenario's history per lock path (its store row): `(row, input)` with that row's store
+/// rows and counter, and the events of that path's tokens (a token is a node's creation zxid,
+/// so it names one path) besides those about no token (starts, sessions, acquires), which every
+/// path gets. `events` must be in time order. A scenario of one path gets its whole history.
+pub(crate) fn per_path(input: &Input, events: &[Event]) -> Vec<(i32, Input)> {
+    let row_of: HashMap<u64, i32> = events
+        .iter()
+        .filter_map(|e| Some((e.token()?, e.row()? as i32)))
+        .collect();
+    let mut paths: Vec<i32> = input.counters.keys().copied().collect();
+    paths.extend(row_of.values());
+    paths.sort_unstable();
+    paths.dedup();
+    let alone = paths.len() <= 1;
+    paths
+        .into_iter()
+        .map(|path| {
+            let mine = |e: &&Event| match e.token() {
+                None => true,
+                Some(token) => row_of.get(&token).map_or(alone, |&r| r == path),
+            };
+            let sub = Input {
+                rows: (input.rows.iter().filter(|r| r.row == path).cloned()).collect(),
+                counters: (input.counters.iter())
+                    .filter(|(&r, _)| r == path)
+                    .map(|(&r, &c)| (r, c))
+                    .collect(),
+                events: events.iter().filter(mine).cloned().collect(),
+                faults: input.faults.clone(),
+                available: input.available.clone(),
+                ..input.clone_empty()
+            };
+            (path, sub)
+        })
+        .collect()
+}
+
+impl Input {
+    /// The same scenario's settings with no rows, counters, events or faults.
+    fn clone_empty(&self) -> Input {
+        Input {
+            rows: Vec::new(),
+            counters: BTreeMap::new(),
+            events: Vec::new(),
+            faults: Vec::new(),
+            available: Vec::new(),
+            ..*self
+        }
+    }
 }
 
 /// A worker's hold of the lock, from its grant to the first sign it ended.

@@ -1,15 +1,20 @@
-//! One worker process: acquire the lock, raise the store's fence to the token, do token-checked
-//! read-modify-write increments, release, repeat. Every step is one JSON line on stdout with a
-//! `CLOCK_MONOTONIC` timestamp (see [`crate::clock`]); the controller collects them.
+//! One worker process, and what every kind of worker shares ([`Worker`]): its arguments, its
+//! store connection, the lease options, the work under a hold from its grant to its release,
+//! and the loss verdict. The lock worker is here ([`run`]): acquire the lock, raise the store's
+//! fence to the token, do token-checked read-modify-write increments, release, repeat. The
+//! elected and multi-lock workers are [`crate::elected`] and [`crate::multi`]. Every step is one
+//! JSON line on stdout with a `CLOCK_MONOTONIC` timestamp (see [`crate::clock`]); the controller
+//! collects them.
 
 use crate::clock::now_ns;
-use crate::event::{Ev, Event, OpKind, Role};
+use crate::event::Ev;
+use crate::hold::{listen_for_stretch, role, Hold, Log, EXTEND};
 use crate::rng::Rng;
-use crate::store::{Outcome, Store};
-use std::io::Write;
+use crate::store::Store;
+use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::{FencedLock, FencedRwLock, LockGuard, LockOptions, LossReason};
+use zkfence::{FencedLock, FencedRwLock, Held, LockOptions, LossReason};
 use zookeeper_client as zk;
 
 /// What a worker is told by the controller.
@@ -31,7 +36,9 @@ pub(crate) struct WorkerArgs {
     #[arg(long)]
     pub session_ms: u64,
     /// `none`, `fencing-off`, `watchdog-off`, `sync-lease` (the earlier lease rule that trusted
-    /// syncs) or `resume-without-proof` (jeopardy ends on a sync's answer).
+    /// syncs), `resume-without-proof` (jeopardy ends on a sync's answer), `lock-delay` (a
+    /// lock-delay of 2T: a dead leader's successor waits 2T more) or `epoch-sequence` (an
+    /// elected worker fences with its node's sequence number, not its epoch).
     #[arg(long, default_value = "none")]
     pub mutant: String,
     /// Ride out disconnects until the lease ends (`LockOptions::with_ride_out_disconnects`).
@@ -54,74 +61,20 @@ pub(crate) struct WorkerArgs {
     /// Use a read/write lock: most holds read (under the read lock), the rest write.
     #[arg(long)]
     pub rw: bool,
+    /// What the worker holds: `lock` (a lock, or a read/write lock with `--rw`), `election`
+    /// (it campaigns on `--lock` and works while it leads) or `multi` (reentrant holds and
+    /// multi-locks on three paths under `--lock`).
+    #[arg(long, default_value = "lock")]
+    pub recipe: String,
+    /// An elected worker that leads with `FencedElection::lead` rather than campaigning by
+    /// hand.
+    #[arg(long)]
+    pub lead: bool,
 }
 
-struct Log {
-    id: u32,
-    pid: u32,
-}
-
-impl Log {
-    /// Writes one event; `t` is taken by the caller where the event's time matters.
-    fn at(&self, t: i64, ev: Ev) {
-        let event = Event {
-            t,
-            w: self.id,
-            pid: self.pid,
-            ev,
-        };
-        let mut out = std::io::stdout().lock();
-        // One write per line: a SIGKILL loses at most the line being written.
-        let _ = out.write_all(format!("{}\n", event.to_json_line()).as_bytes());
-        let _ = out.flush();
-    }
-
-    fn now(&self, ev: Ev) {
-        self.at(now_ns(), ev);
-    }
-}
-
-/// Set by SIGUSR1: the controller wants the current hold stretched to `--long-ms` from now
-/// (a partition is about to be aimed at it).
-static EXTEND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets [`EXTEND`] on every SIGUSR1.
-fn listen_for_stretch() {
-    if let Ok(mut usr1) =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-    {
-        tokio::spawn(async move {
-            while usr1.recv().await.is_some() {
-                EXTEND.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        });
-    }
-}
-
+/// The lock worker's process.
 pub(crate) async fn run(args: WorkerArgs) {
-    let log = Log {
-        id: args.id,
-        pid: std::process::id(),
-    };
-    listen_for_stretch();
-    let rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
-    log.now(Ev::Start {
-        mutant: args.mutant.clone(),
-        ride_out: args.ride_out,
-        session_ms: args.session_ms,
-        grace_ms: args.grace_ms,
-    });
-    let fencing = args.mutant != "fencing-off";
-    let store = Store::connect_retrying(&args.pg, fencing).await;
-    let mut worker = Worker {
-        heed_watchdog: args.mutant != "watchdog-off",
-        timeout: Duration::from_millis(args.session_ms),
-        args,
-        log,
-        store,
-        rng,
-        ops: 0,
-    };
+    let mut worker = Worker::start(args).await;
     loop {
         let client = connect(&worker.args.zk, worker.timeout, &worker.log).await;
         let (writer, reader) = worker.locks(&client);
@@ -141,55 +94,86 @@ pub(crate) async fn run(args: WorkerArgs) {
 }
 
 /// One worker process's state across its sessions.
-struct Worker {
-    args: WorkerArgs,
-    log: Log,
-    store: Store,
-    rng: Rng,
-    /// Ops invoked so far (for op ids).
-    ops: u64,
+pub(crate) struct Worker {
+    pub args: WorkerArgs,
+    pub log: Log,
+    pub store: Store,
+    pub rng: Rng,
     /// Whether the worker checks its lease before each write (not in the watchdog-off mutant).
-    heed_watchdog: bool,
+    pub heed_watchdog: bool,
     /// The session timeout.
-    timeout: Duration,
+    pub timeout: Duration,
 }
 
 impl Worker {
-    /// The lock on `client` (the writer side and the reader side of a read/write lock, in the
-    /// read/write scenario); exits if it cannot be made.
-    fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock>) {
+    /// Logs the start and connects to the store (retrying until it answers).
+    pub(crate) async fn start(args: WorkerArgs) -> Worker {
+        let log = Log {
+            id: args.id,
+            pid: std::process::id(),
+        };
+        listen_for_stretch();
+        let rng = Rng::new(args.seed ^ (u64::from(std::process::id()) << 20));
+        log.now(Ev::Start {
+            mutant: args.mutant.clone(),
+            ride_out: args.ride_out,
+            session_ms: args.session_ms,
+            grace_ms: args.grace_ms,
+        });
+        let fencing = args.mutant != "fencing-off";
+        let store = Store::connect_retrying(&args.pg, fencing).await;
+        Worker {
+            heed_watchdog: args.mutant != "watchdog-off",
+            timeout: Duration::from_millis(args.session_ms),
+            args,
+            log,
+            store,
+            rng,
+        }
+    }
+
+    /// The lease options every lock and election of this worker uses: parents created, ride
+    /// out and grace as told, and the library mutant or the lock-delay the worker's mutant asks
+    /// for.
+    pub(crate) fn options(&self) -> LockOptions {
         let args = &self.args;
-        let mut options = LockOptions::default()
+        let options = LockOptions::default()
             .with_create_parents(true)
             .with_ride_out_disconnects(args.ride_out)
             .with_grace(Duration::from_millis(args.grace_ms));
         match args.mutant.as_str() {
-            "sync-lease" => options = options.with_mutant(zkfence::Mutant::SyncLease),
-            "resume-without-proof" => {
-                options = options.with_mutant(zkfence::Mutant::ResumeWithoutProof);
-            }
-            _ => {}
+            "sync-lease" => options.with_mutant(zkfence::Mutant::SyncLease),
+            "resume-without-proof" => options.with_mutant(zkfence::Mutant::ResumeWithoutProof),
+            "lock-delay" => options.with_lock_delay(self.timeout * 2),
+            _ => options,
         }
+    }
+
+    /// Logs that the lock or election could not be made, and exits.
+    pub(crate) fn fatal(&self, err: zkfence::Error) -> ! {
+        self.log.now(Ev::Fatal {
+            error: err.to_string(),
+        });
+        std::process::exit(2);
+    }
+
+    /// The lock on `client` (the writer side and the reader side of a read/write lock, in the
+    /// read/write scenario); exits if it cannot be made.
+    fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock>) {
+        let (args, options) = (&self.args, self.options());
         let locks = if args.rw {
             FencedRwLock::new(client.clone(), args.lock.clone(), options)
                 .map(|rw| (rw.writer().clone(), Some(rw.reader().clone())))
         } else {
             FencedLock::new(client.clone(), args.lock.clone(), options).map(|lock| (lock, None))
         };
-        match locks {
-            Ok(locks) => locks,
-            Err(err) => {
-                self.log.now(Ev::Fatal {
-                    error: err.to_string(),
-                });
-                std::process::exit(2);
-            }
-        }
+        locks.unwrap_or_else(|err| self.fatal(err))
     }
 
-    /// Acquires `lock` (waiting up to 3T); `None` if that failed (logged).
-    async fn acquire(&self, lock: &FencedLock) -> Option<LockGuard> {
-        match lock.acquire_timeout(self.timeout * 3).await {
+    /// What an acquire (waiting up to 3T: see [`Worker::wait`]) returned; `None` if it timed
+    /// out or failed (logged).
+    pub(crate) async fn acquired<T>(&self, result: zkfence::Result<Option<T>>) -> Option<T> {
+        match result {
             Ok(Some(guard)) => Some(guard),
             Ok(None) => {
                 self.log.now(Ev::AcquireFailed {
@@ -209,19 +193,41 @@ impl Worker {
         }
     }
 
-    /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment. A
-    /// hold that was lost first finds out, on `client`, whether its node survived the loss.
+    /// How long an acquire waits: 3T.
+    pub(crate) fn wait(&self) -> Duration {
+        self.timeout * 3
+    }
+
+    /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment.
     async fn hold(&mut self, client: &zk::Client, lock: &FencedLock, read: bool) {
         EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
         self.log.now(Ev::Acquire { role: role(read) });
-        let Some(guard) = self.acquire(lock).await else {
+        let acquire = lock.acquire_timeout(self.wait()).await;
+        let Some(guard) = self.acquired(acquire).await else {
             return;
         };
-        let mut hold = Hold {
-            guard: &guard,
+        let token = guard.token().as_u64();
+        self.serve(Some(client), &guard, token, read).await;
+        self.release(&[token], guard.release()).await;
+    }
+
+    /// The work under a hold of `held` (with `token`, on store row 1): a reader's reads or a
+    /// writer's increments, one hold in four a long critical section. A hold that was lost
+    /// then finds out, on `client` (if given), whether its node survived the loss.
+    pub(crate) async fn serve(
+        &mut self,
+        client: Option<&zk::Client>,
+        held: &Held,
+        token: u64,
+        read: bool,
+    ) {
+        let hold = Hold {
+            held,
+            lease: held,
+            token,
+            row: 1,
             log: &self.log,
             heed_watchdog: self.heed_watchdog,
-            ops: &mut self.ops,
             read,
         };
         // One hold in four is a long critical section (a batch job): the faults aimed at
@@ -240,34 +246,45 @@ impl Worker {
             hold.work(&mut self.store, &mut self.rng, increments, long, stretch)
                 .await;
         }
-        let token = guard.token().as_u64();
-        // Before the release, which would delete the node itself.
-        match guard.check() {
-            Err(zkfence::Error::LockLost(reason)) if reason != LossReason::Released => {
-                self.loss_verdict(client, &guard, reason).await;
-            }
-            _ => {}
+        if let Some(client) = client {
+            self.verdict_if_lost(client, held, token).await;
         }
-        self.log.now(Ev::Release { token });
-        let result = guard.release().await;
-        self.log.now(Ev::Released {
-            token,
-            error: result.err().map(|e| e.to_string()),
-        });
-        tokio::time::sleep(Duration::from_millis(self.rng.range(0, 20))).await;
     }
 
-    /// Logs whether the lost hold's node was still there afterwards ([`node_survived`]): a
-    /// needless loss if it was (its session survived and nobody else can have held).
-    async fn loss_verdict(&self, client: &zk::Client, guard: &LockGuard, reason: LossReason) {
+    /// Before the release (which would delete the node itself): if the hold of `held` was lost,
+    /// logs whether its node was still there afterwards ([`node_survived`]), a needless loss
+    /// if it was (its session survived and nobody else can have held).
+    pub(crate) async fn verdict_if_lost(&self, client: &zk::Client, held: &Held, token: u64) {
+        let reason = match held.check() {
+            Err(zkfence::Error::LockLost(reason)) if reason != LossReason::Released => reason,
+            _ => return,
+        };
         let started = now_ns();
-        let survived = node_survived(client, guard.node_path(), self.timeout * 3).await;
+        let survived = node_survived(client, held.node_path(), self.timeout * 3).await;
         self.log.now(Ev::LossVerdict {
-            token: guard.token().as_u64(),
+            token,
             reason: reason.as_str().to_owned(),
             node_survived: survived,
             waited_ms: ((now_ns() - started).max(0) / 1_000_000) as u64,
         });
+    }
+
+    /// Logs the release of `tokens` (a multi-lock's, or one), awaits it, logs how it went,
+    /// and thinks a moment.
+    pub(crate) async fn release(
+        &mut self,
+        tokens: &[u64],
+        release: impl Future<Output = zkfence::Result<()>>,
+    ) {
+        for &token in tokens {
+            self.log.now(Ev::Release { token });
+        }
+        let error = release.await.err().map(|e| e.to_string());
+        for &token in tokens {
+            let error = error.clone();
+            self.log.now(Ev::Released { token, error });
+        }
+        tokio::time::sleep(Duration::from_millis(self.rng.range(0, 20))).await;
     }
 }
 
@@ -300,16 +317,9 @@ async fn node_survived(client: &zk::Client, node: &str, wait: Duration) -> Optio
     None
 }
 
-/// The role a hold logs.
-fn role(read: bool) -> Role {
-    if read {
-        Role::Read
-    } else {
-        Role::Write
-    }
-}
-
-async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
+/// A session on `hosts`, connecting until one is made (logging each attempt's failure and the
+/// session).
+pub(crate) async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
     loop {
         let attempt = zk::Client::connector()
             .with_session_timeout(timeout)
@@ -330,278 +340,5 @@ async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
             }),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-struct Hold<'a> {
-    guard: &'a LockGuard,
-    log: &'a Log,
-    heed_watchdog: bool,
-    ops: &'a mut u64,
-    read: bool,
-}
-
-impl Hold<'_> {
-    fn token(&self) -> u64 {
-        self.guard.token().as_u64()
-    }
-
-    /// Takes the time first, then checks the lease, then reads the deadline: if the check passed,
-    /// the logged time is before the cancellation and the lease left is positive. The
-    /// watchdog-off mutant skips the check and so logs a negative lease left after a pause.
-    fn try_gate(&self) -> zkfence::Result<(i64, i64)> {
-        let t = now_ns();
-        let at = Instant::now();
-        if self.heed_watchdog {
-            self.guard.check()?;
-        }
-        let deadline = self.guard.lease_deadline();
-        let left_ms = if deadline >= at {
-            (deadline - at).as_millis() as i64
-        } else {
-            -((at - deadline).as_millis() as i64)
-        };
-        Ok((t, left_ms))
-    }
-
-    /// The lease gate before a side effect ([`Hold::try_gate`]). In jeopardy (a grace runs) it
-    /// does not pass: it logs `jeopardy`, awaits `steady()` (logging `steady`), then checks
-    /// again with a time of its own; a loss, or the grace running out, fails it.
-    async fn gate(&self) -> Result<(i64, i64), String> {
-        loop {
-            match self.try_gate() {
-                Err(zkfence::Error::Jeopardy) => self.sit_out_jeopardy().await?,
-                result => return result.map_err(|e| e.to_string()),
-            }
-        }
-    }
-
-    /// Waits until the hold is steady again, or lost.
-    async fn sit_out_jeopardy(&self) -> Result<(), String> {
-        let token = self.token();
-        let since = now_ns();
-        self.log.at(since, Ev::Jeopardy { token });
-        self.guard.steady().await.map_err(|e| e.to_string())?;
-        let waited_ms = ((now_ns() - since).max(0) / 1_000_000) as u64;
-        self.log.now(Ev::Steady { token, waited_ms });
-        Ok(())
-    }
-
-    fn next_op(&mut self) -> String {
-        *self.ops += 1;
-        format!("w{}-{}-{}", self.log.id, self.log.pid, self.ops)
-    }
-
-    /// Logs the grant (valid if the lease check passes right after it) and starts the task
-    /// that logs a watchdog cancellation. `None`: the grant was already stale. A grant in
-    /// jeopardy (the lease lapsed while it queued) goes on only once `steady()` returned and a
-    /// check passed; it is logged valid but `jeopardy`, which is not a passing check.
-    async fn granted(&self, long: bool) -> Option<tokio::task::JoinHandle<()>> {
-        let token = self.token();
-        let seq = self.guard.token().sequence();
-        let t = now_ns();
-        let (ok, jeopardy) = match self.heed_watchdog.then(|| self.guard.check()) {
-            None | Some(Ok(())) => (true, false),
-            Some(Err(zkfence::Error::Jeopardy)) => {
-                let steady = self.sit_out_jeopardy().await.is_ok();
-                (steady && self.guard.check().is_ok(), true)
-            }
-            Some(Err(_)) => (false, false),
-        };
-        self.log.at(
-            t,
-            Ev::Granted {
-                token,
-                seq: i64::from(seq),
-                node: self.guard.node_path().to_owned(),
-                session: self.guard.session_id().0,
-                valid: ok,
-                long,
-                role: role(self.read),
-                jeopardy,
-            },
-        );
-        if !ok {
-            return None;
-        }
-        let observer = self.guard.held();
-        let (id, pid) = (self.log.id, self.log.pid);
-        Some(tokio::spawn(async move {
-            let reason = observer.lost().await;
-            if reason != zkfence::LossReason::Released {
-                Log { id, pid }.now(Ev::Cancel {
-                    token,
-                    reason: reason.as_str().to_owned(),
-                });
-            }
-        }))
-    }
-
-    /// A reader's hold: reads of the counter and the fence, each between two lease checks.
-    /// While the lease holds, no writer after us can have been granted, so the fence (the
-    /// newest writer's token the store accepted) must be below our token.
-    async fn observe(&mut self, store: &mut Store, rng: &mut Rng, reads: u32) {
-        let Some(watcher) = self.granted(false).await else {
-            return;
-        };
-        let token = self.token();
-        for _ in 0..reads {
-            if let Err(why) = self.gate().await {
-                self.log.now(Ev::CheckFailed { token, error: why });
-                break;
-            }
-            let Ok((counter, fence)) = store.peek().await else {
-                break;
-            };
-            // The time logged is the one taken before this second check; in jeopardy the read
-            // is not vouched for.
-            let (t, valid) = match self.try_gate() {
-                Ok((t, _)) => (t, true),
-                Err(_) => (now_ns(), false),
-            };
-            self.log.at(
-                t,
-                Ev::Observe {
-                    token,
-                    counter,
-                    fence,
-                    valid,
-                },
-            );
-            if !valid {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(rng.range(10, 40))).await;
-        }
-        drop(watcher);
-    }
-
-    /// A writer's hold: raise the fence, then `increments` read-modify-write increments (and
-    /// more for `stretch` once the controller asks for it with SIGUSR1).
-    async fn work(
-        &mut self,
-        store: &mut Store,
-        rng: &mut Rng,
-        increments: u32,
-        long: bool,
-        stretch: Duration,
-    ) {
-        let Some(watcher) = self.granted(long).await else {
-            return;
-        };
-        let token = self.token();
-        let mut until = Instant::now();
-        // First raise the fence: from here on every older holder is refused.
-        if self.step(store, OpKind::Fence, None).await.is_some() {
-            let mut done = 0;
-            while done < increments || Instant::now() < until {
-                done += 1;
-                if EXTEND.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                    until = until.max(Instant::now() + stretch);
-                    self.log.now(Ev::Extended { token });
-                }
-                self.log.now(Ev::Read { token });
-                let Ok(counter) = store.read().await else {
-                    break;
-                };
-                tokio::time::sleep(Duration::from_millis(rng.range(10, 40))).await;
-                if self
-                    .step(store, OpKind::Write, Some(counter + 1))
-                    .await
-                    .is_none()
-                {
-                    break;
-                }
-            }
-        }
-        // A stretched hold (a partition is aimed at it) that the store stopped still asks its
-        // lease, as a holder polling `check()` would: how long it stays valid after a newer
-        // holder took over is what the lease invariant measures.
-        self.poll_lease(until).await;
-        drop(watcher); // detaches: it still reports a loss during release
-    }
-
-    /// Calls `check()` every 10 ms until it fails or `until` passes (sitting out jeopardy, see
-    /// [`Hold::gate`]), logging a `lease` event (with the time taken before the check) for
-    /// each pass, at most every 20 ms.
-    async fn poll_lease(&self, until: Instant) {
-        let token = self.token();
-        let mut logged = None;
-        while Instant::now() < until {
-            match self.gate().await {
-                Ok((t, left_ms)) => {
-                    if logged.is_none_or(|at: i64| t - at >= 20_000_000) {
-                        self.log.at(
-                            t,
-                            Ev::Lease {
-                                token,
-                                lease_left_ms: left_ms,
-                            },
-                        );
-                        logged = Some(t);
-                    }
-                }
-                Err(why) => {
-                    self.log.now(Ev::CheckFailed { token, error: why });
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// One fenced write; `None` ends the hold (refused, unknown, or the lease gate closed).
-    async fn step(&mut self, store: &mut Store, kind: OpKind, value: Option<i64>) -> Option<()> {
-        let token = self.token();
-        let (t, left_ms) = match self.gate().await {
-            Ok(gate) => gate,
-            Err(why) => {
-                self.log.now(Ev::CheckFailed { token, error: why });
-                return None;
-            }
-        };
-        let op = self.next_op();
-        self.log.at(
-            t,
-            Ev::Invoke {
-                op: op.clone(),
-                kind,
-                token,
-                value,
-                lease_left_ms: left_ms,
-                checked: self.heed_watchdog,
-            },
-        );
-        if kind == OpKind::Write {
-            // Preparing the write (serialising a payload, a slow disk): a pause here lands after
-            // the check, so only the fence can stop the write.
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        let outcome = match value {
-            Some(value) => store.write(&op, self.log.id, token, value).await,
-            None => store.raise_fence(&op, self.log.id, token).await,
-        };
-        match outcome {
-            Outcome::Ok => {
-                self.log.now(Ev::Ok { op, token });
-                Some(())
-            }
-            Outcome::Refused => {
-                self.log.now(Ev::Fail {
-                    op,
-                    token,
-                    why: "refused".into(),
-                });
-                None
-            }
-            Outcome::Unknown(err) => {
-                self.log.now(Ev::Unknown {
-                    op,
-                    token,
-                    error: err,
-                });
-                None
-            }
-        }
     }
 }
