@@ -51,6 +51,7 @@ mod redis;
 mod server;
 mod session;
 pub mod stats;
+mod tied;
 
 pub use crate::ensemble::{LinkFault, LocalEnsemble};
 pub use crate::options::EnsembleOptions;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::tied::{spawn_tied, Keeper};
+
 /// The superuser `initdb` creates; it trusts loopback connections.
 pub const POSTGRES_USER: &str = "zkfence";
 
@@ -24,6 +26,8 @@ pub struct LocalPostgres {
     child: Child,
     dir: PathBuf,
     port: u16,
+    /// Dropped after the server is stopped (see [`crate::tied`]).
+    _keeper: Keeper,
 }
 
 /// Debian's newest installed PostgreSQL `bin` folder.
@@ -139,16 +143,15 @@ impl LocalPostgres {
         }
         cmd.stdout(Stdio::null()).stderr(log);
         as_user(&mut cmd, who);
-        // SAFETY: prctl in the child before exec; the death signal survives the exec of a
-        // non-setuid binary, so postgres stops with us however we die.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| format!("start postgres: {e}"))?;
-        let pg = LocalPostgres { child, dir, port };
+        // Postgres stops (a fast shutdown) with us however we die, whichever thread started it.
+        let (child, _keeper) =
+            spawn_tied(cmd, libc::SIGINT).map_err(|e| format!("start postgres: {e}"))?;
+        let pg = LocalPostgres {
+            child,
+            dir,
+            port,
+            _keeper,
+        };
         // Listening is not serving: during startup postgres accepts connections and refuses
         // them ("the database system is starting up"). pg_isready asks the server itself.
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -4,10 +4,11 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::tied::{spawn_tied, Keeper};
 
 /// Where Debian's package puts the server.
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
@@ -26,6 +27,8 @@ pub struct LocalRedis {
     child: Child,
     dir: PathBuf,
     port: u16,
+    /// Dropped after the server is stopped (see [`crate::tied`]).
+    _keeper: Keeper,
 }
 
 impl LocalRedis {
@@ -59,18 +62,15 @@ impl LocalRedis {
             .arg(dir.join("redis.log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: prctl in the child before exec; the death signal survives the exec, so the
-        // server stops with us however we die.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("start redis-server: {e}"))?;
-        let redis = LocalRedis { child, dir, port };
+        // The server stops with us however we die, whichever thread started it.
+        let (child, _keeper) =
+            spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
+        let redis = LocalRedis {
+            child,
+            dir,
+            port,
+            _keeper,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !redis.answers_ping() {
             if Instant::now() > deadline {
