@@ -9,7 +9,9 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{go, run, run_line, run_on, run_sh, started, temp, text, zkfence, BIN, EXIT_0_ON_GO};
+use common::{
+    exited, go, run, run_line, run_on, run_sh, started, temp, text, zkfence, BIN, EXIT_0_ON_GO,
+};
 use zkfence::{FencedLock, LockOptions};
 use zkfence_testkit::harness::{chroot, connect, free_port, shared, wait_until, ZooKeeper};
 use zkfence_testkit::{CountingProxy, LocalZooKeeper};
@@ -80,10 +82,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period_on_loss() {
         .delete(&format!("/locks/cli/{}", nodes[0]), None)
         .await
         .unwrap();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     let elapsed = started.elapsed();
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(76), "{stderr}");
@@ -188,10 +187,7 @@ async fn a_loss_landing_with_the_commands_exit_still_exits_76() {
         "the NodeDeleted notification reached zkfence before the command exited: no race"
     );
 
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(76), "{stderr}");
     assert!(
@@ -278,10 +274,7 @@ async fn a_paused_server_stops_the_command_with_the_loss_code() {
     started(&dir).await;
     server.pause();
     let paused = Instant::now();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     let took = paused.elapsed();
     server.resume();
     assert_eq!(output.status.code(), Some(76), "{}", text(&output).1);
@@ -739,10 +732,7 @@ async fn run_waits_for_an_ensemble_that_is_starting() {
         .await
         .unwrap()
         .unwrap();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     assert_eq!(
         output.status.code(),
         Some(0),

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{temp, text, zkfence};
+use common::{exited, temp, text, zkfence};
 use tokio::io::AsyncBufReadExt as _;
 use zkfence::{FencedElection, LockOptions};
 use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};
@@ -72,10 +72,7 @@ fn signal(child: &Child, signal: i32) {
 }
 
 async fn exit_of(child: Child) -> (Option<i32>, String) {
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     (output.status.code(), text(&output).1)
 }
 

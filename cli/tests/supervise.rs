@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::{go, run_sh, started, temp, EXIT_0_ON_GO};
+use common::{exited, go, run_sh, started, temp, EXIT_0_ON_GO};
 use zkfence_testkit::harness::{chroot, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
@@ -91,10 +91,7 @@ async fn kill_9_of_run_leaves_no_process_of_the_group_before_the_next_command_st
     assert!(gone);
     let status = killed.await.unwrap().unwrap().status;
     assert_eq!(status.signal(), Some(libc::SIGKILL));
-    let output = tokio::task::spawn_blocking(move || second.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(second).await;
     assert_eq!(output.status.code(), Some(0));
 }
 
@@ -108,10 +105,7 @@ async fn what_a_command_leaves_running_is_stopped_before_the_release() {
         r#"sleep 300 & echo $! > "$DIR/background"; exit 0"#,
         &dir,
     );
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("processes of its group remain"), "{stderr}");
@@ -205,10 +199,7 @@ async fn a_revocation_stops_the_command_releases_and_exits_79() {
         common::run(&["revoke", "--connect", &hosts, "--lock", "/locks/cli"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("asked"), "{stdout}");
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(79), "{stderr}");
     assert!(dir.join("term").exists(), "the command got no SIGTERM");
@@ -265,10 +256,7 @@ async fn on_revoke_ignore_lets_the_command_finish_and_force_takes_the_lock() {
     .await;
     assert_eq!(code, Some(0));
     assert!(stdout.contains("deleted"), "{stdout}");
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = exited(child).await;
     assert_eq!(output.status.code(), Some(76));
 }
 

@@ -93,6 +93,11 @@ pub(crate) const EXIT_0_ON_GO: &str = r#"echo ready > "$DIR/ready"
 /// Tells an [`EXIT_0_ON_GO`] command to exit, and waits for zkfence's exit.
 pub(crate) async fn go(dir: &std::path::Path, child: std::process::Child) -> Output {
     std::fs::write(dir.join("go"), "").unwrap();
+    exited(child).await
+}
+
+/// Waits (off the runtime's threads) for a zkfence started with piped output to exit.
+pub(crate) async fn exited(child: std::process::Child) -> Output {
     tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
