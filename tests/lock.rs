@@ -210,7 +210,8 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
     let holder = lock_on(&hosts, T).await;
     let first = lock_on(&hosts, T).await;
     let second = lock_on(&format!("{}{root}", proxy.addr), T).await;
-    let second_session = second.client().session_id();
+    let second_client = second.client().clone();
+    let second_session = second_client.session_id();
 
     let guard = holder.acquire().await.unwrap();
     let first_waits = tokio::spawn(async move { first.acquire().await.unwrap() });
@@ -225,6 +226,20 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
         || async { watches(&hosts, second_session, &first_node) },
     )
     .await;
+    // The second also sets a data watch on the first (it queued behind two nodes) and, once
+    // its wait has lasted, an exists watch on its own node: both must be in before the count
+    // below starts, or a slow machine counts them against the handoff. Its session's requests
+    // are answered in order, so a sync answered after both were sent finds both set.
+    wait_until(
+        Duration::from_secs(10),
+        "the second waiter's data watch and own-node watch to be sent",
+        || async {
+            let counts = proxy.counts();
+            counts.get(&3).is_some() && counts.get(&4).is_some()
+        },
+    )
+    .await;
+    second_client.sync(LOCK).await.unwrap();
     guard.release().await.unwrap();
     let first_guard = tokio::time::timeout(Duration::from_secs(10), first_waits)
         .await
@@ -532,12 +547,13 @@ async fn fifty_waiters_cost_constant_requests_per_handoff() {
             == 51
     })
     .await;
-    // Let every waiter's watches land, then count only the handoff cascade.
+    // Let every waiter's watches land, then count only the handoff cascade. The last request
+    // a waiter sends before the handoff is the exists watch on its own node (once its wait has
+    // lasted); it goes after or together with the watches on the node ahead.
     wait_until(Duration::from_secs(30), "the waiters' watches", || async {
-        server.watch_count() >= 50
+        server.watch_count() >= 50 && proxy.counts().get(&3).copied().unwrap_or(0) >= 50
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let before = proxy.counts();
     guard.release().await.unwrap();
     let mut locks = Vec::new();
