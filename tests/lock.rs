@@ -235,7 +235,7 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
         "the second waiter's data watch and own-node watch to be sent",
         || async {
             let counts = proxy.counts();
-            counts.get(&3).is_some() && counts.get(&4).is_some()
+            counts.contains_key(&3) && counts.contains_key(&4)
         },
     )
     .await;
