@@ -2,8 +2,10 @@
 //! the class path of its jars, and `javac` for a worker compiled against them at run time, as
 //! the interop tests and `zkfence bench --impl curator` use it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, PoisonError};
 
 /// The jars a Curator lock client needs, under `/usr/share/java`.
 const JARS: &[&str] = &[
@@ -54,8 +56,11 @@ pub fn classpath(extra: &Path) -> Result<String, String> {
     Ok(parts.join(":"))
 }
 
-/// Compiles the Java `source` against Curator's jars into `out` (created if missing); returns
-/// the class path that runs it.
+/// Compiles the Java `source` against Curator's jars into a directory of this process under
+/// `out` (created if missing); returns the class path that runs it. Once per process for each
+/// `source` and `out`: later calls, from any thread, wait for the first and get its answer, so
+/// no test runs a class file that another test's `javac` is rewriting (a JVM that loads it
+/// half written fails with "Truncated class file").
 ///
 /// # Errors
 ///
@@ -70,6 +75,20 @@ pub fn classpath(extra: &Path) -> Result<String, String> {
 /// # Ok::<(), String>(())
 /// ```
 pub fn compile(source: &Path, out: &Path) -> Result<String, String> {
+    type Compiled = BTreeMap<(PathBuf, PathBuf), Result<String, String>>;
+    static COMPILED: Mutex<Compiled> = Mutex::new(BTreeMap::new());
+    let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    let key = (source.to_owned(), out.to_owned());
+    if let Some(answer) = compiled.get(&key) {
+        return answer.clone();
+    }
+    let answer = javac(source, &out.join(std::process::id().to_string()));
+    compiled.insert(key, answer.clone());
+    answer
+}
+
+/// Runs `javac` on `source` into `out`; the class path that runs it.
+fn javac(source: &Path, out: &Path) -> Result<String, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let classpath = classpath(out)?;
     let output = Command::new("javac")
@@ -98,4 +117,38 @@ pub fn compile(source: &Path, out: &Path) -> Result<String, String> {
 /// ```
 pub fn classes_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("zkfence-curator-{name}-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two threads compiling the same worker share one `javac` run: the class file is written
+    /// once, so a JVM started on it after the first call never reads it half rewritten.
+    #[test]
+    fn a_worker_is_compiled_once_per_process() {
+        let dir = std::env::temp_dir().join(format!("zkfence-compile-once-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("Once.java");
+        std::fs::write(
+            &source,
+            "public class Once { public static void main(String[] a) {} }\n",
+        )
+        .unwrap();
+        let out = dir.join("classes");
+        let first = compile(&source, &out).unwrap();
+        let class = out.join(std::process::id().to_string()).join("Once.class");
+        let written = std::fs::metadata(&class).unwrap().modified().unwrap();
+        let again: Vec<String> = std::thread::scope(|s| {
+            let calls: Vec<_> = (0..2).map(|_| s.spawn(|| compile(&source, &out))).collect();
+            calls
+                .into_iter()
+                .map(|c| c.join().unwrap().unwrap())
+                .collect()
+        });
+        assert_eq!(again, [first.clone(), first]);
+        let rewritten = std::fs::metadata(&class).unwrap().modified().unwrap();
+        assert_eq!(written, rewritten, "the class file was written again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
