@@ -438,18 +438,24 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOv
 }
 
 /// The tokens whose node an operator deleted behind their lease: an expiry's victim, and
-/// every hold under way at a parent deletion.
+/// every hold whose node a parent deletion's multi took. By the node, not by time: the multi
+/// lists the tree after the fault's start, so it also takes the node of a hold granted a
+/// moment after it (whose check may pass until the deletion's notification arrives).
 fn operator_deleted_tokens(faults: &[Fault], holds: &[Hold]) -> HashSet<u64> {
+    let name = |path: &str| path.rsplit('/').next().unwrap_or(path).to_owned();
     let mut exempt = HashSet::new();
     for f in faults {
         match f.kind.as_str() {
             "expire-holder" => exempt.extend(f.victim.map(|(_, _, token)| token)),
-            "delete-parent" => exempt.extend(
-                holds
-                    .iter()
-                    .filter(|h| h.start <= f.start && h.end >= f.start)
-                    .map(|h| h.token),
-            ),
+            "delete-parent" => {
+                let deleted: HashSet<String> = f.deleted.iter().map(|p| name(p)).collect();
+                exempt.extend(
+                    holds
+                        .iter()
+                        .filter(|h| deleted.contains(&name(&h.node)))
+                        .map(|h| h.token),
+                );
+            }
             _ => {}
         }
     }
@@ -518,7 +524,7 @@ mod tests {
         let ev = Ev::Granted {
             token,
             seq: 0,
-            node: String::new(),
+            node: format!("/locks/lock-{token}"),
             session: 0,
             valid: true,
             long: false,
@@ -717,17 +723,20 @@ mod tests {
         let outcome = check(&history);
         assert_eq!(invariants(&outcome), [LEASE_INVARIANT]);
         assert_eq!(outcome.figures["lease_overlaps"]["count"], 1);
+        // A parent deletion under way meanwhile whose multi did not take w1's node: no excuse.
+        let deletion = |start: i64, deleted: &[&str]| Fault {
+            deleted: deleted.iter().map(|p| p.to_string()).collect(),
+            expired_at: Some(start),
+            ..fault("delete-parent", start, start)
+        };
+        history
+            .faults
+            .push(deletion(5, &["/locks", "/locks/lock-99"]));
+        assert_eq!(invariants(&check(&history)), [LEASE_INVARIANT]);
         // The same after an operator deleted w1's node behind its lease: exempt, but counted.
-        history.faults.push(Fault {
-            kind: "delete-parent".into(),
-            detail: String::new(),
-            start: 5,
-            end: 5,
-            reference: 5,
-            victim: None,
-            expired_at: Some(5),
-            pause_past_timeout: false,
-        });
+        // The deletion started before w1's grant (its multi lists the tree after the fault's
+        // start, and took w1's node all the same).
+        history.faults = vec![deletion(0, &["/locks", "/locks/lock-10"])];
         let outcome = check(&history);
         assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
         assert_eq!(
@@ -837,6 +846,7 @@ mod tests {
             victim: None,
             expired_at: None,
             pause_past_timeout: false,
+            deleted: Vec::new(),
         }
     }
 

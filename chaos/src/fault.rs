@@ -167,6 +167,8 @@ pub(crate) struct Fault {
     pub expired_at: Option<i64>,
     /// Whether it counts as a holder pause past the session timeout.
     pub pause_past_timeout: bool,
+    /// The nodes an operator deleted (a parent deletion's multi), by full path.
+    pub deleted: Vec<String>,
 }
 
 impl Fault {

@@ -22,6 +22,7 @@ fn record(kind: &FaultKind, detail: String, start: i64) -> Fault {
         victim: None,
         expired_at: None,
         pause_past_timeout: false,
+        deleted: Vec::new(),
     }
 }
 
@@ -280,11 +281,12 @@ impl Scenario {
         let detail = format!(
             "{} and the {} nodes under it deleted in one multi",
             self.lock,
-            deleted.unwrap_or(0)
+            deleted.len().saturating_sub(1)
         );
         Fault {
             victim: victim.map(|h| h.victim()),
             expired_at: Some(start),
+            deleted,
             ..record(kind, detail, start)
         }
     }
@@ -783,12 +785,13 @@ async fn wait_gone(admin: &zk::Client, node: &str, wait: Duration) -> Option<i64
 }
 
 /// Deletes `path` and everything under it in one multi (retried when the tree changes under
-/// us): a lock's queue, or the multi-lock scenario's three lock paths and their queues.
-async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
+/// us): a lock's queue, or the multi-lock scenario's three lock paths and their queues. The
+/// paths it deleted (none if it never could).
+async fn delete_tree(admin: &zk::Client, path: &str) -> Vec<String> {
     for _ in 0..50 {
         let nodes = match subtree(admin, path).await {
             Ok(nodes) => nodes,
-            Err(zk::Error::NoNode) if tree_gone(admin, path).await => return Some(0),
+            Err(zk::Error::NoNode) if tree_gone(admin, path).await => return Vec::new(),
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
@@ -800,10 +803,10 @@ async fn delete_tree(admin: &zk::Client, path: &str) -> Option<usize> {
             let _ = multi.add_delete(node, None);
         }
         if multi.commit().await.is_ok() {
-            return Some(nodes.len() - 1);
+            return nodes;
         }
     }
-    None
+    Vec::new()
 }
 
 /// Whether `path` itself is gone (not just a node under it).

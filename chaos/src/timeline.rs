@@ -94,6 +94,8 @@ pub(crate) struct Hold {
     pub pid: u32,
     pub token: u64,
     pub seq: i64,
+    /// Its lock node's path, as the worker logged it.
+    pub node: String,
     pub start: i64,
     pub end: i64,
     pub how: String,
@@ -191,6 +193,7 @@ pub(crate) fn holds(tl: &Timeline<'_>) -> Vec<Hold> {
         if let Ev::Granted {
             token,
             seq,
+            ref node,
             valid: true,
             ..
         } = e.ev
@@ -200,6 +203,7 @@ pub(crate) fn holds(tl: &Timeline<'_>) -> Vec<Hold> {
                 pid: e.pid,
                 token,
                 seq,
+                node: node.clone(),
                 start: e.t,
                 end: e.t,
                 how: String::new(),
