@@ -437,7 +437,8 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOv
     (violations, found)
 }
 
-/// The tokens whose node an operator deleted behind their lease: an expiry's victim, and
+/// The tokens whose node an operator deleted behind their lease: every hold of a session
+/// closed from outside (the victim's, and the same session's holds on other lock paths), and
 /// every hold whose node a parent deletion's multi took. By the node, not by time: the multi
 /// lists the tree after the fault's start, so it also takes the node of a hold granted a
 /// moment after it (whose check may pass until the deletion's notification arrives).
@@ -446,7 +447,15 @@ fn operator_deleted_tokens(faults: &[Fault], holds: &[Hold]) -> HashSet<u64> {
     let mut exempt = HashSet::new();
     for f in faults {
         match f.kind.as_str() {
-            "expire-holder" => exempt.extend(f.victim.map(|(_, _, token)| token)),
+            "expire-holder" => {
+                exempt.extend(f.victim.map(|(_, _, token)| token));
+                exempt.extend(
+                    holds
+                        .iter()
+                        .filter(|h| Some(h.session) == f.closed_session)
+                        .map(|h| h.token),
+                );
+            }
             "delete-parent" => {
                 let deleted: HashSet<String> = f.deleted.iter().map(|p| name(p)).collect();
                 exempt.extend(
@@ -525,7 +534,7 @@ mod tests {
             token,
             seq: 0,
             node: format!("/locks/lock-{token}"),
-            session: 0,
+            session: i64::from(w),
             valid: true,
             long: false,
             role,
@@ -743,6 +752,17 @@ mod tests {
             outcome.figures["lease_overlaps"]["exempt_operator_deletions"],
             1
         );
+        // A session closed from outside: every hold of that session is exempt, the victim's on
+        // another lock path (not in this history) named or not; another session's is not.
+        let expiry = |session: i64| Fault {
+            closed_session: Some(session),
+            victim: Some((1, 101, 99)),
+            ..fault("expire-holder", 5, 5)
+        };
+        history.faults = vec![expiry(3)];
+        assert_eq!(invariants(&check(&history)), [LEASE_INVARIANT]);
+        history.faults = vec![expiry(1)];
+        assert!(check(&history).violations.is_empty());
     }
 
     #[test]
@@ -847,6 +867,7 @@ mod tests {
             expired_at: None,
             pause_past_timeout: false,
             deleted: Vec::new(),
+            closed_session: None,
         }
     }
 

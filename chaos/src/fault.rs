@@ -169,6 +169,8 @@ pub(crate) struct Fault {
     pub pause_past_timeout: bool,
     /// The nodes an operator deleted (a parent deletion's multi), by full path.
     pub deleted: Vec<String>,
+    /// The session an operator closed from outside (an expiry's victim's).
+    pub closed_session: Option<i64>,
 }
 
 impl Fault {

@@ -23,6 +23,7 @@ fn record(kind: &FaultKind, detail: String, start: i64) -> Fault {
         expired_at: None,
         pause_past_timeout: false,
         deleted: Vec::new(),
+        closed_session: None,
     }
 }
 
@@ -132,6 +133,7 @@ impl Scenario {
         Some(Fault {
             victim: Some(h.victim()),
             expired_at: expired,
+            closed_session: Some(h.session),
             ..record(kind, detail, start)
         })
     }

@@ -96,6 +96,8 @@ pub(crate) struct Hold {
     pub seq: i64,
     /// Its lock node's path, as the worker logged it.
     pub node: String,
+    /// The session that holds it.
+    pub session: i64,
     pub start: i64,
     pub end: i64,
     pub how: String,
@@ -194,6 +196,7 @@ pub(crate) fn holds(tl: &Timeline<'_>) -> Vec<Hold> {
             token,
             seq,
             ref node,
+            session,
             valid: true,
             ..
         } = e.ev
@@ -204,6 +207,7 @@ pub(crate) fn holds(tl: &Timeline<'_>) -> Vec<Hold> {
                 token,
                 seq,
                 node: node.clone(),
+                session,
                 start: e.t,
                 end: e.t,
                 how: String::new(),
