@@ -516,6 +516,46 @@ async fn guard_moves_to_another_task_and_thread_and_releases_there() {
     no_nodes_left(&hosts, 0).await;
 }
 
+/// A waiter that queued behind two nodes sets its child watch and its data watch on the node
+/// ahead back to back: one round trip, not one per watch. Over a link that holds each frame
+/// for `D`, one after another, the data watch reaches the server `D` after the child watch
+/// when both are sent together, and `2·D` after it when the second waits for the first's
+/// reply (the reply's `D` back, then its own `D` out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowded_waiter_sets_its_watches_in_one_round_trip() {
+    const D: Duration = Duration::from_secs(1);
+    let hosts = chroot(shared(), "arm-round-trip").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server).await;
+    let (holder, middle) = (lock_on(&hosts, T).await, lock_on(&hosts, T).await);
+    let waiter = lock_on(&format!("{}{root}", proxy.addr), T).await;
+    let guard = holder.acquire().await.unwrap();
+    let middle_waits = tokio::spawn(async move { middle.acquire().await.map(|g| g.token()) });
+    no_nodes_left(&hosts, 2).await;
+    proxy.delay(D);
+    let waiting = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
+    let sent = |op: i32| proxy.counts().get(&op).copied().unwrap_or(0);
+    // The listing rides behind the create; the child watch is the second getChildren.
+    wait_until(Duration::from_secs(20), "the child watch", || async {
+        sent(8) >= 2
+    })
+    .await;
+    let child_watch = tokio::time::Instant::now();
+    wait_until(Duration::from_secs(20), "the data watch", || async {
+        sent(4) >= 1
+    })
+    .await;
+    let after = child_watch.elapsed();
+    assert!(
+        after < D + D / 2,
+        "the data watch went out {after:?} after the child watch: a round trip per watch"
+    );
+    proxy.delay(Duration::ZERO);
+    guard.release().await.unwrap();
+    middle_waits.await.unwrap().unwrap();
+    waiting.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_waiters_cost_constant_requests_per_handoff() {
     let server = ZooKeeper::start();

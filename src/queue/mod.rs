@@ -715,13 +715,17 @@ impl<'a> Attempt<'a> {
         let mut sent = Vec::new();
         for (i, target) in targets.iter().enumerate() {
             for &sense in ahead.senses(i) {
+                // Each request is sent here, when the client's method is called (not when its
+                // reply is awaited below): so the requests go out back to back.
                 let watch: Pin<Box<dyn Future<Output = WatchReply> + Send + '_>> = match sense {
-                    Sense::Deletion => Box::pin(async move {
-                        (client.list_and_watch_children(target).await).map(|(_, w)| w)
-                    }),
-                    Sense::Data => Box::pin(async move {
-                        (client.get_and_watch_data(target).await).map(|(_, _, w)| w)
-                    }),
+                    Sense::Deletion => {
+                        let reply = client.list_and_watch_children(target);
+                        Box::pin(async move { reply.await.map(|(_, w)| w) })
+                    }
+                    Sense::Data => {
+                        let reply = client.get_and_watch_data(target);
+                        Box::pin(async move { reply.await.map(|(_, _, w)| w) })
+                    }
                 };
                 sent.push((i, sense, watch));
             }
