@@ -438,7 +438,7 @@ fn lease_overlaps(tl: &Timeline<'_>, holds: &[Hold]) -> (Vec<Violation>, LeaseOv
 }
 
 /// The tokens whose node an operator deleted behind their lease: every hold of a session
-/// closed from outside (the victim's, and the same session's holds on other lock paths), and
+/// closed from outside (the victim's, and its session's holds on other lock paths), and
 /// every hold whose node a parent deletion's multi took. By the node, not by time: the multi
 /// lists the tree after the fault's start, so it also takes the node of a hold granted a
 /// moment after it (whose check may pass until the deletion's notification arrives).
@@ -447,15 +447,12 @@ fn operator_deleted_tokens(faults: &[Fault], holds: &[Hold]) -> HashSet<u64> {
     let mut exempt = HashSet::new();
     for f in faults {
         match f.kind.as_str() {
-            "expire-holder" => {
-                exempt.extend(f.victim.map(|(_, _, token)| token));
-                exempt.extend(
-                    holds
-                        .iter()
-                        .filter(|h| Some(h.session) == f.closed_session)
-                        .map(|h| h.token),
-                );
-            }
+            "expire-holder" => exempt.extend(
+                holds
+                    .iter()
+                    .filter(|h| Some(h.session) == f.closed_session)
+                    .map(|h| h.token),
+            ),
             "delete-parent" => {
                 let deleted: HashSet<String> = f.deleted.iter().map(|p| name(p)).collect();
                 exempt.extend(
@@ -752,8 +749,9 @@ mod tests {
             outcome.figures["lease_overlaps"]["exempt_operator_deletions"],
             1
         );
-        // A session closed from outside: every hold of that session is exempt, the victim's on
-        // another lock path (not in this history) named or not; another session's is not.
+        // A session closed from outside: every hold of that session is exempt, whichever lock
+        // path the named victim holds (here another one, not in this history); another
+        // session's hold is not.
         let expiry = |session: i64| Fault {
             closed_session: Some(session),
             victim: Some((1, 101, 99)),
