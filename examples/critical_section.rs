@@ -10,6 +10,7 @@
 //! after that point never runs, and `run` returns `Error::LockLost`.
 
 use std::time::Duration;
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions};
 

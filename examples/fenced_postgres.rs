@@ -12,6 +12,7 @@
 //! write landed as the fence says it should.
 
 use std::error::Error;
+use zkfence::Acquire;
 
 use tokio_postgres::{Client as Postgres, NoTls};
 use zkfence::{FencedLock, FencingToken, LockOptions};

@@ -12,6 +12,7 @@
 //! takes TLS when written `tcp+tls://host:port`. With authentication, the lock's nodes are
 //! created `creator_all`: only this identity can touch them.
 
+use zkfence::Acquire;
 use zkfence::{FencedLock, LockOptions};
 use zookeeper_client::{Acls, Client, TlsOptions};
 

@@ -679,7 +679,7 @@ fn leader(
     stat: zk::Stat,
     proclaimed: Option<(Vec<u8>, zk::Stat)>,
 ) -> Leader {
-    let epoch = FencingToken::new(sequence, stat.czxid as u64);
+    let epoch = FencingToken::of_node(sequence, stat.czxid);
     Leader {
         epoch,
         data: proclaimed_for(epoch, proclaimed).unwrap_or(data),

@@ -175,6 +175,36 @@ pub enum Error {
     #[error("the lock's hold is in jeopardy (its lease lapsed with no evidence of loss): make no side effect under it until Held::steady() returns; it is lost if the grace period runs out")]
     Jeopardy,
 
+    /// A ZooKeeper fence node holds the fence of another scope than the ticket's: one fence
+    /// node serves one scope.
+    #[error("fence node {node} fences scope {fenced:?}, not {asked:?}; give each scope (lock path) a fence node of its own")]
+    FenceScope {
+        /// The fence node.
+        node: String,
+        /// The scope it fences.
+        fenced: String,
+        /// The ticket's scope.
+        asked: String,
+    },
+
+    /// A node given as a ZooKeeper fence node holds something else than a fence
+    /// (`<token>\n<scope>`).
+    #[error("{node} is not a zkfence fence node (its data is not `<token>\\n<scope>`); give the fence a node of its own")]
+    NotAFence {
+        /// The node.
+        node: String,
+    },
+
+    /// Other writers kept moving a ZooKeeper fence node between our read and our commit, more
+    /// times than a fenced write tries.
+    #[error("the fence of {scope} moved under us {attempts} times in a row; too many writers claim this scope at once, back off and try again")]
+    FenceContended {
+        /// The fence's scope.
+        scope: String,
+        /// How many times the write tried.
+        attempts: u32,
+    },
+
     /// Any other ZooKeeper failure, with the operation and path it happened on.
     #[error("zookeeper {op} on {path} failed: {source}")]
     ZooKeeper {

@@ -3,6 +3,7 @@
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
 
+use std::marker::PhantomData;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::fencing::FencingToken;
 use crate::holds::{Key, Owner, Registry};
 use crate::loss::LossReason;
 use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
+use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
@@ -66,13 +68,17 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
 
 /// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
 /// synchronous [`check`](Held::check). [`LockGuard`] dereferences to it, and
-/// [`FencedLock::run`](crate::FencedLock::run) hands one to the critical section.
+/// [`Acquire::run`](crate::Acquire::run) hands one to the critical section.
 ///
-/// A `Held` does not keep the lock: the lock is released when its [`LockGuard`] is.
+/// A `Held` does not keep the lock: the lock is released when its [`LockGuard`] is. `M` is the
+/// hold's [`Mode`]: an [`Exclusive`] hold (the default) also hands out the
+/// [`ticket`](Held::ticket) that fences storage; a [`Shared`](crate::Shared) one (a read lock,
+/// a semaphore lease) does not.
 ///
 /// # Examples
 ///
 /// ```no_run
+/// # use zkfence::Acquire;
 /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
 /// let guard = lock.acquire().await?;
 /// let held: zkfence::Held = guard.held();
@@ -84,20 +90,42 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
-pub struct Held {
+pub struct Held<M: Mode = Exclusive> {
     holding: Arc<Holding>,
     /// This guard's cancellation: a child of the holding's, also cancelled when this guard
     /// ends while others hold on.
     own: CancellationToken,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl Held {
+impl<M: Mode> Clone for Held<M> {
+    fn clone(&self) -> Self {
+        Held {
+            holding: self.holding.clone(),
+            own: self.own.clone(),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<M: Mode> std::fmt::Debug for Held<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("lock_path", &self.holding.lock_path)
+            .field("node", &self.holding.node)
+            .field("token", &self.holding.token)
+            .field("mode", &std::any::type_name::<M>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Mode> Held<M> {
     /// The fencing token of this acquisition: pass [`FencingToken::as_u64`] to storage.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// println!("UPDATE t SET v = 1, fence = {0} WHERE fence <= {0}", guard.token().as_u64());
@@ -112,6 +140,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// assert!(guard.node_path().starts_with("/locks/orders/_c_"));
@@ -126,6 +155,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// assert_eq!(guard.lock_path(), "/locks/orders");
@@ -140,6 +170,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// println!("held by session {}", guard.session_id());
@@ -155,6 +186,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let cancel = guard.cancellation_token();
@@ -178,6 +210,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let reason = guard.lost().await;
@@ -205,6 +238,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// guard.check()?;
@@ -227,6 +261,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let mut jeopardy = guard.jeopardy();
@@ -255,6 +290,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// loop {
@@ -297,6 +333,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// tokio::select! {
@@ -318,6 +355,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// if guard.is_revocation_requested() {
@@ -346,6 +384,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let left = guard.lease_deadline().saturating_duration_since(tokio::time::Instant::now());
@@ -361,6 +400,7 @@ impl Held {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// println!("held for {:?}", guard.held_for());
@@ -371,8 +411,10 @@ impl Held {
     }
 }
 
-/// Proof that this process holds a [`FencedLock`](crate::FencedLock), with the acquisition's
-/// [`FencingToken`].
+/// Proof that this process holds a lock, with the acquisition's [`FencingToken`]: a
+/// [`FencedLock`](crate::FencedLock)'s or a write lock's (`LockGuard`, that is
+/// `LockGuard<Exclusive>`), or a read lock's or a semaphore lease's (`LockGuard<Shared>`: see
+/// [`Mode`]).
 ///
 /// The guard is owned (`'static`), `Send + Sync`, and may be moved to and released from any
 /// task or thread. Release it with [`release`](LockGuard::release), which deletes the lock
@@ -387,6 +429,7 @@ impl Held {
 /// # Examples
 ///
 /// ```no_run
+/// # use zkfence::Acquire;
 /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
 /// let guard = lock.acquire().await?;
 /// let token = guard.token();
@@ -401,20 +444,29 @@ impl Held {
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
-#[derive(Debug)]
-pub struct LockGuard {
-    held: Held,
+pub struct LockGuard<M: Mode = Exclusive> {
+    held: Held<M>,
     /// Whether this guard has ended (released).
     ended: bool,
     /// A downgrade's share of the write lock it was taken under, kept while writers queued
     /// behind that write lock before the read lock (see `FencedRwLock`'s "Downgrade").
-    pinned: Option<Box<LockGuard>>,
+    pinned: Option<Box<LockGuard<Exclusive>>>,
 }
 
-impl std::ops::Deref for LockGuard {
-    type Target = Held;
+impl<M: Mode> std::fmt::Debug for LockGuard<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("held", &self.held)
+            .field("ended", &self.ended)
+            .field("pinned", &self.pinned)
+            .finish()
+    }
+}
 
-    fn deref(&self) -> &Held {
+impl<M: Mode> std::ops::Deref for LockGuard<M> {
+    type Target = Held<M>;
+
+    fn deref(&self) -> &Held<M> {
         &self.held
     }
 }
@@ -427,7 +479,7 @@ pub(crate) struct Holder {
     pub(crate) owner: Owner,
 }
 
-impl LockGuard {
+impl<M: Mode> LockGuard<M> {
     /// The first guard of `grant`, held on `lock_path` with `options`' lease and disconnect
     /// policy; registered with the session's watchdog, which watches its node from now on, and
     /// recorded as `holder`'s for reentrancy.
@@ -437,7 +489,7 @@ impl LockGuard {
         options: &LockOptions,
         label: String,
         holder: Holder,
-    ) -> LockGuard {
+    ) -> LockGuard<M> {
         let Grant {
             client,
             token,
@@ -487,7 +539,7 @@ impl LockGuard {
     /// request. `Ok(None)` if the holding was released meanwhile (the acquire queues);
     /// [`Error::LockLost`] if it was lost: its node may still stand in the queue, and an
     /// acquire queued behind it would wait for the task's own lost guard.
-    pub(crate) fn nest(holding: Arc<Holding>) -> Result<Option<LockGuard>> {
+    pub(crate) fn nest(holding: Arc<Holding>) -> Result<Option<LockGuard<M>>> {
         {
             let mut guards = holding.guards();
             match holding.state.reason() {
@@ -500,17 +552,21 @@ impl LockGuard {
         Ok(Some(LockGuard::of(holding)))
     }
 
-    fn of(holding: Arc<Holding>) -> LockGuard {
+    fn of(holding: Arc<Holding>) -> LockGuard<M> {
         let own = holding.state.token.child_token();
         LockGuard {
-            held: Held { holding, own },
+            held: Held {
+                holding,
+                own,
+                mode: PhantomData,
+            },
             ended: false,
             pinned: None,
         }
     }
 
     /// Keeps `write` (the write lock this read lock was taken under) until this guard ends.
-    pub(crate) fn pin(&mut self, write: LockGuard) {
+    pub(crate) fn pin(&mut self, write: LockGuard<Exclusive>) {
         self.pinned = Some(Box::new(write));
     }
 
@@ -519,6 +575,7 @@ impl LockGuard {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let held = guard.held();
@@ -527,7 +584,7 @@ impl LockGuard {
     /// assert_eq!(worker.await.unwrap(), zkfence::LossReason::Released);
     /// # Ok(()) }
     /// ```
-    pub fn held(&self) -> Held {
+    pub fn held(&self) -> Held<M> {
         self.held.clone()
     }
 
@@ -541,6 +598,7 @@ impl LockGuard {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// tokio::spawn(async move {
@@ -587,6 +645,7 @@ impl LockGuard {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// // ... fenced work ...
@@ -664,10 +723,10 @@ impl LockGuard {
     }
 }
 
-impl crate::section::Guarded for LockGuard {
-    type Handle = Held;
+impl<M: Mode> crate::section::Guarded for LockGuard<M> {
+    type Handle = Held<M>;
 
-    fn handle(&self) -> Held {
+    fn handle(&self) -> Held<M> {
         self.held()
     }
 
@@ -676,7 +735,7 @@ impl crate::section::Guarded for LockGuard {
     }
 }
 
-impl crate::section::Fenceable for Held {
+impl<M: Mode> crate::section::Fenceable for Held<M> {
     fn halt(&self) -> std::result::Result<(), Halt> {
         Held::halt(self)
     }
@@ -690,7 +749,7 @@ impl crate::section::Fenceable for Held {
     }
 }
 
-impl Drop for LockGuard {
+impl<M: Mode> Drop for LockGuard<M> {
     /// Ends the guard at once; if it was the last of its hold, the node is deleted in the
     /// background by the release dropped here, unless `release` confirmed it gone.
     fn drop(&mut self) {
@@ -708,6 +767,10 @@ mod tests {
     fn guard_and_handle_are_send_sync_static() {
         assert_send_sync_static::<LockGuard>();
         assert_send_sync_static::<Held>();
+        assert_send_sync_static::<LockGuard<crate::Shared>>();
+        assert_send_sync_static::<Held<crate::Shared>>();
         assert_send_sync_static::<crate::FencedLock>();
+        assert_send_sync_static::<crate::FencedLock<crate::Shared>>();
+        assert_send_sync_static::<crate::FenceTicket>();
     }
 }

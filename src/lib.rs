@@ -88,6 +88,7 @@
 //!   per path.
 //!
 //! ```no_run
+//! # use zkfence::Acquire;
 //! use zkfence::{FencedLock, FencedMultiLock, LockOptions};
 //!
 //! # async fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
@@ -218,6 +219,7 @@
 //! # Examples
 //!
 //! ```no_run
+//! # use zkfence::Acquire;
 //! use zkfence::{FencedLock, LockOptions};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -246,14 +248,17 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod acquire;
 mod election;
 mod error;
+pub mod fence;
 mod fencing;
 mod guard;
 mod holds;
 mod lock;
 mod loss;
 pub mod metrics;
+mod mode;
 mod multi;
 mod mutants;
 mod options;
@@ -265,16 +270,19 @@ mod semaphore;
 mod time;
 mod watchdog;
 
+pub use crate::acquire::Acquire;
 pub use crate::election::{FencedElection, Leader, Leadership, Observer, Reconnect};
 pub use crate::error::{Error, Result};
-pub use crate::fencing::{FencingToken, ParseTokenError};
+pub use crate::fence::FenceTicket;
+pub use crate::fencing::{FencingToken, TokenError};
 pub use crate::guard::{Held, LockGuard};
 pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
+pub use crate::mode::{Exclusive, Mode, Shared};
 pub use crate::multi::{FencedMultiLock, MultiGuard, MultiHeld};
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
-pub use crate::mutants::Mutant;
+pub use crate::mutants::{FenceMutant, Mutant};
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;

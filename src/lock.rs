@@ -1,7 +1,8 @@
-//! [`FencedLock`]: acquire, try_acquire, acquire_timeout, run, contenders.
+//! [`FencedLock`]: the mutex (and each side of a read/write lock, each semaphore lease), its
+//! queue's contenders and holders, revocation.
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,16 +10,17 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use zookeeper_client as zk;
 
+use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{self, Held, Holder, LockGuard};
 use crate::holds::{self, Key, Owner, Reentry};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
+use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
 use crate::requests::{child_path, retrying};
-use crate::section;
 use crate::time::Wait;
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
@@ -65,7 +67,8 @@ impl Contender {
     }
 }
 
-/// A fair, fenced distributed lock on one ZooKeeper path.
+/// A fair, fenced distributed lock on one ZooKeeper path. Take it with the [`Acquire`]
+/// methods (`acquire`, `try_acquire`, `acquire_timeout`, `run`, `run_timeout`).
 ///
 /// Contenders queue as ephemeral sequential nodes `_c_<uuid>-lock-<seq>` under the lock path
 /// (Apache Curator's `InterProcessMutex` naming, so the two exclude each other); each waiter
@@ -80,9 +83,15 @@ impl Contender {
 /// its own, strictly greater token. Separately created `FencedLock`s on one path are separate
 /// contenders, each with its own node.
 ///
+/// `M` is the [`Mode`] of its holds: a `FencedLock` is [`Exclusive`] (the default); a
+/// read/write lock's [`reader`](crate::FencedRwLock::reader) is a `FencedLock<Shared>`, whose
+/// guards hand out no fence ticket.
+///
 /// # Examples
 ///
 /// ```no_run
+/// use zkfence::Acquire;
+///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
 /// let lock = zkfence::FencedLock::new(client.clone(), "/locks/orders", zkfence::LockOptions::default())?;
@@ -91,12 +100,30 @@ impl Contender {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
-pub struct FencedLock {
+pub struct FencedLock<M: Mode = Exclusive> {
     queue: Arc<Queue>,
+    mode: PhantomData<fn() -> M>,
 }
 
-impl FencedLock {
+impl<M: Mode> Clone for FencedLock<M> {
+    fn clone(&self) -> Self {
+        FencedLock {
+            queue: self.queue.clone(),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<M: Mode> std::fmt::Debug for FencedLock<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedLock")
+            .field("queue", &self.queue)
+            .field("mode", &std::any::type_name::<M>())
+            .finish()
+    }
+}
+
+impl FencedLock<Exclusive> {
     /// A lock on `path`, using `client`'s session. Nothing is sent to ZooKeeper yet.
     ///
     /// # Errors
@@ -120,21 +147,6 @@ impl FencedLock {
         FencedLock::with_kind(client, path.into(), options, Kind::Mutex, None)
     }
 
-    /// A contender of `kind` on `path`: the mutex, a reader or writer of a read/write lock, or
-    /// a semaphore lease. Each kind is the same queue with its own "may I proceed?" predicate.
-    pub(crate) fn with_kind(
-        client: zk::Client,
-        path: String,
-        options: LockOptions,
-        kind: Kind,
-        admission: Option<Box<dyn Admission>>,
-    ) -> Result<FencedLock> {
-        let queue = Queue::new(client, path, options, kind, admission)?;
-        Ok(FencedLock {
-            queue: Arc::new(queue),
-        })
-    }
-
     /// Checks that `path` can be a lock path, without a client: what [`FencedLock::new`]
     /// checks first (absolute, not the root, not under `/zookeeper`, no empty, `.` or `..`
     /// segment, no character the server refuses). For tools that validate input before
@@ -152,6 +164,27 @@ impl FencedLock {
     /// ```
     pub fn check_path(path: &str) -> Result<()> {
         crate::queue::names::validate_lock_path(path)
+    }
+}
+
+impl<M: Mode> FencedLock<M> {
+    /// A contender of `kind` on `path`: the mutex, a reader or writer of a read/write lock, a
+    /// semaphore lease, an election candidate. Each kind is the same queue with its own "may I
+    /// proceed?" predicate; `M` must be the kind's mode.
+    pub(crate) fn with_kind(
+        client: zk::Client,
+        path: String,
+        options: LockOptions,
+        kind: Kind,
+        admission: Option<Box<dyn Admission>>,
+    ) -> Result<FencedLock<M>> {
+        // The kinds that exclude every other holder are the ones that queue in-process.
+        debug_assert_eq!(M::EXCLUSIVE, kind.queues_in_process());
+        let queue = Queue::new(client, path, options, kind, admission)?;
+        Ok(FencedLock {
+            queue: Arc::new(queue),
+            mode: PhantomData,
+        })
     }
 
     /// The lock path.
@@ -178,188 +211,6 @@ impl FencedLock {
     /// ```
     pub fn client(&self) -> &zk::Client {
         &self.queue.client
-    }
-
-    /// Waits in the lock's fair FIFO queue until this contender holds the lock.
-    ///
-    /// Round trips: an uncontended acquire sends the create and the children listing back to
-    /// back on the session (ZooKeeper answers them in order), so it costs one round trip
-    /// plus one commit. A waiter watches only its predecessor; when that node goes and it was
-    /// the only one ahead, the lock is ours with no further request.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::SessionExpired`], [`Error::ClientClosed`], [`Error::AuthFailed`]: the
-    ///   session ended while queued (never a lock).
-    /// - [`Error::NoParent`] when the path is missing and parents are not created;
-    ///   [`Error::AccessDenied`] when ACLs refuse us.
-    /// - [`Error::NodeDeletedWhileWaiting`] when our queue node (or the whole lock path) was
-    ///   deleted by someone else while we waited.
-    ///
-    /// No node of ours is left behind on any error.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future at any await point leaves no node behind. The
-    /// cleanup runs as its own task on the Tokio runtime (it deletes our node, or finds it by
-    /// its UUID and our session if the create's reply had not arrived), so it does not depend
-    /// on the cancelled caller.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
-    /// let guard = lock.acquire().await?;
-    /// println!("token {}", guard.token().as_u64());
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self) -> Result<LockGuard> {
-        loop {
-            // A wait without a deadline ends only with a guard or an error.
-            if let Some(guard) = self.acquire_with(Wait::Forever).await? {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// Takes the lock if nobody holds it or waits for it, without waiting. Returns `None`
-    /// (and leaves no node behind: ours is deleted before this returns) when it is taken.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
-    /// match lock.try_acquire().await? {
-    ///     Some(guard) => guard.release().await?,
-    ///     None => println!("busy, try later"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::Never).await
-    }
-
-    /// As [`acquire`](Self::acquire), but gives up after `timeout` and returns `None`; our
-    /// node is deleted before this returns when the timeout hit while queued, or by the
-    /// background cleanup when it hit while ZooKeeper was unreachable.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = lock.acquire_timeout(std::time::Duration::from_secs(2)).await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.acquire_with(Wait::Until(Instant::now() + timeout))
-            .await
-    }
-
-    /// Runs a critical section under the lock: acquires, runs `f`'s future, releases, and
-    /// returns its output.
-    ///
-    /// The future is checked **before every poll**: once the lock is lost or its lease has
-    /// lapsed by the monotonic clock, it is dropped without being polled again and `run`
-    /// returns `Err(Error::LockLost(reason).into())`. After a process pause, no new step of the
-    /// future starts, even if the watchdog task has not been scheduled yet. A step already
-    /// running when the lock is lost cannot be stopped from here: fence your writes with
-    /// [`Held::token`].
-    ///
-    /// The lock is released whatever happens: success, error, loss, a panic in the future
-    /// (released, then the panic resumes), or `run` itself being cancelled (background
-    /// delete).
-    ///
-    /// # Errors
-    ///
-    /// Acquire errors and [`Error::LockLost`], converted into `E`; `f`'s own errors as they
-    /// are. A release error after a successful section is returned too, since the section may
-    /// have overlapped another holder if the lock was lost.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping it drops the section's future and the guard (which deletes the
-    /// node in the background).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn put(_k: &str, _v: &str, _fence: u64) -> zkfence::Result<()> { Ok(()) }
-    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
-    /// let out = lock
-    ///     .run(|held| async move {
-    ///         held.check()?;
-    ///         put("key", "value", held.token().as_u64()).await
-    ///     })
-    ///     .await?;
-    /// # let _: () = out; Ok(()) }
-    /// ```
-    pub async fn run<F, Fut, T, E>(&self, f: F) -> std::result::Result<T, E>
-    where
-        F: FnOnce(Held) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        let guard = self.acquire().await?;
-        section::run(guard, f).await
-    }
-
-    /// As [`run`](Self::run), but gives up waiting for the lock after `timeout` and returns
-    /// `Ok(None)` without running `f`.
-    ///
-    /// # Errors
-    ///
-    /// As [`run`](Self::run).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`run`](Self::run).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
-    /// let done = lock
-    ///     .run_timeout(std::time::Duration::from_secs(2), |held| async move {
-    ///         held.check()?;
-    ///         Ok::<_, zkfence::Error>(held.token().as_u64())
-    ///     })
-    ///     .await?;
-    /// println!("{done:?}");
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_timeout<F, Fut, T, E>(
-        &self,
-        timeout: Duration,
-        f: F,
-    ) -> std::result::Result<Option<T>, E>
-    where
-        F: FnOnce(Held) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        match self.acquire_timeout(timeout).await? {
-            Some(guard) => section::run(guard, f).await.map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Asks the holder of `node` (its full path, as [`Held::node_path`] gives it) to let go:
@@ -521,7 +372,7 @@ impl FencedLock {
                 if let zk::MultiReadResult::Data { data, stat } = result {
                     out.push(Contender {
                         node: name.clone(),
-                        token: FencingToken::new(*seq, stat.czxid as u64),
+                        token: FencingToken::of_node(*seq, stat.czxid),
                         session_id: zk::SessionId(stat.ephemeral_owner),
                         data,
                         created_ms: stat.ctime,
@@ -570,16 +421,12 @@ impl FencedLock {
         }
     }
 
-    async fn acquire_with(&self, wait: Wait) -> Result<Option<LockGuard>> {
-        self.acquire_as(wait, None).await
-    }
-
     /// An acquire whose node carries `data` instead of the options' (an election candidate's).
     pub(crate) async fn acquire_as(
         &self,
         wait: Wait,
         data: Option<&[u8]>,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Option<LockGuard<M>>> {
         let client = &self.queue.client;
         let span = tracing::debug_span!(
             "acquire",
@@ -627,17 +474,17 @@ impl FencedLock {
 
     /// What an acquire by the calling task gets, given what it already holds on this lock
     /// (see [`crate::holds::reentry`]).
-    fn reentry(&self) -> Result<Entry> {
+    fn reentry(&self) -> Result<Entry<M>> {
         let queue = &self.queue;
         let held = guard::owned_by(&self.key(), Owner::current());
         let kinds: Vec<Kind> = held.iter().map(|(kind, _)| *kind).collect();
-        let nest = |i: usize| LockGuard::nest(held[i].1.clone());
         Ok(
             match holds::reentry(&kinds, queue.kind, queue.options.reentrant) {
                 Reentry::Queue => Entry::Queue(None),
-                Reentry::Nest(i) => nest(i)?.map_or(Entry::Queue(None), Entry::Nested),
+                Reentry::Nest(i) => LockGuard::<M>::nest(held[i].1.clone())?
+                    .map_or(Entry::Queue(None), Entry::Nested),
                 // The write lock stays held while the read lock is taken beside it.
-                Reentry::Downgrade(i) => Entry::Queue(nest(i)?),
+                Reentry::Downgrade(i) => Entry::Queue(LockGuard::nest(held[i].1.clone())?),
                 Reentry::WouldDeadlock => {
                     return Err(Error::WouldDeadlock {
                         path: queue.path.to_string(),
@@ -657,7 +504,7 @@ impl FencedLock {
         wait: Wait,
         pin: Option<LockGuard>,
         data: Option<&[u8]>,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Option<LockGuard<M>>> {
         let under = pin.as_ref().map(|write| write.node_path().to_owned());
         let request = queue::Request {
             wait,
@@ -692,7 +539,7 @@ impl FencedLock {
     }
 
     /// The guard of a grant on this lock, held by the calling task.
-    fn guard(&self, grant: Grant) -> LockGuard {
+    fn guard(&self, grant: Grant) -> LockGuard<M> {
         let queue = &self.queue;
         let holder = Holder {
             key: self.key(),
@@ -709,12 +556,26 @@ impl FencedLock {
     }
 }
 
+impl<M: Mode> Sealed for FencedLock<M> {}
+
+impl<M: Mode> Acquire for FencedLock<M> {
+    type Guard = LockGuard<M>;
+    type Handle = Held<M>;
+
+    fn acquire_with(
+        &self,
+        wait: Wait,
+    ) -> impl std::future::Future<Output = Result<Option<LockGuard<M>>>> + Send {
+        self.acquire_as(wait, None)
+    }
+}
+
 /// How an acquire goes on, given what the task already holds.
-enum Entry {
+enum Entry<M: Mode> {
     /// Through the queue; with a downgrade, the write lock's share to keep.
     Queue(Option<LockGuard>),
     /// A reentrant acquire's guard, no request sent.
-    Nested(LockGuard),
+    Nested(LockGuard<M>),
 }
 
 /// Reads the data of `nodes` in one multi-read (nodes gone by then come back as errors).

@@ -2,8 +2,9 @@
 //!
 //! zkfence records through the [`metrics`] facade and never installs a recorder: install one
 //! in your application (the `zkfence` CLI serves Prometheus text with `--metrics-addr`).
-//! Labels are low-cardinality: `outcome`, `reason`, and `lock` (the optional name set with
-//! [`LockOptions::with_metrics_label`](crate::LockOptions::with_metrics_label), never a node path).
+//! Labels are low-cardinality: `outcome`, `reason`, `store`, and `lock` (the optional name set
+//! with [`LockOptions::with_metrics_label`](crate::LockOptions::with_metrics_label), never a node
+//! path or a fence's scope).
 
 /// Histogram, seconds: from an acquire call to its outcome; label `outcome` is `acquired`,
 /// `timeout`, `busy` (a `try_acquire` that found the lock held) or `error`.
@@ -43,6 +44,15 @@ pub const JEOPARDY_SECONDS: &str = "zkfence_jeopardy_seconds";
 /// Counter: acquisitions held back by the lock-delay after a node ahead vanished without a
 /// release.
 pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
+/// Counter: fenced writes and claims (see [`crate::fence`]), by `store` (`zookeeper`,
+/// `postgres`, ...) and `outcome`: `committed`, `refused`, `lock_lost`, `in_doubt` or `error`.
+pub const FENCE_WRITES_TOTAL: &str = "zkfence_fence_writes_total";
+/// Histogram, seconds: a fenced write or claim from its call to its outcome, retries
+/// included, by `store` and `outcome`.
+pub const FENCE_WRITE_DURATION_SECONDS: &str = "zkfence_fence_write_duration_seconds";
+/// Counter: fenced writes tried again, by `store` and `reason`: `raced` (the fence moved
+/// between its read and the commit) or `serialization` (the database asked for a retry).
+pub const FENCE_RETRIES_TOTAL: &str = "zkfence_fence_retries_total";
 
 /// Registers units and help text for every zkfence metric with the installed recorder. Call
 /// it once after installing your recorder; recording works without it.
@@ -99,6 +109,16 @@ pub fn describe() {
         LOCK_DELAYS_TOTAL,
         "acquisitions held back by the lock-delay after a failed holder"
     );
+    describe_counter!(
+        FENCE_WRITES_TOTAL,
+        "fenced writes and claims, by store and outcome"
+    );
+    describe_histogram!(
+        FENCE_WRITE_DURATION_SECONDS,
+        Unit::Seconds,
+        "time from a fenced write's call to its outcome, retries included"
+    );
+    describe_counter!(FENCE_RETRIES_TOTAL, "fenced writes tried again, by reason");
 }
 
 /// Counts one task in [`IN_PROCESS_WAITERS`] while it lives (cancel safe).

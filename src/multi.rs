@@ -2,20 +2,20 @@
 //! nothing; [`MultiGuard`] and [`MultiHeld`], a token per path.
 
 use std::future::Future;
-use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
+use crate::fence::FenceTicket;
 use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
 use crate::lock::FencedLock;
 use crate::loss::LossReason;
 use crate::options::LockOptions;
-use crate::section::{self, Fenceable, Guarded};
+use crate::section::{Fenceable, Guarded};
 use crate::time::Wait;
 use crate::watchdog::Halt;
 
@@ -25,11 +25,13 @@ use crate::watchdog::Halt;
 /// Redisson's users hit exactly that deadlock). All or nothing: a failure, a timeout or a
 /// cancelled acquire leaves no node of ours on any path. The guard carries a token per path
 /// (in your order), is cancelled when any of its locks is lost, and its `check()` fails when
-/// any lease has lapsed.
+/// any lease has lapsed. Take it with the [`Acquire`] methods.
 ///
 /// # Examples
 ///
 /// ```no_run
+/// use zkfence::Acquire;
+///
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
 /// let both = zkfence::FencedMultiLock::new(
@@ -52,8 +54,9 @@ pub struct FencedMultiLock {
 }
 
 impl FencedMultiLock {
-    /// A multi-lock on `paths` (any iterable of path strings), all on `client`'s session, each
-    /// with `options`. Nothing is sent to ZooKeeper yet.
+    /// A multi-lock on `paths` (any iterable of path strings: `["/a", "/b"]`, `&["/a", "/b"]`,
+    /// a `Vec<String>`, ...), all on `client`'s session, each with `options`. Nothing is sent
+    /// to ZooKeeper yet.
     ///
     /// # Errors
     ///
@@ -72,9 +75,9 @@ impl FencedMultiLock {
     pub fn new<I>(client: zk::Client, paths: I, options: LockOptions) -> Result<FencedMultiLock>
     where
         I: IntoIterator,
-        I::Item: Into<String>,
+        I::Item: AsRef<str>,
     {
-        let paths: Vec<String> = paths.into_iter().map(Into::into).collect();
+        let paths: Vec<String> = (paths.into_iter()).map(|p| p.as_ref().to_owned()).collect();
         if paths.is_empty() {
             return Err(Error::InvalidOptions(
                 "a multi-lock needs at least one path",
@@ -122,165 +125,11 @@ impl FencedMultiLock {
         self.caller.iter().map(|&i| self.locks[i].path()).collect()
     }
 
-    /// Waits until every lock is held, taking them one by one in sorted order.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`]; the locks taken so far are released first.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the locks taken so far are released in the background, and the one being
-    /// waited for leaves no node, as [`FencedLock::acquire`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
-    /// let guard = locks.acquire().await?;
-    /// guard.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self) -> Result<MultiGuard> {
-        loop {
-            // A wait without a deadline ends only with a guard or an error.
-            if let Some(guard) = self.acquire_with(Wait::Forever).await? {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// Takes every lock if each is free now, else `None` (and releases what it took).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = locks.try_acquire().await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire(&self) -> Result<Option<MultiGuard>> {
-        self.acquire_with(Wait::Never).await
-    }
-
-    /// As [`acquire`](Self::acquire), but gives up after `timeout` (for all the locks together)
-    /// and returns `None`, holding nothing.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = locks.acquire_timeout(std::time::Duration::from_secs(2)).await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MultiGuard>> {
-        self.acquire_with(Wait::Until(Instant::now() + timeout))
-            .await
-    }
-
-    /// Runs a critical section under every lock: acquires, runs `f`'s future (checked before
-    /// every poll, dropped the moment any lock is lost, as [`FencedLock::run`]), releases.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::run`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::run`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
-    /// let tokens = locks
-    ///     .run(|held| async move {
-    ///         held.check()?;
-    ///         Ok::<_, zkfence::Error>(held.tokens())
-    ///     })
-    ///     .await?;
-    /// # let _ = tokens; Ok(()) }
-    /// ```
-    pub async fn run<F, Fut, T, E>(&self, f: F) -> std::result::Result<T, E>
-    where
-        F: FnOnce(MultiHeld) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        let guard = self.acquire().await?;
-        section::run(guard, f).await
-    }
-
-    /// As [`run`](Self::run), but gives up waiting after `timeout` and returns `Ok(None)`
-    /// without running `f`.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::run`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::run`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
-    /// let ran = locks
-    ///     .run_timeout(std::time::Duration::from_secs(2), |held| async move { held.check() })
-    ///     .await?;
-    /// println!("ran: {}", ran.is_some());
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_timeout<F, Fut, T, E>(
-        &self,
-        timeout: Duration,
-        f: F,
-    ) -> std::result::Result<Option<T>, E>
-    where
-        F: FnOnce(MultiHeld) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        match self.acquire_timeout(timeout).await? {
-            Some(guard) => section::run(guard, f).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// Takes the locks in sorted order; on any failure or timeout, releases what it took.
-    async fn acquire_with(&self, wait: Wait) -> Result<Option<MultiGuard>> {
+    async fn take_all(&self, wait: Wait) -> Result<Option<MultiGuard>> {
         let mut taken = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            let got = match wait {
-                Wait::Forever => lock.acquire().await.map(Some),
-                Wait::Never => lock.try_acquire().await,
-                Wait::Until(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    lock.acquire_timeout(left).await
-                }
-            };
-            match got {
+            match lock.acquire_with(wait).await {
                 Ok(Some(guard)) => taken.push(guard),
                 other => {
                     // The acquire's own outcome is what the caller hears; a lock whose release
@@ -291,6 +140,17 @@ impl FencedMultiLock {
             }
         }
         Ok(Some(MultiGuard::new(taken, &self.caller)))
+    }
+}
+
+impl Sealed for FencedMultiLock {}
+
+impl Acquire for FencedMultiLock {
+    type Guard = MultiGuard;
+    type Handle = MultiHeld;
+
+    fn acquire_with(&self, wait: Wait) -> impl Future<Output = Result<Option<MultiGuard>>> + Send {
+        self.take_all(wait)
     }
 }
 
@@ -313,6 +173,7 @@ async fn release_all(guards: Vec<LockGuard>) -> Result<()> {
 /// # Examples
 ///
 /// ```no_run
+/// # use zkfence::Acquire;
 /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
 /// let guard = locks.acquire().await?;
 /// let held: zkfence::MultiHeld = guard.held();
@@ -337,6 +198,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// let fences: Vec<u64> = guard.tokens().iter().map(|t| t.as_u64()).collect();
@@ -346,11 +208,30 @@ impl MultiHeld {
         self.helds.iter().map(Held::token).collect()
     }
 
+    /// The [`FenceTicket`]s, one per lock, in the order the paths were given: each lock's
+    /// scope (its path) and token, checked against that lock's hold (see [`Held::ticket`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use zkfence::Acquire;
+    /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
+    /// let guard = locks.acquire().await?;
+    /// for ticket in guard.tickets() {
+    ///     println!("{ticket}"); // e.g. 42@4294967339:/locks/accounts/17
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn tickets(&self) -> Vec<FenceTicket> {
+        self.helds.iter().map(Held::ticket).collect()
+    }
+
     /// The lock paths, in the order given.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// println!("{:?}", guard.lock_paths());
@@ -365,6 +246,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// for held in guard.helds() {
@@ -387,6 +269,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// guard.check()?;
@@ -412,6 +295,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// let cancel = guard.cancellation_token();
@@ -431,6 +315,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// eprintln!("{}", guard.lost().await);
@@ -452,6 +337,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// println!("{}", *guard.jeopardy().borrow());
@@ -474,6 +360,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// guard.steady().await?;
@@ -496,6 +383,7 @@ impl MultiHeld {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// guard.revocation_requested().await;
@@ -532,6 +420,7 @@ impl Fenceable for MultiHeld {
 /// # Examples
 ///
 /// ```no_run
+/// # use zkfence::Acquire;
 /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
 /// let guard = locks.acquire().await?;
 /// guard.check()?;
@@ -576,6 +465,7 @@ impl MultiGuard {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// let held = guard.held();
@@ -600,6 +490,7 @@ impl MultiGuard {
     /// # Examples
     ///
     /// ```no_run
+    /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// locks.acquire().await?.release().await?;
     /// # Ok(()) }

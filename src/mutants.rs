@@ -11,6 +11,23 @@
 //! | [`Mutant::UnpinnedDowngrade`] | a downgrade keeps the write lock while writers queued between it and the read lock (`FencedRwLock`'s "Downgrade") | `tests/reentrancy.rs::the_unpinned_downgrade_mutant_is_caught`: the queued writer writes beside our reader |
 //! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
 //! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions |
+//!
+//! The storage fences have mutants of their own, [`FenceMutant`], one per rule of
+//! `crate::fence`'s "What a fence does"; the conformance kit (`zkfence_testkit::conformance`)
+//! must catch each by the case that attacks it:
+//!
+//! | fence mutant | the rule it breaks | the kit's case that catches it |
+//! | --- | --- | --- |
+//! | [`FenceMutant::CheckOutsideTransaction`] | compare and write in one atomic step | `stale_writer_paused_before_commit`: the stale write lands after the newer claim |
+//! | [`FenceMutant::StrictlyGreater`] | accept `>=` | `order`: the holder's second write is refused |
+//! | [`FenceMutant::Equality`] | accept `>=`, raise on `>` | `order`: the newer holder is refused |
+//! | [`FenceMutant::StringCompare`] | compare integers | `edge_tokens`: 10 is refused after 9 |
+//! | [`FenceMutant::NoUpsert`] | the first claim of a scope creates its fence | `order`: the first claim is refused |
+//! | [`FenceMutant::SerializationAsSuccess`] | a serialization failure retries the transaction (PostgreSQL) | `serialization_failure_retried`: the write reported done never happened |
+//!
+//! A shared hold raising the fence (a reader's or a lease's token) cannot be written as a
+//! runtime mutant: a shared guard has no ticket, which the compile-fail examples on
+//! [`Mode`](crate::Mode) pin.
 #![cfg_attr(not(feature = "mutants"), allow(unreachable_pub, dead_code))]
 
 /// **For zkfence's own tests.** A deliberate flaw in a safety rule; see the module's table for
@@ -67,5 +84,76 @@ impl Flaw {
     /// Whether this is `mutant`'s flaw; a constant `false` without the `mutants` feature.
     pub(crate) fn is(self, mutant: Mutant) -> bool {
         cfg!(feature = "mutants") && self.0 == Some(mutant)
+    }
+}
+
+/// **For zkfence's own tests.** A deliberate flaw in a storage fence; see the module's table.
+/// Only settable with the `mutants` feature (`ZooKeeperFence::with_mutant`, and the
+/// `zkfence-postgres` package's `mutants` feature).
+///
+/// # Examples
+///
+/// ```
+/// # #[cfg(feature = "mutants")] {
+/// let flaw = zkfence::FenceMutant::StringCompare;
+/// # let _ = flaw;
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceMutant {
+    /// The fence is compared in one step and the write committed in another, with nothing
+    /// tying the two (the check outside the transaction).
+    CheckOutsideTransaction,
+    /// A token equal to the fence's is refused (`>` for `>=`): a holder's second write fails.
+    StrictlyGreater,
+    /// Only a token equal to the fence's is accepted: a newer holder cannot raise it.
+    Equality,
+    /// Tokens are compared as decimal strings.
+    StringCompare,
+    /// A scope with no fence yet refuses (the `UPDATE … WHERE fence <= $t` that finds no row).
+    NoUpsert,
+    /// A serialization failure is taken for a commit (PostgreSQL).
+    SerializationAsSuccess,
+}
+
+/// The fence mutant a fence is built with, if any: never one without the `mutants` feature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FenceFlaw(Option<FenceMutant>);
+
+impl FenceFlaw {
+    /// The flaw of `mutant`.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn of(mutant: FenceMutant) -> FenceFlaw {
+        FenceFlaw(Some(mutant))
+    }
+
+    /// Whether this is `mutant`'s flaw; a constant `false` without the `mutants` feature.
+    pub(crate) fn is(self, mutant: FenceMutant) -> bool {
+        cfg!(feature = "mutants") && self.0 == Some(mutant)
+    }
+
+    /// Whether `token` is accepted against a fence holding `seen` (`None`: no fence yet),
+    /// and whether the fence must be raised: the rule every fence applies, flawed as set.
+    /// `Err(())` is a refusal.
+    pub(crate) fn admits(self, token: i64, seen: Option<i64>) -> Result<bool, ()> {
+        let Some(seen) = seen else {
+            return match self.is(FenceMutant::NoUpsert) {
+                true => Err(()),
+                false => Ok(true),
+            };
+        };
+        let accepted = if self.is(FenceMutant::StrictlyGreater) {
+            token > seen
+        } else if self.is(FenceMutant::Equality) {
+            token == seen
+        } else if self.is(FenceMutant::StringCompare) {
+            token.to_string() >= seen.to_string()
+        } else {
+            token >= seen
+        };
+        match accepted {
+            true => Ok(token != seen),
+            false => Err(()),
+        }
     }
 }

@@ -1,12 +1,12 @@
 //! [`FencedRwLock`]: readers share, writers exclude; one queue, Curator-compatible names.
 
-use std::time::Duration;
-
 use zookeeper_client as zk;
 
+use crate::acquire::Acquire;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lock::FencedLock;
+use crate::mode::Shared;
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 
@@ -21,14 +21,15 @@ use crate::queue::kind::Kind;
 /// writer: readers that arrive after a waiting writer queue behind it.
 ///
 /// Every guard is a [`LockGuard`], with the same token, cancellation, watchdog and
-/// [`check`](crate::Held::check) as the mutex's; [`reader`](Self::reader) and
-/// [`writer`](Self::writer) give the [`FencedLock`] handles for `run` and `contenders`.
+/// [`check`](crate::Held::check) as the mutex's: a read lock's is a `LockGuard<Shared>`, which
+/// hands out no fence ticket. [`reader`](Self::reader) and [`writer`](Self::writer) give the
+/// two sides as locks, for the whole [`Acquire`] family and `contenders`.
 ///
 /// **What the token means here.** Tokens are the nodes' creation zxids, so they follow queue
 /// order across both kinds: a writer's token exceeds the token of every reader and writer
 /// that held before it, and a reader's token exceeds that of every writer before it. Storage
-/// fences writes as with the mutex (`… WHERE fence <= $writer_token`, raising `fence`).
-/// Readers do not move the fence; a reader that finds `fence > its token` in what it read is
+/// fences writes as with the mutex: the writer's [`ticket`](crate::Held::ticket) goes to a
+/// fence. Readers never move the fence (their guards have no ticket); a reader that finds `fence > its token` in what it read is
 /// looking at a writer that came after it, so its own lock has been lost. That is all a
 /// reader's token lets storage do: several readers hold at once and none of them writes, so
 /// nothing can be refused to a stale reader except its read itself, by reading conditionally
@@ -58,13 +59,13 @@ use crate::queue::kind::Kind;
 /// read.release().await?;
 /// let write = rw.write().await?; // alone
 /// write.check()?;
-/// // UPDATE catalog SET …, fence = $1 WHERE fence <= $1  -- $1 = write.token().as_u64()
+/// let ticket = write.ticket(); // for a fence: see zkfence::fence
 /// write.release().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct FencedRwLock {
-    reader: FencedLock,
+    reader: FencedLock<Shared>,
     writer: FencedLock,
 }
 
@@ -113,29 +114,36 @@ impl FencedRwLock {
         self.writer.path()
     }
 
-    /// The read side as a [`FencedLock`]: its `acquire` takes a read lock, and its
-    /// [`run`](FencedLock::run) runs a cancellable section under one.
+    /// The read side, a `FencedLock<Shared>`: the whole [`Acquire`] family for read locks
+    /// (`acquire`, `try_acquire`, `acquire_timeout`, `run`, `run_timeout`), and its queue's
+    /// [`holders`](FencedLock::holders).
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// use zkfence::Acquire;
+    ///
     /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
     /// let token = rw
     ///     .reader()
     ///     .run(|held| async move { Ok::<_, zkfence::Error>(held.token()) })
     ///     .await?;
+    /// if let Some(read) = rw.reader().try_acquire().await? {
+    ///     read.release().await?;
+    /// }
     /// # let _ = token; Ok(()) }
     /// ```
-    pub fn reader(&self) -> &FencedLock {
+    pub fn reader(&self) -> &FencedLock<Shared> {
         &self.reader
     }
 
-    /// The write side as a [`FencedLock`]: its `acquire` takes the write lock, and its
-    /// [`run`](FencedLock::run) runs a cancellable section under it.
+    /// The write side, a [`FencedLock`]: the whole [`Acquire`] family for the write lock.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// use zkfence::Acquire;
+    ///
     /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
     /// rw.writer()
     ///     .run(|held| async move {
@@ -149,15 +157,16 @@ impl FencedRwLock {
         &self.writer
     }
 
-    /// Waits for a read lock: until no writer is ahead in the queue.
+    /// Waits for a read lock: until no writer is ahead in the queue. The same as
+    /// `self.reader().acquire()` (see [`Acquire::acquire`]).
     ///
     /// # Errors
     ///
-    /// As [`FencedLock::acquire`].
+    /// As [`Acquire::acquire`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`FencedLock::acquire`]: no node is left behind.
+    /// Cancel safe, as [`Acquire::acquire`]: no node is left behind.
     ///
     /// # Examples
     ///
@@ -167,121 +176,32 @@ impl FencedRwLock {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn read(&self) -> Result<LockGuard> {
+    pub async fn read(&self) -> Result<LockGuard<Shared>> {
         self.reader.acquire().await
     }
 
-    /// Takes a read lock if no writer holds or waits for the lock, else `None` at once.
+    /// Waits for the write lock: until every earlier node, reader or writer, is gone. The same
+    /// as `self.writer().acquire()` (see [`Acquire::acquire`]).
     ///
     /// # Errors
     ///
-    /// As [`FencedLock::acquire`].
+    /// As [`Acquire::acquire`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`FencedLock::try_acquire`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = rw.try_read().await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
-        self.reader.try_acquire().await
-    }
-
-    /// As [`read`](Self::read), giving up after `timeout` with `None`.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::acquire_timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = rw.read_timeout(std::time::Duration::from_secs(1)).await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn read_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.reader.acquire_timeout(timeout).await
-    }
-
-    /// Waits for the write lock: until no node at all is ahead in the queue.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::acquire`].
+    /// Cancel safe, as [`Acquire::acquire`].
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
     /// let guard = rw.write().await?;
+    /// let ticket = guard.ticket(); // the writer's token fences storage
+    /// # let _ = ticket;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
     pub async fn write(&self) -> Result<LockGuard> {
         self.writer.acquire().await
-    }
-
-    /// Takes the write lock if nobody holds or waits for the lock, else `None` at once.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::try_acquire`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = rw.try_write().await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
-        self.writer.try_acquire().await
-    }
-
-    /// As [`write`](Self::write), giving up after `timeout` with `None`.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::acquire_timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(rw: zkfence::FencedRwLock) -> zkfence::Result<()> {
-    /// if let Some(guard) = rw.write_timeout(std::time::Duration::from_secs(1)).await? {
-    ///     guard.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn write_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.writer.acquire_timeout(timeout).await
     }
 }

@@ -15,7 +15,9 @@ use crate::watchdog::Halt;
 /// What a section runs under: a guard that is released after it, and the cloneable handle the
 /// section gets (a [`LockGuard`](crate::LockGuard) and its [`Held`](crate::Held), a
 /// [`MultiGuard`](crate::MultiGuard) and its [`MultiHeld`](crate::MultiHeld)).
-pub(crate) trait Guarded: Send {
+// Public in a private module: named by `Acquire::Guard`'s bound, never by users.
+#[allow(unreachable_pub)]
+pub trait Guarded: Send {
     type Handle: Fenceable;
 
     /// A handle on the same hold.
@@ -26,7 +28,8 @@ pub(crate) trait Guarded: Send {
 }
 
 /// The handle's side: the synchronous check, waiting for the hold to be steady, cancellation.
-pub(crate) trait Fenceable: Clone + Send + Sync + Unpin + 'static {
+#[allow(unreachable_pub)]
+pub trait Fenceable: Clone + Send + Sync + Unpin + 'static {
     /// Whether the hold is steady, in jeopardy or over.
     fn halt(&self) -> std::result::Result<(), Halt>;
 

@@ -2,17 +2,19 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
 use zookeeper_client as zk;
 
+use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
 use crate::guard::{Held, LockGuard};
 use crate::lock::{Contender, FencedLock};
+use crate::mode::Shared;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::kind::Kind;
 use crate::queue::Admission;
 use crate::requests::{create_parents, retrying};
+use crate::time::Wait;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///
@@ -50,6 +52,7 @@ use crate::requests::{create_parents, retrying};
 /// # Examples
 ///
 /// ```no_run
+/// # use zkfence::Acquire;
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
 /// let pool = zkfence::FencedSemaphore::new(client, "/semaphores/exports", 3, zkfence::LockOptions::default())?;
@@ -60,7 +63,7 @@ use crate::requests::{create_parents, retrying};
 /// ```
 #[derive(Debug, Clone)]
 pub struct FencedSemaphore {
-    lock: FencedLock,
+    lock: FencedLock<Shared>,
     permits: u32,
     /// The ACLs of the semaphore node, should `set_permits` have to create it.
     acls: Vec<zk::Acl>,
@@ -134,144 +137,6 @@ impl FencedSemaphore {
         self.lock.path()
     }
 
-    /// Waits for a lease: until fewer than `permits` nodes are ahead in the queue.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::acquire`], and [`Error::PermitsMismatch`] when the stored count
-    /// differs from this client's.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::acquire`]: no node is left behind.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
-    /// let lease = pool.acquire().await?;
-    /// lease.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self) -> Result<LockGuard> {
-        self.lock.acquire().await
-    }
-
-    /// Takes a lease if one is free now, else `None` at once.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::try_acquire`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
-    /// match pool.try_acquire().await? {
-    ///     Some(lease) => lease.release().await?,
-    ///     None => println!("all permits taken"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        self.lock.try_acquire().await
-    }
-
-    /// As [`acquire`](Self::acquire), giving up after `timeout` with `None`.
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::acquire_timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
-    /// if let Some(lease) = pool.acquire_timeout(std::time::Duration::from_secs(1)).await? {
-    ///     lease.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.lock.acquire_timeout(timeout).await
-    }
-
-    /// Runs a cancellable critical section under a lease, as [`FencedLock::run`].
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::run`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::run`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
-    /// let token = pool
-    ///     .run(|held| async move {
-    ///         held.check()?;
-    ///         Ok::<_, zkfence::Error>(held.token().as_u64())
-    ///     })
-    ///     .await?;
-    /// # let _ = token; Ok(()) }
-    /// ```
-    pub async fn run<F, Fut, T, E>(&self, f: F) -> std::result::Result<T, E>
-    where
-        F: FnOnce(Held) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        self.lock.run(f).await
-    }
-
-    /// As [`run`](Self::run), but gives up waiting for a lease after `timeout` and returns
-    /// `Ok(None)` without running `f`.
-    ///
-    /// # Errors
-    ///
-    /// As [`FencedLock::run`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`FencedLock::run_timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: zkfence::FencedSemaphore) -> zkfence::Result<()> {
-    /// let done = pool
-    ///     .run_timeout(std::time::Duration::from_secs(2), |held| async move {
-    ///         held.check()?;
-    ///         Ok::<_, zkfence::Error>(())
-    ///     })
-    ///     .await?;
-    /// println!("ran: {}", done.is_some());
-    /// # Ok(()) }
-    /// ```
-    pub async fn run_timeout<F, Fut, T, E>(
-        &self,
-        timeout: Duration,
-        f: F,
-    ) -> std::result::Result<Option<T>, E>
-    where
-        F: FnOnce(Held) -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: From<Error>,
-    {
-        self.lock.run_timeout(timeout, f).await
-    }
-
     /// The holders: the first `permits` nodes of the queue, by this client's count (which
     /// `acquire` checks against the stored one).
     ///
@@ -343,6 +208,20 @@ impl FencedSemaphore {
                 Err(err) => return Err(Error::from_request("set", path, client.session_id(), err)),
             }
         }
+    }
+}
+
+impl Sealed for FencedSemaphore {}
+
+impl Acquire for FencedSemaphore {
+    type Guard = LockGuard<Shared>;
+    type Handle = Held<Shared>;
+
+    fn acquire_with(
+        &self,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Option<LockGuard<Shared>>>> + Send {
+        self.lock.acquire_with(wait)
     }
 }
 

@@ -3,8 +3,10 @@
 use tokio::time::Instant;
 
 /// How long an acquire may wait: for its turn in the process, then in the queue.
+// Public in a private module: named by `Acquire::acquire_with`, which users cannot call.
+#[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
+pub enum Wait {
     /// Until the turn comes.
     Forever,
     /// Not at all: the turn must be free now.

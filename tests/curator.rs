@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use zkfence::Acquire;
 
 use zkfence::{FencedLock, FencedRwLock, LockOptions};
 use zkfence_testkit::harness::{chroot, connect, shared};

@@ -2,6 +2,7 @@
 //! lock stays exclusive, and work resumes once the remaining two elect a new leader.
 
 use std::time::{Duration, Instant};
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
 use zkfence_testkit::harness::{connect, wait_until};

@@ -3,6 +3,7 @@
 //! survives slow commits.
 
 use std::time::{Duration, Instant};
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
 use zkfence_testkit::harness::{chroot, connect, shared, wait_until};

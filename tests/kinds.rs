@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use zkfence::Acquire;
 
 use tokio::time::Instant;
 use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions};
@@ -45,11 +46,12 @@ async fn readers_share_writers_exclude_and_queue_order_holds() {
 
     let probe = rw_on(&hosts).await;
     assert!(
-        probe.try_write().await.unwrap().is_none(),
+        probe.writer().try_acquire().await.unwrap().is_none(),
         "a writer got in while readers held"
     );
     let r = probe
-        .try_read()
+        .reader()
+        .try_acquire()
         .await
         .unwrap()
         .expect("a third reader shares too");
@@ -59,7 +61,7 @@ async fn readers_share_writers_exclude_and_queue_order_holds() {
     let w3 = tokio::spawn(async move { c.write().await.unwrap() });
     queued(&hosts, 3).await;
     assert!(
-        probe.try_read().await.unwrap().is_none(),
+        probe.reader().try_acquire().await.unwrap().is_none(),
         "a reader overtook a waiting writer"
     );
     let r4 = tokio::spawn(async move { d.read().await.unwrap() });

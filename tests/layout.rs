@@ -1,5 +1,5 @@
 //! The workspace's layout rules, checked on the source of each of its packages (the library's
-//! `src/`, `cli/src`, `testkit/src`, `chaos/src`):
+//! `src/`, `cli/src`, `testkit/src`, `chaos/src`, `postgres/src`):
 //!
 //! - the files import each other without a cycle: a module may use its children, its siblings
 //!   and the crate's other files, and no chain of such uses leads back to it;
@@ -27,6 +27,7 @@ const LIBRARY: &str = "src";
 const CLI: &str = "cli/src";
 const TESTKIT: &str = "testkit/src";
 const CHAOS: &str = "chaos/src";
+const POSTGRES: &str = "postgres/src";
 
 /// Who uses whom: module path (`queue::kind`; `""` is the crate root) to the modules it uses.
 type Edges = BTreeMap<String, BTreeSet<String>>;
@@ -359,6 +360,11 @@ fn the_testkit_has_no_import_circle() {
 }
 
 #[test]
+fn the_postgres_fence_has_no_import_circle() {
+    assert_no_import_circle(POSTGRES, ("", "sql"));
+}
+
+#[test]
 fn the_chaos_suite_has_no_import_circle() {
     assert_no_import_circle(CHAOS, ("controller", "checker"));
 }
@@ -501,6 +507,11 @@ fn no_function_of_the_cli_runs_past_eighty_lines_without_saying_why() {
 #[test]
 fn no_function_of_the_testkit_runs_past_eighty_lines_without_saying_why() {
     assert_no_long_function(TESTKIT);
+}
+
+#[test]
+fn no_function_of_the_postgres_fence_runs_past_eighty_lines_without_saying_why() {
+    assert_no_long_function(POSTGRES);
 }
 
 #[test]

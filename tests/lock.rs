@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions};
 use zkfence_testkit::harness::{

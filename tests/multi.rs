@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, FencedMultiLock, LockOptions, LossReason};
 use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};

@@ -6,6 +6,7 @@
 //! upgrades; a semaphore lease holder asking for more leases.
 
 use std::time::{Duration, Instant};
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions, LossReason};
 use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};
@@ -224,7 +225,7 @@ async fn a_downgraded_reader_shares_with_other_readers_and_never_upgrades() {
     // Nobody queued behind our writer: releasing it leaves a plain reader.
     let read = ours.read().await.unwrap();
     assert!(
-        theirs.try_read().await.unwrap().is_none(),
+        theirs.reader().try_acquire().await.unwrap().is_none(),
         "a reader beside a held write lock"
     );
     write.release().await.unwrap();
@@ -234,7 +235,8 @@ async fn a_downgraded_reader_shares_with_other_readers_and_never_upgrades() {
         .unwrap();
     // A writer of another task waits for both readers.
     let writer = theirs.clone();
-    let blocked = tokio::spawn(async move { writer.try_write().await.unwrap().is_none() });
+    let blocked =
+        tokio::spawn(async move { writer.writer().try_acquire().await.unwrap().is_none() });
     assert!(blocked.await.unwrap(), "a writer beside two readers");
     // A reader asking for the write lock would wait for itself (and for the other reader).
     assert!(matches!(

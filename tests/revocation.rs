@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+use zkfence::Acquire;
 
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use zkfence::{Error, FencedLock, LockOptions, LossReason};

@@ -6,6 +6,7 @@
 use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
 use zkfence_testkit::harness::{chroot, connect, expire_session, shared, wait_until, ZooKeeper};

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::Held;
+use zkfence::{Exclusive, Held, Mode};
 
 /// Where a worker's events go: one JSON line each on stdout.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +76,7 @@ pub(crate) trait Lease {
     async fn steady(&self) -> zkfence::Result<()>;
 }
 
-impl Lease for Held {
+impl<M: Mode> Lease for Held<M> {
     fn check(&self) -> zkfence::Result<()> {
         Held::check(self)
     }
@@ -93,8 +93,8 @@ impl Lease for Held {
 /// One hold of one lock path, as a worker drives it: its [`Held`] (the node, the session, the
 /// loss to watch), the [`Lease`] its checks go through, the token it writes with (the lock's
 /// token, a leader's epoch), and the store row its path writes.
-pub(crate) struct Hold<'a, L> {
-    pub held: &'a Held,
+pub(crate) struct Hold<'a, L, M: Mode = Exclusive> {
+    pub held: &'a Held<M>,
     pub lease: &'a L,
     pub token: u64,
     pub row: i32,
@@ -113,7 +113,7 @@ pub(crate) fn role(read: bool) -> Role {
     }
 }
 
-impl<L: Lease> Hold<'_, L> {
+impl<L: Lease, M: Mode> Hold<'_, L, M> {
     /// Takes the time first, then checks the lease, then reads the deadline: if the check passed,
     /// the logged time is before the cancellation and the lease left is positive. The
     /// watchdog-off mutant skips the check and so logs a negative lease left after a pause.
@@ -364,7 +364,7 @@ impl<L: Lease> Hold<'_, L> {
 /// [`Hold::gate`]), logging a `lease` event (with the time taken before the check) for each
 /// pass, at most every 20 ms, for each of `holds` (the paths of one multi-lock share its
 /// check; a lock's hold is alone).
-pub(crate) async fn poll_lease<L: Lease>(holds: &[Hold<'_, L>], until: Instant) {
+pub(crate) async fn poll_lease<L: Lease, M: Mode>(holds: &[Hold<'_, L, M>], until: Instant) {
     let Some(first) = holds.first() else {
         return;
     };

@@ -23,6 +23,7 @@ use crate::worker::{connect, Worker, WorkerArgs};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
+use zkfence::Acquire;
 use zkfence::{FencedLock, FencedMultiLock, Held, LockOptions, MultiHeld};
 use zookeeper_client as zk;
 

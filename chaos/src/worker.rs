@@ -14,7 +14,8 @@ use crate::store::Store;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::{FencedLock, FencedRwLock, Held, LockOptions, LossReason};
+use zkfence::Acquire;
+use zkfence::{FencedLock, FencedRwLock, Held, LockOptions, LossReason, Mode, Shared};
 use zookeeper_client as zk;
 
 /// What a worker is told by the controller.
@@ -81,11 +82,10 @@ pub(crate) async fn run(args: WorkerArgs) {
         while !client.state().is_terminated() {
             // In the read/write scenario, six holds in ten read.
             let read = reader.is_some() && worker.rng.range(0, 9) < 6;
-            let lock = match (&reader, read) {
-                (Some(reader), true) => reader,
-                _ => &writer,
-            };
-            worker.hold(&client, lock, read).await;
+            match (&reader, read) {
+                (Some(reader), true) => worker.hold(&client, reader, true).await,
+                _ => worker.hold(&client, &writer, false).await,
+            }
         }
         worker.log.now(Ev::SessionEnded {
             state: format!("{:?}", client.state()),
@@ -159,7 +159,7 @@ impl Worker {
 
     /// The lock on `client` (the writer side and the reader side of a read/write lock, in the
     /// read/write scenario); exits if it cannot be made.
-    fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock>) {
+    fn locks(&self, client: &zk::Client) -> (FencedLock, Option<FencedLock<Shared>>) {
         let (args, options) = (&self.args, self.options());
         let locks = if args.rw {
             FencedRwLock::new(client.clone(), args.lock.clone(), options)
@@ -199,7 +199,7 @@ impl Worker {
     }
 
     /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment.
-    async fn hold(&mut self, client: &zk::Client, lock: &FencedLock, read: bool) {
+    async fn hold<M: Mode>(&mut self, client: &zk::Client, lock: &FencedLock<M>, read: bool) {
         EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
         self.log.now(Ev::Acquire { role: role(read) });
         let acquire = lock.acquire_timeout(self.wait()).await;
@@ -214,10 +214,10 @@ impl Worker {
     /// The work under a hold of `held` (with `token`, on store row 1): a reader's reads or a
     /// writer's increments, one hold in four a long critical section. A hold that was lost
     /// then finds out, on `client` (if given), whether its node survived the loss.
-    pub(crate) async fn serve(
+    pub(crate) async fn serve<M: Mode>(
         &mut self,
         client: Option<&zk::Client>,
-        held: &Held,
+        held: &Held<M>,
         token: u64,
         read: bool,
     ) {
@@ -254,7 +254,12 @@ impl Worker {
     /// Before the release (which would delete the node itself): if the hold of `held` was lost,
     /// logs whether its node was still there afterwards ([`node_survived`]), a needless loss
     /// if it was (its session survived and nobody else can have held).
-    pub(crate) async fn verdict_if_lost(&self, client: &zk::Client, held: &Held, token: u64) {
+    pub(crate) async fn verdict_if_lost<M: Mode>(
+        &self,
+        client: &zk::Client,
+        held: &Held<M>,
+        token: u64,
+    ) {
         let reason = match held.check() {
             Err(zkfence::Error::LockLost(reason)) if reason != LossReason::Released => reason,
             _ => return,

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+use zkfence::Acquire;
 
 use rusqlite::{params, Connection, TransactionBehavior};
 use tokio::io::{AsyncBufReadExt, BufReader};

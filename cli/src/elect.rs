@@ -265,7 +265,7 @@ impl Candidate<'_> {
         let epoch = leadership.epoch().as_u64();
         tracing::info!(election = %self.path, epoch, node = leadership.node_path(), "leading; starting the command");
         eprintln!("zkfence: leading {} in epoch {epoch}", self.path);
-        let mut env = variables(&[(*leadership).clone()]);
+        let mut env = variables(&[(*leadership).clone()], &[leadership.ticket()]);
         env.push(("ZKFENCE_EPOCH".into(), epoch.to_string()));
         env.push(("ZKFENCE_ELECTION".into(), self.path.clone()));
         let policy = self.args.supervision.policy(OnRevoke::Ignore);

@@ -3,7 +3,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use zkfence::{FencedLock, FencedMultiLock, FencedSemaphore, Held, LockGuard, MultiGuard};
+use zkfence::{
+    Acquire, FenceTicket, FencedLock, FencedMultiLock, FencedSemaphore, Held, LockGuard, Mode,
+    MultiGuard, Shared,
+};
 use zookeeper_client::Acls;
 
 use crate::connect::Connection;
@@ -14,18 +17,27 @@ use crate::supervise::{self, supervise, OnRevoke};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 The command runs in its own process group with these variables set:
-  ZKFENCE_TOKEN      the fencing token for storage (strictly increasing across holders)
+  ZKFENCE_TOKEN      the fencing token for storage: a BIGINT, strictly increasing across holders
+  ZKFENCE_TICKET     the fence ticket, <sequence>@<token>:<node>:<lock path>, for a service
+                     that fences writes on the holder's behalf (not with --permits: a
+                     semaphore lease never fences storage)
   ZKFENCE_SEQUENCE   the lock node's sequence number, as in its name
-  ZKFENCE_LOCK_PATH  the lock path
+  ZKFENCE_LOCK_PATH  the lock path: the fence's scope
   ZKFENCE_NODE       our lock node's full path
-With several --lock, each lock's as ZKFENCE_TOKEN_<n>, ZKFENCE_SEQUENCE_<n>,
-ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --lock order (the first's also
-as above).
+With several --lock, each lock's as ZKFENCE_TOKEN_<n>, ZKFENCE_TICKET_<n>,
+ZKFENCE_SEQUENCE_<n>, ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --lock order
+(the first's also as above).
 
 Examples:
   zkfence run --connect zk1:2181,zk2:2181 --lock /locks/nightly -- ./nightly-job.sh
-  zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- \\
-      sh -c 'psql -c \"UPDATE t SET v = v + 1, fence = $ZKFENCE_TOKEN WHERE fence <= $ZKFENCE_TOKEN\"'")]
+  # PostgreSQL, fenced by the SQL function `zkfence fence install` put there:
+  zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- sh -c '
+      psql -v ON_ERROR_STOP=1 -v scope=\"$ZKFENCE_LOCK_PATH\" -v token=\"$ZKFENCE_TOKEN\" <<SQL
+      BEGIN;
+      SELECT zkfence_claim(:'\\''scope'\\'', :token);  -- raises SQLSTATE ZF001 if a newer holder claimed
+      UPDATE t SET v = v + 1;
+      COMMIT;
+      SQL'")]
 pub(crate) struct Args {
     #[command(flatten)]
     connection: Connection,
@@ -97,14 +109,21 @@ pub(crate) async fn run(args: Args) -> u8 {
     match acquire(&args, client, deadline).await {
         Ok(Acquired::One(guard)) => {
             tracing::info!(lock = %what, fencing_token = %guard.token(), node = guard.node_path(), "acquired; starting the command");
-            let env = variables(&[guard.held()]);
+            let env = variables(&[guard.held()], &[guard.ticket()]);
+            supervise(&args.command, &env, guard, &what, &policy)
+                .await
+                .code()
+        }
+        Ok(Acquired::Lease(guard)) => {
+            tracing::info!(lock = %what, fencing_token = %guard.token(), node = guard.node_path(), "acquired a lease; starting the command");
+            let env = variables(&[guard.held()], &[]);
             supervise(&args.command, &env, guard, &what, &policy)
                 .await
                 .code()
         }
         Ok(Acquired::Many(guard)) => {
             tracing::info!(lock = %what, "acquired every lock; starting the command");
-            let env = variables(guard.helds());
+            let env = variables(guard.helds(), &guard.tickets());
             supervise(&args.command, &env, guard, &what, &policy)
                 .await
                 .code()
@@ -139,8 +158,12 @@ fn check(args: &Args) -> Result<(), u8> {
 }
 
 /// The command's variables: the first lock's as `ZKFENCE_TOKEN` and friends, and every lock's
-/// as `ZKFENCE_TOKEN_<n>` and friends, `n` from 1 in the order of `--lock`.
-pub(crate) fn variables(helds: &[Held]) -> Vec<(String, String)> {
+/// as `ZKFENCE_TOKEN_<n>` and friends, `n` from 1 in the order of `--lock`; `tickets` are the
+/// exclusive holds' (none for a semaphore lease).
+pub(crate) fn variables<M: Mode>(
+    helds: &[Held<M>],
+    tickets: &[FenceTicket],
+) -> Vec<(String, String)> {
     let mut env = Vec::new();
     for (i, held) in helds.iter().enumerate() {
         let suffixes = if i == 0 {
@@ -150,7 +173,10 @@ pub(crate) fn variables(helds: &[Held]) -> Vec<(String, String)> {
         };
         for suffix in suffixes {
             let var = |name: &str| format!("ZKFENCE_{name}{suffix}");
-            env.push((var("TOKEN"), held.token().as_u64().to_string()));
+            env.push((var("TOKEN"), held.token().as_i64().to_string()));
+            if let Some(ticket) = tickets.get(i) {
+                env.push((var("TICKET"), ticket.to_string()));
+            }
             env.push((var("SEQUENCE"), held.token().sequence().to_string()));
             env.push((var("LOCK_PATH"), held.lock_path().to_owned()));
             env.push((var("NODE"), held.node_path().to_owned()));
@@ -162,6 +188,7 @@ pub(crate) fn variables(helds: &[Held]) -> Vec<(String, String)> {
 /// What `run` holds.
 enum Acquired {
     One(LockGuard),
+    Lease(LockGuard<Shared>),
     Many(MultiGuard),
 }
 
@@ -185,7 +212,7 @@ async fn acquire(
                 Some(left) => semaphore.acquire_timeout(left).await,
                 None => semaphore.acquire().await.map(Some),
             }
-            .map(|g| g.map(Acquired::One))
+            .map(|g| g.map(Acquired::Lease))
         }
         (None, 1) => {
             let lock = FencedLock::new(client, lock, options)

@@ -62,7 +62,7 @@ pub(crate) trait Hold: Send + Sync {
     fn nodes(&self) -> String;
 }
 
-impl Hold for LockGuard {
+impl<M: zkfence::Mode> Hold for LockGuard<M> {
     fn lost(&self) -> impl Future<Output = LossReason> + Send {
         zkfence::Held::lost(self)
     }

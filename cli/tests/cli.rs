@@ -8,6 +8,7 @@ mod common;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use zkfence::Acquire;
 
 use common::{
     exited, go, run, run_line, run_on, run_sh, started, temp, text, zkfence, BIN, EXIT_0_ON_GO,

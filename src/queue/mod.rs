@@ -428,7 +428,7 @@ impl<'a> Attempt<'a> {
                 return Err(err);
             }
         }
-        let token = FencingToken::new(sequence, stat.czxid as u64);
+        let token = FencingToken::of_node(sequence, stat.czxid);
         Ok(Queued {
             name,
             path,

@@ -28,8 +28,10 @@ pub(crate) struct Terms {
 }
 
 /// Why `check()` refused.
+// Public in a private module: named by the section runner's `Fenceable`, never by users.
+#[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Halt {
+pub enum Halt {
     /// Suspended: the lease lapsed (or the connection dropped) with no evidence of loss; the
     /// hold resumes when a committed probe finds its node, or is lost when the grace runs out.
     Jeopardy,

@@ -145,6 +145,27 @@ pub fn shared() -> &'static str {
         .1
 }
 
+/// The PostgreSQL server this test binary shares (a [`LocalPostgres`](crate::LocalPostgres)
+/// on a free loopback port, its log in a temp dir), started on first use; its connection
+/// string for database `postgres`. Give each test a schema or database of its own.
+///
+/// # Panics
+///
+/// When the server cannot start (Debian's `postgresql` missing: the message says so).
+pub fn shared_postgres() -> &'static str {
+    static SHARED: OnceLock<(crate::LocalPostgres, String)> = OnceLock::new();
+    &SHARED
+        .get_or_init(|| {
+            let logs = std::env::temp_dir().join(format!("zkfence-pg-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&logs);
+            let pg = crate::LocalPostgres::start(&logs)
+                .unwrap_or_else(|e| panic!("start a throwaway postgres: {e}"));
+            let conninfo = pg.conninfo("postgres");
+            (pg, conninfo)
+        })
+        .1
+}
+
 /// Connects with the given session timeout.
 pub async fn connect(hosts: &str, session_timeout: Duration) -> zk::Client {
     zk::Client::connector()

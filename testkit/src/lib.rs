@@ -11,7 +11,9 @@
 //!   loses the packets one server sends another.
 //! - [`CountingProxy`]: counts requests by opcode and watch notifications; blackholes, cuts
 //!   off (a blackhole that also hides the server's close), delays, holds the replies to
-//!   writes, drops replies, refuses and resets connections.
+//!   writes, drops replies, refuses and resets connections. [`RawProxy`]: the same lost reply
+//!   for any protocol (PostgreSQL's, Redis's).
+//! - [`conformance`]: the cases every storage fence must pass, each catching a fence mutant.
 //! - [`expire_session`]: ends another client's session from outside, the way an operator would.
 //! - [`curator`]: Apache Curator's jars from Debian, and `javac` for workers compiled at run
 //!   time (the interop tests, `zkfence bench --impl curator`).
@@ -41,12 +43,14 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+pub mod conformance;
 pub mod curator;
 mod ensemble;
 pub mod harness;
 mod options;
 mod postgres;
 mod proxy;
+mod raw_proxy;
 mod redis;
 mod server;
 mod session;
@@ -57,6 +61,7 @@ pub use crate::ensemble::{LinkFault, LocalEnsemble};
 pub use crate::options::EnsembleOptions;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::proxy::CountingProxy;
+pub use crate::raw_proxy::RawProxy;
 pub use crate::redis::LocalRedis;
 pub use crate::server::{four_letter, LocalZooKeeper, StartError, INSTALL_HINT};
 pub use crate::session::expire_session;

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use zkfence::Acquire;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

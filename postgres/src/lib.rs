@@ -1,0 +1,647 @@
+//! A PostgreSQL fence for [zkfence](zkfence): PostgreSQL refuses the writes of a lock holder
+//! that lost its lock without knowing it (a GC pause, a SIGSTOP, a partition), by the
+//! [`FenceTicket`]'s token, in the same transaction as the writes.
+//!
+//! # What it installs
+//!
+//! [`PostgresFence::install`] creates (idempotently) a table `zkfence_fence` (one row per
+//! **scope**, a lock path: the highest token accepted) and a function
+//! `zkfence_claim(scope text, token bigint) RETURNS bigint`. The function raises the scope's
+//! fence to the token, or raises SQLSTATE [`REFUSED`] (`ZF001`, DETAIL: the token the fence
+//! holds) when a newer holder has claimed it, and it keeps the fence row locked until the
+//! transaction ends. So **any client** gets the same check from one statement: `psql` in a
+//! `zkfence run` command, Java, Python, diesel. [`PostgresFence::install_sql`] prints the
+//! script, for migration tools.
+//!
+//! # Using it
+//!
+//! [`PostgresFence::transaction`] is the fenced transaction: it begins, raises the fence as its
+//! **first statement** (so a read-modify-write reads nothing a stale holder could still
+//! overwrite), runs your closure, checks the hold, and commits; a serialization failure or
+//! deadlock runs the whole closure again. [`PostgresFence::claim`] raises the fence alone.
+//!
+//! ```no_run
+//! use zkfence::{Acquire, FencedLock, LockOptions};
+//! use zkfence_postgres::PostgresFence;
+//!
+//! # async fn demo(zk: zookeeper_client::Client, mut db: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let fence = PostgresFence::new();
+//! fence.install(&db).await?;
+//! let lock = FencedLock::new(zk, "/locks/accounts", LockOptions::default())?;
+//! let guard = lock.acquire().await?;
+//! let balance: i64 = fence
+//!     .transaction(&mut db, &guard.ticket(), |tx| {
+//!         Box::pin(async move {
+//!             let row = tx.query_one("SELECT balance FROM accounts WHERE id = 7", &[]).await?;
+//!             let balance: i64 = row.get(0);
+//!             tx.execute("UPDATE accounts SET balance = $1 WHERE id = 7", &[&(balance + 10)]).await?;
+//!             Ok::<_, tokio_postgres::Error>(balance + 10)
+//!         })
+//!     })
+//!     .await?;
+//! guard.release().await?;
+//! # let _ = balance; Ok(()) }
+//! ```
+//!
+//! # Isolation levels, and what not to do
+//!
+//! - **READ COMMITTED** (PostgreSQL's default, and this fence's): the claim's row lock orders
+//!   every fenced transaction of a scope, and each later statement reads what committed before
+//!   it, so a transaction sees every write a holder before it committed.
+//! - **REPEATABLE READ / SERIALIZABLE** ([`PostgresFence::with_isolation`]): the snapshot is
+//!   taken at the claim, before it waits for the row lock; every claim updates the fence row,
+//!   so a transaction whose snapshot predates another fenced commit fails with a serialization
+//!   error at its claim, and is run again with a fresh snapshot. SERIALIZABLE also catches the
+//!   closure's conflicts with unfenced writers; both are retried.
+//! - **Never check in one transaction and write in another** (a `SELECT` of the fence, then an
+//!   `UPDATE` in a second transaction or in autocommit): a stale write lands between the two.
+//!   The claim and the writes must share one transaction, and the claim comes first.
+//! - Compare tokens as `bigint` (the token's [`as_i64`](zkfence::FencingToken::as_i64)),
+//!   never as text or `numeric` from text.
+//! - Give each scope one meaning: the lock path. Two locks sharing a scope would refuse each
+//!   other's holders.
+//!
+//! # Errors
+//!
+//! [`FenceError`]: `Refused` (a newer holder claimed; with a hint when the data looks reset),
+//! `LockLost` (the hold's check before commit failed: rolled back), `InDoubt` (the connection
+//! broke after `COMMIT` was sent: read back), `Store` (the database's error, or your closure's).
+//!
+//! # A reset ensemble
+//!
+//! A ZooKeeper ensemble rebuilt from empty data starts its zxids over, so every new token is
+//! below the fences this table keeps, and every holder is refused. The refusal says so
+//! ([`FenceError::looks_reset`]); once no holder of the old ensemble can write any more, the
+//! operator rebases the scope: `zkfence fence rebase --scope /locks/x --to N` ([`PostgresFence::rebase`]).
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+mod sql;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
+use tracing::Instrument;
+use zkfence::fence::{self, FenceError, FenceTicket};
+
+pub use crate::sql::{BAD_CLAIM, REFUSED};
+
+/// The future a [`PostgresFence::transaction`] closure returns: boxed, borrowing the
+/// transaction.
+pub type TxFuture<'t, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 't>>;
+
+/// The label of this store in the `zkfence_fence_*` metrics.
+const STORE: &str = "postgres";
+
+/// A PostgreSQL fence: where its table and function live, the isolation level of its
+/// transactions, and how often a transaction is retried. Cheap to clone; it holds no
+/// connection (every call takes yours).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+/// use tokio_postgres::IsolationLevel;
+/// let fence = zkfence_postgres::PostgresFence::new()
+///     .with_schema("ops")
+///     .expect("a schema name")
+///     .with_isolation(IsolationLevel::Serializable);
+/// fence.install(&db).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresFence {
+    schema: Option<String>,
+    isolation: IsolationLevel,
+    max_attempts: u32,
+    flaw: Flaw,
+}
+
+/// A deliberate flaw (zkfence's own tests only: set by `with_mutant`).
+#[cfg_attr(not(feature = "mutants"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    None,
+    Compare(sql::Compare),
+    CheckOutsideTransaction,
+    SerializationAsSuccess,
+}
+
+/// A scope's fence, as [`PostgresFence::scopes`] lists it.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceRow {
+    /// The scope (a lock path).
+    pub scope: String,
+    /// The highest token accepted.
+    pub token: i64,
+    /// How many claims raised or confirmed it.
+    pub claims: i64,
+    /// When it last changed, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
+    pub updated: String,
+}
+
+/// The database's error for a scope or schema name that cannot be used.
+///
+/// # Examples
+///
+/// ```
+/// assert!(zkfence_postgres::PostgresFence::new().with_schema("").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaError(String);
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "invalid schema name {:?}: give a non-empty name without control characters, e.g. \"ops\"",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+impl Default for PostgresFence {
+    fn default() -> Self {
+        PostgresFence::new()
+    }
+}
+
+impl PostgresFence {
+    /// The fence in the connection's search path (usually `public`), with READ COMMITTED
+    /// transactions retried up to 10 times.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_postgres::PostgresFence::new();
+    /// assert!(fence.install_sql().contains("zkfence_claim"));
+    /// ```
+    pub fn new() -> PostgresFence {
+        PostgresFence {
+            schema: None,
+            isolation: IsolationLevel::ReadCommitted,
+            max_attempts: 10,
+            flaw: Flaw::None,
+        }
+    }
+
+    /// The fence in schema `schema` (created by [`install`](Self::install) if missing)
+    /// instead of the search path's.
+    ///
+    /// # Errors
+    ///
+    /// [`SchemaError`] for an empty name or one with a control character.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_postgres::PostgresFence::new().with_schema("ops")?;
+    /// assert!(fence.install_sql().contains("\"ops\".zkfence_fence"));
+    /// # Ok::<(), zkfence_postgres::SchemaError>(())
+    /// ```
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Result<PostgresFence, SchemaError> {
+        let schema = schema.into();
+        if schema.is_empty() || schema.chars().any(char::is_control) {
+            return Err(SchemaError(schema));
+        }
+        self.schema = Some(schema);
+        Ok(self)
+    }
+
+    /// The isolation level of [`transaction`](Self::transaction)s (READ COMMITTED by default;
+    /// see the crate docs for each level).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_postgres::PostgresFence::new()
+    ///     .with_isolation(tokio_postgres::IsolationLevel::Serializable);
+    /// # let _ = fence;
+    /// ```
+    pub fn with_isolation(mut self, isolation: IsolationLevel) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// How many times a [`transaction`](Self::transaction) runs before a run of serialization
+    /// failures or deadlocks is returned as the database's error (at least 1; 10 by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_postgres::PostgresFence::new().with_max_attempts(3);
+    /// # let _ = fence;
+    /// ```
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// **For zkfence's own tests**: the fence with one of its rules broken, which the
+    /// conformance kit must catch.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn with_mutant(mut self, mutant: zkfence::FenceMutant) -> Self {
+        use zkfence::FenceMutant as M;
+        self.flaw = match mutant {
+            M::CheckOutsideTransaction => Flaw::CheckOutsideTransaction,
+            M::StrictlyGreater => Flaw::Compare(sql::Compare::StrictlyGreater),
+            M::Equality => Flaw::Compare(sql::Compare::Equality),
+            M::StringCompare => Flaw::Compare(sql::Compare::Strings),
+            M::NoUpsert => Flaw::Compare(sql::Compare::NoUpsert),
+            M::SerializationAsSuccess => Flaw::SerializationAsSuccess,
+        };
+        self
+    }
+
+    /// The install script: the fence table and the `zkfence_claim` function, idempotent. For
+    /// migration tools; [`install`](Self::install) runs it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let script = zkfence_postgres::PostgresFence::new().install_sql();
+    /// assert!(script.contains("CREATE TABLE IF NOT EXISTS zkfence_fence"));
+    /// assert!(script.contains("CREATE OR REPLACE FUNCTION zkfence_claim"));
+    /// ```
+    pub fn install_sql(&self) -> String {
+        let compare = match self.flaw {
+            Flaw::Compare(compare) => compare,
+            _ => sql::Compare::Sound,
+        };
+        sql::install(self.schema.as_deref(), compare)
+    }
+
+    /// Creates the fence table and the claim function (and the schema) if missing, and
+    /// replaces the function with this version's; safe to run on every start.
+    ///
+    /// # Errors
+    ///
+    /// The database's error (e.g. no CREATE privilege: run the
+    /// [`install_sql`](Self::install_sql) script as an owner instead).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the script runs as one implicit transaction, which happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    /// zkfence_postgres::PostgresFence::new().install(&db).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn install(&self, client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
+        client.batch_execute(&self.install_sql()).await
+    }
+
+    /// Raises the ticket's scope's fence to its token, in a statement of its own (its own
+    /// transaction, or the caller's if `client` is a [`Transaction`]): from then on every older
+    /// holder is refused. Returns the token the fence held (`None` on the scope's first
+    /// claim). Two first claims at once: the higher token wins; the lower is refused if it
+    /// comes second.
+    ///
+    /// A claim alone does not make a later write safe (see the crate docs): write in a
+    /// [`transaction`](Self::transaction), which claims first.
+    ///
+    /// # Errors
+    ///
+    /// [`FenceError::Refused`], [`FenceError::LockLost`] (before sending),
+    /// [`FenceError::InDoubt`] (the connection broke with the claim sent), and the database's
+    /// error as [`FenceError::Store`].
+    ///
+    /// # Cancel safety
+    ///
+    /// A claim already sent may commit after the future is dropped; a claim only refuses older
+    /// holders, so that is harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: tokio_postgres::Client, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
+    /// let before = zkfence_postgres::PostgresFence::new().claim(&db, &ticket).await?;
+    /// println!("fence raised from {before:?}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim(
+        &self,
+        client: &impl GenericClient,
+        ticket: &FenceTicket,
+    ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
+        let started = Instant::now();
+        let outcome = self
+            .claim_once(client, ticket)
+            .instrument(span("claim", ticket))
+            .await;
+        fence::record(STORE, started, &outcome);
+        outcome
+    }
+
+    async fn claim_once(
+        &self,
+        client: &impl GenericClient,
+        ticket: &FenceTicket,
+    ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
+        ticket.check_before_commit()?;
+        let (scope, token) = sql::params(ticket);
+        let claim = sql::claim(self.schema.as_deref());
+        match client.query_one(&claim, &[&scope, &token]).await {
+            Ok(row) => Ok(row.get(0)),
+            Err(err) => Err(match refusal(&err) {
+                Some(seen) => ticket.refused(seen),
+                None if err.as_db_error().is_none() && !err.is_closed() => ticket.in_doubt(err),
+                None => FenceError::Store(err),
+            }),
+        }
+    }
+
+    /// The fenced transaction: begins (at this fence's isolation level), raises the ticket's
+    /// fence as its first statement, runs `work` on the transaction, checks the hold
+    /// ([`FenceTicket::check`]), and commits. Runs it all again (up to
+    /// [`with_max_attempts`](Self::with_max_attempts)) when the database reports a
+    /// serialization failure or a deadlock, from `work` or the commit; `work` must therefore be
+    /// safe to run again (it is: what it did was rolled back).
+    ///
+    /// `work`'s error type is yours (`tokio_postgres::Error`, or your own that converts from
+    /// it and keeps it as its `source()`, so that a serialization failure inside it is still
+    /// recognised and retried); an error from `work` rolls back and comes back as
+    /// [`FenceError::Store`].
+    ///
+    /// # Errors
+    ///
+    /// - [`FenceError::Refused`]: a newer holder claimed the scope; rolled back.
+    /// - [`FenceError::LockLost`]: the hold's check before `COMMIT` failed; rolled back.
+    /// - [`FenceError::InDoubt`]: the connection broke after `COMMIT` was sent: read back.
+    /// - [`FenceError::Store`]: `work`'s error, or the database's (after the last attempt, a
+    ///   serialization failure); rolled back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before `COMMIT` is sent rolls the transaction back; once sent, the
+    /// commit may still apply (it passed the fence).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut db: tokio_postgres::Client, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zkfence::fence::FenceError;
+    /// let fence = zkfence_postgres::PostgresFence::new();
+    /// let outcome = fence
+    ///     .transaction(&mut db, &ticket, |tx| {
+    ///         Box::pin(async move {
+    ///             tx.execute("UPDATE jobs SET state = 'done' WHERE id = 1", &[]).await
+    ///         })
+    ///     })
+    ///     .await;
+    /// match outcome {
+    ///     Ok(rows) => println!("{rows} rows updated"),
+    ///     Err(FenceError::Refused { seen, .. }) => println!("a newer holder ({seen}) owns the jobs"),
+    ///     Err(FenceError::InDoubt { .. }) => println!("read back before doing anything else"),
+    ///     Err(err) => return Err(err.into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction<T, E, F>(
+        &self,
+        client: &mut Client,
+        ticket: &FenceTicket,
+        mut work: F,
+    ) -> Result<T, FenceError<E>>
+    where
+        F: for<'t> FnMut(&'t Transaction<'_>) -> TxFuture<'t, T, E>,
+        E: From<tokio_postgres::Error> + std::error::Error + 'static,
+    {
+        let started = Instant::now();
+        let span = span("transaction", ticket);
+        let mut attempt = 1;
+        let outcome = loop {
+            let outcome = self
+                .attempt(client, ticket, &mut work)
+                .instrument(span.clone())
+                .await;
+            match &outcome {
+                Err(FenceError::Store(err)) if attempt < self.max_attempts && retryable(err) => {
+                    fence::record_retry(STORE, "serialization");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                _ => break outcome,
+            }
+        };
+        let _entered = span.enter();
+        fence::record(STORE, started, &outcome);
+        outcome
+    }
+
+    /// One run of a fenced transaction. A serialization failure comes back as
+    /// `FenceError::Store`, for [`transaction`](Self::transaction) to retry.
+    async fn attempt<T, E, F>(
+        &self,
+        client: &mut Client,
+        ticket: &FenceTicket,
+        work: &mut F,
+    ) -> Result<T, FenceError<E>>
+    where
+        F: for<'t> FnMut(&'t Transaction<'_>) -> TxFuture<'t, T, E>,
+        E: From<tokio_postgres::Error> + std::error::Error + 'static,
+    {
+        ticket.check_before_commit()?;
+        if self.flaw == Flaw::CheckOutsideTransaction {
+            // The mutant claims in a statement of its own, then writes in a transaction that
+            // nothing ties to the claim.
+            self.claim_once(client, ticket)
+                .await
+                .map_err(|e| e.map_store(E::from))?;
+        }
+        let store = |err: tokio_postgres::Error| FenceError::Store(E::from(err));
+        let tx = client
+            .build_transaction()
+            .isolation_level(self.isolation)
+            .start()
+            .await
+            .map_err(store)?;
+        if self.flaw != Flaw::CheckOutsideTransaction {
+            let (scope, token) = sql::params(ticket);
+            let claim = sql::claim(self.schema.as_deref());
+            if let Err(err) = tx.query_one(&claim, &[&scope, &token]).await {
+                return Err(match refusal(&err) {
+                    Some(seen) => ticket.refused(seen),
+                    None => store(err),
+                });
+            }
+        }
+        let value = work(&tx).await.map_err(FenceError::Store)?;
+        // The last check before the commit: a hold lost meanwhile writes nothing (the
+        // transaction is rolled back as it drops).
+        ticket.check_before_commit()?;
+        match tx.commit().await {
+            Ok(()) => Ok(value),
+            // The mutant takes a commit refused for serialization for a commit.
+            Err(err) if self.flaw == Flaw::SerializationAsSuccess && is_serialization(&err) => {
+                Ok(value)
+            }
+            Err(err) if err.as_db_error().is_some() => Err(store(err)),
+            Err(err) => Err(ticket.in_doubt(E::from(err))),
+        }
+    }
+
+    /// The token the fence holds for `scope`; `None` before its first claim.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    /// let fence = zkfence_postgres::PostgresFence::new();
+    /// println!("{:?}", fence.seen(&db, "/locks/orders").await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn seen(
+        &self,
+        client: &impl GenericClient,
+        scope: &str,
+    ) -> Result<Option<i64>, tokio_postgres::Error> {
+        let row = client
+            .query_opt(&sql::seen(self.schema.as_deref()), &[&scope])
+            .await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    /// Every scope's fence, by scope.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    /// for row in zkfence_postgres::PostgresFence::new().scopes(&db).await? {
+    ///     println!("{} {} ({} claims, {})", row.scope, row.token, row.claims, row.updated);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn scopes(
+        &self,
+        client: &impl GenericClient,
+    ) -> Result<Vec<FenceRow>, tokio_postgres::Error> {
+        let rows = client
+            .query(&sql::scopes(self.schema.as_deref()), &[])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| FenceRow {
+                scope: row.get(0),
+                token: row.get(1),
+                claims: row.get(2),
+                updated: row.get(3),
+            })
+            .collect())
+    }
+
+    /// Sets `scope`'s fence to `to`, whatever it holds: the operator's way out after the
+    /// ZooKeeper ensemble's data was reset (every new token is below the old fences). Returns
+    /// what it held; `None` if the scope has no fence (nothing to rebase). Only once no holder
+    /// of the old ensemble can write any more: a fence set lower lets their late writes in.
+    ///
+    /// # Errors
+    ///
+    /// The database's error (`to` must be 0 or more).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one statement, which happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    /// let fence = zkfence_postgres::PostgresFence::new();
+    /// if let Some(old) = fence.rebase(&db, "/locks/orders", 0).await? {
+    ///     println!("fence of /locks/orders moved from {old} to 0");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn rebase(
+        &self,
+        client: &impl GenericClient,
+        scope: &str,
+        to: i64,
+    ) -> Result<Option<i64>, tokio_postgres::Error> {
+        let row = client
+            .query_opt(&sql::rebase(self.schema.as_deref()), &[&scope, &to])
+            .await?;
+        if let Some(row) = &row {
+            let old: i64 = row.get(0);
+            tracing::warn!(scope, from = old, to, "fence rebased");
+        }
+        Ok(row.map(|row| row.get(0)))
+    }
+}
+
+/// The span of one fenced operation.
+fn span(op: &'static str, ticket: &FenceTicket) -> tracing::Span {
+    tracing::debug_span!(
+        "fence",
+        store = STORE,
+        op,
+        scope = ticket.scope(),
+        fencing_token = %ticket.token(),
+    )
+}
+
+/// The token the fence holds, if `err` is `zkfence_claim`'s refusal.
+fn refusal(err: &tokio_postgres::Error) -> Option<i64> {
+    let db = err.as_db_error()?;
+    if db.code().code() != REFUSED {
+        return None;
+    }
+    db.detail().and_then(|d| d.trim().parse().ok())
+}
+
+/// Whether `err` is a serialization failure or a deadlock.
+fn is_serialization(err: &tokio_postgres::Error) -> bool {
+    matches!(
+        err.code(),
+        Some(code) if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// Whether `err` (or an error in its `source()` chain) is a serialization failure or deadlock.
+fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(err) = next {
+        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
+            if is_serialization(pg) {
+                return true;
+            }
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// The pause before attempt `attempt + 1`: 5 ms doubling, with jitter, up to 200 ms.
+fn backoff(attempt: u32) -> Duration {
+    let base = 5u64 << attempt.min(6);
+    let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(2_654_435_761)) % base;
+    Duration::from_millis((base + jitter).min(200))
+}

@@ -1,0 +1,508 @@
+//! The PostgreSQL fence against a real server: every case of the conformance kit (under READ
+//! COMMITTED and SERIALIZABLE), each fence mutant caught by the case that attacks it, the SQL
+//! function from `psql`, and a refusal that points at a reset ensemble.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio_postgres::{Client, IsolationLevel, NoTls};
+use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::{Acquire, FencedLock, LockOptions};
+use zkfence_postgres::PostgresFence;
+use zkfence_testkit::conformance::{self, BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch};
+use zkfence_testkit::harness::{chroot, connect, shared, shared_postgres};
+use zkfence_testkit::RawProxy;
+
+/// The kit's store on PostgreSQL: a schema per test with the fence, `kit_counter` (the
+/// counters), `kit_log` (the commit log: a row per accepted increment, inserted in the same
+/// transaction) and `kit_items` (for the serialization conflict). The fence's connections go
+/// through a proxy (to lose a commit's reply); reads go direct.
+struct PgStore {
+    fence: PostgresFence,
+    schema: String,
+    conns: Vec<Mutex<Client>>,
+    reader: Client,
+    side: Arc<Mutex<Client>>,
+    proxy: Arc<RawProxy>,
+    proxied: String,
+    direct: String,
+}
+
+async fn open(conninfo: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {conninfo}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+impl PgStore {
+    async fn new(name: &str) -> PgStore {
+        PgStore::build(name, PostgresFence::new()).await
+    }
+
+    async fn build(name: &str, fence: PostgresFence) -> PgStore {
+        let direct = tokio::task::spawn_blocking(shared_postgres)
+            .await
+            .unwrap()
+            .to_owned();
+        let schema = format!("kit_{name}_{}", std::process::id()).replace('-', "_");
+        let fence = fence.with_schema(&schema).unwrap();
+        let reader = open(&direct).await;
+        fence.install(&reader).await.unwrap();
+        reader
+            .batch_execute(&format!(
+                "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
+                 CREATE TABLE {schema}.kit_log (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL);
+                 CREATE TABLE {schema}.kit_items (k text NOT NULL);"
+            ))
+            .await
+            .unwrap();
+        let port: u16 = direct
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("port="))
+            .and_then(|p| p.parse().ok())
+            .unwrap();
+        let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
+        let proxied = direct.replace(&format!("port={port}"), &format!("port={}", proxy.port()));
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            conns.push(Mutex::new(open(&proxied).await));
+        }
+        PgStore {
+            fence,
+            schema,
+            conns,
+            reader,
+            side: Arc::new(Mutex::new(open(&direct).await)),
+            proxy,
+            proxied,
+            direct,
+        }
+    }
+
+    /// A free connection of the fence's (a fresh one if the proxy closed it).
+    async fn conn(&self) -> tokio::sync::MutexGuard<'_, Client> {
+        let mut guard = match self.conns.iter().find_map(|c| c.try_lock().ok()) {
+            Some(guard) => guard,
+            None => self.conns[0].lock().await,
+        };
+        if guard.is_closed() {
+            *guard = open(&self.proxied).await;
+        }
+        guard
+    }
+
+    async fn increment_with(
+        &self,
+        fence: &PostgresFence,
+        ticket: &FenceTicket,
+        key: &str,
+        hooks: Hooks,
+        conflict: Option<Arc<AtomicU32>>,
+    ) -> Result<i64, FenceError<tokio_postgres::Error>> {
+        let hooks = Arc::new(std::sync::Mutex::new(hooks));
+        let (schema, key) = (self.schema.clone(), key.to_owned());
+        let token = ticket.token().as_i64();
+        let side = self.side.clone();
+        let mut conn = self.conn().await;
+        fence
+            .transaction(&mut conn, ticket, |tx| {
+                let (hooks, schema, key, side) =
+                    (hooks.clone(), schema.clone(), key.clone(), side.clone());
+                let attempt = conflict.as_ref().map(|a| a.fetch_add(1, Ordering::SeqCst) + 1);
+                Box::pin(async move {
+                    let row = tx
+                        .query_opt(&format!("SELECT value FROM {schema}.kit_counter WHERE key = $1"), &[&key])
+                        .await?;
+                    let value = row.map_or(0, |r| r.get::<_, i64>(0)) + 1;
+                    let between = hooks.lock().unwrap().between.take();
+                    if let Some(between) = between {
+                        between.await;
+                    }
+                    if attempt.is_some() {
+                        // Write skew under SERIALIZABLE: we read a:key and write b:key; on the
+                        // first attempt another transaction reads b:key, writes a:key and
+                        // commits first, so our commit is the one refused.
+                        let (a, b) = (format!("a:{key}"), format!("b:{key}"));
+                        let items = format!("{schema}.kit_items");
+                        tx.query_one(&format!("SELECT count(*) FROM {items} WHERE k = $1"), &[&a]).await?;
+                        if attempt == Some(1) {
+                            let side = side.lock().await;
+                            side.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
+                            side.query_one(&format!("SELECT count(*) FROM {items} WHERE k = $1"), &[&b]).await?;
+                            side.execute(&format!("INSERT INTO {items} VALUES ($1)"), &[&a]).await?;
+                        }
+                        tx.execute(&format!("INSERT INTO {items} VALUES ($1)"), &[&b]).await?;
+                    }
+                    tx.execute(
+                        &format!("INSERT INTO {schema}.kit_counter VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"),
+                        &[&key, &value],
+                    )
+                    .await?;
+                    tx.execute(&format!("INSERT INTO {schema}.kit_log (key, token) VALUES ($1, $2)"), &[&key, &token])
+                        .await?;
+                    if attempt == Some(1) {
+                        side.lock().await.batch_execute("COMMIT").await?;
+                    }
+                    let hook = hooks.lock().unwrap().before_commit.take();
+                    if let Some(hook) = hook {
+                        hook();
+                    }
+                    Ok(value)
+                })
+            })
+            .await
+    }
+}
+
+impl FenceStore for PgStore {
+    type Error = tokio_postgres::Error;
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<(), FenceError<tokio_postgres::Error>>> {
+        Box::pin(async move {
+            let conn = self.conn().await;
+            self.fence.claim(&*conn, ticket).await.map(|_| ())
+        })
+    }
+
+    fn increment<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+        hooks: Hooks,
+    ) -> BoxFuture<'a, Result<i64, FenceError<tokio_postgres::Error>>> {
+        Box::pin(self.increment_with(&self.fence, ticket, key, hooks, None))
+    }
+
+    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT value FROM {}.kit_counter WHERE key = $1",
+                self.schema
+            );
+            let row = self
+                .reader
+                .query_opt(&sql, &[&key])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(row.map_or(0, |r| r.get(0)))
+        })
+    }
+
+    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT token FROM {}.kit_log WHERE key = $1 ORDER BY seq",
+                self.schema
+            );
+            let rows = self
+                .reader
+                .query(&sql, &[&key])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
+        Box::pin(async move {
+            self.fence
+                .seen(&self.reader, scope)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            // A lock wait of this store's connections alone (other tests share the server).
+            let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                       WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%zkfence_claim%'";
+            let row = self
+                .reader
+                .query_one(sql, &[&self.schema])
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(row.get::<_, i64>(0) > 0)
+        })
+    }
+
+    fn reply_switch(&self) -> ReplySwitch {
+        let proxy = self.proxy.clone();
+        Arc::new(move |on| match on {
+            true => proxy.drop_replies(true),
+            false => proxy.reset(),
+        })
+    }
+
+    fn increment_through_conflict<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+    ) -> Option<Conflicted<'a, tokio_postgres::Error>> {
+        Some(Box::pin(async move {
+            let attempts = Arc::new(AtomicU32::new(0));
+            let fence = self
+                .fence
+                .clone()
+                .with_isolation(IsolationLevel::Serializable);
+            let value = self
+                .increment_with(
+                    &fence,
+                    ticket,
+                    key,
+                    Hooks::default(),
+                    Some(attempts.clone()),
+                )
+                .await?;
+            Ok((value, attempts.load(Ordering::SeqCst)))
+        }))
+    }
+}
+
+macro_rules! cases {
+    ($($name:ident: $case:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            conformance::$case(&PgStore::new(stringify!($name)).await).await.unwrap();
+        }
+    )*};
+}
+
+cases! {
+    conformance_order: order;
+    conformance_edge_tokens: edge_tokens;
+    conformance_concurrent_first_claims: concurrent_first_claims;
+    conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit;
+    conformance_counter_equals_accepted_increments: counter_equals_accepted_increments;
+    conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt;
+    conformance_serialization_failure_retried: serialization_failure_retried;
+}
+
+/// The same cases where isolation matters, with the fence's transactions SERIALIZABLE (every
+/// claim writes the fence row, so a snapshot taken before another fenced commit fails and is
+/// retried instead of reading around it).
+macro_rules! serializable_cases {
+    ($($name:ident: $case:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let fence = PostgresFence::new().with_isolation(IsolationLevel::Serializable);
+            conformance::$case(&PgStore::build(stringify!($name), fence).await).await.unwrap();
+        }
+    )*};
+}
+
+serializable_cases! {
+    serializable_stale_writer_paused_before_commit: stale_writer_paused_before_commit;
+    serializable_counter_equals_accepted_increments: counter_equals_accepted_increments;
+    repeatable_read_order: order;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_lost_hold_writes_nothing() {
+    let store = PgStore::new("lost_hold").await;
+    let hosts = chroot(shared(), "pg-lost-hold").await;
+    let client = connect(&hosts, Duration::from_secs(10)).await;
+    conformance::lost_hold_writes_nothing(&store, &client)
+        .await
+        .unwrap();
+}
+
+/// The fence rules' mutants, each caught by the case the kit's table names for it.
+#[cfg(feature = "mutants")]
+mod mutants {
+    use super::*;
+    use zkfence::FenceMutant;
+    use zkfence_testkit::conformance::{Failure, Outcome};
+
+    async fn store(name: &str, mutant: FenceMutant) -> PgStore {
+        PgStore::build(name, PostgresFence::new().with_mutant(mutant)).await
+    }
+
+    fn assert_caught(mutant: FenceMutant, outcome: Outcome) {
+        match outcome {
+            Err(Failure::Violation(why)) => eprintln!("{mutant:?} caught: {why}"),
+            Err(Failure::Broken(why)) => panic!("{mutant:?}: the case broke instead: {why}"),
+            Ok(()) => panic!("{mutant:?} was not caught"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_check_outside_the_transaction_is_caught_by_the_paused_stale_writer() {
+        let m = FenceMutant::CheckOutsideTransaction;
+        let store = store("mutant_outside", m).await;
+        assert_caught(
+            m,
+            conformance::stale_writer_paused_before_commit(&store).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn strictly_greater_is_caught_by_order() {
+        let m = FenceMutant::StrictlyGreater;
+        assert_caught(
+            m,
+            conformance::order(&store("mutant_strict", m).await).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn equality_is_caught_by_order() {
+        let m = FenceMutant::Equality;
+        assert_caught(
+            m,
+            conformance::order(&store("mutant_equality", m).await).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_string_compare_is_caught_by_the_edge_tokens() {
+        let m = FenceMutant::StringCompare;
+        assert_caught(
+            m,
+            conformance::edge_tokens(&store("mutant_string", m).await).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_upsert_is_caught_by_order() {
+        let m = FenceMutant::NoUpsert;
+        assert_caught(
+            m,
+            conformance::order(&store("mutant_upsert", m).await).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_serialization_failure_taken_as_success_is_caught() {
+        let m = FenceMutant::SerializationAsSuccess;
+        let store = store("mutant_serialization", m).await;
+        assert_caught(m, conformance::serialization_failure_retried(&store).await);
+    }
+}
+
+/// Any client gets the same check from one statement: `psql` calling the function is refused
+/// with SQLSTATE ZF001 once a newer token claimed, and its transaction writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_calling_the_function_is_refused_below_the_fence() {
+    let store = PgStore::new("psql").await;
+    let schema = &store.schema;
+    let psql = |token: i64| {
+        let script = format!(
+            "\\set ON_ERROR_STOP 1\nBEGIN;\nSELECT {schema}.zkfence_claim('/locks/psql', {token});\nINSERT INTO {schema}.kit_log (key, token) VALUES ('psql', {token});\nCOMMIT;\n"
+        );
+        let direct = store.direct.clone();
+        async move {
+            let mut args = Vec::new();
+            for kv in direct.split_whitespace() {
+                let (k, v) = kv.split_once('=').unwrap();
+                match k {
+                    "host" => args.extend(["-h".to_owned(), v.to_owned()]),
+                    "port" => args.extend(["-p".to_owned(), v.to_owned()]),
+                    "user" => args.extend(["-U".to_owned(), v.to_owned()]),
+                    "dbname" => args.extend(["-d".to_owned(), v.to_owned()]),
+                    _ => {}
+                }
+            }
+            let mut child = tokio::process::Command::new("psql")
+                .args(&args)
+                .args(["-X", "-q", "-f", "-"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("psql (Debian's postgresql-client)");
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(script.as_bytes()).await.unwrap();
+            drop(stdin);
+            child.wait_with_output().await.unwrap()
+        }
+    };
+    assert!(psql(0x2_0000_0001).await.status.success());
+    let stale = psql(0x2_0000_0000).await;
+    assert!(!stale.status.success(), "psql's stale claim succeeded");
+    let stderr = String::from_utf8_lossy(&stale.stderr);
+    assert!(stderr.contains("refused token 8589934592"), "{stderr}");
+    assert_eq!(store.log("psql").await.unwrap(), vec![0x2_0000_0001]);
+    let sqlstate = store
+        .reader
+        .query_one(
+            &format!("SELECT {schema}.zkfence_claim('/locks/psql', 1)"),
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate.code().unwrap().code(), zkfence_postgres::REFUSED);
+}
+
+/// A refusal of a hold that is still valid, by a fence holding a token of a later ZooKeeper
+/// epoch, is the mark of a reset ensemble: the error says so and names the rebase command; the
+/// rebase lets the holder in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_hold_refused_by_a_later_epoch_looks_reset_until_rebased() {
+    let store = PgStore::new("reset").await;
+    let hosts = chroot(shared(), "pg-reset").await;
+    let client = connect(&hosts, Duration::from_secs(10)).await;
+    let lock = FencedLock::new(client, "/locks/reset", LockOptions::default()).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let ticket = guard.ticket();
+    // The old ensemble's holders got far: epoch 0x7fff_0000.
+    let old = conformance::ticket("/locks/reset", 0x7FFF_0000_0000_0001);
+    store.claim(&old).await.unwrap();
+    let refused = store.claim(&ticket).await.unwrap_err();
+    assert!(refused.looks_reset(), "{refused}");
+    let message = refused.to_string();
+    assert!(message.contains("looks reset"), "{message}");
+    assert!(
+        message.contains("zkfence fence rebase --scope '/locks/reset'"),
+        "{message}"
+    );
+    let old_fence = store
+        .fence
+        .rebase(&store.reader, "/locks/reset", ticket.token().as_i64())
+        .await
+        .unwrap();
+    assert_eq!(old_fence, Some(0x7FFF_0000_0000_0001));
+    store.claim(&ticket).await.unwrap();
+    // A stale holder of the *same* ensemble is told plainly: a newer holder took over.
+    guard.release().await.unwrap();
+    let next = lock.acquire().await.unwrap();
+    store.claim(&next.ticket()).await.unwrap();
+    // (Its own check fails first: released. A service holding only its text is refused.)
+    let stale = store.claim(&ticket.detached()).await.unwrap_err();
+    assert!(!stale.looks_reset());
+    assert!(stale.to_string().contains("a newer holder"), "{stale}");
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_is_idempotent_and_bad_claims_are_refused() {
+    let store = PgStore::new("install").await;
+    store.fence.install(&store.reader).await.unwrap();
+    store.fence.install(&store.reader).await.unwrap();
+    let schema = &store.schema;
+    for (scope, token) in [("''", "1"), ("NULL", "1"), ("'/a'", "-1"), ("'/a'", "NULL")] {
+        let err = store
+            .reader
+            .query_one(
+                &format!("SELECT {schema}.zkfence_claim({scope}, {token})"),
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code().unwrap().code(),
+            zkfence_postgres::BAD_CLAIM,
+            "{scope}, {token}"
+        );
+    }
+    let rows = store.fence.scopes(&store.reader).await.unwrap();
+    assert!(rows.is_empty(), "{rows:?}");
+}

@@ -1,0 +1,472 @@
+//! [`ZooKeeperFence`]: writes to ZooKeeper data, committed only while the hold stands.
+
+use tracing::Instrument;
+use zookeeper_client as zk;
+
+use super::error::FenceError;
+use super::ticket::FenceTicket;
+use crate::error::Error;
+use crate::loss::LossReason;
+use crate::mutants::{FenceFlaw, FenceMutant};
+use crate::requests::{create_parents, is_connection_error, retrying};
+
+/// How often a fenced write re-reads the fence node when other writers keep moving it between
+/// its read and its commit, before it gives up.
+const MAX_RACES: u32 = 32;
+
+/// Fenced writes to ZooKeeper data: the caller's operations go in one `multi` transaction
+/// behind the fence's own checks, so they commit only while the hold stands.
+///
+/// - **The holder's node.** When the ticket carries its lock node (every ticket from a hold,
+///   and one rebuilt from text that kept it), the first operation is a `check` that the node
+///   still exists. ZooKeeper applies a `multi` atomically at one zxid, so the write commits
+///   only if, at that zxid, the holder's node stood: the holder had not released, its session
+///   had not expired, nobody had deleted its node. That is the ownership check
+///   `zookeeper-client`'s `LockClient` makes, and that Apache Curator leaves to its users
+///   (CURATOR-689).
+/// - **A fence node** ([`with_fence_node`](Self::with_fence_node)) for data that other
+///   clients also write, or whose fence must outlive any one holder's node: it keeps the highest
+///   token accepted for the ticket's scope (`<token>\n<scope>`), compared when read and raised
+///   (or version-checked, for an equal token) in the same `multi`, so a fence moved by someone
+///   else between the read and the commit fails the commit, which is then read and compared
+///   again. A ticket rebuilt from its text without its node is fenced by this alone.
+///
+/// Before sending, the ticket's [`check`](FenceTicket::check) runs: a hold that is lost, in
+/// jeopardy or past its lease writes nothing.
+///
+/// # Examples
+///
+/// ```no_run
+/// use zkfence::{Acquire, FencedLock, LockOptions};
+/// use zkfence::fence::ZooKeeperFence;
+///
+/// # async fn demo(client: zookeeper_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let lock = FencedLock::new(client.clone(), "/locks/shard-7", LockOptions::default())?;
+/// let fence = ZooKeeperFence::new(client.clone());
+/// let guard = lock.acquire().await?;
+/// // Committed only while our lock node exists:
+/// fence.write(&guard.ticket(), |ops| ops.add_set_data("/shards/7/owner", b"host-a", None)).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ZooKeeperFence {
+    client: zk::Client,
+    /// The fence node, if any.
+    node: Option<String>,
+    /// The ACLs of the fence node (and its missing parents) when it is created.
+    acls: Vec<zk::Acl>,
+    flaw: FenceFlaw,
+}
+
+/// A fence node as read: the token it holds and its version.
+struct Seen {
+    token: i64,
+    version: i32,
+}
+
+/// How one attempt at a fenced commit ended, short of success.
+enum Attempt {
+    /// The fence node moved between our read and our commit: read and compare again.
+    Raced,
+    /// The fence node's parent is missing: create it, then try again.
+    NoParent,
+    Failed(FenceError<Error>),
+}
+
+impl ZooKeeperFence {
+    /// A fence that commits writes only while the ticket's lock node exists. Tickets without a
+    /// node (rebuilt from text without it) need a [fence node](Self::with_fence_node).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: zookeeper_client::Client) {
+    /// let fence = zkfence::fence::ZooKeeperFence::new(client);
+    /// # let _ = fence; }
+    /// ```
+    pub fn new(client: zk::Client) -> ZooKeeperFence {
+        ZooKeeperFence {
+            client,
+            node: None,
+            acls: zk::Acls::anyone_all().to_vec(),
+            flaw: FenceFlaw::default(),
+        }
+    }
+
+    /// A fence that also keeps the highest token accepted in the persistent node `path`
+    /// (created, with its parents, by the first claim). Use one fence node per scope.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPath`] for a path ZooKeeper would refuse.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+    /// let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client, "/app/config-fence")?;
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub fn with_fence_node(client: zk::Client, path: impl Into<String>) -> crate::Result<Self> {
+        let path = path.into();
+        crate::queue::names::validate_lock_path(&path)?;
+        Ok(ZooKeeperFence {
+            node: Some(path),
+            ..ZooKeeperFence::new(client)
+        })
+    }
+
+    /// The ACLs the fence node (and its missing parents) are created with; world:anyone by
+    /// default.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
+    /// use zookeeper_client::Acls;
+    /// let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client, "/app/fence")?
+    ///     .with_acls(Acls::creator_all().to_vec());
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub fn with_acls(mut self, acls: Vec<zk::Acl>) -> Self {
+        self.acls = acls;
+        self
+    }
+
+    /// **For zkfence's own tests**: a fence built with a deliberate flaw.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn with_mutant(mut self, mutant: FenceMutant) -> Self {
+        self.flaw = FenceFlaw::of(mutant);
+        self
+    }
+
+    /// The fence node's path, if the fence keeps one.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(fence: zkfence::fence::ZooKeeperFence) {
+    /// println!("{:?}", fence.fence_node());
+    /// # }
+    /// ```
+    pub fn fence_node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// Raises the fence node to the ticket's token, refusing an older one: from then on every
+    /// older holder's fenced write is refused. Returns the token the fence held before (`None`
+    /// for a scope's first claim). Two first claims at once: the higher token wins, and the
+    /// lower is refused if it comes second.
+    ///
+    /// # Errors
+    ///
+    /// [`FenceError::Refused`], [`FenceError::LockLost`], [`FenceError::InDoubt`]; and
+    /// [`FenceError::Store`] with [`Error::InvalidOptions`] when the fence has no fence node,
+    /// [`Error::FenceScope`] when the fence node belongs to another scope, or the ZooKeeper
+    /// error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a `multi` already sent may commit after the future
+    /// is dropped: the claim then stands, which only refuses older holders.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence::fence::ZooKeeperFence, lock: zkfence::FencedLock) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zkfence::Acquire;
+    /// let guard = lock.acquire().await?;
+    /// let before = fence.claim(&guard.ticket()).await?;
+    /// println!("raised the fence from {before:?} to {}", guard.token().as_i64());
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim(&self, ticket: &FenceTicket) -> Result<Option<i64>, FenceError<Error>> {
+        if self.node.is_none() {
+            return Err(FenceError::Store(Error::InvalidOptions(
+                "a claim needs a fence node: build the fence with ZooKeeperFence::with_fence_node",
+            )));
+        }
+        self.commit(ticket, true, &mut |_| Ok(()))
+            .await
+            .map(|(seen, _)| seen)
+    }
+
+    /// Commits the operations `ops` adds, in one `multi` behind the fence's checks: the
+    /// holder's node exists (when the ticket names it), and the fence node, if any, holds no
+    /// newer token (raised to ours in the same transaction). Returns the results of `ops`'s
+    /// operations, in their order. `ops` may be called again when another writer moved the
+    /// fence node before the commit.
+    ///
+    /// # Errors
+    ///
+    /// [`FenceError::Refused`] (the fence node holds a newer token), [`FenceError::LockLost`]
+    /// (the check before sending failed, or the holder's node was gone at the commit),
+    /// [`FenceError::InDoubt`] (the connection broke with the `multi` sent); and
+    /// [`FenceError::Store`]: an error of one of `ops`'s operations (nothing committed), or
+    /// [`Error::InvalidOptions`] for a ticket that names no node given to a fence without a
+    /// fence node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a `multi` already sent may commit after the future
+    /// is dropped; it still commits only behind the fence's checks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence::fence::ZooKeeperFence, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zookeeper_client::{Acls, CreateMode};
+    /// let results = fence
+    ///     .write(&ticket, |ops| {
+    ///         ops.add_set_data("/app/config", b"v2", None)?;
+    ///         ops.add_create("/app/history/v2", b"", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+    ///     })
+    ///     .await?;
+    /// assert_eq!(results.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn write<F>(
+        &self,
+        ticket: &FenceTicket,
+        mut ops: F,
+    ) -> Result<Vec<zk::MultiWriteResult>, FenceError<Error>>
+    where
+        F: FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send,
+    {
+        if self.node.is_none() && ticket.node_path().is_none() {
+            return Err(FenceError::Store(Error::InvalidOptions(
+                "this ticket names no lock node (rebuilt from text without one), so only a fence node can fence its writes: build the fence with ZooKeeperFence::with_fence_node",
+            )));
+        }
+        self.commit(ticket, false, &mut ops)
+            .await
+            .map(|(_, out)| out)
+    }
+
+    /// The token the fence node holds, and its scope; `None` before the first claim.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] without a fence node; ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence::fence::ZooKeeperFence) -> zkfence::Result<()> {
+    /// if let Some((token, scope)) = fence.seen().await? {
+    ///     println!("{scope}: fenced at {token}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn seen(&self) -> crate::Result<Option<(i64, String)>> {
+        let Some(node) = &self.node else {
+            return Err(Error::InvalidOptions("this fence keeps no fence node"));
+        };
+        let client = &self.client;
+        match retrying(client, || client.get_data(node)).await? {
+            Ok((data, _)) => parse_fence(node, &data).map(Some),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(err) => Err(Error::from_request("get", node, client.session_id(), err)),
+        }
+    }
+
+    /// Reads the fence node, compares, and commits the checks and `ops` in one `multi`, again
+    /// while other writers move the fence node first. The fence's token before, and `ops`'s
+    /// results. `claiming`: a claim (no `ops`), which the `CheckOutsideTransaction` mutant
+    /// checks, and whose later writes it does not.
+    async fn commit(
+        &self,
+        ticket: &FenceTicket,
+        claiming: bool,
+        ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
+    ) -> Result<(Option<i64>, Vec<zk::MultiWriteResult>), FenceError<Error>> {
+        let span = tracing::debug_span!(
+            "fenced_write",
+            scope = ticket.scope(),
+            fencing_token = %ticket.token(),
+            session_id = %self.client.session_id(),
+        );
+        let started = std::time::Instant::now();
+        let outcome = match self.flaw.is(FenceMutant::CheckOutsideTransaction) && !claiming {
+            // The mutant trusts the claim made before, and writes with no check at all.
+            true => self
+                .send(ticket, None, ops)
+                .await
+                .map(|out| (None, out))
+                .map_err(|a| match a {
+                    Attempt::Failed(err) => err,
+                    _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
+                }),
+            false => self.attempts(ticket, ops).instrument(span.clone()).await,
+        };
+        let _entered = span.enter();
+        super::record::record("zookeeper", started, &outcome);
+        outcome
+    }
+
+    /// [`commit`](Self::commit)'s attempts.
+    async fn attempts(
+        &self,
+        ticket: &FenceTicket,
+        ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
+    ) -> Result<(Option<i64>, Vec<zk::MultiWriteResult>), FenceError<Error>> {
+        for _ in 0..MAX_RACES {
+            let seen = self.read_fence(ticket).await?;
+            let before = seen.as_ref().map(|s| s.token);
+            let raise = self
+                .flaw
+                .admits(ticket.token().as_i64(), before)
+                .map_err(|()| ticket.refused(before.unwrap_or(-1)))?;
+            ticket.check_before_commit()?;
+            match self.send(ticket, Some((seen.as_ref(), raise)), ops).await {
+                Ok(results) => return Ok((before, results)),
+                Err(Attempt::Raced) => super::record::record_retry("zookeeper", "raced"),
+                Err(Attempt::NoParent) => {
+                    let node = self.node.as_deref().unwrap_or_default();
+                    let parent = &node[..node.rfind('/').unwrap_or(0)];
+                    let mode = zk::CreateMode::Persistent;
+                    create_parents(&self.client, parent, mode, &self.acls)
+                        .await
+                        .map_err(FenceError::Store)?;
+                }
+                Err(Attempt::Failed(err)) => return Err(err),
+            }
+        }
+        Err(FenceError::Store(Error::FenceContended {
+            scope: ticket.scope().to_owned(),
+            attempts: MAX_RACES,
+        }))
+    }
+
+    /// The fence node, if the fence keeps one and it exists.
+    async fn read_fence(&self, ticket: &FenceTicket) -> Result<Option<Seen>, FenceError<Error>> {
+        let Some(node) = &self.node else {
+            return Ok(None);
+        };
+        let client = &self.client;
+        let read = retrying(client, || client.get_data(node))
+            .await
+            .map_err(FenceError::Store)?;
+        let (data, stat) = match read {
+            Ok(read) => read,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(err) => {
+                let err = Error::from_request("get", node, client.session_id(), err);
+                return Err(FenceError::Store(err));
+            }
+        };
+        let (token, scope) = parse_fence(node, &data).map_err(FenceError::Store)?;
+        if scope != ticket.scope() {
+            return Err(FenceError::Store(Error::FenceScope {
+                node: node.clone(),
+                fenced: scope,
+                asked: ticket.scope().to_owned(),
+            }));
+        }
+        Ok(Some(Seen {
+            token,
+            version: stat.version,
+        }))
+    }
+
+    /// One `multi`: the holder's node check, the fence node's compare-and-raise (for the
+    /// fence as read, `seen`, and whether to raise it), `ops`. `checks` is `None` only for the
+    /// `CheckOutsideTransaction` mutant's writes: `ops` alone.
+    async fn send(
+        &self,
+        ticket: &FenceTicket,
+        checks: Option<(Option<&Seen>, bool)>,
+        ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
+    ) -> Result<Vec<zk::MultiWriteResult>, Attempt> {
+        let client = &self.client;
+        let (seen, raise) = checks.unwrap_or((None, false));
+        let mut multi = client.new_multi_writer();
+        let mut ours = 0;
+        let store = |err| Attempt::Failed(FenceError::Store(err));
+        let holder = ticket.node_path().filter(|_| checks.is_some());
+        if let Some(node) = &holder {
+            multi
+                .add_check_version(node, -1)
+                .map_err(|e| store(self.request_error("multi", node, e)))?;
+            ours += 1;
+        }
+        let fence_op = self.node.as_ref().filter(|_| checks.is_some());
+        if let Some(node) = fence_op {
+            let data = fence_data(ticket);
+            let added = match (seen, raise) {
+                (None, _) => {
+                    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&self.acls));
+                    multi.add_create(node, &data, &options)
+                }
+                (Some(seen), true) => multi.add_set_data(node, &data, Some(seen.version)),
+                (Some(seen), false) => multi.add_check_version(node, seen.version),
+            };
+            added.map_err(|e| store(self.request_error("multi", node, e)))?;
+            ours += 1;
+        }
+        ops(&mut multi).map_err(|e| store(self.request_error("multi", ticket.scope(), e)))?;
+        match multi.commit().await {
+            Ok(mut results) => {
+                results.drain(..ours.min(results.len()));
+                Ok(results)
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
+                let cause = self.request_error("multi", ticket.scope(), source);
+                Err(Attempt::Failed(ticket.in_doubt(cause)))
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(store(self.request_error("multi", ticket.scope(), source)))
+            }
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                let holder_op = holder.is_some() && index == 0;
+                let fence_index = usize::from(holder.is_some());
+                let fence_failed = fence_op.is_some() && index == fence_index;
+                Err(match (holder_op, fence_failed, source) {
+                    (true, _, zk::Error::NoNode) => Attempt::Failed(FenceError::LockLost {
+                        scope: ticket.scope().to_owned(),
+                        token: ticket.token().as_i64(),
+                        cause: Error::LockLost(LossReason::NodeDeleted),
+                    }),
+                    (_, true, zk::Error::BadVersion | zk::Error::NodeExists) => Attempt::Raced,
+                    (_, true, zk::Error::NoNode) if seen.is_none() => Attempt::NoParent,
+                    (_, true, zk::Error::NoNode) => Attempt::Raced,
+                    (_, _, source) => {
+                        let path = ticket.scope();
+                        store(self.request_error("multi", path, source))
+                    }
+                })
+            }
+        }
+    }
+
+    fn request_error(&self, op: &'static str, path: &str, err: zk::Error) -> Error {
+        Error::from_request(op, path, self.client.session_id(), err)
+    }
+}
+
+/// What a fence node holds for `ticket`: its token, a newline, its scope.
+fn fence_data(ticket: &FenceTicket) -> Vec<u8> {
+    format!("{}\n{}", ticket.token().as_i64(), ticket.scope()).into_bytes()
+}
+
+/// Reads a fence node's `<token>\n<scope>`.
+fn parse_fence(node: &str, data: &[u8]) -> crate::Result<(i64, String)> {
+    let text = std::str::from_utf8(data).ok();
+    let parsed = text.and_then(|text| {
+        let (token, scope) = text.split_once('\n')?;
+        let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+        Some((
+            digits.then(|| token.parse::<i64>().ok())??,
+            scope.to_owned(),
+        ))
+    });
+    parsed.ok_or_else(|| Error::NotAFence {
+        node: node.to_owned(),
+    })
+}

@@ -1,0 +1,636 @@
+//! The conformance kit for storage fences: the cases every fence (ZooKeeper's, PostgreSQL's,
+//! and those to come) must pass against a real server, each aimed at one way a fence goes
+//! wrong, and each catching a mutant of zkfence's own fences
+//! ([`FenceMutant`](zkfence::FenceMutant)).
+//!
+//! A store plugs in through [`FenceStore`]: a claim, a fenced read-modify-write increment of
+//! a counter (with a commit log of the tokens it accepted, in commit order), and reads of what
+//! the store holds. The cases build their own tickets (tokens of their choosing, as a service
+//! that received them over the wire would), except [`lost_hold_writes_nothing`], which takes a
+//! real lock.
+//!
+//! | case | what it attacks | the fence mutant it catches |
+//! | --- | --- | --- |
+//! | [`order`] | t1, t2 accepted; t1 refused; t2 again accepted; the first claim of a scope | `StrictlyGreater`, `Equality`, `NoUpsert` |
+//! | [`edge_tokens`] | 0, 9/10, 99/100, the epoch boundary 0xFFFF_FFFF/0x1_0000_0000, 2⁵³/2⁵³+1, `i64::MAX`, each in turn | `StringCompare` (and a double compare) |
+//! | [`concurrent_first_claims`] | two first claims of a scope at once: the higher wins | (a check-then-insert race) |
+//! | [`stale_writer_paused_before_commit`] | a stale writer held between its read and its commit while the new holder claims and writes: no token goes down in the commit log | `CheckOutsideTransaction` |
+//! | [`counter_equals_accepted_increments`] | holders one after another, each older one writing late: the counter equals the accepted increments | (lost updates) |
+//! | [`lost_reply_is_in_doubt`] | the commit applied and its reply lost: reported in doubt, never as done or refused | (a lost reply taken for a refusal) |
+//! | [`lost_hold_writes_nothing`] | the hold lost before the commit: nothing written | (no check before commit) |
+//! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo<S: zkfence_testkit::conformance::FenceStore>(store: S) {
+//! use zkfence_testkit::conformance;
+//! conformance::order(&store).await.expect("order");
+//! conformance::edge_tokens(&store).await.expect("edge tokens");
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::{Acquire, FencedLock, FencingToken, LockOptions};
+use zookeeper_client as zk;
+
+/// A boxed, `Send` future, as [`FenceStore`]'s methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An increment through a serialization conflict: its value and its number of attempts (see
+/// [`FenceStore::increment_through_conflict`]).
+pub type Conflicted<'a, E> = BoxFuture<'a, Result<(i64, u32), FenceError<E>>>;
+
+/// See [`FenceStore::reply_switch`].
+pub type ReplySwitch = Arc<dyn Fn(bool) + Send + Sync>;
+
+/// What the kit hands an increment: a pause between its read and its write (the think phase of
+/// a read-modify-write, where a holder stalls), and a hook run just before its commit is sent.
+#[derive(Default)]
+pub struct Hooks {
+    /// Awaited after the read, before the write.
+    pub between: Option<BoxFuture<'static, ()>>,
+    /// Called once, right before the commit is sent (after the fence's check).
+    pub before_commit: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("between", &self.between.is_some())
+            .field("before_commit", &self.before_commit.is_some())
+            .finish()
+    }
+}
+
+/// One store's fence, as the kit drives it. Give each test a fresh one (its own schema,
+/// chroot or key prefix): the cases use fixed scope and key names.
+pub trait FenceStore: Send + Sync {
+    /// The store's own error.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Raises `ticket`'s fence (the store's claim).
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<(), FenceError<Self::Error>>>;
+
+    /// One fenced read-modify-write of counter `key` (0 when missing), fenced by `ticket`: read,
+    /// await `hooks.between`, write the value read plus one and append the ticket's token to
+    /// `key`'s commit log, call `hooks.before_commit`, commit. Returns the value written.
+    fn increment<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+        hooks: Hooks,
+    ) -> BoxFuture<'a, Result<i64, FenceError<Self::Error>>>;
+
+    /// Counter `key`'s value (0 when missing), read apart from the fence's connection.
+    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>>;
+
+    /// `key`'s commit log: the tokens of the increments it accepted, in commit order.
+    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>>;
+
+    /// The token `scope`'s fence holds (`None` before its first claim).
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>>;
+
+    /// Whether a fenced write is waiting for another's lock now (PostgreSQL: a claim blocked
+    /// on the fence row). Stores without locks answer `false`.
+    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// A switch over the fence's connections: `true` drops the server's replies from then on
+    /// (requests still reach it); `false` closes those connections and lets replies through
+    /// again. Called from a synchronous hook, so it must act at once.
+    fn reply_switch(&self) -> ReplySwitch;
+
+    /// An increment whose first attempt meets a serialization failure at its commit, and the
+    /// number of attempts it took; `None` for stores without serialization failures.
+    fn increment_through_conflict<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+    ) -> Option<Conflicted<'a, Self::Error>> {
+        let _ = (ticket, key);
+        None
+    }
+}
+
+/// How a case failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The fence broke the rule the case checks.
+    Violation(String),
+    /// The case could not run (the store failed, a wait ran out): not a verdict on the fence.
+    Broken(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Violation(why) => write!(f, "fence rule broken: {why}"),
+            Failure::Broken(why) => write!(f, "case could not run: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl Failure {
+    /// Whether this is a [`Failure::Violation`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence_testkit::conformance::Failure;
+    /// assert!(Failure::Violation("x".into()).is_violation());
+    /// ```
+    pub fn is_violation(&self) -> bool {
+        matches!(self, Failure::Violation(_))
+    }
+}
+
+/// A case's outcome.
+pub type Outcome = Result<(), Failure>;
+
+fn violation(why: impl Into<String>) -> Failure {
+    Failure::Violation(why.into())
+}
+
+fn broken(why: impl fmt::Display) -> Failure {
+    Failure::Broken(why.to_string())
+}
+
+/// A ticket for `scope` with zxid `zxid` (the sequence is its low bits), as a service that
+/// received it would rebuild it: nothing to check but the token.
+pub fn ticket(scope: &str, zxid: i64) -> FenceTicket {
+    let token = FencingToken::new((zxid & 0x7FFF_FFFF) as i32, zxid).expect("a zxid from 0");
+    FenceTicket::new(scope, token).expect("a scope")
+}
+
+/// Tokens of one ZooKeeper epoch, as successive holders of a lock get them.
+fn epoch_token(n: i64) -> i64 {
+    0x1_0000_0000 + n
+}
+
+/// Asserts that `outcome` is a refusal that names `seen`.
+fn expect_refused<T: fmt::Debug, E: fmt::Display>(
+    what: &str,
+    outcome: Result<T, FenceError<E>>,
+    seen: i64,
+) -> Outcome {
+    match outcome {
+        Err(FenceError::Refused { seen: s, .. }) if s == seen => Ok(()),
+        Err(FenceError::Refused { seen: s, .. }) => Err(violation(format!(
+            "{what}: refused, but naming {s} where the fence holds {seen}"
+        ))),
+        Err(FenceError::Store(err)) => Err(broken(format!("{what}: {err}"))),
+        Err(err) => Err(violation(format!("{what}: expected a refusal, got: {err}"))),
+        Ok(value) => Err(violation(format!(
+            "{what}: accepted ({value:?}) below the fence's {seen}"
+        ))),
+    }
+}
+
+/// Asserts that `outcome` was accepted.
+fn expect_accepted<T, E: fmt::Display>(
+    what: &str,
+    outcome: Result<T, FenceError<E>>,
+) -> Result<T, Failure> {
+    match outcome {
+        Ok(value) => Ok(value),
+        Err(FenceError::Store(err)) => Err(broken(format!("{what}: {err}"))),
+        Err(err) => Err(violation(format!("{what}: must be accepted, got: {err}"))),
+    }
+}
+
+/// Claims then increments: t1 and t2 (t1 < t2) accepted in turn, t1 refused after t2, t2
+/// accepted again (a holder writes more than once: `>=`, not `>`); the scope's first claim
+/// creates its fence (an `UPDATE … WHERE fence <= $t` finds no row there and looks refused).
+///
+/// # Errors
+///
+/// [`Failure::Violation`] naming the step that went wrong.
+pub async fn order<S: FenceStore>(store: &S) -> Outcome {
+    let scope = "/kit/order";
+    let (t1, t2) = (
+        ticket(scope, epoch_token(41)),
+        ticket(scope, epoch_token(42)),
+    );
+    expect_accepted("the scope's first claim (t1)", store.claim(&t1).await)?;
+    expect_accepted(
+        "t1's write after its claim",
+        store.increment(&t1, "order", Hooks::default()).await,
+    )?;
+    expect_accepted("t2's claim after t1", store.claim(&t2).await)?;
+    let seen = t2.token().as_i64();
+    expect_refused("t1's claim after t2's", store.claim(&t1).await, seen)?;
+    expect_refused(
+        "t1's write after t2's claim",
+        store.increment(&t1, "order", Hooks::default()).await,
+        seen,
+    )?;
+    expect_accepted("t2's claim again", store.claim(&t2).await)?;
+    expect_accepted(
+        "t2's write",
+        store.increment(&t2, "order", Hooks::default()).await,
+    )?;
+    expect_accepted(
+        "t2's second write",
+        store.increment(&t2, "order", Hooks::default()).await,
+    )?;
+    let log = store.log("order").await.map_err(broken)?;
+    let expected = vec![t1.token().as_i64(), seen, seen];
+    if log != expected {
+        return Err(violation(format!(
+            "the commit log is {log:?}, expected {expected:?}"
+        )));
+    }
+    match store.seen(scope).await.map_err(broken)? {
+        Some(s) if s == seen => Ok(()),
+        other => Err(violation(format!(
+            "the fence holds {other:?}, expected {seen}"
+        ))),
+    }
+}
+
+/// The tokens where comparisons break, each claimed in turn on one scope (each accepted, the
+/// one before refused after it, itself accepted again): 0; 9 and 10, 99 and 100 (a string
+/// compare puts `"10"` below `"9"`); 0xFFFF_FFFF and 0x1_0000_0000 (the zxid epoch boundary);
+/// 2⁵³ and 2⁵³+1 (equal as doubles, as Lua and JavaScript numbers are); `i64::MAX`.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] naming the pair that went wrong.
+pub async fn edge_tokens<S: FenceStore>(store: &S) -> Outcome {
+    let scope = "/kit/edges";
+    let tokens = [
+        0,
+        1,
+        9,
+        10,
+        99,
+        100,
+        0xFFFF_FFFF,
+        0x1_0000_0000,
+        1 << 53,
+        (1 << 53) + 1,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+    let first = ticket(scope, tokens[0]);
+    expect_accepted("the first claim, token 0", store.claim(&first).await)?;
+    for pair in tokens.windows(2) {
+        let (older, newer) = (ticket(scope, pair[0]), ticket(scope, pair[1]));
+        expect_accepted(
+            &format!("{} after {}", pair[1], pair[0]),
+            store.claim(&newer).await,
+        )?;
+        expect_refused(
+            &format!("{} after {}", pair[0], pair[1]),
+            store.claim(&older).await,
+            pair[1],
+        )?;
+        expect_accepted(&format!("{} again", pair[1]), store.claim(&newer).await)?;
+    }
+    match store.seen(scope).await.map_err(broken)? {
+        Some(i64::MAX) => Ok(()),
+        other => Err(violation(format!(
+            "the fence holds {other:?}, expected i64::MAX"
+        ))),
+    }
+}
+
+/// Two first claims of a scope at once, twenty times (each on a scope of its own): the higher
+/// token is always accepted, the fence ends at it, and the lower one is accepted only if it
+/// came first (then it is in the commit log before the higher).
+///
+/// # Errors
+///
+/// [`Failure::Violation`] naming the round.
+pub async fn concurrent_first_claims<S: FenceStore>(store: &S) -> Outcome {
+    for round in 0..20 {
+        let scope = format!("/kit/first/{round}");
+        let (low, high) = (
+            ticket(&scope, epoch_token(7)),
+            ticket(&scope, epoch_token(8)),
+        );
+        // Alternate who is sent first.
+        let (a, b) = if round % 2 == 0 {
+            (&low, &high)
+        } else {
+            (&high, &low)
+        };
+        let (ra, rb) = tokio::join!(store.claim(a), store.claim(b));
+        let (r_low, r_high) = if round % 2 == 0 { (ra, rb) } else { (rb, ra) };
+        expect_accepted(&format!("round {round}: the higher first claim"), r_high)?;
+        match r_low {
+            Ok(()) | Err(FenceError::Refused { .. }) => {}
+            Err(FenceError::Store(err)) => return Err(broken(format!("round {round}: {err}"))),
+            Err(err) => {
+                return Err(violation(format!(
+                    "round {round}: the lower first claim: {err}"
+                )))
+            }
+        }
+        let seen = store.seen(&scope).await.map_err(broken)?;
+        if seen != Some(high.token().as_i64()) {
+            return Err(violation(format!(
+                "round {round}: after two first claims the fence holds {seen:?}, not the higher {}",
+                high.token().as_i64()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A stale writer (token t1) is held between its read and its commit while the new holder
+/// (t2) claims and increments; then the stale writer goes on. Whatever the store does with the
+/// two (a lock that makes the new holder wait; a refusal of the stale one), the commit log
+/// must never show a token going down, and the counter must equal the accepted increments.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] when the stale write lands after the newer one.
+pub async fn stale_writer_paused_before_commit<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/stale", "stale");
+    let (old, new) = (
+        ticket(scope, epoch_token(100)),
+        ticket(scope, epoch_token(200)),
+    );
+    expect_accepted("the old holder's claim", store.claim(&old).await)?;
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let between: BoxFuture<'static, ()> = Box::pin(async move {
+        let _ = paused_tx.send(());
+        let _ = go_rx.await;
+    });
+    let hooks = Hooks {
+        between: Some(between),
+        before_commit: None,
+    };
+    let stale = store.increment(&old, key, hooks);
+    let newer = async {
+        // The stale writer has read, and waits: now the new holder claims and writes.
+        paused_rx
+            .await
+            .map_err(|_| broken("the stale increment ended before its pause"))?;
+        let claim = store.claim(&new);
+        let write = async {
+            expect_accepted("the new holder's claim", claim.await)?;
+            expect_accepted(
+                "the new holder's write",
+                store.increment(&new, key, Hooks::default()).await,
+            )
+        };
+        tokio::pin!(write);
+        // Until the new holder is done, or waits for the stale writer's lock: then let the
+        // stale writer go on.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let done = loop {
+            tokio::select! {
+                done = &mut write => break Some(done),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            if store.waiting().await.map_err(broken)? {
+                break None;
+            }
+            if Instant::now() > deadline {
+                return Err(broken(
+                    "the new holder neither finished nor waited within 30 s",
+                ));
+            }
+        };
+        let _ = go_tx.send(());
+        match done {
+            Some(done) => done,
+            None => write.await,
+        }
+    };
+    let (stale, newer) = tokio::join!(stale, newer);
+    newer?;
+    match stale {
+        Ok(_) | Err(FenceError::Refused { .. }) => {}
+        Err(FenceError::Store(err)) => return Err(broken(format!("the stale writer: {err}"))),
+        Err(err) => return Err(violation(format!("the stale writer: {err}"))),
+    }
+    check_log(store, key).await
+}
+
+/// The commit log of `key` never goes down, and the counter equals its length.
+async fn check_log<S: FenceStore>(store: &S, key: &str) -> Outcome {
+    let log = store.log(key).await.map_err(broken)?;
+    if let Some(pair) = log.windows(2).find(|pair| pair[1] < pair[0]) {
+        return Err(violation(format!(
+            "the commit log goes down: {} committed after {} (log {log:?})",
+            pair[1], pair[0]
+        )));
+    }
+    let value = store.value(key).await.map_err(broken)?;
+    if value != log.len() as i64 {
+        return Err(violation(format!(
+            "the counter is {value} but {} increments were accepted (lost updates)",
+            log.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Five holders in turn, each claiming and incrementing while the one before it goes on
+/// writing late (its increments must be refused once the newer one has claimed), all at once:
+/// the counter equals the accepted increments and the commit log never goes down.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] for a lost update or a token going down.
+pub async fn counter_equals_accepted_increments<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/counter", "counter");
+    let holders: Vec<FenceTicket> = (1..=5)
+        .map(|n| ticket(scope, epoch_token(n * 10)))
+        .collect();
+    let mut accepted = 0u64;
+    for pair in holders.windows(2) {
+        let (old, new) = (&pair[0], &pair[1]);
+        expect_accepted("a holder's claim", store.claim(old).await)?;
+        // The old holder writes three times while the new one claims and writes three times.
+        let late = async {
+            let mut n = 0;
+            for _ in 0..3 {
+                match store.increment(old, key, Hooks::default()).await {
+                    Ok(_) => n += 1,
+                    Err(FenceError::Refused { .. }) => {}
+                    Err(err) => return Err(broken(format!("a late write: {err}"))),
+                }
+            }
+            Ok(n)
+        };
+        let current = async {
+            expect_accepted("the newer holder's claim", store.claim(new).await)?;
+            for _ in 0..3 {
+                expect_accepted(
+                    "the newer holder's write",
+                    store.increment(new, key, Hooks::default()).await,
+                )?;
+            }
+            Ok::<u64, Failure>(3)
+        };
+        let (late, current) = tokio::join!(late, current);
+        accepted += late? + current?;
+    }
+    check_log(store, key).await?;
+    let log = store.log(key).await.map_err(broken)?;
+    if log.len() as u64 != accepted {
+        return Err(violation(format!(
+            "{accepted} increments were reported accepted, the commit log holds {}",
+            log.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The commit is sent and its reply lost (the server's replies dropped right before it, then
+/// the connection closed once the write shows up in the store): the fence must say `InDoubt`
+/// (the write may have applied), never that it committed or was refused; the write is in the
+/// store exactly once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] for any other report.
+pub async fn lost_reply_is_in_doubt<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/doubt", "doubt");
+    let t = ticket(scope, epoch_token(5));
+    expect_accepted("the claim", store.claim(&t).await)?;
+    let switch = store.reply_switch();
+    let (muted_tx, muted_rx) = tokio::sync::oneshot::channel::<()>();
+    let hooks = Hooks {
+        between: None,
+        // Synchronously, right before the commit goes out: its reply will be dropped.
+        before_commit: Some(Box::new(move || {
+            switch(true);
+            let _ = muted_tx.send(());
+        })),
+    };
+    let write = store.increment(&t, key, hooks);
+    let watch = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        muted_rx
+            .await
+            .map_err(|_| broken("the increment ended before its commit"))?;
+        // The commit is on its way with its reply dropped: once it shows in the store, close
+        // the connection, so that the client learns the reply is not coming.
+        let switch = store.reply_switch();
+        loop {
+            if store.log(key).await.map_err(broken)?.len() == 1 {
+                switch(false);
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                switch(false);
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let (outcome, applied) = tokio::join!(write, watch);
+    let applied = applied?;
+    match outcome {
+        Err(FenceError::InDoubt { .. }) => {}
+        Ok(value) => {
+            return Err(violation(format!(
+                "a commit whose reply was lost was reported done (value {value}); a fence cannot know that"
+            )))
+        }
+        Err(err) => {
+            return Err(violation(format!(
+                "a commit whose reply was lost was reported as: {err}"
+            )))
+        }
+    }
+    if !applied {
+        return Err(broken("the commit never showed in the store within 30 s"));
+    }
+    check_log(store, key).await
+}
+
+/// A real hold whose node is deleted (a forced revocation) while its holder is between its
+/// read and its commit: the fence's check before the commit fails, and nothing is written.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] when the write commits or is reported otherwise.
+pub async fn lost_hold_writes_nothing<S: FenceStore>(store: &S, client: &zk::Client) -> Outcome {
+    let key = "lost";
+    let lock = FencedLock::new(client.clone(), "/kit/lost-hold", LockOptions::default())
+        .map_err(broken)?;
+    let guard = lock.acquire().await.map_err(broken)?;
+    let held = guard.held();
+    let ticket = guard.ticket();
+    let node = guard.node_path().to_owned();
+    let before = store.value(key).await.map_err(broken)?;
+    let between: BoxFuture<'static, ()> = Box::pin({
+        let lock = lock.clone();
+        async move {
+            let _ = lock.force_revocation(&node).await;
+            let _ = tokio::time::timeout(Duration::from_secs(30), held.lost()).await;
+        }
+    });
+    let hooks = Hooks {
+        between: Some(between),
+        before_commit: None,
+    };
+    let outcome = store.increment(&ticket, key, hooks).await;
+    drop(guard);
+    match outcome {
+        Err(FenceError::LockLost { .. }) => {}
+        Err(FenceError::Store(err)) => return Err(broken(err)),
+        Ok(_) => return Err(violation("a hold lost before its commit wrote")),
+        Err(err) => {
+            return Err(violation(format!(
+                "a hold lost before its commit: expected LockLost, got: {err}"
+            )))
+        }
+    }
+    let after = store.value(key).await.map_err(broken)?;
+    if after != before {
+        return Err(violation(format!(
+            "the counter moved from {before} to {after} under a lost hold"
+        )));
+    }
+    Ok(())
+}
+
+/// An increment whose first attempt is refused at its commit for serialization (the store
+/// reports it: [`FenceStore::increment_through_conflict`]) is run again and applied once: the
+/// fence reports success only for a commit that happened. Stores without serialization
+/// failures pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] when success is reported for a write the store does not hold.
+pub async fn serialization_failure_retried<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/serialization", "serialization");
+    let t = ticket(scope, epoch_token(9));
+    expect_accepted("the claim", store.claim(&t).await)?;
+    let before = store.value(key).await.map_err(broken)?;
+    let Some(conflicted) = store.increment_through_conflict(&t, key) else {
+        return Ok(());
+    };
+    let (value, attempts) = expect_accepted("the conflicted increment", conflicted.await)?;
+    let after = store.value(key).await.map_err(broken)?;
+    if after != before + 1 || value != after {
+        return Err(violation(format!(
+            "the increment was reported done with {value} after {attempts} attempt(s), but the counter went from {before} to {after}"
+        )));
+    }
+    if attempts < 2 {
+        return Err(broken(
+            "the conflict did not happen: the first attempt committed",
+        ));
+    }
+    check_log(store, key).await
+}
