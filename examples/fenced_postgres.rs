@@ -1,47 +1,61 @@
-//! Fenced writes to PostgreSQL: every write carries the lock's fencing token, and the store
-//! refuses a write whose token is older than the newest one it has seen.
+//! Fenced writes to PostgreSQL through `zkfence-postgres`: every transaction under the lock
+//! raises the fence first, so the store refuses a holder that lost the lock without knowing it.
 //!
 //! ```sh
 //! ZKFENCE_CONNECT=127.0.0.1:2181 DATABASE_URL='host=127.0.0.1 user=postgres' \
 //!     cargo run --example fenced_postgres
 //! ```
 //!
-//! It increments a counter a few times under the lock, then shows what fencing is for: a
-//! holder that stalled past its lease writes with its old token after a newer holder has
-//! written, and the store refuses it. It prints one line per write and exits 0 when every
-//! write landed as the fence says it should.
+//! It increments a counter a few times under the lock (a read-modify-write: the fence is
+//! raised before the read), then shows what fencing is for: a holder that stalled past its lease
+//! writes with its old ticket after a newer holder has written, and the store refuses it. It
+//! prints one line per write and exits 0 when every write landed as the fence says it should.
 
 use std::error::Error;
-use zkfence::Acquire;
 
 use tokio_postgres::{Client as Postgres, NoTls};
-use zkfence::{FencedLock, FencingToken, LockOptions};
+use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::{Acquire, FencedLock, LockOptions};
+use zkfence_postgres::PostgresFence;
 
-/// One row per counter: its value and the highest token that has written it.
+/// One row per counter. The fence lives in the fence's own table (`zkfence_fence`), one row
+/// per lock path.
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS fenced_counter (
     name  text PRIMARY KEY,
-    value bigint NOT NULL,
-    fence numeric(20) NOT NULL
+    value bigint NOT NULL
 )";
 
-/// The fenced read-modify-write: applied only if no newer holder has written. The token is
-/// passed as text and compared as `numeric(20)`, since `as_u64()` can exceed `bigint`.
-const INCREMENT: &str = "UPDATE fenced_counter
-    SET value = value + 1, fence = $2::text::numeric
-    WHERE name = $1 AND fence <= $2::text::numeric
-    RETURNING value";
-
-/// Adds one to `name` with `token`'s authority: `Some(new value)`, or `None` when the store
-/// has seen a newer token and refused the write.
+/// Adds one to `name` under `ticket`: read, then write, in one fenced transaction (the fence
+/// raised as its first statement). `Ok(None)` when the store refused the ticket.
 async fn increment(
-    db: &Postgres,
+    fence: &PostgresFence,
+    db: &mut Postgres,
     name: &str,
-    token: FencingToken,
+    ticket: &FenceTicket,
 ) -> Result<Option<i64>, Box<dyn Error>> {
-    let rows = db
-        .query(INCREMENT, &[&name, &token.as_u64().to_string()])
-        .await?;
-    Ok(rows.first().map(|row| row.get(0)))
+    let name = name.to_owned();
+    let outcome = fence
+        .transaction(db, ticket, |tx| {
+            let name = name.clone();
+            Box::pin(async move {
+                let read = tx
+                    .query_one("SELECT value FROM fenced_counter WHERE name = $1", &[&name])
+                    .await?;
+                let value: i64 = read.get::<_, i64>(0) + 1;
+                tx.execute(
+                    "UPDATE fenced_counter SET value = $2 WHERE name = $1",
+                    &[&name, &value],
+                )
+                .await?;
+                Ok::<_, tokio_postgres::Error>(value)
+            })
+        })
+        .await;
+    match outcome {
+        Ok(value) => Ok(Some(value)),
+        Err(FenceError::Refused { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
 }
 
 #[tokio::main]
@@ -51,11 +65,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let lock_path =
         std::env::var("ZKFENCE_LOCK").unwrap_or_else(|_| "/zkfence-examples/counter".into());
 
-    let (db, connection) = tokio_postgres::connect(&database, NoTls).await?;
+    let (mut db, connection) = tokio_postgres::connect(&database, NoTls).await?;
     tokio::spawn(connection);
+    let fence = PostgresFence::new();
+    fence.install(&db).await?; // the fence table and zkfence_claim(scope, token)
     db.batch_execute(SCHEMA).await?;
     db.execute(
-        "INSERT INTO fenced_counter VALUES ('example', 0, 0) ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO fenced_counter VALUES ('example', 0) ON CONFLICT (name) DO NOTHING",
         &[],
     )
     .await?;
@@ -64,30 +80,31 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let options = LockOptions::default().with_create_parents(true);
     let lock = FencedLock::new(client, lock_path, options)?;
 
-    // Ordinary use: acquire, write with the token, release.
+    // Ordinary use: acquire, write under the ticket, release.
     for _ in 0..3 {
         let guard = lock.acquire().await?;
-        let value = increment(&db, "example", guard.token()).await?;
-        println!(
-            "token {}: increment accepted, value {value:?}",
-            guard.token()
-        );
+        let ticket = guard.ticket();
+        let value = increment(&fence, &mut db, "example", &ticket).await?;
+        println!("ticket {ticket}: increment accepted, value {value:?}");
         if value.is_none() {
             return Err("a current holder's write was refused".into());
         }
         guard.release().await?;
     }
 
-    // The failure fencing exists for: a holder stalls (GC pause, SIGSTOP) while a newer holder
-    // takes the lock and writes. Replayed here with the tokens of two consecutive holders.
+    // The failure fencing exists for: a holder stalls (GC pause, SIGSTOP) with a write in
+    // flight while a newer holder takes the lock and writes. Replayed with two consecutive
+    // holders' tickets; the stale one as a write in flight carries it, with no hold left to
+    // check (its own check would stop it first if it could still run).
     let stale = lock.acquire().await?;
-    let old_token = stale.token();
+    let old = stale.ticket().detached();
     stale.release().await?;
     let newer = lock.acquire().await?;
-    increment(&db, "example", newer.token()).await?;
-    let late = increment(&db, "example", old_token).await?;
+    increment(&fence, &mut db, "example", &newer.ticket()).await?;
+    let late = increment(&fence, &mut db, "example", &old).await?;
     println!(
-        "token {old_token}: late write after token {} {}",
+        "token {}: late write after token {} {}",
+        old.token(),
         newer.token(),
         if late.is_none() {
             "refused by the store"

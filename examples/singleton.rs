@@ -19,57 +19,76 @@ use std::time::Duration;
 
 use tokio_postgres::{Client as Postgres, NoTls};
 use tokio_util::sync::CancellationToken;
-use zkfence::{FencedElection, FencingToken, LockOptions};
+use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::{FencedElection, LockOptions};
+use zkfence_postgres::PostgresFence;
 
-/// The worker's progress and the greatest epoch that has written it.
+/// The worker's progress. Its fence (the greatest epoch that wrote it) is the fence table's row
+/// for the election path.
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS singleton_progress (
     name  text PRIMARY KEY,
-    steps bigint NOT NULL,
-    epoch numeric(20) NOT NULL
+    steps bigint NOT NULL
 )";
-
-/// One step, applied only if no later leader has written (the epoch as text: `as_u64()` can
-/// exceed `bigint`).
-const STEP: &str = "UPDATE singleton_progress
-    SET steps = steps + 1, epoch = $2::text::numeric
-    WHERE name = $1 AND epoch <= $2::text::numeric
-    RETURNING steps";
 
 /// Terms to run before shutting down.
 const TERMS: usize = 4;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-async fn step(db: &Postgres, epoch: FencingToken) -> Result<Option<i64>, BoxError> {
-    let rows = db
-        .query(STEP, &[&"compaction", &epoch.as_u64().to_string()])
-        .await?;
-    Ok(rows.first().map(|row| row.get(0)))
+/// One step under the leader's ticket (scope: the election path, token: the epoch); `None`
+/// when the store refused it.
+async fn step(db: &mut Postgres, ticket: &FenceTicket) -> Result<Option<i64>, BoxError> {
+    let outcome = PostgresFence::new()
+        .transaction(db, ticket, |tx| {
+            Box::pin(async move {
+                let row = tx
+                    .query_one(
+                        "UPDATE singleton_progress SET steps = steps + 1 WHERE name = 'compaction' RETURNING steps",
+                        &[],
+                    )
+                    .await?;
+                Ok::<i64, tokio_postgres::Error>(row.get(0))
+            })
+        })
+        .await;
+    match outcome {
+        Ok(steps) => Ok(Some(steps)),
+        Err(FenceError::Refused { .. }) => Ok(None),
+        Err(err) => Err(err.to_string().into()),
+    }
 }
 
-/// A candidate on its own session, leading until `shutdown`.
+async fn open(url: &str) -> Result<Postgres, BoxError> {
+    let (db, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(connection);
+    Ok(db)
+}
+
+/// A candidate on its own session (and database connection), leading until `shutdown`.
 async fn candidate(
     name: &'static str,
     connect: String,
-    db: Arc<Postgres>,
+    database: String,
     terms: Arc<AtomicUsize>,
-    epochs: Arc<std::sync::Mutex<Vec<FencingToken>>>,
+    tickets: Arc<std::sync::Mutex<Vec<FenceTicket>>>,
     shutdown: CancellationToken,
 ) -> Result<(), BoxError> {
     let client = zookeeper_client::Client::connect(&connect).await?;
+    let db = Arc::new(tokio::sync::Mutex::new(open(&database).await?));
     let election = FencedElection::new(client, path(), LockOptions::default())?;
     let stop = shutdown.clone();
     election
         .lead(name, shutdown, |leadership| {
-            let (db, terms, epochs, stop) =
-                (db.clone(), terms.clone(), epochs.clone(), stop.clone());
+            let (db, terms, tickets, stop) =
+                (db.clone(), terms.clone(), tickets.clone(), stop.clone());
             async move {
                 let epoch = leadership.epoch();
-                epochs.lock().unwrap().push(epoch);
+                let ticket = leadership.ticket(); // scope: the election path; token: the epoch
+                tickets.lock().unwrap().push(ticket.detached());
                 leadership.proclaim(format!("{name}: compacting")).await?;
                 for _ in 0..3 {
-                    leadership.check()?; // before each side effect
-                    match step(&db, epoch).await? {
+                    // The fence checks the leadership just before each commit.
+                    match step(&mut *db.lock().await, &ticket).await? {
                         Some(steps) => {
                             println!("{name} leads in epoch {epoch}: step accepted, {steps} steps")
                         }
@@ -94,15 +113,14 @@ fn path() -> String {
 async fn main() -> Result<(), BoxError> {
     let connect = std::env::var("ZKFENCE_CONNECT").unwrap_or_else(|_| "127.0.0.1:2181".into());
     let database = std::env::var("DATABASE_URL").map_err(|_| "set DATABASE_URL to a tokio-postgres connection string, e.g. 'host=127.0.0.1 user=postgres'")?;
-    let (db, connection) = tokio_postgres::connect(&database, NoTls).await?;
-    tokio::spawn(connection);
+    let mut db = open(&database).await?;
+    PostgresFence::new().install(&db).await?; // the fence table and zkfence_claim(scope, token)
     db.batch_execute(SCHEMA).await?;
     db.execute(
-        "INSERT INTO singleton_progress VALUES ('compaction', 0, 0) ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO singleton_progress VALUES ('compaction', 0) ON CONFLICT (name) DO NOTHING",
         &[],
     )
     .await?;
-    let db = Arc::new(db);
 
     // An observer: the leader and each change, as `zkfence elect --observe` prints them.
     let client = zookeeper_client::Client::connect(&connect).await?;
@@ -120,7 +138,7 @@ async fn main() -> Result<(), BoxError> {
         }
     });
 
-    let (terms, epochs) = (Arc::new(AtomicUsize::new(0)), Arc::default());
+    let (terms, tickets) = (Arc::new(AtomicUsize::new(0)), Arc::default());
     let shutdown = CancellationToken::new();
     let candidates: Vec<_> = ["a", "b"]
         .into_iter()
@@ -128,9 +146,9 @@ async fn main() -> Result<(), BoxError> {
             let run = candidate(
                 name,
                 connect.clone(),
-                db.clone(),
+                database.clone(),
                 terms.clone(),
-                Arc::clone(&epochs),
+                Arc::clone(&tickets),
                 shutdown.clone(),
             );
             tokio::spawn(run)
@@ -140,16 +158,17 @@ async fn main() -> Result<(), BoxError> {
         candidate.await??;
     }
 
-    let epochs = epochs.lock().unwrap().clone();
-    if epochs.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(format!("epochs did not increase: {epochs:?}").into());
+    let tickets: Vec<FenceTicket> = tickets.lock().unwrap().clone();
+    if tickets.windows(2).any(|w| w[0].token() >= w[1].token()) {
+        return Err(format!("epochs did not increase: {tickets:?}").into());
     }
     // The first leader, stalled through every later term, wakes and writes: refused.
-    let late = step(&db, epochs[0]).await?;
+    let (first, last) = (&tickets[0], &tickets[tickets.len() - 1]);
+    let late = step(&mut db, first).await?;
     println!(
         "epoch {}: a late write after epoch {} {}",
-        epochs[0],
-        epochs[epochs.len() - 1],
+        first.token(),
+        last.token(),
         if late.is_none() {
             "refused by the store"
         } else {

@@ -157,11 +157,11 @@ impl FencedElection {
     ///
     /// # Errors
     ///
-    /// As [`FencedLock::acquire`]; [`Error::RequestTooLarge`] for oversized data.
+    /// As [`Acquire::acquire`](crate::Acquire::acquire); [`Error::RequestTooLarge`] for oversized data.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`FencedLock::acquire`]: no candidate node is left behind.
+    /// Cancel safe, as [`Acquire::acquire`](crate::Acquire::acquire): no candidate node is left behind.
     ///
     /// # Examples
     ///
@@ -279,7 +279,7 @@ impl FencedElection {
 
     /// Leads until `shutdown` fires: campaigns, runs `work` with the [`Leadership`] each time
     /// this candidate leads (polled only while the leadership holds, as a
-    /// [`FencedLock::run`] section, and dropped the moment it is lost), resigns when `work`
+    /// [`Acquire::run`](crate::Acquire::run) section, and dropped the moment it is lost), resigns when `work`
     /// returns, and campaigns again after a backoff with jitter: 100 ms doubling per failure up
     /// to 5 s. After a session's end it campaigns on a new session from
     /// [`with_reconnect`](Self::with_reconnect). This is what most singleton workers want.
@@ -463,13 +463,15 @@ impl std::ops::Deref for Leadership {
 impl Leadership {
     /// This leader's epoch: its node's fencing token, strictly greater than every earlier
     /// leader's (also across Curator `LeaderLatch` leaders on the same path). Give
-    /// [`as_u64`](FencingToken::as_u64) to storage with every write.
+    /// storage with every write: its [`ticket`](crate::Held::ticket) (scope: the election path,
+    /// token: the epoch) to a fence in [`crate::fence`].
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(leadership: zkfence::Leadership) {
-    /// println!("UPDATE jobs SET epoch = {0} WHERE epoch <= {0}", leadership.epoch().as_u64());
+    /// let ticket = leadership.ticket(); // for a fence: scope = the election path, token = the epoch
+    /// assert_eq!(ticket.token(), leadership.epoch());
     /// # }
     /// ```
     pub fn epoch(&self) -> FencingToken {

@@ -1,5 +1,5 @@
 //! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
-//! gets from [`FencedLock::run`](crate::FencedLock::run); and the holding they share: one
+//! gets from [`Acquire::run`](crate::Acquire::run)(crate::Acquire::run); and the holding they share: one
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
 
@@ -84,7 +84,7 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
 /// let held: zkfence::Held = guard.held();
 /// tokio::spawn(async move {
 ///     held.check()?; // fails once the lock is lost or its lease has lapsed
-///     println!("writing with token {}", held.token().as_u64());
+///     println!("writing with token {}", held.token().as_i64());
 ///     Ok::<_, zkfence::Error>(())
 /// });
 /// guard.release().await?;
@@ -120,7 +120,8 @@ impl<M: Mode> std::fmt::Debug for Held<M> {
 }
 
 impl<M: Mode> Held<M> {
-    /// The fencing token of this acquisition: pass [`FencingToken::as_u64`] to storage.
+    /// The fencing token of this acquisition. Storage compares [`FencingToken::as_i64`]; give an
+    /// exclusive hold's [`ticket`](Held::ticket) to a fence in [`crate::fence`], which does so.
     ///
     /// # Examples
     ///
@@ -128,7 +129,7 @@ impl<M: Mode> Held<M> {
     /// # use zkfence::Acquire;
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
-    /// println!("UPDATE t SET v = 1, fence = {0} WHERE fence <= {0}", guard.token().as_u64());
+    /// println!("token {} (sequence {})", guard.token().as_i64(), guard.token().sequence());
     /// # Ok(()) }
     /// ```
     pub fn token(&self) -> FencingToken {
@@ -242,7 +243,7 @@ impl<M: Mode> Held<M> {
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// guard.check()?;
-    /// // ... one side effect, fenced with guard.token().as_u64() ...
+    /// // ... one side effect, through a fence with guard.ticket() ...
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
@@ -300,7 +301,7 @@ impl<M: Mode> Held<M> {
     ///         Err(err) => return Err(err),
     ///     }
     /// }
-    /// // ... a side effect, fenced with guard.token().as_u64() ...
+    /// // ... a side effect, through a fence with guard.ticket() ...
     /// # Ok(()) }
     /// ```
     pub async fn steady(&self) -> Result<()> {

@@ -20,10 +20,11 @@
 //! 3. **Nothing inside a process can stop a write already in flight** when the process stalls
 //!    (GC pause, SIGSTOP, swap, a slow disk) past its lease. The fencing token makes such a
 //!    write harmless, *if storage checks it*: every later holder has a strictly greater
-//!    [`FencingToken::as_u64`], so storage that keeps the highest token it has accepted and
-//!    refuses smaller ones (`UPDATE … SET fence = $t … WHERE fence <= $t`, a ZooKeeper multi
-//!    with a version check, a conditional put) refuses the stale holder. Guarantee 3 needs
-//!    the storage's help; without it, guarantees 1 and 2 are all there is.
+//!    [`FencingToken::as_i64`], so storage that keeps the highest token it has accepted and
+//!    refuses smaller ones refuses the stale holder. [`fence`] gives storage that check: an
+//!    exclusive hold's [`FenceTicket`] goes to a [`fence::ZooKeeperFence`], or to the
+//!    `zkfence-postgres` package's fenced transactions (a SQL function any client can call).
+//!    Guarantee 3 needs the storage's help; without it, guarantees 1 and 2 are all there is.
 //!
 //! # The lease, in short
 //!
@@ -52,9 +53,9 @@
 //! # The fencing token
 //!
 //! [`FencingToken::sequence`] is the lock node's sequence number, as in
-//! `_c_…-lock-0000000042`. [`FencingToken::as_u64`] is the node's creation zxid (`czxid`,
+//! `_c_…-lock-0000000042`. [`FencingToken::as_i64`] is the node's creation zxid (`czxid`,
 //! from the create reply): zxids order every write of the ensemble, and the sequence numbers
-//! of one parent are assigned in that same order, so `as_u64()` strictly increases from
+//! of one parent are assigned in that same order, so `as_i64()` strictly increases from
 //! holder to holder for the life of the ensemble's data, including when the lock's parent is
 //! deleted and recreated (the sequence restarts at 0) and past the sequence's 2³¹ wrap (it
 //! goes negative). Queue order itself is computed with serial-number arithmetic, so it too
@@ -70,7 +71,7 @@
 //! With [`LockOptions::with_grace`], a lease that lapses with no evidence of loss (a leader
 //! failover, a rolling restart, an fsync stall) puts the hold in **jeopardy** rather than
 //! ending it, as Chubby's grace period does: [`Held::check`] fails with [`Error::Jeopardy`],
-//! [`Held::jeopardy`] reads `true`, a [`FencedLock::run`] section is not polled, and the
+//! [`Held::jeopardy`] reads `true`, a [`Acquire::run`] section is not polled, and the
 //! cancellation token waits. A committed probe that finds the guard's node again resumes it
 //! ([`Held::steady`]); the grace running out ends it. The argument is in the lease module.
 //! Work that only watches the cancellation token must not use a grace.
@@ -126,7 +127,7 @@
 //! election
 //!     .lead("host-a", shutdown, |leadership| async move {
 //!         leadership.proclaim("host-a: compacting").await?;
-//!         leadership.check()?; // then write with leadership.epoch().as_u64()
+//!         leadership.check()?; // then write through a fence with leadership.ticket()
 //!         Ok::<(), zkfence::Error>(())
 //!     })
 //!     .await
@@ -198,8 +199,10 @@
 //!
 //! # Layout
 //!
-//! - [`FencedLock`]: acquire, try_acquire, acquire_timeout, run, contenders; clones share an
-//!   in-process queue (one ZooKeeper contender per process).
+//! - [`Acquire`]: acquire, try_acquire, acquire_timeout, run, run_timeout, written once for
+//!   every lock kind (`use zkfence::Acquire;` to call them).
+//! - [`FencedLock`]: the mutex; contenders, holders, revocation; clones share an in-process
+//!   queue (one ZooKeeper contender per process).
 //! - [`LockOptions`]: node data, ACLs, parents, the disconnect policy, the lease's margin,
 //!   drift and tickTime, lock-delay, the metrics label.
 //! - [`FencedRwLock`]: readers share, writers exclude (Curator-compatible node names). A
@@ -211,7 +214,10 @@
 //! - [`FencedElection`], [`Leadership`], [`Leader`], [`Observer`]: leader election on the same
 //!   queue; the leader's epoch is its token (see below).
 //! - [`LockGuard`] / [`Held`]: token, check, cancellation, jeopardy, revocation, release.
-//! - [`FencingToken`]: the number storage compares.
+//! - [`FencingToken`]: the number storage compares; [`Exclusive`] and [`Shared`], the modes
+//!   that say whether a hold's token may fence storage.
+//! - [`fence`]: [`FenceTicket`] (what a fence needs from a hold, and its text form),
+//!   [`fence::FenceError`], [`fence::ZooKeeperFence`]; `zkfence-postgres` fences PostgreSQL.
 //! - [`LossReason`]: why a lock was lost; the watchdog that detects it.
 //! - [`Error`]: one error type with predicates.
 //! - [`metrics`]: metric names and [`metrics::describe`].
@@ -219,8 +225,7 @@
 //! # Examples
 //!
 //! ```no_run
-//! # use zkfence::Acquire;
-//! use zkfence::{FencedLock, LockOptions};
+//! use zkfence::{Acquire, FencedLock, LockOptions};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = zookeeper_client::Client::connect("127.0.0.1:2181").await?;
@@ -229,17 +234,16 @@
 //! // Explicit guard:
 //! let guard = lock.acquire().await?;
 //! guard.check()?; // fail fast before the side effect
-//! let fence = guard.token().as_u64() as i64;
-//! // sqlx::query("UPDATE orders SET total = $1, fence = $2 WHERE id = $3 AND fence <= $2")
-//! //     .bind(total).bind(fence).bind(id).execute(&pool).await?;  -- 0 rows: a newer holder exists
-//! # let _ = fence;
+//! let ticket = guard.ticket(); // scope, token and the hold's check, for a fence
+//! // zkfence_postgres::PostgresFence::new().transaction(&mut db, &ticket, |tx| ...).await?;
+//! # let _ = ticket;
 //! guard.release().await?;
 //!
 //! // Or a cancellable critical section, dropped the moment the lock is lost:
 //! let fence = lock
 //!     .run(|held| async move {
 //!         held.check()?;
-//!         Ok::<_, zkfence::Error>(held.token().as_u64())
+//!         Ok::<_, zkfence::Error>(held.token().as_i64())
 //!     })
 //!     .await?;
 //! # let _ = fence;

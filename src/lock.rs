@@ -338,7 +338,7 @@ impl<M: Mode> FencedLock<M> {
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let queue = lock.contenders().await?;
     /// if let Some(holder) = queue.first() {
-    ///     println!("holder {} token {}", holder.node, holder.token.as_u64());
+    ///     println!("holder {} token {}", holder.node, holder.token.as_i64());
     /// }
     /// # Ok(()) }
     /// ```

@@ -201,7 +201,7 @@ impl MultiHeld {
     /// # use zkfence::Acquire;
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
-    /// let fences: Vec<u64> = guard.tokens().iter().map(|t| t.as_u64()).collect();
+    /// let fences: Vec<i64> = guard.tokens().iter().map(|t| t.as_i64()).collect();
     /// # let _ = fences; Ok(()) }
     /// ```
     pub fn tokens(&self) -> Vec<FencingToken> {
@@ -223,7 +223,7 @@ impl MultiHeld {
     /// # Ok(()) }
     /// ```
     pub fn tickets(&self) -> Vec<FenceTicket> {
-        self.helds.iter().map(Held::ticket).collect()
+        self.helds.iter().map(|held| held.ticket()).collect()
     }
 
     /// The lock paths, in the order given.

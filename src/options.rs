@@ -174,7 +174,7 @@ impl LockOptions {
     /// with no evidence that the lock is lost puts the hold in **jeopardy** instead of ending
     /// it: [`check`](crate::Held::check) fails at once with [`Error::Jeopardy`](crate::Error::Jeopardy),
     /// [`jeopardy`](crate::Held::jeopardy) reads `true`, and a section under
-    /// [`run`](crate::FencedLock::run) is not polled; but the cancellation token does **not**
+    /// [`run`](crate::Acquire::run) is not polled; but the cancellation token does **not**
     /// fire. When a committed probe of the watchdog finds the guard's node again, and the
     /// lease holds again, the hold resumes ([`steady`](crate::Held::steady) returns). If the
     /// grace runs out first, or the session expires, or the node is deleted, the hold is lost
@@ -191,7 +191,7 @@ impl LockOptions {
     /// **Work that only watches the cancellation token must not use a grace**: in jeopardy the
     /// token stays quiet while the lease no longer vouches for the lock. Work under a grace
     /// calls `check()` before each side effect (or awaits `steady()`), or runs under
-    /// [`run`](crate::FencedLock::run), which stops polling it while in jeopardy.
+    /// [`run`](crate::Acquire::run), which stops polling it while in jeopardy.
     ///
     /// # Examples
     ///

@@ -183,47 +183,15 @@ fn parse(data: &[u8]) -> i64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_order() {
-    conformance::order(&ZkStore::new("zk-fence-order").await)
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_edge_tokens() {
-    conformance::edge_tokens(&ZkStore::new("zk-fence-edges").await)
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_concurrent_first_claims() {
-    conformance::concurrent_first_claims(&ZkStore::new("zk-fence-first").await)
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_stale_writer_paused_before_commit() {
-    conformance::stale_writer_paused_before_commit(&ZkStore::new("zk-fence-stale").await)
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_counter_equals_accepted_increments() {
-    conformance::counter_equals_accepted_increments(&ZkStore::new("zk-fence-counter").await)
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_lost_reply_is_in_doubt() {
-    conformance::lost_reply_is_in_doubt(&ZkStore::new("zk-fence-doubt").await)
-        .await
-        .unwrap();
-}
+zkfence_testkit::conformance_tests!(ZkStore::new;
+    conformance_order: order,
+    conformance_edge_tokens: edge_tokens,
+    conformance_concurrent_first_claims: concurrent_first_claims,
+    conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
+    conformance_counter_equals_accepted_increments: counter_equals_accepted_increments,
+    conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt,
+    conformance_serialization_failure_retried: serialization_failure_retried,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
@@ -234,26 +202,15 @@ async fn conformance_lost_hold_writes_nothing() {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance_serialization_failure_retried() {
-    conformance::serialization_failure_retried(&ZkStore::new("zk-fence-serial").await)
-        .await
-        .unwrap();
-}
-
 /// The fence rules' mutants, each caught by the case the kit's table names for it.
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::{Failure, Outcome};
+    use zkfence_testkit::conformance::expect_caught;
 
-    fn assert_caught(mutant: FenceMutant, outcome: Outcome) {
-        match outcome {
-            Err(Failure::Violation(why)) => eprintln!("{mutant:?} caught: {why}"),
-            Err(Failure::Broken(why)) => panic!("{mutant:?}: the case broke instead: {why}"),
-            Ok(()) => panic!("{mutant:?} was not caught"),
-        }
+    fn assert_caught(mutant: FenceMutant, outcome: zkfence_testkit::conformance::Outcome) {
+        expect_caught(&format!("{mutant:?}"), outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
-use zkfence::{Exclusive, Held, Mode};
+use zkfence::fence::FenceTicket;
+use zkfence::{Exclusive, Held, Mode, Shared};
 
 /// Where a worker's events go: one JSON line each on stdout.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +67,24 @@ pub(crate) fn stretch_asked() -> bool {
 /// Ops invoked so far by this process (for op ids).
 static OPS: AtomicU64 = AtomicU64::new(0);
 
+/// A hold's fence ticket, if its mode has one: an exclusive hold's (its writes are fenced),
+/// none for a reader's.
+pub(crate) trait Ticketed {
+    fn fence_ticket(&self) -> Option<FenceTicket>;
+}
+
+impl Ticketed for Held<Exclusive> {
+    fn fence_ticket(&self) -> Option<FenceTicket> {
+        Some(self.ticket())
+    }
+}
+
+impl Ticketed for Held<Shared> {
+    fn fence_ticket(&self) -> Option<FenceTicket> {
+        None
+    }
+}
+
 /// What a hold is checked through: its lease, its deadline, and the wait out of jeopardy.
 pub(crate) trait Lease {
     /// `Held::check`: fails once the hold is lost or its lease has lapsed (or in jeopardy).
@@ -95,6 +114,8 @@ impl<M: Mode> Lease for Held<M> {
 /// token, a leader's epoch), and the store row its path writes.
 pub(crate) struct Hold<'a, L, M: Mode = Exclusive> {
     pub held: &'a Held<M>,
+    /// What its writes go to the fence with (a reader's hold writes nothing, and has none).
+    pub ticket: Option<FenceTicket>,
     pub lease: &'a L,
     pub token: u64,
     pub row: i32,
@@ -226,7 +247,7 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
                 self.log.now(Ev::CheckFailed { token, error: why });
                 break;
             }
-            let Ok((counter, fence)) = store.peek(self.row).await else {
+            let Ok((counter, fence)) = store.peek(self.row, self.held.lock_path()).await else {
                 break;
             };
             // The time logged is the one taken before this second check; in jeopardy the read
@@ -330,9 +351,19 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
             // the check, so only the fence can stop the write.
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+        let Some(ticket) = &self.ticket else {
+            return None; // a reader's hold writes nothing
+        };
+        // What users get: the fence's check of the hold just before the commit, then the
+        // token's compare. The watchdog-off mutant's workers check nothing: their tickets
+        // carry no hold, as a service that only received the ticket would have it.
+        let ticket = match self.heed_watchdog {
+            true => ticket.clone(),
+            false => ticket.detached(),
+        };
         let outcome = match value {
-            Some(value) => store.write(&op, token, value).await,
-            None => store.raise_fence(&op, token).await,
+            Some(value) => store.write(&op, &ticket, value).await,
+            None => store.raise_fence(&op, &ticket).await,
         };
         let op = op.id;
         match outcome {
@@ -340,11 +371,15 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
                 self.log.now(Ev::Ok { op, token });
                 Some(())
             }
-            Outcome::Refused => {
+            Outcome::Refused | Outcome::LockLost => {
+                let why = match outcome {
+                    Outcome::Refused => "refused",
+                    _ => "lock lost",
+                };
                 self.log.now(Ev::Fail {
                     op,
                     token,
-                    why: "refused".into(),
+                    why: why.into(),
                 });
                 None
             }

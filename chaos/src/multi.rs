@@ -85,6 +85,7 @@ fn lock(worker: &Worker, client: &zk::Client, i: usize) -> FencedLock {
 fn hold<'a, L>(log: &'a Log, heed: bool, held: &'a Held, lease: &'a L, i: usize) -> Hold<'a, L> {
     Hold {
         held,
+        ticket: Some(held.ticket()),
         lease,
         token: held.token().as_u64(),
         row: i as i32 + 1,

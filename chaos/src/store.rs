@@ -1,17 +1,21 @@
 //! The fenced store: a PostgreSQL server of our own (the test kit's `LocalPostgres`: a temp
-//! dir on a loopback port, fsync on) and the statements workers run against it.
+//! dir on a loopback port, fsync on) and what workers do there, through the shipped
+//! PostgreSQL fence (`zkfence-postgres`): its `zkfence_fence` table and `zkfence_claim`
+//! function, and its fenced transactions, exactly as users get them.
 //!
-//! A row per lock path holds its counter and its fence (the highest token seen for that path):
-//! one row for a scenario of one lock, three for the multi-lock scenario. Every accepted write
-//! also inserts a row into `log` (with the store row it wrote) in the same statement, after the
-//! `UPDATE` took the row lock, so `log.seq` is the commit order of accepted writes, and per
-//! store row its commit order.
+//! A row per lock path holds its counter (one row for a scenario of one lock, three for the
+//! multi-lock scenario); the fence of each path is the fence table's row for that scope. Every
+//! accepted write also inserts a row into `log` (with the store row it wrote) in the same
+//! fenced transaction, after the claim took the fence row's lock, so per store row `log.seq`
+//! is the commit order of accepted writes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, NoTls};
+use zkfence::fence::{FenceError, FenceTicket};
+use zkfence_postgres::{PostgresFence, TxFuture};
 use zkfence_testkit::LocalPostgres;
 
 /// The suite's PostgreSQL server (the test kit's), living as long as this value.
@@ -81,22 +85,26 @@ async fn open(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
-/// (Re)creates the schema for one run: `rows` store rows (1, 2, …), each with counter 0 and
-/// fence 0; an empty log.
+/// (Re)creates the schema for one run: `rows` store rows (1, 2, …), each with counter 0; an
+/// empty log; a fresh fence table and function.
 pub(crate) async fn reset(conninfo: &str, rows: u32) -> Result<(), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
     client
         .batch_execute(&format!(
-            "DROP TABLE IF EXISTS store, log;
-             CREATE TABLE store (id int PRIMARY KEY, counter bigint NOT NULL, fence bigint NOT NULL);
-             INSERT INTO store SELECT id, 0, 0 FROM generate_series(1, {rows}) AS id;
+            "DROP TABLE IF EXISTS store, log, zkfence_fence;
+             CREATE TABLE store (id int PRIMARY KEY, counter bigint NOT NULL);
+             INSERT INTO store SELECT id, 0 FROM generate_series(1, {rows}) AS id;
              CREATE TABLE log (seq bigserial PRIMARY KEY, op text UNIQUE NOT NULL, kind text NOT NULL,
                                worker int NOT NULL, token bigint NOT NULL, value bigint, row int NOT NULL);"
         ))
         .await
-        .map_err(|e| format!("create schema: {e}"))
+        .map_err(|e| format!("create schema: {e}"))?;
+    PostgresFence::new()
+        .install(&client)
+        .await
+        .map_err(|e| format!("install the fence: {e}"))
 }
 
 /// The accepted writes in commit order, and each store row's final counter.
@@ -141,22 +149,51 @@ pub(crate) struct Op {
 
 pub(crate) enum Outcome {
     Ok,
+    /// The fence refused the token (a newer holder claimed).
     Refused,
+    /// The fence's check before the commit found the hold lost: nothing written.
+    LockLost,
     Unknown(String),
 }
 
-/// A worker's connection with its prepared statements.
+/// A worker's connection, and the fence its writes go through (none in the fencing-off
+/// mutant, whose writes are plain transactions).
 pub(crate) struct Store {
     conninfo: String,
-    fencing: bool,
-    conn: Option<(Client, [Statement; 4])>,
+    fence: Option<PostgresFence>,
+    conn: Option<Client>,
+}
+
+/// A write of the counter, logged in the same statement (no row once the store refused).
+const WRITE: &str = "WITH u AS (UPDATE store SET counter = $1 WHERE id = $5 RETURNING 1)
+     INSERT INTO log (op, kind, worker, token, value, row) SELECT $3, 'write', $4, $2, $1, $5 FROM u";
+
+/// A claim's log row, with the counter it found.
+const FENCE: &str = "INSERT INTO log (op, kind, worker, token, value, row)
+     SELECT $2, 'fence', $3, $1, counter, $4 FROM store WHERE id = $4";
+
+/// A transaction's statements, as both the fence and the fencing-off mutant run them.
+fn statement<F>(work: F) -> F
+where
+    F: for<'t> FnMut(
+        &'t tokio_postgres::Transaction<'_>,
+    ) -> TxFuture<'t, (), tokio_postgres::Error>,
+{
+    work
+}
+
+/// What a fenced step writes: a value into the counter, or (a claim) the counter as it is.
+#[derive(Clone, Copy)]
+enum Step {
+    Write(i64),
+    Fence,
 }
 
 impl Store {
     pub(crate) async fn connect_retrying(conninfo: &str, fencing: bool) -> Store {
         let mut store = Store {
             conninfo: conninfo.to_owned(),
-            fencing,
+            fence: fencing.then(PostgresFence::new),
             conn: None,
         };
         while store.ensure().await.is_err() {
@@ -165,87 +202,99 @@ impl Store {
         store
     }
 
-    async fn ensure(&mut self) -> Result<&(Client, [Statement; 4]), String> {
-        if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
-            let client = open(&self.conninfo).await.map_err(|e| e.to_string())?;
-            // The mutant without fencing drops the token comparison and nothing else.
-            let check = if self.fencing { "AND fence <= $2" } else { "" };
-            let write = format!(
-                "WITH u AS (UPDATE store SET counter = $1 WHERE id = $5 {check} RETURNING 1)
-                 INSERT INTO log (op, kind, worker, token, value, row) SELECT $3, 'write', $4, $2, $1, $5 FROM u RETURNING seq"
-            );
-            let check = if self.fencing { "AND fence <= $1" } else { "" };
-            let fence = format!(
-                "WITH u AS (UPDATE store SET fence = $1 WHERE id = $4 {check} RETURNING counter)
-                 INSERT INTO log (op, kind, worker, token, value, row) SELECT $2, 'fence', $3, $1, counter, $4 FROM u RETURNING seq"
-            );
-            let statements = [
-                client.prepare(&write).await.map_err(|e| e.to_string())?,
-                client.prepare(&fence).await.map_err(|e| e.to_string())?,
-                client
-                    .prepare("SELECT counter FROM store WHERE id = $1")
-                    .await
-                    .map_err(|e| e.to_string())?,
-                client
-                    .prepare("SELECT counter, fence FROM store WHERE id = $1")
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ];
-            self.conn = Some((client, statements));
+    async fn ensure(&mut self) -> Result<&mut Client, String> {
+        if self.conn.as_ref().is_none_or(Client::is_closed) {
+            self.conn = Some(open(&self.conninfo).await.map_err(|e| e.to_string())?);
         }
-        self.conn.as_ref().ok_or_else(|| "no connection".into())
+        self.conn.as_mut().ok_or_else(|| "no connection".into())
     }
 
     /// Store row `row`'s counter.
     pub(crate) async fn read(&mut self, row: i32) -> Result<i64, String> {
-        let (client, st) = self.ensure().await?;
+        let client = self.ensure().await?;
         let row = client
-            .query_one(&st[2], &[&row])
+            .query_one("SELECT counter FROM store WHERE id = $1", &[&row])
             .await
             .map_err(|e| e.to_string())?;
         Ok(row.get(0))
     }
 
-    /// Store row `row`'s counter and fence, for readers.
-    pub(crate) async fn peek(&mut self, row: i32) -> Result<(i64, i64), String> {
-        let (client, st) = self.ensure().await?;
+    /// Store row `row`'s counter and `scope`'s fence (0 before its first claim), for readers.
+    pub(crate) async fn peek(&mut self, row: i32, scope: &str) -> Result<(i64, i64), String> {
+        let client = self.ensure().await?;
         let row = client
-            .query_one(&st[3], &[&row])
+            .query_one(
+                "SELECT s.counter, coalesce(f.token, 0) FROM store s
+                 LEFT JOIN zkfence_fence f ON f.scope = $2 WHERE s.id = $1",
+                &[&row, &scope],
+            )
             .await
             .map_err(|e| e.to_string())?;
         Ok((row.get(0), row.get(1)))
     }
 
-    /// Sets store row `row`'s counter to `value`, fenced by `token`.
-    pub(crate) async fn write(&mut self, op: &Op, token: u64, value: i64) -> Outcome {
-        let (worker, token) = (op.worker as i32, token as i64);
-        self.execute(0, &[&value, &token, &op.id, &worker, &op.row])
-            .await
+    /// Sets store row `row`'s counter to `value`, in a transaction fenced by `ticket`.
+    pub(crate) async fn write(&mut self, op: &Op, ticket: &FenceTicket, value: i64) -> Outcome {
+        self.fenced(op, ticket, Step::Write(value)).await
     }
 
-    /// Raises store row `row`'s fence to `token`.
-    pub(crate) async fn raise_fence(&mut self, op: &Op, token: u64) -> Outcome {
-        let (worker, token) = (op.worker as i32, token as i64);
-        self.execute(1, &[&token, &op.id, &worker, &op.row]).await
+    /// Raises `ticket`'s fence (and logs the counter it found): from then on every older
+    /// holder is refused.
+    pub(crate) async fn raise_fence(&mut self, op: &Op, ticket: &FenceTicket) -> Outcome {
+        self.fenced(op, ticket, Step::Fence).await
     }
 
-    async fn execute(
-        &mut self,
-        which: usize,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Outcome {
-        let (client, st) = match self.ensure().await {
-            Ok(conn) => conn,
+    /// One fenced transaction: the fence's claim, the step's statement with its `log` row, the
+    /// hold's check, the commit (a plain transaction in the fencing-off mutant).
+    async fn fenced(&mut self, op: &Op, ticket: &FenceTicket, step: Step) -> Outcome {
+        let fence = self.fence.clone();
+        let client = match self.ensure().await {
+            Ok(client) => client,
             Err(err) => return Outcome::Unknown(err),
         };
-        match client.query(&st[which], params).await {
-            Ok(rows) if rows.is_empty() => Outcome::Refused,
-            Ok(_) => Outcome::Ok,
-            Err(err) => {
-                let message = err.to_string();
-                self.conn = None;
-                Outcome::Unknown(message)
-            }
+        let (id, worker, row) = (op.id.clone(), op.worker as i32, op.row);
+        let token = ticket.token().as_i64();
+        let work = statement(move |tx| {
+            let id = id.clone();
+            Box::pin(async move {
+                let written = match step {
+                    Step::Write(value) => {
+                        tx.execute(WRITE, &[&value, &token, &id, &worker, &row])
+                            .await
+                    }
+                    Step::Fence => tx.execute(FENCE, &[&token, &id, &worker, &row]).await,
+                };
+                written.map(|_| ())
+            })
+        });
+        let outcome = match fence {
+            Some(fence) => fence.transaction(client, ticket, work).await,
+            None => unfenced(client, work).await,
+        };
+        let outcome = match outcome {
+            Ok(()) => Outcome::Ok,
+            Err(FenceError::Refused { .. }) => Outcome::Refused,
+            Err(FenceError::LockLost { .. }) => Outcome::LockLost,
+            Err(err) => Outcome::Unknown(err.to_string()),
+        };
+        if matches!(outcome, Outcome::Unknown(_)) {
+            self.conn = None;
         }
+        outcome
     }
+}
+
+/// The fencing-off mutant's write: the same statements in a plain transaction.
+async fn unfenced<F>(
+    client: &mut Client,
+    mut work: F,
+) -> Result<(), FenceError<tokio_postgres::Error>>
+where
+    F: for<'t> FnMut(
+        &'t tokio_postgres::Transaction<'_>,
+    ) -> TxFuture<'t, (), tokio_postgres::Error>,
+{
+    let tx = client.transaction().await.map_err(FenceError::Store)?;
+    work(&tx).await.map_err(FenceError::Store)?;
+    tx.commit().await.map_err(FenceError::Store)
 }

@@ -8,7 +8,7 @@
 
 use crate::clock::now_ns;
 use crate::event::Ev;
-use crate::hold::{listen_for_stretch, role, Hold, Log, EXTEND};
+use crate::hold::{listen_for_stretch, role, Hold, Log, Ticketed, EXTEND};
 use crate::rng::Rng;
 use crate::store::Store;
 use std::future::Future;
@@ -199,7 +199,10 @@ impl Worker {
     }
 
     /// One hold: acquire `lock`, read (`read`) or write under it, release, think a moment.
-    async fn hold<M: Mode>(&mut self, client: &zk::Client, lock: &FencedLock<M>, read: bool) {
+    async fn hold<M: Mode>(&mut self, client: &zk::Client, lock: &FencedLock<M>, read: bool)
+    where
+        Held<M>: Ticketed,
+    {
         EXTEND.store(false, std::sync::atomic::Ordering::SeqCst);
         self.log.now(Ev::Acquire { role: role(read) });
         let acquire = lock.acquire_timeout(self.wait()).await;
@@ -220,9 +223,12 @@ impl Worker {
         held: &Held<M>,
         token: u64,
         read: bool,
-    ) {
+    ) where
+        Held<M>: Ticketed,
+    {
         let hold = Hold {
             held,
+            ticket: held.fence_ticket(),
             lease: held,
             token,
             row: 1,

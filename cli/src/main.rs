@@ -7,6 +7,7 @@ mod demo;
 mod duration;
 mod elect;
 mod exit;
+mod fence;
 mod holders;
 mod json;
 mod lifeline;
@@ -51,6 +52,9 @@ enum Command {
     Holders(holders::Args),
     /// Ask a lock's holder to let go (Curator's revocation), or take the lock (--force).
     Revoke(revoke::Args),
+    /// The PostgreSQL fence: install its table and SQL function, show each scope's fence,
+    /// rebase a scope after the ensemble's data was reset.
+    Fence(fence::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
     Demo(demo::Args),
     /// Measure acquire/release cycles and handoffs against zookeeper-client's lock and raw ZooKeeper.
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
             Command::Elect(args) => elect::elect(args).await,
             Command::Holders(args) => holders::holders(args).await,
             Command::Revoke(args) => revoke::revoke(args).await,
+            Command::Fence(args) => fence::fence(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,

@@ -1,4 +1,4 @@
-//! A PostgreSQL fence for [zkfence](zkfence): PostgreSQL refuses the writes of a lock holder
+//! A PostgreSQL fence for [`zkfence`]: PostgreSQL refuses the writes of a lock holder
 //! that lost its lock without knowing it (a GC pause, a SIGSTOP, a partition), by the
 //! [`FenceTicket`]'s token, in the same transaction as the writes.
 //!

@@ -266,43 +266,38 @@ impl FenceStore for PgStore {
     }
 }
 
-macro_rules! cases {
-    ($($name:ident: $case:ident;)*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            conformance::$case(&PgStore::new(stringify!($name)).await).await.unwrap();
-        }
-    )*};
-}
-
-cases! {
-    conformance_order: order;
-    conformance_edge_tokens: edge_tokens;
-    conformance_concurrent_first_claims: concurrent_first_claims;
-    conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit;
-    conformance_counter_equals_accepted_increments: counter_equals_accepted_increments;
-    conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt;
-    conformance_serialization_failure_retried: serialization_failure_retried;
-}
+zkfence_testkit::conformance_tests!(PgStore::new;
+    conformance_order: order,
+    conformance_edge_tokens: edge_tokens,
+    conformance_concurrent_first_claims: concurrent_first_claims,
+    conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
+    conformance_counter_equals_accepted_increments: counter_equals_accepted_increments,
+    conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt,
+    conformance_serialization_failure_retried: serialization_failure_retried,
+);
 
 /// The same cases where isolation matters, with the fence's transactions SERIALIZABLE (every
 /// claim writes the fence row, so a snapshot taken before another fenced commit fails and is
 /// retried instead of reading around it).
-macro_rules! serializable_cases {
-    ($($name:ident: $case:ident;)*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            let fence = PostgresFence::new().with_isolation(IsolationLevel::Serializable);
-            conformance::$case(&PgStore::build(stringify!($name), fence).await).await.unwrap();
-        }
-    )*};
+async fn serializable(name: &str) -> PgStore {
+    let fence = PostgresFence::new().with_isolation(IsolationLevel::Serializable);
+    PgStore::build(name, fence).await
 }
 
-serializable_cases! {
-    serializable_stale_writer_paused_before_commit: stale_writer_paused_before_commit;
-    serializable_counter_equals_accepted_increments: counter_equals_accepted_increments;
-    repeatable_read_order: order;
+async fn repeatable_read(name: &str) -> PgStore {
+    let fence = PostgresFence::new().with_isolation(IsolationLevel::RepeatableRead);
+    PgStore::build(name, fence).await
 }
+
+zkfence_testkit::conformance_tests!(serializable;
+    serializable_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
+    serializable_counter_equals_accepted_increments: counter_equals_accepted_increments,
+);
+
+zkfence_testkit::conformance_tests!(repeatable_read;
+    repeatable_read_order: order,
+    repeatable_read_counter_equals_accepted_increments: counter_equals_accepted_increments,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
@@ -319,18 +314,14 @@ async fn conformance_lost_hold_writes_nothing() {
 mod mutants {
     use super::*;
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::{Failure, Outcome};
+    use zkfence_testkit::conformance::{expect_caught, Outcome};
 
     async fn store(name: &str, mutant: FenceMutant) -> PgStore {
         PgStore::build(name, PostgresFence::new().with_mutant(mutant)).await
     }
 
     fn assert_caught(mutant: FenceMutant, outcome: Outcome) {
-        match outcome {
-            Err(Failure::Violation(why)) => eprintln!("{mutant:?} caught: {why}"),
-            Err(Failure::Broken(why)) => panic!("{mutant:?}: the case broke instead: {why}"),
-            Ok(()) => panic!("{mutant:?} was not caught"),
-        }
+        expect_caught(&format!("{mutant:?}"), outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

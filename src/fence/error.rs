@@ -6,7 +6,7 @@ use crate::error::Error;
 
 /// How a fenced write or claim failed, the same for every store; `E` is the store's own error.
 ///
-/// See the [module docs](self) for what each variant means and what to do. The messages are
+/// See the [module docs](crate::fence) for what each variant means and what to do. The messages are
 /// lowercase and say what to do; match on the variant rather than the text.
 ///
 /// # Examples

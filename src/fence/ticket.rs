@@ -28,7 +28,7 @@ use crate::mode::Exclusive;
 /// name (empty when not known), and the scope, which is the rest of the line and may contain
 /// `:`. For example `42@4294967339:_c_0b5d…-lock-0000000042:/locks/orders`. `zkfence run`
 /// exports it as `ZKFENCE_TICKET`. A ticket that carries its node lets a
-/// [`ZooKeeperFence`] check, in the same transaction as the write, that the holder's node still
+/// [`ZooKeeperFence`](crate::fence::ZooKeeperFence) check, in the same transaction as the write, that the holder's node still
 /// exists.
 ///
 /// # Examples
@@ -139,7 +139,7 @@ impl FenceTicket {
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`], [`Error::Jeopardy`].
+    /// [`Error::LockLost`](crate::Error::LockLost), [`Error::Jeopardy`](crate::Error::Jeopardy).
     ///
     /// # Examples
     ///
@@ -356,6 +356,18 @@ impl Held<Exclusive> {
     /// ```
     pub fn ticket(&self) -> FenceTicket {
         FenceTicket::held(self.clone())
+    }
+}
+
+/// **The shared-ticket mutant** (feature `mutant-shared-ticket`, zkfence's own CI only): a read
+/// lock's or a semaphore lease's token handed out as a ticket, so that it could raise a fence.
+/// The compile-fail examples on [`Mode`](crate::Mode) must fail to fail with it.
+#[cfg(feature = "mutant-shared-ticket")]
+impl Held<crate::mode::Shared> {
+    #[doc(hidden)]
+    #[allow(missing_docs)]
+    pub fn ticket(&self) -> FenceTicket {
+        FenceTicket::new(self.lock_path(), self.token()).expect("a lock path is a scope")
     }
 }
 

@@ -1,7 +1,7 @@
 //! The conformance kit for storage fences: the cases every fence (ZooKeeper's, PostgreSQL's,
 //! and those to come) must pass against a real server, each aimed at one way a fence goes
 //! wrong, and each catching a mutant of zkfence's own fences
-//! ([`FenceMutant`](zkfence::FenceMutant)).
+//! (`zkfence::FenceMutant`, behind its `mutants` feature).
 //!
 //! A store plugs in through [`FenceStore`]: a claim, a fenced read-modify-write increment of
 //! a counter (with a commit log of the tokens it accepted, in commit order), and reads of what
@@ -157,6 +157,41 @@ impl Failure {
 
 /// A case's outcome.
 pub type Outcome = Result<(), Failure>;
+
+/// For a mutant's test: `outcome` must be a [`Failure::Violation`] (the case caught `mutant`
+/// for the rule it breaks), printed; panics when the case passed, or broke instead.
+///
+/// # Panics
+///
+/// When the mutant was not caught, or the case could not run.
+///
+/// # Examples
+///
+/// ```
+/// use zkfence_testkit::conformance::{expect_caught, Failure};
+/// expect_caught("StrictlyGreater", Err(Failure::Violation("t2 again refused".into())));
+/// ```
+pub fn expect_caught(mutant: &str, outcome: Outcome) {
+    match outcome {
+        Err(Failure::Violation(why)) => eprintln!("{mutant} caught: {why}"),
+        Err(Failure::Broken(why)) => panic!("{mutant}: the case broke instead: {why}"),
+        Ok(()) => panic!("{mutant} was not caught"),
+    }
+}
+
+/// One `#[tokio::test]` per named case, each on a fresh store from `$new(test_name)` (an async
+/// constructor): `conformance_tests!(MyStore::new; my_order: order, my_edges: edge_tokens);`.
+/// The kit's own stores use it; so can yours.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($new:expr; $($name:ident: $case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let store = $new(stringify!($name)).await;
+            $crate::conformance::$case(&store).await.unwrap();
+        }
+    )*};
+}
 
 fn violation(why: impl Into<String>) -> Failure {
     Failure::Violation(why.into())
