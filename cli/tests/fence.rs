@@ -121,8 +121,11 @@ async fn psql_in_a_run_command_is_refused_once_a_newer_holder_claimed() {
     )
     .unwrap();
     let psql = r#"psql -X -q -v ON_ERROR_STOP=1 -v scope="$ZKFENCE_LOCK_PATH" -v token="$ZKFENCE_TOKEN" -f "$DIR/write.sql""#;
+    // The runaway says when it has left the group (setsid ran), and the command waits for
+    // that: zkfence stops what is still in the command's group when the command exits.
     let runaway = format!(
-        r#"setsid sh -c 'while [ ! -e "$DIR/go" ]; do sleep 0.02; done; {psql} > "$DIR/late.out" 2>&1; echo $? > "$DIR/late.code"' < /dev/null > /dev/null 2>&1 &
+        r#"setsid sh -c 'echo > "$DIR/detached"; while [ ! -e "$DIR/go" ]; do sleep 0.02; done; {psql} > "$DIR/late.out" 2>&1; echo $? > "$DIR/late.code"' < /dev/null > /dev/null 2>&1 &
+        while [ ! -e "$DIR/detached" ]; do sleep 0.01; done
         echo "$ZKFENCE_TOKEN" > "$DIR/first""#
     );
     let mut first = zkfence(&[
