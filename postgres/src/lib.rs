@@ -83,6 +83,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 use tracing::Instrument;
 use zkfence::fence::{self, FenceError, FenceTicket};
@@ -351,7 +352,10 @@ impl PostgresFence {
         ticket.check_before_commit()?;
         let (scope, token) = sql::params(ticket);
         let claim = sql::claim(self.schema.as_deref());
-        match client.query_one(&claim, &[&scope, &token]).await {
+        match client
+            .query_typed_one(&claim, &claim_params(&scope, &token))
+            .await
+        {
             Ok(row) => Ok(row.get(0)),
             Err(err) => Err(match refusal(&err) {
                 Some(seen) => ticket.refused(seen),
@@ -469,7 +473,10 @@ impl PostgresFence {
         if self.flaw != Flaw::CheckOutsideTransaction {
             let (scope, token) = sql::params(ticket);
             let claim = sql::claim(self.schema.as_deref());
-            if let Err(err) = tx.query_one(&claim, &[&scope, &token]).await {
+            if let Err(err) = tx
+                .query_typed_one(&claim, &claim_params(&scope, &token))
+                .await
+            {
                 return Err(match refusal(&err) {
                     Some(seen) => ticket.refused(seen),
                     None => store(err),
@@ -606,6 +613,16 @@ fn span(op: &'static str, ticket: &FenceTicket) -> tracing::Span {
         scope = ticket.scope(),
         fencing_token = %ticket.token(),
     )
+}
+
+/// The claim's parameters with their types: sent with the statement (`query_typed`), one round
+/// trip, where a prepare would cost another (a fenced transaction measured 0.68× an unfenced
+/// one with the prepare, about 0.8× without).
+fn claim_params<'a>(
+    scope: &'a String,
+    token: &'a i64,
+) -> [(&'a (dyn tokio_postgres::types::ToSql + Sync), Type); 2] {
+    [(scope, Type::TEXT), (token, Type::INT8)]
 }
 
 /// The token the fence holds, if `err` is `zkfence_claim`'s refusal.

@@ -9,13 +9,15 @@
 //! This module is the command: the runs it orchestrates (one run, the matrix, the in-process
 //! and scale measurements) and the tables it prints. Its options and a run's parameters are in
 //! `options`, a run's figures in `report`, the workloads in `workload` (Curator's, in a JVM, in
-//! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`.
+//! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`; what fencing costs
+//! a writer (`--fences`) in `fences`.
 
 mod chart;
 mod contention;
 mod cpu;
 mod curator;
 pub(crate) mod failover;
+mod fences;
 mod measure;
 mod options;
 mod report;
@@ -49,7 +51,7 @@ pub(crate) async fn bench(args: Args) -> u8 {
         )
         .await;
     }
-    if args.matrix || args.scale || args.in_process || args.rounds.is_some() {
+    if args.fences || args.matrix || args.scale || args.in_process || args.rounds.is_some() {
         return with_server(&args).await;
     }
     let redis = args.implementation.redis_waiting().is_some();
@@ -89,7 +91,8 @@ pub(crate) async fn bench(args: Args) -> u8 {
     }
 }
 
-/// Runs the matrix or the scale measurements against `--connect`, or a throwaway local server.
+/// Runs the matrix, the rounds, the fences' or the scale measurements against `--connect`, or a
+/// throwaway local server.
 async fn with_server(args: &Args) -> u8 {
     let local;
     let (hosts, server_pid) = match &args.connect {
@@ -103,7 +106,9 @@ async fn with_server(args: &Args) -> u8 {
             (local.addr(), Some(local.pid()))
         }
     };
-    let result = if args.rounds.is_some() {
+    let result = if args.fences {
+        fences::fences(args, &hosts).await
+    } else if args.rounds.is_some() {
         with_redis(args, &hosts, server_pid).await
     } else if args.in_process {
         in_process(args, &hosts).await

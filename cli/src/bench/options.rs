@@ -67,6 +67,7 @@ Examples:
   zkfence bench --matrix                     # every impl and mode, on a throwaway local server
   zkfence bench --rounds 5                   # zkfence and its peers in turns, ratios with their spread
   zkfence bench --failover --rounds 5        # leader failover (kill -9, SIGSTOP) vs Curator's LeaderLatch
+  zkfence bench --fences --rounds 5          # fenced writes vs unfenced ones: PostgreSQL, ZooKeeper
   scripts/bench                              # the same, as in the README")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
@@ -78,9 +79,9 @@ pub(crate) struct Args {
     /// Contenders, each with its own session.
     #[arg(long, default_value_t = 1, env = "ZKFENCE_BENCH_CONTENDERS")]
     pub(super) contenders: usize,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 5.0, env = "ZKFENCE_BENCH_SECONDS")]
-    pub(super) seconds: f64,
+    /// Measured seconds (5 by default; with --fences, per variant and round, 3 by default).
+    #[arg(long, value_name = "S", env = "ZKFENCE_BENCH_SECONDS")]
+    pub(super) seconds: Option<f64>,
     /// Seconds run first and not counted.
     #[arg(long, default_value_t = 1.0, env = "ZKFENCE_BENCH_WARMUP")]
     pub(super) warmup: f64,
@@ -163,10 +164,28 @@ pub(crate) struct Args {
     /// With --in-process: tasks in the process.
     #[arg(long, default_value_t = 64, env = "ZKFENCE_BENCH_TASKS")]
     pub(super) tasks: usize,
+    /// Measure what fencing costs a writer instead: a fenced PostgreSQL transaction
+    /// (zkfence-postgres) against the same transaction unfenced, and a fenced ZooKeeper write
+    /// (the holder's node checked; or a fence node too) against a plain set_data, interleaved in
+    /// --rounds R (default 5) rounds of --seconds S (default 3) per variant; the per-round
+    /// ratios' median and range. On a throwaway ZooKeeper without --connect, and always a
+    /// throwaway PostgreSQL.
+    #[arg(long, env = "ZKFENCE_BENCH_FENCES")]
+    pub(super) fences: bool,
     /// `--failover` and its options: leader failover, zkfence against Curator's LeaderLatch.
     #[command(flatten)]
     pub(super) failover: super::failover::Options,
 }
+
+impl Args {
+    /// The measured seconds of a run: `--seconds`, or 5.
+    pub(super) fn seconds(&self) -> f64 {
+        self.seconds.unwrap_or(DEFAULT_SECONDS)
+    }
+}
+
+/// Measured seconds when `--seconds` is not given (but with --fences, which has its own).
+const DEFAULT_SECONDS: f64 = 5.0;
 
 /// The matrix's configurations: (mode, contenders).
 pub(super) const CONFIGS: [(Mode, usize); 4] = [
@@ -209,7 +228,7 @@ impl Run {
             implementation,
             mode,
             contenders,
-            seconds: args.seconds,
+            seconds: args.seconds(),
             warmup: args.warmup,
             hold: args.hold,
             server_pid: None,

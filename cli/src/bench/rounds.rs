@@ -81,16 +81,20 @@ impl Runs {
     }
 }
 
-/// The median and range of some values.
+/// The median and range of some values (per-round ratios; `--fences` shares it).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
+pub(super) struct Spread {
+    /// The middle value (the mean of the two middle ones for an even count).
+    pub(super) median: f64,
+    /// The lowest value.
+    pub(super) min: f64,
+    /// The highest value.
+    pub(super) max: f64,
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Option<Spread> {
+    /// The spread of `values`; `None` without any.
+    pub(super) fn of(values: &[f64]) -> Option<Spread> {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
@@ -109,7 +113,7 @@ impl Spread {
     }
 
     /// `1.12 (1.03–1.20)`.
-    fn show(self) -> String {
+    pub(super) fn show(self) -> String {
         format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
     }
 }
@@ -227,7 +231,7 @@ async fn timed(
 }
 
 /// A run's JSON line with its round first.
-fn with_round(json: &str, round: usize) -> String {
+pub(super) fn with_round(json: &str, round: usize) -> String {
     // The round goes right after the object's opening brace.
     let at = json.find(OPENING_BRACE).map_or(0, |i| i + 1);
     let mut line = json.to_owned();
@@ -246,7 +250,7 @@ fn summary(args: &Args, impls: &[Impl], rounds: usize, runs: &Runs) -> String {
     let _ = writeln!(
         out,
         "\n{rounds} rounds, {} s each (after {} s unmeasured); ratios are zkfence ÷ peer per round: median (min–max).\n",
-        args.seconds, args.warmup
+        args.seconds(), args.warmup
     );
     let mut header = String::from("| N | zkfence acq/s |");
     for peer in &peers {

@@ -486,7 +486,7 @@ pub(super) async fn in_process_side(
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(args.warmup);
-    let until = measure_from + Duration::from_secs_f64(args.seconds);
+    let until = measure_from + Duration::from_secs_f64(args.seconds());
     let mut tasks = Vec::new();
     for _ in 0..args.tasks {
         let lock = if shared {
@@ -504,7 +504,7 @@ pub(super) async fn in_process_side(
     tally.counting.store(false, Ordering::Relaxed);
     let side = InProcess {
         acquisitions: tally.acquisitions.load(Ordering::Relaxed),
-        seconds: args.seconds,
+        seconds: args.seconds(),
         creates: count(&proxy, OP_CREATE2) - creates0,
         requests: proxy.total() - requests0,
         max_nodes,
