@@ -316,3 +316,39 @@ async fn a_fence_node_serves_one_scope_and_a_ticket_without_node_needs_one() {
         "{err}"
     );
 }
+
+/// A fence remembers the fence node its last commit left, and writes without reading it
+/// first; when another writer moved the node meanwhile, the version check inside the `multi`
+/// fails, and the fence reads, compares and refuses the now stale token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_that_remembers_its_node_is_refused_once_another_raised_it() {
+    let hosts = chroot(shared(), "zk-fence-known").await;
+    let client = connect(&hosts, T).await;
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.create("/data", b"0", &options).await.unwrap();
+    let (old, new) = (
+        conformance::ticket("/locks/known", 100),
+        conformance::ticket("/locks/known", 200),
+    );
+    let remembering = ZooKeeperFence::with_fence_node(client.clone(), "/fences/known").unwrap();
+    remembering
+        .write(&old, |ops| ops.add_set_data("/data", b"1", None))
+        .await
+        .unwrap();
+    let other = ZooKeeperFence::with_fence_node(connect(&hosts, T).await, "/fences/known").unwrap();
+    other.claim(&new).await.unwrap();
+    let late = remembering
+        .write(&old, |ops| ops.add_set_data("/data", b"stale", None))
+        .await;
+    assert!(
+        matches!(late, Err(FenceError::Refused { seen: 200, .. })),
+        "{late:?}"
+    );
+    assert_eq!(client.get_data("/data").await.unwrap().0, b"1");
+    // And it goes on for the newer holder, reading afresh.
+    remembering
+        .write(&new, |ops| ops.add_set_data("/data", b"2", None))
+        .await
+        .unwrap();
+    assert_eq!(client.get_data("/data").await.unwrap().0, b"2");
+}

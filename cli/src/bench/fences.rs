@@ -6,7 +6,7 @@
 //!   check before COMMIT;
 //! - ZooKeeper: a plain `set_data` of one node, against the same write fenced by
 //!   `ZooKeeperFence` by the holder's node (one `multi`: check + set_data) and with a fence
-//!   node too (a read of the fence node, then one `multi`: check + the fence's version check +
+//!   node too (one `multi`: check + the fence's version check +
 //!   set_data).
 //!
 //! One client of each store runs each variant back to back for `--seconds`, holding a real lock
@@ -62,7 +62,8 @@ enum Variant {
     ZkSetData,
     /// `ZooKeeperFence::new`: one multi, check(holder's node) + set_data.
     ZkNodeCheck,
-    /// `ZooKeeperFence::with_fence_node`: a read of the fence node, then one multi,
+    /// `ZooKeeperFence::with_fence_node`: one multi (the fence remembers the node's version
+    /// from its last commit; a read first only when another writer moved it),
     /// check(holder's node) + the fence node's version check + set_data.
     ZkFenceNode,
 }
