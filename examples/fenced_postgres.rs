@@ -20,7 +20,7 @@ use zkfence_postgres::PostgresFence;
 
 /// One row per counter. The fence lives in the fence's own table (`zkfence_fence`), one row
 /// per lock path.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS fenced_counter (
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS zkfence_example_counter (
     name  text PRIMARY KEY,
     value bigint NOT NULL
 )";
@@ -39,11 +39,14 @@ async fn increment(
             let name = name.clone();
             Box::pin(async move {
                 let read = tx
-                    .query_one("SELECT value FROM fenced_counter WHERE name = $1", &[&name])
+                    .query_one(
+                        "SELECT value FROM zkfence_example_counter WHERE name = $1",
+                        &[&name],
+                    )
                     .await?;
                 let value: i64 = read.get::<_, i64>(0) + 1;
                 tx.execute(
-                    "UPDATE fenced_counter SET value = $2 WHERE name = $1",
+                    "UPDATE zkfence_example_counter SET value = $2 WHERE name = $1",
                     &[&name, &value],
                 )
                 .await?;
@@ -71,7 +74,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     fence.install(&db).await?; // the fence table and zkfence_claim(scope, token)
     db.batch_execute(SCHEMA).await?;
     db.execute(
-        "INSERT INTO fenced_counter VALUES ('example', 0) ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO zkfence_example_counter VALUES ('example', 0) ON CONFLICT (name) DO NOTHING",
         &[],
     )
     .await?;

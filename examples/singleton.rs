@@ -25,7 +25,7 @@ use zkfence_postgres::PostgresFence;
 
 /// The worker's progress. Its fence (the greatest epoch that wrote it) is the fence table's row
 /// for the election path.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS singleton_progress (
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS zkfence_example_progress (
     name  text PRIMARY KEY,
     steps bigint NOT NULL
 )";
@@ -43,7 +43,7 @@ async fn step(db: &mut Postgres, ticket: &FenceTicket) -> Result<Option<i64>, Bo
             Box::pin(async move {
                 let row = tx
                     .query_one(
-                        "UPDATE singleton_progress SET steps = steps + 1 WHERE name = 'compaction' RETURNING steps",
+                        "UPDATE zkfence_example_progress SET steps = steps + 1 WHERE name = 'compaction' RETURNING steps",
                         &[],
                     )
                     .await?;
@@ -117,7 +117,7 @@ async fn main() -> Result<(), BoxError> {
     PostgresFence::new().install(&db).await?; // the fence table and zkfence_claim(scope, token)
     db.batch_execute(SCHEMA).await?;
     db.execute(
-        "INSERT INTO singleton_progress VALUES ('compaction', 0) ON CONFLICT (name) DO NOTHING",
+        "INSERT INTO zkfence_example_progress VALUES ('compaction', 0) ON CONFLICT (name) DO NOTHING",
         &[],
     )
     .await?;

@@ -218,7 +218,7 @@ impl MultiHeld {
     /// # async fn demo(locks: zkfence::FencedMultiLock) -> zkfence::Result<()> {
     /// let guard = locks.acquire().await?;
     /// for ticket in guard.tickets() {
-    ///     println!("{ticket}"); // e.g. 42@4294967339:/locks/accounts/17
+    ///     println!("{ticket}"); // e.g. 42@4294967339:_c_…-lock-0000000042:/locks/accounts/17
     /// }
     /// # Ok(()) }
     /// ```

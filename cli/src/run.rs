@@ -18,11 +18,11 @@ use crate::supervise::{self, supervise, OnRevoke};
 #[command(after_help = "\
 The command runs in its own process group with these variables set:
   ZKFENCE_TOKEN      the fencing token for storage: a BIGINT, strictly increasing across holders
+                     (a --permits lease's token orders its work but must never raise a fence)
   ZKFENCE_TICKET     the fence ticket, <sequence>@<token>:<node>:<lock path>, for a service
-                     that fences writes on the holder's behalf (not with --permits: a
-                     semaphore lease never fences storage)
+                     that fences writes on the holder's behalf (none with --permits)
   ZKFENCE_SEQUENCE   the lock node's sequence number, as in its name
-  ZKFENCE_LOCK_PATH  the lock path: the fence's scope
+  ZKFENCE_LOCK_PATH  the lock path (the fence's scope, for an exclusive lock)
   ZKFENCE_NODE       our lock node's full path
 With several --lock, each lock's as ZKFENCE_TOKEN_<n>, ZKFENCE_TICKET_<n>,
 ZKFENCE_SEQUENCE_<n>, ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --lock order
@@ -30,14 +30,11 @@ ZKFENCE_SEQUENCE_<n>, ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --
 
 Examples:
   zkfence run --connect zk1:2181,zk2:2181 --lock /locks/nightly -- ./nightly-job.sh
-  # PostgreSQL, fenced by the SQL function `zkfence fence install` put there:
-  zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- sh -c '
-      psql -v ON_ERROR_STOP=1 -v scope=\"$ZKFENCE_LOCK_PATH\" -v token=\"$ZKFENCE_TOKEN\" <<SQL
-      BEGIN;
-      SELECT zkfence_claim(:'\\''scope'\\'', :token);  -- raises SQLSTATE ZF001 if a newer holder claimed
-      UPDATE t SET v = v + 1;
-      COMMIT;
-      SQL'")]
+  # PostgreSQL, fenced by the SQL function `zkfence fence install` put there; update.sql
+  # holds: BEGIN; SELECT zkfence_claim(:'scope', :token); UPDATE t SET v = v + 1; COMMIT;
+  # (the claim raises SQLSTATE ZF001, and psql exits 3, once a newer holder has claimed)
+  zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- sh -c \\
+      'psql -v ON_ERROR_STOP=1 -v scope=\"$ZKFENCE_LOCK_PATH\" -v token=\"$ZKFENCE_TOKEN\" -f update.sql'")]
 pub(crate) struct Args {
     #[command(flatten)]
     connection: Connection,

@@ -16,6 +16,14 @@ use zkfence_testkit::harness::{chroot, shared, shared_postgres, wait_until};
 
 use common::{exited, run, temp, zkfence};
 
+/// A database of its own for one test, with the fence installed and `table` created.
+async fn fenced_database(name: &str, table: &str) -> (String, tokio_postgres::Client) {
+    let (conninfo, client) = database(name).await;
+    PostgresFence::new().install(&client).await.unwrap();
+    client.batch_execute(table).await.unwrap();
+    (conninfo, client)
+}
+
 async fn database(name: &str) -> (String, tokio_postgres::Client) {
     let conninfo = tokio::task::spawn_blocking(shared_postgres)
         .await
@@ -108,12 +116,8 @@ async fn install_show_and_rebase_from_the_command_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_in_a_run_command_is_refused_once_a_newer_holder_claimed() {
     let hosts = chroot(shared(), "cli-fence-psql").await;
-    let (conninfo, client) = database("psql").await;
-    PostgresFence::new().install(&client).await.unwrap();
-    client
-        .batch_execute("CREATE TABLE writes (token bigint NOT NULL)")
-        .await
-        .unwrap();
+    let table = "CREATE TABLE writes (token bigint NOT NULL)";
+    let (conninfo, client) = fenced_database("psql", table).await;
     let dir = temp("fence-psql");
     std::fs::write(
         dir.join("write.sql"),
@@ -227,12 +231,8 @@ async fn service(listener: tokio::net::TcpListener, conninfo: String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_only_received_the_ticket_refuses_a_frozen_holders_late_write() {
     let hosts = chroot(shared(), "cli-fence-service").await;
-    let (conninfo, client) = database("service").await;
-    PostgresFence::new().install(&client).await.unwrap();
-    client
-        .batch_execute("CREATE TABLE notes (payload text NOT NULL)")
-        .await
-        .unwrap();
+    let table = "CREATE TABLE notes (payload text NOT NULL)";
+    let (conninfo, client) = fenced_database("service", table).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
     tokio::spawn(service(listener, conninfo));

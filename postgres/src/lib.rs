@@ -350,19 +350,33 @@ impl PostgresFence {
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
         ticket.check_before_commit()?;
+        self.claim_in(client, ticket, false).await
+    }
+
+    /// The claim statement on `client`, its outcome classified: a refusal; the database's
+    /// error (nothing done); or, for a claim that commits on its own (`in_transaction`
+    /// false), a broken connection after it was sent: in doubt (it may have applied). Inside
+    /// a transaction that never commits, a broken connection rolls it back.
+    async fn claim_in(
+        &self,
+        client: &impl GenericClient,
+        ticket: &FenceTicket,
+        in_transaction: bool,
+    ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
         let (scope, token) = sql::params(ticket);
         let claim = sql::claim(self.schema.as_deref());
-        match client
+        let err = match client
             .query_typed_one(&claim, &claim_params(&scope, &token))
             .await
         {
-            Ok(row) => Ok(row.get(0)),
-            Err(err) => Err(match refusal(&err) {
-                Some(seen) => ticket.refused(seen),
-                None if err.as_db_error().is_none() && !err.is_closed() => ticket.in_doubt(err),
-                None => FenceError::Store(err),
-            }),
-        }
+            Ok(row) => return row.try_get(0).map_err(FenceError::Store),
+            Err(err) => err,
+        };
+        Err(match refusal(&err) {
+            Some(seen) => ticket.refused(seen),
+            None if err.as_db_error().is_some() || in_transaction => FenceError::Store(err),
+            None => ticket.in_doubt(err),
+        })
     }
 
     /// The fenced transaction: begins (at this fence's isolation level), raises the ticket's
@@ -375,13 +389,16 @@ impl PostgresFence {
     /// `work`'s error type is yours (`tokio_postgres::Error`, or your own that converts from
     /// it and keeps it as its `source()`, so that a serialization failure inside it is still
     /// recognised and retried); an error from `work` rolls back and comes back as
-    /// [`FenceError::Store`].
+    /// [`FenceError::Store`]. A transaction that an error aborted inside `work` (one `work`
+    /// swallowed) is never reported committed: PostgreSQL answers its `COMMIT` with a silent
+    /// `ROLLBACK`, so the commit is sent behind a `SELECT 1` that fails there instead.
     ///
     /// # Errors
     ///
     /// - [`FenceError::Refused`]: a newer holder claimed the scope; rolled back.
     /// - [`FenceError::LockLost`]: the hold's check before `COMMIT` failed; rolled back.
-    /// - [`FenceError::InDoubt`]: the connection broke after `COMMIT` was sent: read back.
+    /// - [`FenceError::InDoubt`]: the connection broke after `COMMIT` was sent, or the commit
+    ///   failed with an error that does not say it rolled back: read back.
     /// - [`FenceError::Store`]: `work`'s error, or the database's (after the last attempt, a
     ///   serialization failure); rolled back.
     ///
@@ -415,18 +432,68 @@ impl PostgresFence {
         &self,
         client: &mut Client,
         ticket: &FenceTicket,
+        work: F,
+    ) -> Result<T, FenceError<E>>
+    where
+        F: for<'t> FnMut(&'t Transaction<'_>) -> TxFuture<'t, T, E>,
+        E: From<tokio_postgres::Error> + std::error::Error + 'static,
+    {
+        self.transaction_all(client, std::slice::from_ref(ticket), work)
+            .await
+    }
+
+    /// As [`transaction`](Self::transaction), fenced by several tickets at once (a
+    /// [`MultiGuard`](zkfence::MultiGuard)'s [`tickets`](zkfence::MultiHeld::tickets)): their
+    /// claims are the transaction's first statements, in scope order (so that two multi-lock
+    /// holders never wait for each other's fence rows in opposite orders), and each hold is
+    /// checked before the commit. A refusal names the first ticket refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`transaction`](Self::transaction); [`FenceError::Invalid`] for no ticket at all.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`transaction`](Self::transaction).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut db: tokio_postgres::Client, locks: zkfence::FencedMultiLock) -> Result<(), Box<dyn std::error::Error>> {
+    /// use zkfence::Acquire;
+    /// let guard = locks.acquire().await?;
+    /// zkfence_postgres::PostgresFence::new()
+    ///     .transaction_all(&mut db, &guard.tickets(), |tx| {
+    ///         Box::pin(async move {
+    ///             tx.execute("UPDATE accounts SET balance = balance - 10 WHERE id = 4", &[]).await?;
+    ///             tx.execute("UPDATE accounts SET balance = balance + 10 WHERE id = 17", &[]).await
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction_all<T, E, F>(
+        &self,
+        client: &mut Client,
+        tickets: &[FenceTicket],
         mut work: F,
     ) -> Result<T, FenceError<E>>
     where
         F: for<'t> FnMut(&'t Transaction<'_>) -> TxFuture<'t, T, E>,
         E: From<tokio_postgres::Error> + std::error::Error + 'static,
     {
+        let mut ordered: Vec<&FenceTicket> = tickets.iter().collect();
+        ordered.sort_by(|a, b| a.scope().cmp(b.scope()));
+        let Some(first) = ordered.first().copied() else {
+            let why = "a fenced transaction needs at least one ticket";
+            return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
+        };
         let started = Instant::now();
-        let span = span("transaction", ticket);
+        let span = span("transaction", first);
         let mut attempt = 1;
         let outcome = loop {
             let outcome = self
-                .attempt(client, ticket, &mut work)
+                .attempt(client, &ordered, &mut work)
                 .instrument(span.clone())
                 .await;
             match &outcome {
@@ -444,24 +511,28 @@ impl PostgresFence {
     }
 
     /// One run of a fenced transaction. A serialization failure comes back as
-    /// `FenceError::Store`, for [`transaction`](Self::transaction) to retry.
+    /// `FenceError::Store`, for [`transaction_all`](Self::transaction_all) to retry.
     async fn attempt<T, E, F>(
         &self,
         client: &mut Client,
-        ticket: &FenceTicket,
+        tickets: &[&FenceTicket],
         work: &mut F,
     ) -> Result<T, FenceError<E>>
     where
         F: for<'t> FnMut(&'t Transaction<'_>) -> TxFuture<'t, T, E>,
         E: From<tokio_postgres::Error> + std::error::Error + 'static,
     {
-        ticket.check_before_commit()?;
-        if self.flaw == Flaw::CheckOutsideTransaction {
-            // The mutant claims in a statement of its own, then writes in a transaction that
-            // nothing ties to the claim.
-            self.claim_once(client, ticket)
-                .await
-                .map_err(|e| e.map_store(E::from))?;
+        let checked = || (tickets.iter()).try_for_each(|t| t.check_before_commit::<E>());
+        checked()?;
+        let outside = self.flaw == Flaw::CheckOutsideTransaction;
+        if outside {
+            // The mutant claims in statements of their own, then writes in a transaction that
+            // nothing ties to the claims.
+            for ticket in tickets {
+                self.claim_once(client, ticket)
+                    .await
+                    .map_err(|e| e.map_store(E::from))?;
+            }
         }
         let store = |err: tokio_postgres::Error| FenceError::Store(E::from(err));
         let tx = client
@@ -470,31 +541,21 @@ impl PostgresFence {
             .start()
             .await
             .map_err(store)?;
-        if self.flaw != Flaw::CheckOutsideTransaction {
-            let (scope, token) = sql::params(ticket);
-            let claim = sql::claim(self.schema.as_deref());
-            if let Err(err) = tx
-                .query_typed_one(&claim, &claim_params(&scope, &token))
-                .await
-            {
-                return Err(match refusal(&err) {
-                    Some(seen) => ticket.refused(seen),
-                    None => store(err),
-                });
-            }
+        for ticket in tickets.iter().filter(|_| !outside) {
+            (self.claim_in(&tx, ticket, true).await).map_err(|e| e.map_store(E::from))?;
         }
         let value = work(&tx).await.map_err(FenceError::Store)?;
         // The last check before the commit: a hold lost meanwhile writes nothing (the
         // transaction is rolled back as it drops).
-        ticket.check_before_commit()?;
-        match tx.commit().await {
+        checked()?;
+        match commit(tx).await {
             Ok(()) => Ok(value),
             // The mutant takes a commit refused for serialization for a commit.
             Err(err) if self.flaw == Flaw::SerializationAsSuccess && is_serialization(&err) => {
                 Ok(value)
             }
-            Err(err) if err.as_db_error().is_some() => Err(store(err)),
-            Err(err) => Err(ticket.in_doubt(E::from(err))),
+            Err(err) if rolled_back(&err) => Err(store(err)),
+            Err(err) => Err(tickets[0].in_doubt(E::from(err))),
         }
     }
 
@@ -524,7 +585,7 @@ impl PostgresFence {
         let row = client
             .query_opt(&sql::seen(self.schema.as_deref()), &[&scope])
             .await?;
-        Ok(row.map(|row| row.get(0)))
+        row.map(|row| row.try_get(0)).transpose()
     }
 
     /// Every scope's fence, by scope.
@@ -553,15 +614,17 @@ impl PostgresFence {
         let rows = client
             .query(&sql::scopes(self.schema.as_deref()), &[])
             .await?;
-        Ok(rows
-            .iter()
-            .map(|row| FenceRow {
-                scope: row.get(0),
-                token: row.get(1),
-                claims: row.get(2),
-                updated: row.get(3),
+        // try_get: a zkfence_fence table of another shape (made by hand) errs, never panics.
+        (rows.iter())
+            .map(|row| {
+                Ok(FenceRow {
+                    scope: row.try_get(0)?,
+                    token: row.try_get(1)?,
+                    claims: row.try_get(2)?,
+                    updated: row.try_get(3)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Sets `scope`'s fence to `to`, whatever it holds: the operator's way out after the
@@ -596,11 +659,11 @@ impl PostgresFence {
         let row = client
             .query_opt(&sql::rebase(self.schema.as_deref()), &[&scope, &to])
             .await?;
-        if let Some(row) = &row {
-            let old: i64 = row.get(0);
+        let old: Option<i64> = row.map(|row| row.try_get(0)).transpose()?;
+        if let Some(old) = old {
             tracing::warn!(scope, from = old, to, "fence rebased");
         }
-        Ok(row.map(|row| row.get(0)))
+        Ok(old)
     }
 }
 
@@ -623,6 +686,34 @@ fn claim_params<'a>(
     token: &'a i64,
 ) -> [(&'a (dyn tokio_postgres::types::ToSql + Sync), Type); 2] {
     [(scope, Type::TEXT), (token, Type::INT8)]
+}
+
+/// Commits `tx` behind a `SELECT 1`, in one round trip: PostgreSQL answers the `COMMIT` of a
+/// transaction that an error aborted with `ROLLBACK` and no error, which would read as a
+/// commit; the `SELECT` fails there (SQLSTATE 25P02) and the transaction is rolled back as it
+/// drops.
+async fn commit(tx: Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.batch_execute("SELECT 1; COMMIT").await?;
+    // Committed: nothing is left for its drop to roll back (it would send a ROLLBACK with no
+    // transaction open). It owns no allocation, so forgetting it frees nothing.
+    std::mem::forget(tx);
+    Ok(())
+}
+
+/// Whether a failed commit is known to have rolled back: the server said so, with an error of
+/// a class that ends the transaction without committing it (a serialization failure or
+/// deadlock, a constraint checked at commit, the transaction's state, a limit), and not a
+/// fatal one that may have come from a pooler mid-commit.
+fn rolled_back(err: &tokio_postgres::Error) -> bool {
+    let Some(db) = err.as_db_error() else {
+        return false;
+    };
+    let fatal = matches!(
+        db.parsed_severity(),
+        Some(tokio_postgres::error::Severity::Fatal | tokio_postgres::error::Severity::Panic)
+    );
+    let class = &db.code().code()[..2];
+    !fatal && matches!(class, "40" | "23" | "25" | "54")
 }
 
 /// The token the fence holds, if `err` is `zkfence_claim`'s refusal.
@@ -656,9 +747,12 @@ fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
     false
 }
 
-/// The pause before attempt `attempt + 1`: 5 ms doubling, with jitter, up to 200 ms.
+/// The pause before attempt `attempt + 1`: 5 ms doubling up to 160 ms, plus a random part of
+/// as much again (so that transactions that conflicted do not retry in step).
 fn backoff(attempt: u32) -> Duration {
-    let base = 5u64 << attempt.min(6);
-    let jitter = u64::from(std::process::id() ^ attempt.wrapping_mul(2_654_435_761)) % base;
-    Duration::from_millis((base + jitter).min(200))
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let base = 5u64 << attempt.min(5);
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u32(attempt);
+    Duration::from_millis(base + random.finish() % base)
 }

@@ -85,7 +85,10 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- READ or SERIALIZABLE a transaction whose snapshot predates another's fenced commit fails with
 -- a serialization error (retry it) rather than read around that commit.
 CREATE OR REPLACE FUNCTION {claim}(p_scope text, p_token bigint) RETURNS bigint
-LANGUAGE plpgsql AS $zkfence$
+LANGUAGE plpgsql
+-- The fence table is found where it was installed, whatever a caller's search_path is.
+SET search_path FROM CURRENT
+AS $zkfence$
 DECLARE
   seen bigint;
 BEGIN

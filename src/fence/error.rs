@@ -61,6 +61,9 @@ pub enum FenceError<E> {
     },
     /// The store's own error, before anything was committed (or from the caller's closure).
     Store(E),
+    /// The fenced write could not be made as asked (a ticket a fence cannot use, no ticket,
+    /// a fence node of another scope): nothing was sent.
+    Invalid(Error),
 }
 
 impl<E> FenceError<E> {
@@ -160,6 +163,7 @@ impl<E> FenceError<E> {
                 cause: f(cause),
             },
             FenceError::Store(err) => FenceError::Store(f(err)),
+            FenceError::Invalid(err) => FenceError::Invalid(err),
         }
     }
 }
@@ -176,9 +180,9 @@ impl<E: fmt::Display> fmt::Display for FenceError<E> {
                 write!(f, "fence {scope} refused token {token}: it has accepted {seen}")?;
                 let (ours, theirs) = (token >> 32, seen >> 32);
                 if self.looks_reset() {
-                    write!(f, ", a token of ZooKeeper epoch {theirs} while ours is of epoch {ours} and our hold is still valid, so no later holder of this ensemble can have claimed it: the ensemble's data looks reset (an ensemble rebuilt from empty data starts its zxids over), or another ensemble fences this scope; once no holder of the old ensemble can write any more, rebase the scope with `zkfence fence rebase --scope '{scope}' --to {token}`")
+                    write!(f, ", a token of ZooKeeper epoch {theirs} while ours is of epoch {ours} and our hold is still valid, so no later holder of this ensemble can have claimed it: the ensemble's data looks reset (an ensemble rebuilt from empty data starts its zxids over), or another ensemble fences this scope; once no holder of the old ensemble can write any more, rebase the scope to {token}: {REBASE}")
                 } else if *live {
-                    write!(f, " although our hold is still valid: another ensemble or another lock fences this scope, or its fence was set by hand; find out which before rebasing it with `zkfence fence rebase --scope '{scope}' --to {token}`")
+                    write!(f, " although our hold is still valid: another ensemble or another lock fences this scope, or its fence was set by hand; find out which before rebasing the scope to {token}: {REBASE}")
                 } else {
                     write!(f, ", a newer holder's: nothing was written; stop working under this hold")
                 }
@@ -200,16 +204,23 @@ impl<E: fmt::Display> fmt::Display for FenceError<E> {
                 "a fenced commit in {scope} with token {token} may or may not have applied (its reply was lost: {cause}); read back before retrying"
             ),
             FenceError::Store(err) => write!(f, "{err}"),
+            FenceError::Invalid(err) => write!(f, "no fenced write was made: {err}"),
         }
     }
 }
+
+/// How to rebase a scope, in each store.
+const REBASE: &str = "PostgreSQL: `zkfence fence rebase --database-url URL --scope SCOPE --to TOKEN`; ZooKeeper: `ZooKeeperFence::rebase` (never delete a fence node)";
 
 impl<E: std::error::Error + 'static> std::error::Error for FenceError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             FenceError::Refused { .. } => None,
             FenceError::LockLost { cause, .. } => Some(cause),
-            FenceError::InDoubt { cause, .. } | FenceError::Store(cause) => Some(cause),
+            FenceError::InDoubt { cause, .. } => Some(cause),
+            // Transparent: its message is the store error's own, so its cause is the next one.
+            FenceError::Store(cause) => cause.source(),
+            FenceError::Invalid(cause) => Some(cause),
         }
     }
 }

@@ -27,7 +27,7 @@ pub fn record<T, E: fmt::Display>(
         Err(FenceError::Refused { .. }) => "refused",
         Err(FenceError::LockLost { .. }) => "lock_lost",
         Err(FenceError::InDoubt { .. }) => "in_doubt",
-        Err(FenceError::Store(_)) => "error",
+        Err(FenceError::Store(_) | FenceError::Invalid(_)) => "error",
     };
     let labels = [("store", store), ("outcome", label)];
     metrics::counter!(crate::metrics::FENCE_WRITES_TOTAL, &labels).increment(1);

@@ -39,6 +39,11 @@ const MAX_RACES: u32 = 32;
 /// Before sending, the ticket's [`check`](FenceTicket::check) runs: a hold that is lost, in
 /// jeopardy or past its lease writes nothing.
 ///
+/// **Never delete a fence node.** A node deleted and created again starts its version over,
+/// and a version check can no longer tell it from the old one: a writer that read (or
+/// remembers) the old node could commit against the new one. To lower a fence (a rebuilt
+/// ensemble: see [`FenceError::looks_reset`]), use [`rebase`](Self::rebase), which sets it.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -64,8 +69,11 @@ pub struct ZooKeeperFence {
     flaw: FenceFlaw,
     /// The fence node as this fence's last commit left it (for that commit's scope): the next
     /// write tries with it instead of reading first (shared by clones).
-    known: Arc<Mutex<Option<(Arc<str>, Seen)>>>,
+    known: Known,
 }
+
+/// The fence node as a fence's last commit left it, with that commit's scope.
+type Known = Arc<Mutex<Option<(Arc<str>, Seen)>>>;
 
 /// A fence node as read: the token it holds and its version.
 #[derive(Debug)]
@@ -173,7 +181,7 @@ impl ZooKeeperFence {
     /// # Errors
     ///
     /// [`FenceError::Refused`], [`FenceError::LockLost`], [`FenceError::InDoubt`]; and
-    /// [`FenceError::Store`] with [`Error::InvalidOptions`] when the fence has no fence node,
+    /// [`FenceError::Invalid`] when the fence has no fence node; [`FenceError::Store`] with
     /// [`Error::FenceScope`] when the fence node belongs to another scope, or the ZooKeeper
     /// error.
     ///
@@ -194,7 +202,7 @@ impl ZooKeeperFence {
     /// ```
     pub async fn claim(&self, ticket: &FenceTicket) -> Result<Option<i64>, FenceError<Error>> {
         if self.node.is_none() {
-            return Err(FenceError::Store(Error::InvalidOptions(
+            return Err(FenceError::Invalid(Error::InvalidOptions(
                 "a claim needs a fence node: build the fence with ZooKeeperFence::with_fence_node",
             )));
         }
@@ -214,9 +222,9 @@ impl ZooKeeperFence {
     /// [`FenceError::Refused`] (the fence node holds a newer token), [`FenceError::LockLost`]
     /// (the check before sending failed, or the holder's node was gone at the commit),
     /// [`FenceError::InDoubt`] (the connection broke with the `multi` sent); and
-    /// [`FenceError::Store`]: an error of one of `ops`'s operations (nothing committed), or
-    /// [`Error::InvalidOptions`] for a ticket that names no node given to a fence without a
-    /// fence node.
+    /// [`FenceError::Store`]: an error of one of `ops`'s operations (nothing committed);
+    /// [`FenceError::Invalid`] for a ticket that names no node given to a fence without a fence
+    /// node.
     ///
     /// # Cancel safety
     ///
@@ -246,13 +254,75 @@ impl ZooKeeperFence {
         F: FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send,
     {
         if self.node.is_none() && ticket.node_path().is_none() {
-            return Err(FenceError::Store(Error::InvalidOptions(
+            return Err(FenceError::Invalid(Error::InvalidOptions(
                 "this ticket names no lock node (rebuilt from text without one), so only a fence node can fence its writes: build the fence with ZooKeeperFence::with_fence_node",
             )));
         }
         self.commit(ticket, false, &mut ops)
             .await
             .map(|(_, out)| out)
+    }
+
+    /// Sets the fence node of `scope` to `to`, whatever it holds, and returns what it held
+    /// (`None` when there is no fence node yet: nothing to rebase): the operator's way out
+    /// after the ensemble's data was reset (every new token is below the old fence). Only once
+    /// no holder of the old ensemble can write any more: a fence set lower lets their late
+    /// writes in. The node is set (one version on), never deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] without a fence node or for a negative `to`;
+    /// [`Error::FenceScope`] for a fence node of another scope; ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one versioned write, which happened or not.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence::fence::ZooKeeperFence) -> zkfence::Result<()> {
+    /// if let Some(old) = fence.rebase("/locks/config", 0).await? {
+    ///     println!("the fence moved from {old} to 0");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn rebase(&self, scope: &str, to: i64) -> crate::Result<Option<i64>> {
+        let Some(node) = &self.node else {
+            return Err(Error::InvalidOptions("this fence keeps no fence node"));
+        };
+        if to < 0 {
+            return Err(Error::InvalidOptions("a fence holds a token from 0"));
+        }
+        self.forget();
+        let client = &self.client;
+        let failed = |op, err| Error::from_request(op, node, client.session_id(), err);
+        loop {
+            let (data, stat) = match retrying(client, || client.get_data(node)).await? {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => return Ok(None),
+                Err(err) => return Err(failed("get", err)),
+            };
+            let (old, fenced) = parse_fence(node, &data)?;
+            if fenced != scope {
+                return Err(Error::FenceScope {
+                    node: node.clone(),
+                    fenced,
+                    asked: scope.to_owned(),
+                });
+            }
+            let data = format!("{to}\n{scope}");
+            let set = || client.set_data(node, data.as_bytes(), Some(stat.version));
+            match retrying(client, set).await? {
+                Ok(_) => {
+                    tracing::warn!(scope, from = old, to, "fence rebased");
+                    return Ok(Some(old));
+                }
+                // Moved meanwhile (or our own set, repeated after a lost reply): read again.
+                Err(zk::Error::BadVersion) => continue,
+                Err(err) => return Err(failed("set", err)),
+            }
+        }
     }
 
     /// The token the fence node holds, and its scope; `None` before the first claim.

@@ -16,7 +16,7 @@
 //! | [`concurrent_first_claims`] | two first claims of a scope at once: the higher wins | (a check-then-insert race) |
 //! | [`stale_writer_paused_before_commit`] | a stale writer held between its read and its commit while the new holder claims and writes: no token goes down in the commit log | `CheckOutsideTransaction` |
 //! | [`counter_equals_accepted_increments`] | holders one after another, each older one writing late: the counter equals the accepted increments | (lost updates) |
-//! | [`lost_reply_is_in_doubt`] | the commit applied and its reply lost: reported in doubt, never as done or refused | (a lost reply taken for a refusal) |
+//! | [`lost_reply_is_in_doubt`], [`lost_claim_reply_is_in_doubt`] | the commit (a claim) applied and its reply lost: reported in doubt, never as done or refused | (a lost reply taken for a refusal) |
 //! | [`lost_hold_writes_nothing`] | the hold lost before the commit: nothing written | (no check before commit) |
 //! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
 //!
@@ -56,7 +56,8 @@ pub type ReplySwitch = Arc<dyn Fn(bool) + Send + Sync>;
 pub struct Hooks {
     /// Awaited after the read, before the write.
     pub between: Option<BoxFuture<'static, ()>>,
-    /// Called once, right before the commit is sent (after the fence's check).
+    /// Called once, right before the commit is sent: at the end of a transaction's work, or
+    /// just before a `multi` goes out.
     pub before_commit: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -179,11 +180,24 @@ pub fn expect_caught(mutant: &str, outcome: Outcome) {
     }
 }
 
-/// One `#[tokio::test]` per named case, each on a fresh store from `$new(test_name)` (an async
-/// constructor): `conformance_tests!(MyStore::new; my_order: order, my_edges: edge_tokens);`.
-/// The kit's own stores use it; so can yours.
+/// One `#[tokio::test]` per case, each on a fresh store from `$new(test_name)` (an async
+/// constructor): `conformance_tests!(MyStore::new);` for every case that needs nothing but the
+/// store (named `conformance_<case>`), or `conformance_tests!(MyStore::new; my_order: order);`
+/// for the named ones. The kit's own stores use it; so can yours.
 #[macro_export]
 macro_rules! conformance_tests {
+    ($new:expr) => {
+        $crate::conformance_tests!($new;
+            conformance_order: order,
+            conformance_edge_tokens: edge_tokens,
+            conformance_concurrent_first_claims: concurrent_first_claims,
+            conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
+            conformance_counter_equals_accepted_increments: counter_equals_accepted_increments,
+            conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt,
+            conformance_lost_claim_reply_is_in_doubt: lost_claim_reply_is_in_doubt,
+            conformance_serialization_failure_retried: serialization_failure_retried,
+        );
+    };
     ($new:expr; $($name:ident: $case:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
@@ -342,8 +356,8 @@ pub async fn edge_tokens<S: FenceStore>(store: &S) -> Outcome {
 }
 
 /// Two first claims of a scope at once, twenty times (each on a scope of its own): the higher
-/// token is always accepted, the fence ends at it, and the lower one is accepted only if it
-/// came first (then it is in the commit log before the higher).
+/// token is always accepted and the fence ends at it; the lower one is accepted or refused,
+/// never lost or misreported.
 ///
 /// # Errors
 ///
@@ -590,6 +604,43 @@ pub async fn lost_reply_is_in_doubt<S: FenceStore>(store: &S) -> Outcome {
         return Err(broken("the commit never showed in the store within 30 s"));
     }
     check_log(store, key).await
+}
+
+/// A claim sent with the server's replies dropped (then the connection closed once the claim
+/// shows in the store): the fence must say `InDoubt`, never that it claimed or was refused.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] for any other report.
+pub async fn lost_claim_reply_is_in_doubt<S: FenceStore>(store: &S) -> Outcome {
+    let scope = "/kit/claim-doubt";
+    let t = ticket(scope, epoch_token(6));
+    let switch = store.reply_switch();
+    switch(true);
+    let claim = store.claim(&t);
+    let watch = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if store.seen(scope).await.map_err(broken)? == Some(t.token().as_i64()) {
+                switch(false);
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                switch(false);
+                return Err(broken("the claim never showed in the store within 30 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let (outcome, shown) = tokio::join!(claim, watch);
+    shown?;
+    match outcome {
+        Err(FenceError::InDoubt { .. }) => Ok(()),
+        Ok(()) => Err(violation("a claim whose reply was lost was reported done")),
+        Err(err) => Err(violation(format!(
+            "a claim whose reply was lost was reported as: {err}"
+        ))),
+    }
 }
 
 /// A real hold whose node is deleted (a forced revocation) while its holder is between its

@@ -165,14 +165,24 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
 }
 
 pub(crate) fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
-    let name = format!(
-        "zkfence-{kind}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
-    let dir = std::env::temp_dir().join(name);
-    std::fs::create_dir_all(dir.join("data"))?;
-    Ok(dir)
+    loop {
+        let name = format!(
+            "zkfence-{kind}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(name);
+        // A folder of its own, made here: one left by a crashed process that had our pid (pids
+        // are reused) is skipped, never shared.
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                std::fs::create_dir(dir.join("data"))?;
+                return Ok(dir);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 /// The settings every server here shares: the tick and limits of `options` (sessions from
