@@ -82,7 +82,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The paths a use tree names, each split on `::`, for every occurrence of `prefix` in `text`
-/// that starts a path (not `x::crate::`, not `my_crate::`): after `crate::`,
+/// that starts a path (not `x::crate::`, not `my_crate::`, not a macro's `$crate::`, which
+/// names the crate from where the macro is used): after `crate::`,
 /// `a::{b, c::D}` gives `[a, b]` and `[a, c, D]`; `a::f(x)` gives `[a, f]`.
 fn paths_after(text: &str, prefix: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
@@ -90,7 +91,7 @@ fn paths_after(text: &str, prefix: &str) -> Vec<Vec<String>> {
     while let Some(at) = rest.find(prefix) {
         let before = rest[..at].chars().next_back();
         rest = &rest[at + prefix.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$') {
             continue;
         }
         use_tree(&mut rest.chars().peekable(), &[], &mut paths);
