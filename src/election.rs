@@ -274,6 +274,7 @@ impl FencedElection {
             last: None,
             started: false,
             armed: Vec::new(),
+            head: None,
         }
     }
 
@@ -718,6 +719,9 @@ pub struct Observer {
     /// The watches set by the last look: on the leader's node and the value (or, with no
     /// leader, on the election path's children).
     armed: Vec<crate::requests::NodeWatch>,
+    /// The leader's node as the last look read it (name, sequence, data, stat), while it
+    /// leads: a new proclamation is read against it, without listing the candidates again.
+    head: Option<(String, i32, Vec<u8>, zk::Stat)>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -764,10 +768,29 @@ impl Observer {
                     self.armed = rest;
                     return Err(err);
                 }
-                // Watches set again on the same paths first, so dropping the old ones costs
-                // no removal request.
-                let current = self.look().await?;
-                drop(rest);
+                // A new proclamation of the same leader: its value is read again, and nothing
+                // else (the leader's node keeps its watch; no listing of the candidates).
+                // (Its value deleted is a resignation under way: look again.)
+                let proclamation = event.path == *self.value
+                    && matches!(
+                        event.event_type,
+                        zk::EventType::NodeDataChanged | zk::EventType::NodeCreated
+                    );
+                let current = match (&self.head, proclamation) {
+                    (Some(head), true) => {
+                        let head = head.clone();
+                        self.armed = rest;
+                        let proclaimed = self.watch_value().await?;
+                        Some(leader(head.0, head.1, head.2, head.3, proclaimed))
+                    }
+                    _ => {
+                        // Watches set again on the same paths first, so dropping the old ones
+                        // costs no removal request.
+                        let current = self.look().await?;
+                        drop(rest);
+                        current
+                    }
+                };
                 if current != self.last {
                     self.last = current.clone();
                     return Ok(current);
@@ -790,6 +813,7 @@ impl Observer {
         let (client, path) = (self.client.clone(), self.path.clone());
         let (client, path) = (&client, &*path);
         let session = client.session_id();
+        self.head = None;
         loop {
             let children = match retrying(client, || client.list_children(path)).await? {
                 Ok(children) => children,
@@ -813,6 +837,7 @@ impl Observer {
                 Err(err) => return Err(Error::from_request("get", &node, session, err)),
             };
             let proclaimed = self.watch_value().await?;
+            self.head = Some((name.clone(), sequence, data.clone(), stat));
             return Ok(Some(leader(name, sequence, data, stat, proclaimed)));
         }
     }

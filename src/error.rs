@@ -108,6 +108,24 @@ pub enum Error {
         requested: u32,
     },
 
+    /// This session keeps as many lock nodes as it may: one more would take the paths its
+    /// expiry must delete in one transaction past [`LockOptions::with_session_node_bytes`]
+    /// (ZOOKEEPER-4306: past the servers' `jute.maxbuffer` that transaction wedges the
+    /// ensemble).
+    ///
+    /// [`LockOptions::with_session_node_bytes`]: crate::LockOptions::with_session_node_bytes
+    #[error("session {session} keeps {nodes} lock nodes ({bytes} bytes of paths), and one more would pass its budget of {limit} bytes: a session's expiry deletes all its nodes in one transaction, which past the servers' jute.maxbuffer wedges the ensemble (ZOOKEEPER-4306); spread the locks over more sessions (a client each), or release some first")]
+    SessionNodeBudget {
+        /// The session.
+        session: zk::SessionId,
+        /// The lock nodes it keeps (held or queued) in this process.
+        nodes: u64,
+        /// Their paths' bytes, as the close-session transaction counts them.
+        bytes: u64,
+        /// The budget.
+        limit: u64,
+    },
+
     /// The lock path (or one of its ancestors) does not exist and creating parents is off.
     #[error("lock path {path} does not exist; create it first or enable LockOptions::with_create_parents(true)")]
     NoParent {

@@ -287,6 +287,6 @@ pub use crate::multi::{FencedMultiLock, MultiGuard, MultiHeld};
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
 pub use crate::mutants::{FenceMutant, Mutant};
-pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY};
+pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;

@@ -343,32 +343,41 @@ impl<M: Mode> FencedLock<M> {
     /// # Ok(()) }
     /// ```
     pub async fn contenders(&self) -> Result<Vec<Contender>> {
+        let ordered = self.queue_in_order().await?;
+        self.read_contenders(&ordered).await
+    }
+
+    /// The lock path's queue nodes in queue order, with their sequences.
+    async fn queue_in_order(&self) -> Result<Vec<(String, i32)>> {
         let client = &self.queue.client;
         let path = &*self.queue.path;
         let session = client.session_id();
-        let children = match retrying(client, || client.list_children(path)).await? {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => {
-                return Err(Error::NoParent {
-                    path: path.to_owned(),
-                })
-            }
-            Err(err) => return Err(Error::from_request("list", path, session, err)),
-        };
-        let ordered = crate::queue::names::queue_order(children);
-        let mut out = Vec::with_capacity(ordered.len());
-        // One multi-read per chunk keeps replies far below the server's 1 MiB jute.maxbuffer.
-        for chunk in ordered.chunks(256) {
-            let nodes: Vec<String> = chunk
-                .iter()
+        match retrying(client, || client.list_children(path)).await? {
+            Ok(children) => Ok(crate::queue::names::queue_order(children)),
+            Err(zk::Error::NoNode) => Err(Error::NoParent {
+                path: path.to_owned(),
+            }),
+            Err(err) => Err(Error::from_request("list", path, session, err)),
+        }
+    }
+
+    /// The data and `Stat` of `nodes` (in queue order), read in multi-reads of a few hundred
+    /// (replies far below the server's 1 MiB `jute.maxbuffer`); a node gone meanwhile is left
+    /// out (it is no longer queued).
+    async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
+        let client = &self.queue.client;
+        let path = &*self.queue.path;
+        let session = client.session_id();
+        let mut out = Vec::with_capacity(nodes.len());
+        for chunk in nodes.chunks(256) {
+            let paths: Vec<String> = (chunk.iter())
                 .map(|(name, _)| child_path(path, name))
                 .collect();
-            let results = match retrying(client, || read_all(client, &nodes)).await? {
+            let results = match retrying(client, || read_all(client, &paths)).await? {
                 Ok(results) => results,
                 Err(err) => return Err(Error::from_request("get", path, session, err)),
             };
             for ((name, seq), result) in chunk.iter().zip(results) {
-                // A node that vanished between the listing and the read is no longer queued.
                 if let zk::MultiReadResult::Data { data, stat } = result {
                     out.push(Contender {
                         node: name.clone(),
@@ -405,12 +414,13 @@ impl<M: Mode> FencedLock<M> {
     /// # Ok(()) }
     /// ```
     pub async fn holders(&self) -> Result<Vec<Contender>> {
-        let queue = self.contenders().await?;
-        let names: Vec<String> = queue.iter().map(|c| c.node.clone()).collect();
-        let permits = self.permits();
-        Ok((queue.into_iter())
-            .filter(|c| Kind::holds(&names, &c.node, permits))
-            .collect())
+        // One pass over the listing in queue order, and only the holders' nodes read: linear
+        // in the queue's length, whatever the number of waiters.
+        let ordered = self.queue_in_order().await?;
+        let holding: Vec<(String, i32)> = (Kind::holders(&ordered, self.permits()).into_iter())
+            .map(|i| ordered[i].clone())
+            .collect();
+        self.read_contenders(&holding).await
     }
 
     /// A semaphore's count, when this is one.

@@ -63,9 +63,15 @@ pub struct LockOptions {
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
     pub(crate) lock_delay: Option<Duration>,
+    /// The most bytes of lock node paths one session may keep (ZOOKEEPER-4306).
+    pub(crate) session_node_bytes: usize,
     /// A deliberate flaw, for zkfence's own tests (see `crate::mutants`); none in a service.
     pub(crate) flaw: Flaw,
 }
+
+/// The default of [`LockOptions::with_session_node_bytes`]: half of ZooKeeper's default
+/// `jute.maxbuffer` (1 MiB).
+pub const SESSION_NODE_BYTES: usize = 512 * 1024;
 
 /// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
@@ -86,6 +92,7 @@ impl Default for LockOptions {
             lease: LeasePolicy::default(),
             metrics_label: None,
             lock_delay: None,
+            session_node_bytes: SESSION_NODE_BYTES,
             flaw: Flaw::default(),
         }
     }
@@ -399,6 +406,41 @@ impl LockOptions {
     /// ```
     pub fn lock_delay(&self) -> Option<Duration> {
         self.lock_delay
+    }
+
+    /// The most bytes of lock node paths one session may keep at once, across every lock it
+    /// holds or waits for in this process (default [`SESSION_NODE_BYTES`], 512 KiB). An acquire
+    /// past it fails at once with [`Error::SessionNodeBudget`](crate::Error::SessionNodeBudget).
+    ///
+    /// **Why** (ZOOKEEPER-4306, open): when a session ends, its leader deletes all of its
+    /// ephemeral nodes in one close-session transaction that lists their paths (4 bytes and
+    /// the path each). Past the servers' `jute.maxbuffer` (1 MiB by default) that transaction
+    /// cannot be written, and the ensemble can wedge, also across restarts. A lock node's path
+    /// is the lock path, `/`, and about 60 bytes of name (`_c_<uuid>-lock-<seq>`): with 20-byte
+    /// lock paths, 512 KiB is about 6,000 locks per session. Spread more over several sessions
+    /// (a client each), or raise this only with the servers' `jute.maxbuffer` (and never past
+    /// half of it: the transaction carries more than the paths).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let options = zkfence::LockOptions::default().with_session_node_bytes(64 * 1024);
+    /// assert_eq!(options.session_node_bytes(), 64 * 1024);
+    /// ```
+    pub fn with_session_node_bytes(mut self, bytes: usize) -> Self {
+        self.session_node_bytes = bytes;
+        self
+    }
+
+    /// See [`with_session_node_bytes`](Self::with_session_node_bytes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(zkfence::LockOptions::default().session_node_bytes(), zkfence::SESSION_NODE_BYTES);
+    /// ```
+    pub fn session_node_bytes(&self) -> usize {
+        self.session_node_bytes
     }
 
     /// The node data.

@@ -372,3 +372,36 @@ async fn curator_leader_latches_and_zkfence_candidates_have_one_leader_at_a_time
         "zkfence {terms}, curator {stdout}"
     );
 }
+
+/// A new proclamation of the same leader costs an observer one read of the value (and its
+/// watch again): no listing of the candidates, however many queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclamation_costs_an_observer_one_read_and_no_listing() {
+    let hosts = chroot(shared(), "election-proclaim-cost").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap());
+    let proxy = CountingProxy::start(server).await;
+    let watched = FencedElection::new(
+        connect(&format!("{}{root}", proxy.addr), T).await,
+        ELECTION,
+        LockOptions::default(),
+    )
+    .unwrap();
+    let leader = candidate(&hosts).await.campaign("a").await.unwrap();
+    let mut observer = watched.observe();
+    assert!(observer.next().await.unwrap().is_some());
+    leader.proclaim("serving at 10.0.0.7").await.unwrap();
+    let before = proxy.counts();
+    leader.proclaim("serving at 10.0.0.8").await.unwrap();
+    let seen = observer.next().await.unwrap().expect("still a leader");
+    assert_eq!(seen.data, b"serving at 10.0.0.8");
+    let after = proxy.counts();
+    let delta = |op: i32| after.get(&op).unwrap_or(&0) - before.get(&op).unwrap_or(&0);
+    // getChildren (8), getChildren2 (12): none; getData (4): the value, read once.
+    assert_eq!(
+        (delta(8), delta(12)),
+        (0, 0),
+        "the observer listed the candidates"
+    );
+    assert_eq!(delta(4), 1, "{after:?} after {before:?}");
+    leader.resign().await.unwrap();
+}

@@ -168,3 +168,47 @@ async fn a_cold_acquire_whose_create_and_first_probe_commit_slowly_keeps_its_loc
     assert!(guard.lease_deadline() > tokio::time::Instant::now());
     guard.release().await.unwrap();
 }
+
+/// Forty holds on one session go into jeopardy together (the server unreachable past the
+/// lease, not past the session timeout) and come out together: one probe checks every node in
+/// jeopardy in one `multi`, so they are steady again within a few probe periods of the server
+/// coming back, not one probe period per hold (which took about forty here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hold_of_a_session_resumes_together_after_jeopardy() {
+    const HOLDS: usize = 40;
+    let hosts = chroot(shared(), "resume-together").await;
+    let proxy = CountingProxy::start(hosts.split('/').next().unwrap()).await;
+    let chroot = &hosts[hosts.find('/').unwrap()..];
+    let t = Duration::from_secs(4);
+    let client = connect(&format!("{}{chroot}", proxy.addr), t).await;
+    let options = LockOptions::default()
+        .with_grace(Duration::from_secs(60))
+        .with_ride_out_disconnects(true);
+    let mut guards = Vec::new();
+    for i in 0..HOLDS {
+        let lock = FencedLock::new(client.clone(), format!("/locks/many/{i}"), options.clone());
+        guards.push(lock.unwrap().acquire().await.unwrap());
+    }
+    // The server goes silent (a partition): every lease lapses, the session survives.
+    proxy.blackhole(true);
+    for guard in &guards {
+        jeopardy_becomes(&mut guard.jeopardy(), true, Duration::from_secs(10)).await;
+    }
+    proxy.blackhole(false);
+    let healed = Instant::now();
+    for guard in &guards {
+        tokio::time::timeout(Duration::from_secs(30), guard.steady())
+            .await
+            .expect("steady again")
+            .expect("not lost");
+    }
+    let took = healed.elapsed();
+    // A probe period is about G = T/2 here; one per hold would take about 40 × 2 s.
+    assert!(
+        took < Duration::from_secs(8),
+        "{HOLDS} holds took {took:?} to be steady again"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

@@ -798,3 +798,43 @@ async fn unreachable_ensemble_fails_the_acquire_instead_of_hanging() {
         started.elapsed()
     );
 }
+
+/// ZOOKEEPER-4306: a session whose expiry would have to delete more lock node paths than its
+/// budget refuses the next acquire at once, with an error that says how to spread the locks;
+/// a release makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_refuses_locks_past_its_node_budget() {
+    let hosts = chroot(shared(), "node-budget").await;
+    let client = connect(&hosts, Duration::from_secs(10)).await;
+    // Each node costs 4 + the chroot + "/budget/n" + 1 + 58 bytes: three fit in 350.
+    let chroot = hosts[hosts.find('/').unwrap()..].len();
+    let per_node = 4 + chroot + "/budget/0".len() + 1 + 58;
+    let options = LockOptions::default().with_session_node_bytes(3 * per_node + per_node / 2);
+    let lock = |i: usize| FencedLock::new(client.clone(), format!("/budget/{i}"), options.clone());
+    let mut held = Vec::new();
+    for i in 0..3 {
+        held.push(lock(i).unwrap().acquire().await.unwrap());
+    }
+    let refused = lock(3).unwrap().acquire().await.unwrap_err();
+    let Error::SessionNodeBudget { nodes, limit, .. } = &refused else {
+        panic!("expected the node budget's error, got {refused:?}");
+    };
+    assert_eq!(*nodes, 3);
+    assert_eq!(*limit as usize, 3 * per_node + per_node / 2);
+    assert!(refused.to_string().contains("ZOOKEEPER-4306"), "{refused}");
+    assert!(
+        refused.to_string().contains("spread the locks"),
+        "{refused}"
+    );
+    // Nothing was created for the refused acquire.
+    assert!(children(&hosts, "/budget/3").await.is_empty());
+    held.pop().unwrap().release().await.unwrap();
+    lock(3)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}

@@ -537,6 +537,59 @@ async fn a_held_lock_costs_one_committed_write_per_probe_period_and_nothing_else
     }
 }
 
+/// Only holds probe: a session that waits in a queue, here for twice its session timeout,
+/// sends nothing (its acquire's create and listing, its watches aside); its grant, whose lease
+/// that long wait let lapse, costs one probe (a `multi` checking the granted node), and the
+/// guard it gets holds a valid lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_session_sends_no_write_and_its_late_grant_one_proof() {
+    let hosts = chroot(shared(), "waiting-cost").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server.split(',').next().unwrap_or(server)).await;
+    let holder = lock_with(&hosts, "/waiting", LockOptions::default()).await;
+    let waiter = connect(&format!("{}{root}", proxy.addr), T).await;
+    let waiter = FencedLock::new(waiter, "/waiting", LockOptions::default()).unwrap();
+    let held = holder.acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    let admin = connect(&hosts, T).await;
+    wait_until(Duration::from_secs(10), "the waiter to queue", || async {
+        admin.list_children("/waiting").await.map_or(0, |c| c.len()) == 2
+    })
+    .await;
+    // Its own node's watch goes out once it has waited a moment: let it settle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = proxy.counts();
+    tokio::time::sleep(2 * T).await;
+    let during = proxy.counts();
+    let writes = |counts: &std::collections::HashMap<i32, u64>| -> u64 {
+        // create, delete, setData, multi, create2, check
+        [1, 2, 5, 14, 15, 13]
+            .iter()
+            .map(|op| counts.get(op).copied().unwrap_or(0))
+            .sum()
+    };
+    assert_eq!(
+        writes(&during) - writes(&before),
+        0,
+        "a waiting session sent writes: {before:?} then {during:?}"
+    );
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    guard.check().expect("a grant holds a valid lease");
+    assert!(guard.lease_deadline() > tokio::time::Instant::now());
+    let granted = proxy.counts();
+    let probes = granted.get(&14).copied().unwrap_or(0) - during.get(&14).copied().unwrap_or(0);
+    assert!(
+        (1..=2).contains(&probes),
+        "the late grant sent {probes} probes before its guard"
+    );
+    guard.release().await.unwrap();
+}
+
 /// The first lease after a session's watchdog starts leans on `zookeeper-client` keeping an idle
 /// connection alive: a ping at least every `T/5` (`zkfence::lease`). If an upgrade of the client
 /// changes that, this fails before the lease rule silently becomes unsound.

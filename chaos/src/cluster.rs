@@ -61,6 +61,8 @@ pub(crate) enum Recipe {
     Election,
     /// Reentrant holds and multi-locks on three lock paths (`FencedMultiLock`).
     Multi,
+    /// Sixteen locks held at once on one session (`crate::many`).
+    Many,
 }
 
 impl Recipe {
@@ -70,15 +72,16 @@ impl Recipe {
             Recipe::Lock | Recipe::ReadWrite => "lock",
             Recipe::Election => "election",
             Recipe::Multi => "multi",
+            Recipe::Many => "many",
         }
     }
 
     /// The store rows its lock paths write: one per path.
     fn rows(self) -> u32 {
-        if self == Recipe::Multi {
-            3
-        } else {
-            1
+        match self {
+            Recipe::Multi => 3,
+            Recipe::Many => crate::many::PATHS as u32,
+            _ => 1,
         }
     }
 }

@@ -13,6 +13,7 @@ mod event;
 mod fault;
 mod figures;
 mod hold;
+mod many;
 mod mode;
 mod multi;
 mod nemesis;
@@ -72,6 +73,7 @@ fn main() {
                 match args.recipe.as_str() {
                     "election" => elected::run(args).await,
                     "multi" => multi::run(args).await,
+                    "many" => many::run(args).await,
                     _ => worker::run(args).await,
                 }
             });

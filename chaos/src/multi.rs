@@ -82,7 +82,13 @@ fn lock(worker: &Worker, client: &zk::Client, i: usize) -> FencedLock {
 
 /// A hold of `held` on path `i`, checked through `lease`, logging to `log` (`heed`: whether
 /// it checks its lease before each write).
-fn hold<'a, L>(log: &'a Log, heed: bool, held: &'a Held, lease: &'a L, i: usize) -> Hold<'a, L> {
+pub(crate) fn hold<'a, L>(
+    log: &'a Log,
+    heed: bool,
+    held: &'a Held,
+    lease: &'a L,
+    i: usize,
+) -> Hold<'a, L> {
     Hold {
         held,
         ticket: Some(held.ticket()),
@@ -97,7 +103,7 @@ fn hold<'a, L>(log: &'a Log, heed: bool, held: &'a Held, lease: &'a L, i: usize)
 
 /// How many increments a hold does: one hold in four is a long critical section (20 times
 /// as many), which the faults aimed at the watchdog pick. `(increments, long)`.
-fn length(worker: &mut Worker) -> (u32, bool) {
+pub(crate) fn length(worker: &mut Worker) -> (u32, bool) {
     let long = worker.rng.range(0, 3) == 0;
     let n = worker.args.increments;
     (if long { n * 20 } else { n }, long)
@@ -106,7 +112,7 @@ fn length(worker: &mut Worker) -> (u32, bool) {
 /// Raises each hold's fence, then `increments` read-modify-write increments over the holds in
 /// turn (and on while the stretch the controller asks for lasts), then polls the lease until
 /// that stretch ends. `false` if a step ended the hold.
-async fn work_all<L: Lease>(
+pub(crate) async fn work_all<L: Lease>(
     store: &mut Store,
     rng: &mut Rng,
     holds: &[Hold<'_, L>],

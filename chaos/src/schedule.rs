@@ -397,7 +397,7 @@ fn long_hold_ms(options: &EnsembleOptions, t_ms: u64) -> u64 {
 pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleOptions) {
     match mode {
         Mode::Smoke(args) => (smoke_plans(args, rng), partition_ensemble()),
-        Mode::Long(args) => (long_plans(args), partition_ensemble()),
+        Mode::Long(args) => (long_plans(args, rng), partition_ensemble()),
         Mode::Partition(args) => partition_plans(args, rng),
         Mode::Failover(args) => failover_plans(args, rng),
         Mode::Election(args) => (election_plans(args, rng), partition_ensemble()),
@@ -665,30 +665,59 @@ fn smoke_failover(args: &RunArgs, rng: &mut Rng) -> ScenarioPlan {
     }
 }
 
-/// Long: the main, read/write and partition scenarios side by side, each drawing its faults
-/// for `--minutes`.
-fn long_plans(args: &RunArgs) -> Vec<ScenarioPlan> {
+/// Long: the main, read/write, partition and many-locks scenarios side by side, each drawing
+/// its faults for `--minutes`, and each worker its lease configuration: riding out disconnects
+/// or not, and a grace of none, T or 2T, so that holds go into jeopardy and out of it.
+fn long_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let timed = |draw| Plan::Timed {
         minutes: args.minutes,
         draw,
     };
-    let workers = || modes(args.workers, args.session_ms, false);
+    let (n, ms) = (args.workers, args.session_ms);
+    let partition_workers = (partition_modes(true).into_iter())
+        .map(|m| WorkerMode {
+            grace_ms: draw_grace(m.session_ms, rng),
+            ..m
+        })
+        .collect();
     vec![
         ScenarioPlan {
             // Long runs draw partitions here too: stretch their victims.
-            long_ms: long_hold_ms(&EnsembleOptions::default(), args.session_ms),
-            ..scenario("main", workers(), timed(long_fault))
+            long_ms: long_hold_ms(&EnsembleOptions::default(), ms),
+            ..scenario("main", drawn_modes(n, ms, rng), timed(long_fault))
         },
         ScenarioPlan {
             recipe: Recipe::ReadWrite,
-            ..scenario("read-write", workers(), timed(rw_fault))
+            ..scenario("read-write", drawn_modes(n, ms, rng), timed(rw_fault))
         },
         ScenarioPlan {
             long_ms: long_hold_ms(&partition_ensemble(), 8000),
             partition: true,
-            ..scenario("partition", partition_modes(true), timed(partition_fault))
+            ..scenario("partition", partition_workers, timed(partition_fault))
+        },
+        ScenarioPlan {
+            recipe: Recipe::Many,
+            long_ms: long_hold_ms(&EnsembleOptions::default(), ms),
+            ..scenario("many", drawn_modes(n.min(3), ms, rng), timed(long_fault))
         },
     ]
+}
+
+/// `n` workers with session timeout `ms`, each drawing whether it rides out disconnects and
+/// its grace (see [`draw_grace`]).
+fn drawn_modes(n: u32, ms: u64, rng: &mut Rng) -> Vec<WorkerMode> {
+    (0..n)
+        .map(|_| WorkerMode {
+            ride_out: rng.range(0, 1) == 1,
+            grace_ms: draw_grace(ms, rng),
+            ..worker(ms, false)
+        })
+        .collect()
+}
+
+/// A grace of none, T or 2T, for a worker with session timeout `ms`.
+fn draw_grace(ms: u64, rng: &mut Rng) -> u64 {
+    [0, ms, 2 * ms][rng.range(0, 2) as usize]
 }
 
 /// Partition: each partition kind `--runs` times in seeded order, in the default lease mode,

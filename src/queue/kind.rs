@@ -68,6 +68,31 @@ impl Kind {
         position.present && position.blocking == 0
     }
 
+    /// The indexes, in `ordered` (a listing in queue order, see `names::queue_order`), of the
+    /// nodes that hold: each judged by its own kind as [`Kind::holds`] judges it, in one pass
+    /// (nodes ahead of each, exclusive nodes ahead of each), so linear in the queue's length.
+    pub(crate) fn holders(ordered: &[(String, i32)], permits: Option<u32>) -> Vec<usize> {
+        let (mut ahead, mut exclusive_ahead) = (0usize, 0usize);
+        let mut holding = Vec::new();
+        for (i, (name, _)) in ordered.iter().enumerate() {
+            let (Some(kind), Some((_, role))) = (Kind::of_node(name, permits), parse_node(name))
+            else {
+                continue;
+            };
+            let blocking = match kind {
+                Kind::Mutex | Kind::Write | Kind::Latch => ahead,
+                Kind::Read => exclusive_ahead,
+                Kind::Semaphore(n) => (ahead + 1).saturating_sub(n.max(1) as usize),
+            };
+            if blocking == 0 {
+                holding.push(i);
+            }
+            ahead += 1;
+            exclusive_ahead += usize::from(role == Role::Exclusive);
+        }
+        holding
+    }
+
     /// Whether this kind queues in-process first (one ZooKeeper contender per process): the
     /// kinds that exclude every other holder.
     pub(crate) fn queues_in_process(self) -> bool {
@@ -173,6 +198,43 @@ pub(crate) struct Position {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass holders agree with `holds`, node by node, on mixed queues (readers,
+    /// writers, mutexes, leases, names of no kind), across the sequence's wrap.
+    #[test]
+    fn holders_in_one_pass_agree_with_holds() {
+        let markers = [
+            "lock-", "__READ__", "__WRIT__", "lease-", "latch-", "other-",
+        ];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..500 {
+            let len = next(12) as usize;
+            let base = if next(2) == 0 { 0 } else { i32::MAX - 5 };
+            let children: Vec<String> = (0..len)
+                .map(|i| {
+                    let marker = markers[next(markers.len() as u64) as usize];
+                    let seq = base.wrapping_add(i as i32);
+                    format!("_c_{i:036}-{marker}{:010}", seq)
+                })
+                .collect();
+            let permits = (next(2) == 0).then(|| next(4) as u32 + 1);
+            let ordered = crate::queue::names::queue_order(children.clone());
+            let fast: Vec<&str> = (Kind::holders(&ordered, permits).into_iter())
+                .map(|i| ordered[i].0.as_str())
+                .collect();
+            let slow: Vec<&str> = (ordered.iter())
+                .map(|(name, _)| name.as_str())
+                .filter(|name| Kind::holds(&children, name, permits))
+                .collect();
+            assert_eq!(fast, slow, "{children:?} permits {permits:?}");
+        }
+    }
     use crate::queue::names::mutex_names as names;
 
     #[test]

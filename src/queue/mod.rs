@@ -75,7 +75,7 @@ use crate::requests::{child_path, watch_changed, NodeWatch};
 use crate::time::{sleep_until_opt, Wait};
 use crate::watchdog::clock;
 use crate::watchdog::lease::LeaseCell;
-use crate::watchdog::{self, Interest};
+use crate::watchdog::{self, Creating, Event, Interest};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
@@ -198,7 +198,8 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
     else {
         return Ok(None);
     };
-    let interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
+    let mut interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
+    reserve_node(queue, &mut interest)?;
     let data = data.unwrap_or(&queue.options.data);
     let mut attempt = Attempt::new(queue, wait, data, interest);
     let Some(created) = attempt.create().await? else {
@@ -212,7 +213,7 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
     let Some(waited) = waited else {
         return Ok(None);
     };
-    if !attempt.delay(waited.vanished).await? {
+    if !attempt.delay(waited.vanished).await? || !attempt.prove(&node).await? {
         return Ok(None);
     }
     // A session that ended while we waited (or during the lock-delay) grants nothing.
@@ -220,6 +221,27 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
         return Err(err);
     }
     Ok(Some(attempt.into_grant(node, waited, turn)))
+}
+
+/// The longest name a lock node of ours gets: `_c_`, a UUID, `-`, the longest marker
+/// (`__READ__`, `__WRIT__`) and ten digits.
+const NODE_NAME_BYTES: u64 = 3 + 36 + 1 + 8 + 10;
+
+/// Reserves what our node will add to the session's close-session transaction: 4 bytes of
+/// length and the node's full path on the server (the chroot, the lock path, `/`, its name).
+fn reserve_node(queue: &Queue, interest: &mut Interest) -> Result<()> {
+    let client = &queue.client;
+    let chroot = client.path().trim_end_matches('/').len() as u64;
+    let bytes = 4 + chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;
+    let limit = queue.options.session_node_bytes as u64;
+    interest
+        .reserve_node(bytes, limit)
+        .map_err(|(nodes, bytes)| Error::SessionNodeBudget {
+            session: client.session_id(),
+            nodes,
+            bytes,
+            limit,
+        })
 }
 
 /// One acquire in progress: what its steps share.
@@ -235,6 +257,10 @@ struct Attempt<'a> {
     interest: Interest,
     /// Our node until it is granted: removed on every other way out.
     pending: PendingNode,
+    /// While we create and until we wait: the session's watchdog probes meanwhile (a slow
+    /// commit must not let the first lease lapse), not while we wait (only holds probe; a grant
+    /// that the wait left without a lease is proved first, see [`Attempt::prove`]).
+    creating: Option<Creating>,
 }
 
 /// What the create's round trip brought back.
@@ -272,7 +298,9 @@ struct Waited {
 impl<'a> Attempt<'a> {
     fn new(queue: &'a Queue, wait: Wait, data: &'a [u8], interest: Interest) -> Attempt<'a> {
         let client = &queue.client;
+        let creating = Some(interest.watch().start_creating());
         Attempt {
+            creating,
             queue,
             data,
             client,
@@ -484,6 +512,7 @@ impl<'a> Attempt<'a> {
                 return Ok(Some(waited));
             }
             waited.crowded |= position.others >= 2;
+            self.creating = None; // we wait: no probes until granted
             if let Wait::Never = self.wait {
                 self.pending.remove().await?;
                 return Ok(None);
@@ -848,6 +877,38 @@ impl<'a> Attempt<'a> {
         }
         tokio::time::sleep_until(until).await;
         Ok(true)
+    }
+
+    /// Makes sure the lease can vouch for the hold we were granted: a session that only waited
+    /// sent no proof meanwhile (only holds probe), so after a long wait its last proof may be
+    /// too old. Then the watchdog probes now, checking our node, and the grant waits for the
+    /// commit (one round trip); a grant soon after our create needs none. `Ok(false)`: the
+    /// deadline passed first (our node is removed).
+    async fn prove(&mut self, node: &Queued) -> Result<bool> {
+        let watch = self.interest.watch().clone();
+        let budget = self.queue.options.lease.budget(watch.session_timeout());
+        if watch.lease().deadline(budget) > clock::now() + budget / 16 {
+            return Ok(true);
+        }
+        let (done, proved) = tokio::sync::oneshot::channel();
+        let granted: Arc<str> = node.path.as_str().into();
+        watch.send(Event::Prove {
+            node: granted,
+            budget,
+            done,
+        });
+        let deadline = self.deadline();
+        tokio::select! {
+            proved = proved => match proved {
+                Ok(()) => Ok(true),
+                // The watchdog found our node gone (or its session over) before the proof.
+                Err(_) => Err(self.node_deleted(node).await),
+            },
+            _ = sleep_until_opt(deadline) => {
+                self.pending.remove().await?;
+                Ok(false)
+            }
+        }
     }
 
     /// Hands our node back as a grant, for the front type to build its guard from.

@@ -37,6 +37,14 @@ pub(crate) enum Event {
     Attach(zk::Client),
     /// Messages were posted for the driver to take (see `SessionWatch::post`).
     Posted,
+    /// An acquire was granted `node` while the lease could not vouch for a hold of `budget`
+    /// (its session sent no proof while it waited): prove the session, checking the node, and
+    /// say when the lease holds for `budget` (`done` dropped: the node is gone).
+    Prove {
+        node: Arc<str>,
+        budget: Duration,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
 }
 
 impl fmt::Debug for Event {
@@ -49,6 +57,7 @@ impl fmt::Debug for Event {
             Event::NodeGone { id } => write!(f, "NodeGone({id})"),
             Event::Attach(_) => f.write_str("Attach"),
             Event::Posted => f.write_str("Posted"),
+            Event::Prove { node, .. } => write!(f, "Prove({node})"),
         }
     }
 }
@@ -136,7 +145,7 @@ impl Core {
             }
             Event::SessionId(_) => {}
             Event::NodeGone { id } => self.lose(id, LossReason::NodeDeleted, now),
-            Event::Attach(_) | Event::Posted => {}
+            Event::Attach(_) | Event::Posted | Event::Prove { .. } => {}
         }
         None
     }
@@ -384,22 +393,22 @@ impl Core {
         self.guards.contains_key(&id)
     }
 
-    /// A node to probe, rotating through the held ones, those in jeopardy first (only a
-    /// committed probe of its own node ends a guard's jeopardy).
-    pub(super) fn probe_target(&self, turn: usize) -> Option<(u64, Arc<str>)> {
-        if let Some(&(_, id)) = self
-            .grace_ends
-            .iter()
-            .nth(turn % self.grace_ends.len().max(1))
-        {
-            return self.guards.get(&id).map(|e| (id, e.node.clone()));
+    /// What the next probe checks: every guard in jeopardy, when there is one (only a
+    /// committed probe of its own node ends a guard's jeopardy, and one `multi` that checks
+    /// them all resumes them together); else one held node, in turn.
+    pub(super) fn probe_targets(&self, turn: usize) -> Vec<(u64, Arc<str>)> {
+        if !self.grace_ends.is_empty() {
+            return (self.grace_ends.iter())
+                .filter_map(|&(_, id)| self.guards.get(&id).map(|e| (id, e.node.clone())))
+                .collect();
         }
         if self.guards.is_empty() {
-            return None;
+            return Vec::new();
         }
-        self.guards
-            .iter()
+        (self.guards.iter())
             .nth(turn % self.guards.len())
             .map(|(id, e)| (*id, e.node.clone()))
+            .into_iter()
+            .collect()
     }
 }

@@ -30,7 +30,8 @@ const MOST_IN_FLIGHT: usize = 4;
 
 /// A guard's node watched until it is deleted (`true`) or the session ends.
 type WatchTask = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
-type Probe = Pin<Box<dyn Future<Output = ProbeReply> + Send>>;
+/// One probe: a `multi` per chunk of its checks, sent together; a reply per chunk.
+type Probe = Pin<Box<dyn Future<Output = Vec<ProbeReply>> + Send>>;
 
 /// The watchdog task: the [`Core`] plus the ZooKeeper side (session events, node watches,
 /// probes). Without a client (unit tests) it only applies what comes through the channel.
@@ -42,6 +43,16 @@ pub(crate) struct Driver {
     core: Core,
     timeout: Duration,
     probing: Probing,
+    /// Grants waiting for the lease to hold (see [`Event::Prove`]).
+    provers: Vec<Prover>,
+}
+
+/// A grant waiting for a proof: its node (checked by the probes until then), the budget the
+/// lease must hold for, and whom to tell.
+struct Prover {
+    node: Arc<str>,
+    budget: Duration,
+    done: tokio::sync::oneshot::Sender<()>,
 }
 
 /// The probes in flight and when the next one goes.
@@ -65,7 +76,7 @@ enum Wake {
     State(zk::SessionState),
     NodeGone(u64),
     Due,
-    Probed(ProbeReply),
+    Probed(Vec<ProbeReply>),
     ProbeTime,
     Detach,
 }
@@ -96,6 +107,7 @@ impl Driver {
                 next: clock::now(),
                 turn: 0,
             },
+            provers: Vec::new(),
         }
     }
 
@@ -269,18 +281,69 @@ impl Driver {
 
     /// Applies a message; a newly registered guard's node to watch, if there is one.
     fn on_event(&mut self, event: Event) -> Option<NodeToWatch> {
-        if let Event::Attach(client) = event {
-            self.client = Some(client);
-            self.probing.next = clock::now();
-            return None;
+        match event {
+            Event::Attach(client) => {
+                self.client = Some(client);
+                self.probing.next = clock::now();
+                None
+            }
+            Event::Prove { node, budget, done } => {
+                self.prove(Prover { node, budget, done });
+                None
+            }
+            event => self.core.apply(event, clock::now()),
         }
-        self.core.apply(event, clock::now())
+    }
+
+    /// Takes a grant that waits for the lease: told at once if the lease holds; else probes
+    /// start now, as a cold start when nothing else kept them going (no proof was sent while
+    /// the session only waited, so the newest replies are old, and the first commits lean on
+    /// the client's keepalive, as after any idle spell: see the lease module).
+    fn prove(&mut self, prover: Prover) {
+        let lease = &self.core.lease;
+        if lease.deadline(prover.budget) > clock::now() {
+            let _ = prover.done.send(());
+            return;
+        }
+        if !self.wants_proofs() {
+            lease.restart();
+        }
+        self.provers.push(prover);
+        self.probing.next = clock::now();
+    }
+
+    /// Tells the grants whose lease holds now; forgets those whose acquire gave up.
+    fn settle_provers(&mut self) {
+        let now = clock::now();
+        let lease = self.core.lease.clone();
+        for prover in std::mem::take(&mut self.provers) {
+            if prover.done.is_closed() {
+                continue;
+            }
+            match lease.deadline(prover.budget) > now {
+                true => drop(prover.done.send(())),
+                false => self.provers.push(prover),
+            }
+        }
+    }
+
+    /// Whether the session needs proofs: it holds a lock, an acquire is creating its node (a
+    /// slow commit there must not leave the first lease to lapse: the cold phase's extra
+    /// probes), or a grant waits for one. A session that only waits in queues sends none (the
+    /// lease module says why that is enough).
+    fn wants_proofs(&self) -> bool {
+        self.core.guards() > 0
+            || !self.provers.is_empty()
+            || self.watch.upgrade().is_some_and(|w| w.creating())
     }
 
     /// When to wake up to send a probe: the regular one when none is in flight, or a cold one
     /// (see [`Self::cold_probe_due`]); never without a client.
     fn probe_at(&self) -> Option<Instant> {
         self.client.as_ref()?;
+        if !self.wants_proofs() {
+            return None;
+        }
         let in_flight = self.probing.in_flight.len();
         let regular = (in_flight == 0).then_some(self.probing.next);
         let cold = (in_flight < MOST_IN_FLIGHT)
@@ -292,6 +355,11 @@ impl Driver {
     /// Sends the next probe if one can prove something now, else moves its time on (a reply
     /// that came in since, an acquire's create, pairs with nothing until a gap has passed).
     fn send_probe(&mut self) {
+        // Its time was set while the session wanted proofs; it may not any more (an acquire
+        // that was creating now waits, a hold ended).
+        if !self.wants_proofs() {
+            return;
+        }
         let now = clock::now();
         let cold = self.cold_probe_due().is_some_and(|at| at <= now)
             && self.probing.in_flight.len() < MOST_IN_FLIGHT;
@@ -308,7 +376,7 @@ impl Driver {
         let Some(client) = &self.client else {
             return;
         };
-        let target = self.probe_target(self.probing.turn);
+        let target = self.probe_targets(self.probing.turn);
         let lease = &self.core.lease;
         let sync = lease.is_legacy()
             || (lease.flaw().is(Mutant::ResumeWithoutProof) && self.core.any_in_jeopardy());
@@ -349,7 +417,7 @@ impl Driver {
     fn cold_probe_due(&self) -> Option<Instant> {
         let lease = &self.core.lease;
         let since = lease.cold_since()?;
-        if lease.is_legacy() || self.idle() {
+        if lease.is_legacy() || !self.wants_proofs() {
             return None;
         }
         let period = lease
@@ -368,27 +436,36 @@ impl Driver {
         (regular_back + margin >= deadline).then_some(after_last)
     }
 
-    /// What the next probe checks: a held node (in turn, those in jeopardy first), else the
-    /// newest lock path.
-    fn probe_target(&self, turn: usize) -> ProbeTarget {
-        match self.core.probe_target(turn) {
-            Some((id, path)) => ProbeTarget {
+    /// What the next probe checks: every node in jeopardy, else a held node (in turn), else
+    /// the newest lock path.
+    fn probe_targets(&self, turn: usize) -> Vec<Check> {
+        let targets = self.core.probe_targets(turn);
+        // A grant waiting for a proof has its own node checked: the proof shows it still there.
+        let granted = (self.provers.iter()).map(|p| Check {
+            guard: None,
+            path: p.node.clone(),
+        });
+        let mut checks: Vec<Check> = (targets.into_iter())
+            .map(|(id, path)| Check {
                 guard: Some(id),
                 path,
-            },
-            None => ProbeTarget {
-                guard: None,
-                path: self
-                    .watch
-                    .upgrade()
-                    .map_or_else(|| Arc::from("/"), |w| w.probe_path()),
-            },
+            })
+            .chain(granted)
+            .collect();
+        if checks.is_empty() {
+            let path = (self.watch.upgrade()).map_or_else(|| Arc::from("/"), |w| w.probe_path());
+            checks.push(Check { guard: None, path });
         }
+        checks
     }
 
-    /// Records what a probe proved, and when the next one goes.
-    fn on_probe(&mut self, reply: ProbeReply) {
-        self.probing.next = match self.record_probe(reply) {
+    /// Records what a probe's chunks proved, and when the next probe goes.
+    fn on_probe(&mut self, replies: Vec<ProbeReply>) {
+        let retry = (replies.into_iter())
+            .filter_map(|reply| self.record_probe(reply))
+            .min();
+        self.settle_provers();
+        self.probing.next = match retry {
             Some(retry) => retry,
             None => self.probe_due(self.probing.last_sent),
         };
@@ -407,7 +484,7 @@ impl Driver {
                     self.core
                         .apply(Event::SessionId(client.session_id().0), now);
                 }
-                if let Some(id) = reply.guard {
+                for id in reply.checks.iter().filter_map(|c| c.guard) {
                     self.core.found(id, reply.sent, now);
                 }
                 "committed"
@@ -415,21 +492,27 @@ impl Driver {
             Answer::Synced => {
                 lease.synced(reply.sent);
                 lease.replied(reply.sent, now);
-                // The mutant's flaw: a sync's answer taken for the node found.
-                if let Some(id) = reply
-                    .guard
-                    .filter(|_| lease.flaw().is(Mutant::ResumeWithoutProof))
-                {
-                    self.core.found(id, reply.sent, now);
+                // The mutant's flaw: a sync's answer taken for the nodes found.
+                if lease.flaw().is(Mutant::ResumeWithoutProof) {
+                    for id in reply.checks.iter().filter_map(|c| c.guard) {
+                        self.core.found(id, reply.sent, now);
+                    }
                 }
                 "synced"
             }
             Answer::Refused(gone) => {
                 lease.replied(reply.sent, now);
-                if gone {
-                    if let Some(id) = reply.guard {
-                        self.core.apply(Event::NodeGone { id }, now);
+                // The first missing node's hold ends; the others are probed again at once,
+                // without it (the failed `multi` proved nothing about them).
+                let missing = gone.and_then(|i| reply.checks.get(i));
+                if let Some(check) = missing {
+                    match check.guard {
+                        Some(id) => drop(self.core.apply(Event::NodeGone { id }, now)),
+                        // A granted node gone before its proof: its acquire hears of it.
+                        None => self.provers.retain(|p| p.node != check.path),
                     }
+                    metrics::counter!(LEASE_PROBES_TOTAL, "outcome" => "refused").increment(1);
+                    return Some(now);
                 }
                 "refused"
             }
@@ -451,6 +534,10 @@ impl Driver {
             self.probing.next = clock::now();
         }
         self.core.apply(Event::State(state), clock::now());
+        if self.core.terminal.is_some() {
+            // No proof will come: the grants waiting for one hear it (their senders dropped).
+            self.provers.clear();
+        }
     }
 
     fn idle(&self) -> bool {
@@ -479,12 +566,21 @@ async fn sleep_on_lease_clock(at: Option<Instant>) {
     tokio::time::sleep_until(clock::timer(at).min(cap)).await;
 }
 
-/// What a probe checks: a held guard's node, or (with none held) a lock path.
-#[derive(Debug)]
-struct ProbeTarget {
+/// One `check` of a probe: a held guard's node, a granted node waiting for its proof, or
+/// (with none held) a lock path.
+#[derive(Debug, Clone)]
+struct Check {
     guard: Option<u64>,
     path: Arc<str>,
 }
+
+/// The most a probe's `multi` carries, in bytes of its checks, far below ZooKeeper's default
+/// `jute.maxbuffer` (1 MiB): a session with more holds in jeopardy sends several, together.
+const MOST_PROBE_BYTES: usize = 256 * 1024;
+
+/// A `check` operation's bytes in a `multi` request, besides its path: the op header (type,
+/// done, error), the path's length and the version.
+const CHECK_OVERHEAD: usize = 4 + 1 + 4 + 4 + 4;
 
 /// What came back for a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,56 +589,103 @@ enum Answer {
     Committed,
     /// A `sync` was answered (the `SyncLease` and `ResumeWithoutProof` mutants' probes).
     Synced,
-    /// A server answered with an error; `true` if the error is that the node is gone.
-    Refused(bool),
+    /// A server answered with an error: the index of the check whose node is gone, if that is
+    /// the error.
+    Refused(Option<usize>),
     /// No answer (the connection broke, the session ended).
     None,
 }
 
-/// One probe, timed from its send.
+/// One probe's chunk, timed from its send.
 #[derive(Debug)]
 struct ProbeReply {
     sent: Instant,
-    /// The guard whose node it checked, if it checked one.
-    guard: Option<u64>,
+    /// What it checked, in order: guards' nodes, granted nodes, or a lock path.
+    checks: Vec<Check>,
     answer: Answer,
 }
 
-/// One probe of the session: a `multi` holding one `check` of the target (any version). It is
-/// a write, so it is committed only by a leader with a quorum (see [`super::lease`]); it
-/// changes nothing and fires no watch, and on a held node it also finds the node gone.
+/// One probe of the session: `multi`s of `check`s of the targets (any version), chunked below
+/// [`MOST_PROBE_BYTES`] and sent together. Each is a write, so it is committed only by a leader
+/// with a quorum (see [`super::lease`]); it changes nothing and fires no watch, and on held
+/// nodes it also finds one that is gone (the first, by its index).
 ///
-/// Under the mutants' `sync` rule it is a `sync` then a read: unsound, since a leader answers
-/// its own clients' syncs without a quorum.
-async fn probe_session(client: zk::Client, target: ProbeTarget, sync: bool) -> ProbeReply {
+/// Under the mutants' `sync` rule it is a `sync` then a read of the first target: unsound,
+/// since a leader answers its own clients' syncs without a quorum.
+async fn probe_session(client: zk::Client, targets: Vec<Check>, sync: bool) -> Vec<ProbeReply> {
     let sent = clock::now();
-    let result = if sync {
-        let synced = client.sync(&target.path);
-        let read = client.check_stat(&target.path);
+    let copy = |chunk: &[Check]| chunk.to_vec();
+    if sync {
+        let path = targets
+            .first()
+            .map_or_else(|| Arc::from("/"), |c| c.path.clone());
+        let synced = client.sync(&path);
+        let read = client.check_stat(&path);
         let synced = synced.await;
-        match read.await {
-            Ok(None) => Err(zk::Error::NoNode),
-            _ => synced,
-        }
-    } else {
-        let mut multi = client.new_multi_writer();
-        match multi.add_check_version(&target.path, -1) {
-            Ok(()) => multi.commit().await.map(|_| ()).map_err(zk::Error::from),
-            Err(err) => Err(err),
-        }
-    };
-    let answer = match result {
-        Ok(()) if sync => Answer::Synced,
-        Ok(()) => Answer::Committed,
-        Err(zk::Error::NoNode) => Answer::Refused(true),
-        Err(err) if crate::requests::answered_by_server(&err) => Answer::Refused(false),
-        Err(_) => Answer::None,
-    };
-    ProbeReply {
-        sent,
-        guard: target.guard,
-        answer,
+        let answer = match (read.await, synced) {
+            (Ok(None), _) => Answer::Refused(Some(0)),
+            (_, Ok(())) => Answer::Synced,
+            (_, Err(err)) => refused_or_none(&err, None),
+        };
+        let checks = copy(&targets[..targets.len().min(1)]);
+        return vec![ProbeReply {
+            sent,
+            checks,
+            answer,
+        }];
     }
+    let chunks = chunk_checks(&targets);
+    let commits = chunks.iter().map(|chunk| {
+        let mut multi = client.new_multi_writer();
+        let added = (chunk.iter()).try_for_each(|c| multi.add_check_version(&c.path, -1));
+        async move {
+            added?;
+            multi.commit().await.map(|_| ())
+        }
+    });
+    let results = futures_util::future::join_all(commits).await;
+    (chunks.iter().zip(results))
+        .map(|(chunk, result)| ProbeReply {
+            sent,
+            checks: copy(chunk),
+            answer: match result {
+                Ok(()) => Answer::Committed,
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    refused_or_none(&source, Some(index))
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    refused_or_none(&source, None)
+                }
+            },
+        })
+        .collect()
+}
+
+/// The answer for a probe that failed with `err` (at check `index`, if one failed).
+fn refused_or_none(err: &zk::Error, index: Option<usize>) -> Answer {
+    match err {
+        zk::Error::NoNode => Answer::Refused(index.or(Some(0))),
+        err if crate::requests::answered_by_server(err) => Answer::Refused(None),
+        _ => Answer::None,
+    }
+}
+
+/// `checks` in chunks of at most [`MOST_PROBE_BYTES`] (at least one check each).
+fn chunk_checks(checks: &[Check]) -> Vec<&[Check]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, check) in checks.iter().enumerate() {
+        let size = check.path.len() + CHECK_OVERHEAD;
+        if i > start && bytes + size > MOST_PROBE_BYTES {
+            chunks.push(&checks[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < checks.len() {
+        chunks.push(&checks[start..]);
+    }
+    chunks
 }
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.

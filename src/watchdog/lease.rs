@@ -57,6 +57,22 @@
 //! no commit has come back yet or the regular probe could not be back before the lease lapses;
 //! each leans from its own send time. With fast commits none is sent.
 //!
+//! # Only holds probe
+//!
+//! A session that only waits in queues sends no probe: its lease matters from its grant on,
+//! and a waiter costs the ensemble no write (ten thousand waiters at `T = 2 s` used to cost
+//! some sixteen thousand committed writes per second). The first proof after a grant still
+//! comes in time:
+//! - a grant soon after the acquire's create (an uncontended acquire, a short wait) rests on
+//!   the create, a committed write like any probe (cold, it leans on the keepalive);
+//! - a grant after a longer wait, whose lease can no longer vouch for the hold, is not handed
+//!   out until the watchdog has probed: a cold start, as after any idle spell (the replies
+//!   before the wait are too old to pair with, and the client's keepalive ran all along), whose
+//!   probe also checks the granted node. Nothing is done under the lock before that commit, so
+//!   the wait needs no proof; it costs that grant one round trip, and only that grant;
+//! - a session that holds other locks meanwhile keeps probing for them, so its grants find a
+//!   warm lease.
+//!
 //! # Jeopardy
 //!
 //! With a grace period, a lease that lapses is not a loss but **jeopardy**: the hold stops

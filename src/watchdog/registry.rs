@@ -37,6 +37,12 @@ pub(crate) struct SessionWatch {
     pub(super) attached: AtomicBool,
     /// Acquires in progress plus guards held; the task exits when it stays zero.
     interest: AtomicU64,
+    /// Acquires creating their node now (not yet waiting): they want the cold phase's probes.
+    creating: AtomicU64,
+    /// The lock nodes this process keeps on the session (held or queued), and their paths'
+    /// bytes as the close-session transaction counts them (ZOOKEEPER-4306).
+    nodes: AtomicU64,
+    node_bytes: AtomicU64,
     closed: AtomicBool,
     next_id: AtomicU64,
 }
@@ -44,20 +50,64 @@ pub(crate) struct SessionWatch {
 /// The watchdogs of this process, one per live session.
 static SESSIONS: LazyLock<Mutex<HashMap<i64, Arc<SessionWatch>>>> = LazyLock::new(Default::default);
 
-/// A counted interest in a session's watchdog; dropping it lets the watchdog wind down.
+/// A counted interest in a session's watchdog; dropping it lets the watchdog wind down (and
+/// gives back the node bytes it reserved).
 #[derive(Debug)]
 pub(crate) struct Interest {
     watch: Arc<SessionWatch>,
+    /// The bytes of the lock node this acquire (then its hold) keeps on the session.
+    node_bytes: u64,
 }
 
 impl Interest {
     pub(crate) fn watch(&self) -> &Arc<SessionWatch> {
         &self.watch
     }
+
+    /// Reserves `bytes` of the session's node budget `limit` for this acquire's node, until
+    /// this interest ends (the hold's end, or the acquire's failure). `Err` with the session's
+    /// nodes and bytes when it would pass the budget.
+    pub(crate) fn reserve_node(&mut self, bytes: u64, limit: u64) -> Result<(), (u64, u64)> {
+        let watch = &self.watch;
+        let mut current = watch.node_bytes.load(Ordering::SeqCst);
+        loop {
+            if current + bytes > limit {
+                return Err((watch.nodes.load(Ordering::SeqCst), current));
+            }
+            match (watch.node_bytes).compare_exchange(
+                current,
+                current + bytes,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
+        watch.nodes.fetch_add(1, Ordering::SeqCst);
+        self.node_bytes += bytes;
+        Ok(())
+    }
+}
+
+/// An acquire creating its node (see [`SessionWatch::start_creating`]).
+#[derive(Debug)]
+pub(crate) struct Creating {
+    watch: Arc<SessionWatch>,
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        self.watch.creating.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Interest {
     fn drop(&mut self) {
+        if self.node_bytes > 0 {
+            self.watch.nodes.fetch_sub(1, Ordering::SeqCst);
+            (self.watch.node_bytes).fetch_sub(self.node_bytes, Ordering::SeqCst);
+        }
         self.watch.interest.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -86,14 +136,22 @@ pub(super) fn join(
                 }
             }
             let watch = watch.clone();
-            return (Interest { watch }, None);
+            let interest = Interest {
+                watch,
+                node_bytes: 0,
+            };
+            return (interest, None);
         }
     }
     let (watch, rx) = SessionWatch::new(session, client.session_timeout());
     watch.adopt(policy, lock_path);
     let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
-    (Interest { watch }, Some(rx))
+    let interest = Interest {
+        watch,
+        node_bytes: 0,
+    };
+    (interest, Some(rx))
 }
 
 impl SessionWatch {
@@ -115,6 +173,9 @@ impl SessionWatch {
             looking: AtomicBool::new(false),
             attached: AtomicBool::new(true),
             interest: AtomicU64::new(1),
+            creating: AtomicU64::new(0),
+            nodes: AtomicU64::new(0),
+            node_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
         };
@@ -197,6 +258,22 @@ impl SessionWatch {
     /// leasing on the session's lease.
     pub(crate) fn guard_state(&self, terms: Terms) -> GuardState {
         GuardState::new(self.token.child_token(), self.lease.clone(), terms)
+    }
+
+    /// An acquire starts creating its node: the driver probes (the cold phase's extra probes)
+    /// until the returned [`Creating`] is dropped, when the acquire waits or is granted.
+    pub(crate) fn start_creating(self: &Arc<Self>) -> Creating {
+        if self.creating.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.send(Event::Posted); // wakes the driver to schedule its probes
+        }
+        Creating {
+            watch: self.clone(),
+        }
+    }
+
+    /// Whether an acquire is creating its node.
+    pub(super) fn creating(&self) -> bool {
+        self.creating.load(Ordering::SeqCst) != 0
     }
 
     /// Whether anyone holds interest in this watchdog.
