@@ -24,6 +24,12 @@
 //! | [`FenceMutant::StringCompare`] | compare integers | `edge_tokens`: 10 is refused after 9 |
 //! | [`FenceMutant::NoUpsert`] | the first claim of a scope creates its fence | `order`: the first claim is refused |
 //! | [`FenceMutant::SerializationAsSuccess`] | a serialization failure retries the transaction (PostgreSQL) | `serialization_failure_retried`: the write reported done never happened |
+//! | [`FenceMutant::DoubleCompare`] | compare integers (Redis) | `edge_tokens`: 2⁵³ accepted after 2⁵³+1 |
+//! | [`FenceMutant::KeyOutsideSlot`] | one hash slot per fence (Redis) | the Redis fence's own test: a key outside the slot written |
+//! | [`FenceMutant::EtagOnly`] | the token travels inside the object (object stores) | the object store fence's own test: the same-content rewrite lets a stale write through |
+//! | [`FenceMutant::RowsAffected`] | decide from the fence row, never rows-affected (MySQL/MariaDB) | `order`: an equal token's second write refused (0 rows changed) |
+//! | [`FenceMutant::NoLockingRead`] | read the fence row `FOR UPDATE` (MySQL/MariaDB) | `stale_writer_paused_before_commit` |
+//! | [`FenceMutant::UnsealedCommit`] | commit only the transaction that claimed (MySQL/MariaDB) | the MySQL fence's own test: a swallowed deadlock commits the work's second half alone |
 //!
 //! A shared hold raising the fence (a reader's or a lease's token) cannot be written as a
 //! runtime mutant: a shared guard has no ticket, which the compile-fail examples on
@@ -89,7 +95,7 @@ impl Flaw {
 
 /// **For zkfence's own tests.** A deliberate flaw in a storage fence; see the module's table.
 /// Only settable with the `mutants` feature (`ZooKeeperFence::with_mutant`, and the
-/// `zkfence-postgres` package's `mutants` feature).
+/// `mutants` feature of each store's fence package).
 ///
 /// # Examples
 ///
@@ -114,6 +120,25 @@ pub enum FenceMutant {
     NoUpsert,
     /// A serialization failure is taken for a commit (PostgreSQL).
     SerializationAsSuccess,
+    /// Tokens compared as doubles (Redis: `tonumber` in Lua): above 2⁵³ neighbours are equal.
+    DoubleCompare,
+    /// A key outside the fence key's hash slot is written (Redis): in a cluster the script
+    /// fails there, or (on another node's slot) its compare and its write part.
+    KeyOutsideSlot,
+    /// An object store's conditional write checks the ETag only (a hash of the content), not
+    /// the token inside the object: a fresh holder that writes identical bytes lets a stale
+    /// `If-Match` through.
+    EtagOnly,
+    /// A SQL fence decided from the rows an `UPDATE` affected (MySQL counts changed rows, not
+    /// matched ones, unless the client sets found-rows).
+    RowsAffected,
+    /// The fence row read without `FOR UPDATE` (MySQL/MariaDB: a snapshot under REPEATABLE
+    /// READ, and no lock).
+    NoLockingRead,
+    /// A fenced transaction commits without first checking that it is still the transaction
+    /// that claimed (MySQL/MariaDB: a deadlock the work swallowed rolled the claim back, and the
+    /// statements since ran in a new transaction that holds no fence).
+    UnsealedCommit,
 }
 
 /// The fence mutant a fence is built with, if any: never one without the `mutants` feature.

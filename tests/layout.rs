@@ -1,5 +1,6 @@
 //! The workspace's layout rules, checked on the source of each of its packages (the library's
-//! `src/`, `cli/src`, `testkit/src`, `chaos/src`, `postgres/src`):
+//! `src/`, `cli/src`, `testkit/src`, `chaos/src`, and each store's fence: `postgres/src`,
+//! `mysql/src`, `redis/src` (one file: only the function length)):
 //!
 //! - the files import each other without a cycle: a module may use its children, its siblings
 //!   and the crate's other files, and no chain of such uses leads back to it;
@@ -28,6 +29,8 @@ const CLI: &str = "cli/src";
 const TESTKIT: &str = "testkit/src";
 const CHAOS: &str = "chaos/src";
 const POSTGRES: &str = "postgres/src";
+const MYSQL: &str = "mysql/src";
+const REDIS: &str = "redis/src";
 
 /// Who uses whom: module path (`queue::kind`; `""` is the crate root) to the modules it uses.
 type Edges = BTreeMap<String, BTreeSet<String>>;
@@ -361,8 +364,9 @@ fn the_testkit_has_no_import_circle() {
 }
 
 #[test]
-fn the_postgres_fence_has_no_import_circle() {
+fn the_store_fences_have_no_import_circle() {
     assert_no_import_circle(POSTGRES, ("", "sql"));
+    assert_no_import_circle(MYSQL, ("", "sql"));
 }
 
 #[test]
@@ -511,8 +515,10 @@ fn no_function_of_the_testkit_runs_past_eighty_lines_without_saying_why() {
 }
 
 #[test]
-fn no_function_of_the_postgres_fence_runs_past_eighty_lines_without_saying_why() {
-    assert_no_long_function(POSTGRES);
+fn no_function_of_the_store_fences_runs_past_eighty_lines_without_saying_why() {
+    for package in [POSTGRES, MYSQL, REDIS] {
+        assert_no_long_function(package);
+    }
 }
 
 #[test]

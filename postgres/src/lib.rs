@@ -80,7 +80,7 @@ mod sql;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
@@ -257,6 +257,8 @@ impl PostgresFence {
             M::StringCompare => Flaw::Compare(sql::Compare::Strings),
             M::NoUpsert => Flaw::Compare(sql::Compare::NoUpsert),
             M::SerializationAsSuccess => Flaw::SerializationAsSuccess,
+            // Other stores' flaws: this fence has none of them.
+            _ => Flaw::None,
         };
         self
     }
@@ -499,7 +501,7 @@ impl PostgresFence {
             match &outcome {
                 Err(FenceError::Store(err)) if attempt < self.max_attempts && retryable(err) => {
                     fence::record_retry(STORE, "serialization");
-                    tokio::time::sleep(backoff(attempt)).await;
+                    tokio::time::sleep(fence::retry_backoff(attempt)).await;
                     attempt += 1;
                 }
                 _ => break outcome,
@@ -735,24 +737,5 @@ fn is_serialization(err: &tokio_postgres::Error) -> bool {
 
 /// Whether `err` (or an error in its `source()` chain) is a serialization failure or deadlock.
 fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(err) = next {
-        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
-            if is_serialization(pg) {
-                return true;
-            }
-        }
-        next = err.source();
-    }
-    false
-}
-
-/// The pause before attempt `attempt + 1`: 5 ms doubling up to 160 ms, plus a random part of
-/// as much again (so that transactions that conflicted do not retry in step).
-fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let base = 5u64 << attempt.min(5);
-    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
-    random.write_u32(attempt);
-    Duration::from_millis(base + random.finish() % base)
+    fence::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
 }

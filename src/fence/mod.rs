@@ -65,6 +65,6 @@ mod ticket;
 mod zookeeper;
 
 pub use self::error::FenceError;
-pub use self::record::{record, record_retry};
+pub use self::record::{find_cause, record, record_retry, retry_backoff};
 pub use self::ticket::{FenceTicket, TicketError};
 pub use self::zookeeper::ZooKeeperFence;

@@ -166,6 +166,34 @@ pub fn shared_postgres() -> &'static str {
         .1
 }
 
+/// The MariaDB server this test binary shares (started on first use, stopped when the binary
+/// exits): a `mysql://` URL of its `mysql` database as `root`. Give each test a database of
+/// its own.
+///
+/// # Examples
+///
+/// ```no_run
+/// let url = zkfence_testkit::harness::shared_mariadb();
+/// assert!(url.starts_with("mysql://"));
+/// ```
+///
+/// # Panics
+///
+/// When the server cannot start (Debian's `mariadb-server` missing: the message says so).
+pub fn shared_mariadb() -> &'static str {
+    static SHARED: OnceLock<(crate::LocalMariaDb, String)> = OnceLock::new();
+    &SHARED
+        .get_or_init(|| {
+            let logs = std::env::temp_dir().join(format!("zkfence-mariadb-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&logs);
+            let db = crate::LocalMariaDb::start(&logs)
+                .unwrap_or_else(|e| panic!("start a throwaway mariadb: {e}"));
+            let url = db.url("mysql");
+            (db, url)
+        })
+        .1
+}
+
 /// Connects with the given session timeout.
 pub async fn connect(hosts: &str, session_timeout: Duration) -> zk::Client {
     zk::Client::connector()

@@ -19,6 +19,8 @@
 //!   time (the interop tests, `zkfence bench --impl curator`).
 //! - [`LocalRedis`]: a throwaway `redis-server` (Debian's package), the lock peer the bench
 //!   measures against.
+//! - [`LocalPostgres`], [`LocalMariaDb`]: throwaway database servers (Debian's packages) for
+//!   the storage fences' tests, the examples and the chaos suite.
 //! - [`stats`]: the one percentile definition (nearest rank) the bench and the chaos suite share.
 //!
 //! The JVM runs under a small `bash` wrapper that kills it and removes the data dir when this
@@ -47,17 +49,20 @@ pub mod conformance;
 pub mod curator;
 mod ensemble;
 pub mod harness;
+mod mariadb;
 mod options;
 mod postgres;
 mod proxy;
 mod raw_proxy;
 mod redis;
+mod run_as;
 mod server;
 mod session;
 pub mod stats;
 mod tied;
 
 pub use crate::ensemble::{LinkFault, LocalEnsemble};
+pub use crate::mariadb::LocalMariaDb;
 pub use crate::options::EnsembleOptions;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::proxy::CountingProxy;

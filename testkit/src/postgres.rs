@@ -2,11 +2,11 @@
 //! examples and the chaos suite fence: `initdb` in a temp dir, one loopback port, fsync on,
 //! stopped (and its files removed) when dropped or when this process dies.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::run_as::{as_user, give, identity};
 use crate::tied::{spawn_tied, Keeper};
 
 /// The superuser `initdb` creates; it trusts loopback connections.
@@ -44,41 +44,6 @@ fn bin_dir() -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no /usr/lib/postgresql/*/bin/postgres: {install}"))
 }
 
-/// The uid/gid to run as: ourselves, or the `postgres` user when we are root (PostgreSQL
-/// refuses to run as root).
-fn identity() -> Result<Option<(u32, u32)>, String> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return Ok(None);
-    }
-    let name = std::ffi::CString::new("postgres").unwrap_or_default();
-    // SAFETY: getpwnam returns a pointer into static storage or null; we copy out at once.
-    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
-    if pw.is_null() {
-        return Err(
-            "running as root and there is no `postgres` user: install Debian's postgresql package"
-                .into(),
-        );
-    }
-    // SAFETY: pw is non-null and points to a valid passwd record.
-    Ok(Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) }))
-}
-
-/// Hands `path` to `who` (when we run as root for them).
-fn give(path: &Path, who: Option<(u32, u32)>) {
-    if let Some((uid, gid)) = who {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        // SAFETY: chown on a path we just created.
-        unsafe { libc::chown(c.as_ptr(), uid, gid) };
-    }
-}
-
-fn as_user(cmd: &mut Command, who: Option<(u32, u32)>) {
-    if let Some((uid, gid)) = who {
-        cmd.uid(uid).gid(gid);
-    }
-}
-
 impl LocalPostgres {
     /// Runs `initdb` in a fresh temp dir and starts the server on a free loopback port; its
     /// log goes to `log_dir/postgres.log`. Waits (up to 30 s) until it accepts connections.
@@ -95,7 +60,7 @@ impl LocalPostgres {
     /// ```
     pub fn start(log_dir: &Path) -> Result<LocalPostgres, String> {
         let bin = bin_dir()?;
-        let who = identity()?;
+        let who = identity("postgres", "postgresql")?;
         let dir = crate::server::temp_dir("pg").map_err(|e| format!("temp dir: {e}"))?;
         give(&dir, who);
         let data = dir.join("pgdata");

@@ -184,14 +184,18 @@ async fn pipe(
             server_write.write_all(&buf[..n]).await?;
         }
     };
+    let stale = reset.clone();
     let downstream = async {
+        let reset = stale;
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let n = server_read.read(&mut buf).await?;
             if n == 0 {
                 return Ok::<(), std::io::Error>(());
             }
-            if mute.load(Ordering::SeqCst) {
+            // A reset unmutes only the connections that come after it: this one, about to
+            // close, must not let through the rest of a reply whose start was dropped.
+            if mute.load(Ordering::SeqCst) || reset.has_changed().unwrap_or(true) {
                 dropped.fetch_add(n as u64, Ordering::SeqCst);
                 continue;
             }

@@ -7,10 +7,11 @@
 //!   latency, one client's delete call start to another's watch firing (contended).
 //!
 //! This module is the command: the runs it orchestrates (one run, the matrix, the in-process
-//! and scale measurements) and the tables it prints. Its options and a run's parameters are in
+//! measurements) and the tables it prints. Its options and a run's parameters are in
 //! `options`, a run's figures in `report`, the workloads in `workload` (Curator's, in a JVM, in
 //! `curator`), the statistics in `stats`, the matrix's SVG chart in `chart`; what fencing costs
-//! a writer (`--fences`) in `fences`.
+//! a writer (`--fences`) in `fences`; the scale measurements against the peers (`--scale`) in
+//! `scale`.
 
 mod chart;
 mod contention;
@@ -22,20 +23,19 @@ mod measure;
 mod options;
 mod report;
 mod rounds;
+mod scale;
 mod stats;
 mod workload;
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 pub(crate) use self::options::Args;
 use self::options::{Impl, Mode, Run, CONFIGS, IMPLS, LOCKS};
 use self::report::{find, Report};
 use self::stats::{per_acquisition, per_second};
-use self::workload::{HeldLocks, InProcess, Waiters};
+use self::workload::InProcess;
 use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::local::start_local_zookeeper;
 
@@ -95,7 +95,7 @@ pub(crate) async fn bench(args: Args) -> u8 {
 /// throwaway local server.
 async fn with_server(args: &Args) -> u8 {
     let local;
-    let (hosts, server_pid) = match &args.connect {
+    let (hosts, server) = match &args.connect {
         Some(hosts) => (hosts.clone(), None),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
@@ -103,17 +103,19 @@ async fn with_server(args: &Args) -> u8 {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };
-            (local.addr(), Some(local.pid()))
+            (local.addr(), Some(&local))
         }
     };
+    let server_pid = server.map(|s| s.pid());
     let result = if args.fences {
         fences::fences(args, &hosts).await
+    } else if args.scale {
+        // Before --rounds: the scale bench has rounds of its own.
+        scale::scale(args, &hosts, server).await
     } else if args.rounds.is_some() {
         with_redis(args, &hosts, server_pid).await
     } else if args.in_process {
         in_process(args, &hosts).await
-    } else if args.scale {
-        scale(args, &hosts).await
     } else {
         matrix(args, &hosts).await
     };
@@ -228,64 +230,6 @@ async fn matrix_requests(args: &Args, hosts: &str) -> Vec<(Impl, Mode, usize, f6
         }
     }
     requests
-}
-
-/// 1. `--locks` locks held at once by one session: memory per held lock, tokio tasks, and the
-///    watchdog's requests per second once everything is held.
-/// 2. `--waiters` contenders queued on one lock, then released one after the other: server
-///    requests and watch notifications per handoff, through the counting proxy.
-async fn scale(args: &Args, hosts: &str) -> Result<u8, String> {
-    let proxy = CountingProxy::start(hosts).await;
-    let base = format!("{}/scale-{}", args.lock, std::process::id());
-    let admin = workload::connect_raw(hosts).await?;
-    let lock_path = format!("{base}/queue");
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    admin
-        .mkdir(&lock_path, &persistent)
-        .await
-        .map_err(|e| format!("cannot create {lock_path}: {e}"))?;
-
-    eprintln!("bench: holding {} locks on one session ...", args.locks);
-    let timeout = Duration::from_secs(3);
-    // The session stays open to the end, through the waiters' measurement.
-    let session = workload::connect_session(&proxy.addr, timeout).await?;
-    let held = workload::held_locks(args, &proxy, &session, &base, timeout).await?;
-    print_held_locks(args, &held, timeout);
-    workload::release_all(held.guards).await;
-
-    eprintln!("bench: queueing {} waiters on one lock ...", args.waiters);
-    let waiters = workload::queued_waiters(args, &proxy, &admin, &lock_path).await?;
-    print_waiters(args, &waiters);
-    drop(waiters.sessions);
-
-    Ok(0)
-}
-
-/// The held locks' JSON line.
-fn print_held_locks(args: &Args, held: &HeldLocks, timeout: Duration) {
-    println!(
-        "{{\"scale\":\"held_locks\",\"locks\":{},\"rss_bytes_per_lock\":{},\"tasks_before\":{},\"tasks_after\":{},\"watchdog_requests_per_s\":{:.2},\"session_timeout_ms\":{},\"all_held\":{}}}",
-        args.locks,
-        held.rss_after.saturating_sub(held.rss_before) / args.locks.max(1) as u64,
-        held.tasks_before,
-        held.tasks_after,
-        held.watchdog_requests_per_s,
-        timeout.as_millis(),
-        held.all_held
-    );
-}
-
-/// The queued waiters' JSON line.
-fn print_waiters(args: &Args, waiters: &Waiters) {
-    let handoffs = args.waiters as f64;
-    println!(
-        "{{\"scale\":\"waiters\",\"waiters\":{},\"seconds\":{:.3},\"handoffs_per_s\":{:.1},\"requests_per_handoff\":{:.2},\"notifications_per_handoff\":{:.2}}}",
-        args.waiters,
-        waiters.seconds,
-        handoffs / waiters.seconds,
-        waiters.requests as f64 / handoffs,
-        waiters.notifications as f64 / handoffs,
-    );
 }
 
 /// `--tasks` tasks of one process on one lock and one session: sharing one `FencedLock`

@@ -22,6 +22,23 @@ impl Mode {
     }
 }
 
+/// What `--scale` measures (`all`: everything).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScaleWhat {
+    /// Locks held at once by one session (or --hold-sessions).
+    Holds,
+    /// Waiters on one lock, each with its own session.
+    Waiters,
+    /// A semaphore's contenders against Curator's `InterProcessSemaphoreV2`.
+    Semaphore,
+    /// Readers behind writers against Curator's `InterProcessReadWriteLock`.
+    Rwlock,
+    /// An election's observers against watchers of Curator's `LeaderLatch`.
+    Election,
+    /// Every one of them.
+    All,
+}
+
 /// What is measured: a lock, or the raw ZooKeeper limits.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Impl {
@@ -68,7 +85,10 @@ Examples:
   zkfence bench --rounds 5                   # zkfence and its peers in turns, ratios with their spread
   zkfence bench --failover --rounds 5        # leader failover (kill -9, SIGSTOP) vs Curator's LeaderLatch
   zkfence bench --fences --rounds 5          # fenced writes vs unfenced ones: PostgreSQL, ZooKeeper
-  scripts/bench                              # the same, as in the README")]
+  zkfence bench --scale --rounds 2           # holds, waiters, semaphore, rwlock, election at scale
+  zkfence bench --scale --scale-what holds --locks 100000 --hold-sessions 10
+  scripts/bench                              # the same, as in the README
+  scripts/bench-scale                        # the scale bench, as in the README")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
     #[arg(long, env = "ZKFENCE_BENCH_CONNECT")]
@@ -133,16 +153,90 @@ pub(crate) struct Args {
     /// Run the whole matrix (uncontended; contended with 2, 8, 32) for every impl, print ratios.
     #[arg(long, env = "ZKFENCE_BENCH_MATRIX")]
     pub(super) matrix: bool,
-    /// Measure scale instead: --waiters on one lock (requests and notifications per handoff) and
-    /// --locks held by one process (memory per held lock, watchdog requests).
+    /// Measure scale instead, on a throwaway local server without --connect, through counting
+    /// proxies: locks held at once by one session, waiters on one lock, a semaphore, a
+    /// read/write lock and an election at scale, against zookeeper-client and Curator
+    /// (--peers), --rounds R times (1 without it); a JSON line per measurement, then the
+    /// tables and the targets of issue 27.
     #[arg(long, env = "ZKFENCE_BENCH_SCALE")]
     pub(super) scale: bool,
-    /// With --scale: waiters queued on one lock, each with its own session.
-    #[arg(long, default_value_t = 1000, env = "ZKFENCE_BENCH_WAITERS")]
-    pub(super) waiters: usize,
-    /// With --scale: locks held at once by one session.
-    #[arg(long, default_value_t = 10000, env = "ZKFENCE_BENCH_LOCKS")]
-    pub(super) locks: usize,
+    /// With --scale: what to measure.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "all",
+        env = "ZKFENCE_BENCH_SCALE_WHAT"
+    )]
+    pub(super) scale_what: Vec<ScaleWhat>,
+    /// With --scale: waiters queued on one lock, each with its own session (one measurement per
+    /// count).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,100,1000",
+        env = "ZKFENCE_BENCH_WAITERS"
+    )]
+    pub(super) waiters: Vec<usize>,
+    /// With --scale: locks held at once (one measurement per count), over --hold-sessions
+    /// sessions.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,10,100,1000,10000",
+        env = "ZKFENCE_BENCH_LOCKS"
+    )]
+    pub(super) locks: Vec<usize>,
+    /// With --scale: the sessions the --locks are spread over (round robin).
+    #[arg(long, default_value_t = 1, env = "ZKFENCE_BENCH_HOLD_SESSIONS")]
+    pub(super) hold_sessions: usize,
+    /// With --scale: the semaphore's permit counts (one measurement per count).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,4,16,64",
+        env = "ZKFENCE_BENCH_PERMITS"
+    )]
+    pub(super) permits: Vec<u32>,
+    /// With --scale: the semaphore's contenders, each with its own session.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "ZKFENCE_BENCH_SEMAPHORE_CONTENDERS"
+    )]
+    pub(super) semaphore_contenders: usize,
+    /// With --scale: the read/write lock's writers, queued first (the first holds).
+    #[arg(long, default_value_t = 2, env = "ZKFENCE_BENCH_WRITERS")]
+    pub(super) writers: usize,
+    /// With --scale: the read/write lock's readers, queued behind the writers.
+    #[arg(long, default_value_t = 1000, env = "ZKFENCE_BENCH_READERS")]
+    pub(super) readers: usize,
+    /// With --scale: the election's candidate counts.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,100",
+        env = "ZKFENCE_BENCH_CANDIDATES"
+    )]
+    pub(super) candidates: Vec<usize>,
+    /// With --scale: the election's observer counts (each with every candidate count).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,100",
+        env = "ZKFENCE_BENCH_OBSERVERS"
+    )]
+    pub(super) observers: Vec<usize>,
+    /// With --scale: leader changes per election measurement (fewer than the candidates).
+    #[arg(long, default_value_t = 5, env = "ZKFENCE_BENCH_CHANGES")]
+    pub(super) changes: usize,
+    /// With --scale: the session timeout T of every session (the grace of the held locks is T).
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_duration, env = "ZKFENCE_BENCH_SCALE_SESSION_TIMEOUT")]
+    pub(super) scale_session_timeout: Duration,
+    /// With --scale: how long, in probe periods, the writes of idle holders and waiters are
+    /// counted.
+    #[arg(long, default_value_t = 4.0, env = "ZKFENCE_BENCH_SCALE_PERIODS")]
+    pub(super) scale_periods: f64,
     /// The critical section: how long each holder holds before it releases (0: release at
     /// once). With a hold longer than a round trip, the next holder is already queued when
     /// the lock is released, and the handoff measures the notification path alone.
@@ -181,6 +275,16 @@ impl Args {
     /// The measured seconds of a run: `--seconds`, or 5.
     pub(super) fn seconds(&self) -> f64 {
         self.seconds.unwrap_or(DEFAULT_SECONDS)
+    }
+
+    /// Whether `--scale` measures `what` (asked for by name or by `all`).
+    pub(super) fn scales(&self, what: ScaleWhat) -> bool {
+        (self.scale_what.iter()).any(|w| *w == what || *w == ScaleWhat::All)
+    }
+
+    /// Whether `peer` is among `--peers`.
+    pub(super) fn has_peer(&self, peer: Impl) -> bool {
+        self.peers.contains(&peer)
     }
 }
 

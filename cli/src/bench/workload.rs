@@ -1,6 +1,6 @@
 //! The bench's workloads: each implementation's acquire/release cycle and handoff drivers
-//! (zkfence, `zookeeper-client`'s lock, the raw ZooKeeper limits), the in-process throughput
-//! sides, and the scale measurements (locks held at once, waiters queued on one lock).
+//! (zkfence, `zookeeper-client`'s lock, the raw ZooKeeper limits) and the in-process throughput
+//! sides. The scale measurements are in `scale`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,8 +19,6 @@ use super::report::Report;
 use super::stats::writes_per_acquisition;
 use crate::redis_lock as redis;
 
-/// ZooKeeper's getData opcode, as the counting proxy keys its counts.
-const OP_GET_DATA: i32 = 4;
 /// ZooKeeper's create2 opcode, as the counting proxy keys its counts.
 const OP_CREATE2: i32 = 15;
 
@@ -32,15 +30,6 @@ pub(super) async fn connect_raw(hosts: &str) -> Result<zk::Client, String> {
         .connect(hosts)
         .await
         .map_err(|e| format!("cannot reach ZooKeeper at {hosts}: {e}"))
-}
-
-/// A session to `addr` with the given session timeout (the scale measurements' sessions).
-pub(super) async fn connect_session(addr: &str, timeout: Duration) -> Result<zk::Client, String> {
-    zk::Client::connector()
-        .with_session_timeout(timeout)
-        .connect(addr)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))
 }
 
 static RUN_ID: AtomicU64 = AtomicU64::new(0);
@@ -543,225 +532,4 @@ async fn most_queued(admin: &zk::Client, path: &str, until: Instant) -> usize {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     max_nodes
-}
-
-/// Resident memory of this process, from /proc/self/statm.
-fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
-}
-
-/// The tokio tasks alive in this runtime.
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
-/// What `--locks` locks held at once by one session cost.
-#[derive(Debug)]
-pub(super) struct HeldLocks {
-    /// Resident memory before the locks were taken, in bytes.
-    pub(super) rss_before: u64,
-    /// Resident memory with every lock held and watched, in bytes.
-    pub(super) rss_after: u64,
-    /// Tokio tasks alive before the locks were taken.
-    pub(super) tasks_before: usize,
-    /// Tokio tasks alive with every lock held.
-    pub(super) tasks_after: usize,
-    /// The session's requests per second with everything held (the watchdog's probes).
-    pub(super) watchdog_requests_per_s: f64,
-    /// Whether every guard still held its lock at the end.
-    pub(super) all_held: bool,
-    /// The held locks, for the caller to release once it has reported.
-    pub(super) guards: Vec<LockGuard>,
-}
-
-/// Takes `--locks` locks under `base/held` on `session` (whose timeout is `timeout`, through
-/// `proxy`), then measures the memory and tasks they take and the requests their watchdog sends.
-pub(super) async fn held_locks(
-    args: &Args,
-    proxy: &CountingProxy,
-    session: &zk::Client,
-    base: &str,
-    timeout: Duration,
-) -> Result<HeldLocks, String> {
-    // Warm the allocator and the session's watchdog, so the baseline is not the cold process.
-    for i in 0..100 {
-        let lock = FencedLock::new(
-            session.clone(),
-            format!("{base}/warm/l{i}"),
-            LockOptions::default(),
-        )
-        .map_err(|e| e.to_string())?;
-        lock.acquire()
-            .await
-            .map_err(|e| e.to_string())?
-            .release()
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    let tasks_before = alive_tasks();
-    let rss_before = rss_bytes();
-    let guards = hold_all(session, base, args.locks).await?;
-    // Every guard's node watch armed (one getData each) before anything is measured.
-    let armed_by = Instant::now() + Duration::from_secs(120);
-    while count(proxy, OP_GET_DATA) < args.locks as u64 && Instant::now() < armed_by {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_after = rss_bytes();
-    let tasks_after = alive_tasks();
-    let watchdog_requests_per_s = watchdog_rate(proxy, timeout * 2).await;
-    let all_held = guards.iter().all(|g| g.check().is_ok());
-    Ok(HeldLocks {
-        rss_before,
-        rss_after,
-        tasks_before,
-        tasks_after,
-        watchdog_requests_per_s,
-        all_held,
-        guards,
-    })
-}
-
-/// Acquires `locks` locks under `base/held` on `session`, 64 at a time.
-async fn hold_all(
-    session: &zk::Client,
-    base: &str,
-    locks: usize,
-) -> Result<Vec<LockGuard>, String> {
-    let mut guards = Vec::with_capacity(locks);
-    for chunk in (0..locks).collect::<Vec<_>>().chunks(64) {
-        let mut pending = Vec::new();
-        for i in chunk {
-            let lock = FencedLock::new(
-                session.clone(),
-                format!("{base}/held/l{i}"),
-                LockOptions::default(),
-            )
-            .map_err(|e| e.to_string())?;
-            pending.push(tokio::spawn(async move { lock.acquire().await }));
-        }
-        for task in pending {
-            guards.push(
-                task.await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-    }
-    Ok(guards)
-}
-
-/// The requests per second through `proxy` over `window`.
-async fn watchdog_rate(proxy: &CountingProxy, window: Duration) -> f64 {
-    let requests = proxy.total();
-    let opcodes_before = proxy.counts();
-    tokio::time::sleep(window).await;
-    if std::env::var_os("ZKFENCE_BENCH_OPCODES").is_some() {
-        eprintln!(
-            "held-locks window: requests by opcode before {opcodes_before:?} after {:?}",
-            proxy.counts()
-        );
-    }
-    (proxy.total() - requests) as f64 / window.as_secs_f64()
-}
-
-/// Releases the held locks, one after the other.
-pub(super) async fn release_all(guards: Vec<LockGuard>) {
-    for guard in guards {
-        let _ = guard.release().await;
-    }
-}
-
-/// What `--waiters` contenders queued on one lock cost, released one after the other.
-#[derive(Debug)]
-pub(super) struct Waiters {
-    /// Seconds from the holder's release to the last waiter's release.
-    pub(super) seconds: f64,
-    /// Server requests over those seconds (pings excluded).
-    pub(super) requests: u64,
-    /// Watch notifications over those seconds.
-    pub(super) notifications: u64,
-    /// The holder's and the waiters' locks, keeping their sessions until the caller has
-    /// reported.
-    pub(super) sessions: Vec<FencedLock>,
-}
-
-/// Queues `--waiters` contenders, each with its own session, behind a holder of `lock_path`
-/// (all through `proxy`), then releases the holder and times the handoffs down the queue.
-pub(super) async fn queued_waiters(
-    args: &Args,
-    proxy: &CountingProxy,
-    admin: &zk::Client,
-    lock_path: &str,
-) -> Result<Waiters, String> {
-    let holder = FencedLock::new(
-        connect_raw(&proxy.addr).await?,
-        lock_path.to_owned(),
-        LockOptions::default(),
-    )
-    .map_err(|e| e.to_string())?;
-    let guard = holder.acquire().await.map_err(|e| e.to_string())?;
-    let mut tasks = Vec::new();
-    for _ in 0..args.waiters {
-        // Long sessions keep the watchdogs' time-based probes (2 requests per session per T/3)
-        // out of the per-handoff count; their cost is measured with the held locks above.
-        let client = connect_session(&proxy.addr, Duration::from_secs(30)).await?;
-        let lock = FencedLock::new(client, lock_path.to_owned(), LockOptions::default())
-            .map_err(|e| e.to_string())?;
-        tasks.push(tokio::spawn(async move {
-            let guard = lock.acquire().await?;
-            guard.release().await?;
-            Ok::<_, zkfence::Error>(lock) // keep the session until all are done
-        }));
-    }
-    await_queue(admin, lock_path, args.waiters + 1).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await; // let every waiter's watches land
-    let (requests, notifications) = (proxy.total(), proxy.notifications());
-    let started = Instant::now();
-    guard.release().await.map_err(|e| e.to_string())?;
-    let mut sessions = Vec::new();
-    for task in tasks {
-        sessions.push(
-            task.await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    sessions.push(holder);
-    Ok(Waiters {
-        seconds,
-        requests: proxy.total() - requests,
-        notifications: proxy.notifications() - notifications,
-        sessions,
-    })
-}
-
-/// Waits (up to 2 minutes) until `nodes` nodes are queued under `lock_path`.
-async fn await_queue(admin: &zk::Client, lock_path: &str, nodes: usize) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while admin
-        .list_children(lock_path)
-        .await
-        .map(|c| c.len())
-        .unwrap_or(0)
-        < nodes
-    {
-        if Instant::now() > deadline {
-            return Err("the waiters did not all queue within 2 minutes".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }

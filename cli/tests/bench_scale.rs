@@ -1,0 +1,67 @@
+//! `zkfence bench --scale`, black-box against the shared test server at tiny sizes (a couple
+//! of locks, waiters and contenders; zookeeper-client as the only peer, so no JVM): every
+//! measurement prints its JSON line, and the summary its tables and issue 27's targets.
+//! Functional, not timed.
+
+mod common;
+
+use common::run;
+use zkfence_testkit::harness::{chroot, shared};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_bench_prints_a_line_per_measurement_and_the_summary() {
+    let hosts = chroot(shared(), "cli-bench-scale").await;
+    let line = format!(
+        "bench --scale --connect {hosts} --peers zkclient --locks 2 --waiters 2 --permits 1 \
+         --semaphore-contenders 3 --writers 2 --readers 2 --candidates 3 --observers 2 \
+         --changes 1 --server-warmup 0 --seconds 0.3 --scale-session-timeout 2s \
+         --scale-periods 1"
+    );
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let (code, stdout, stderr) = run(&args).await;
+    assert_eq!(code, Some(0), "{args:?}: {stderr}\n{stdout}");
+    let lines: Vec<serde_json::Value> = (stdout.lines())
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let measured = |kind: &str, implementation: &str| {
+        (lines.iter())
+            .filter(|l| l["scale"] == kind && l["impl"] == implementation)
+            .count()
+    };
+    assert_eq!(measured("holds", "zkfence"), 1, "{stdout}");
+    assert_eq!(measured("raw", "raw"), 1, "{stdout}");
+    // The holder alone (the idle baseline), then 2 waiters.
+    assert_eq!(measured("waiters", "zkfence"), 2, "{stdout}");
+    assert_eq!(measured("waiters", "zkclient"), 1, "{stdout}");
+    for kind in ["semaphore", "rwlock", "election"] {
+        assert_eq!(measured(kind, "zkfence"), 1, "{kind}: {stdout}");
+    }
+    let holds = lines.iter().find(|l| l["scale"] == "holds").unwrap();
+    assert!(holds["multis_per_s"].as_f64().is_some(), "{holds}");
+    let waiting = (lines.iter())
+        .find(|l| l["scale"] == "waiters" && l["impl"] == "zkfence" && l["waiters"] == 2)
+        .unwrap();
+    assert!(
+        waiting["requests_per_handoff"].as_f64().is_some(),
+        "{waiting}"
+    );
+    assert_eq!(
+        waiting["idle_waiter_writes_per_s"].as_f64(),
+        Some(0.0),
+        "{waiting}"
+    );
+    for heading in [
+        "Held locks",
+        "Waiters on one lock",
+        "Semaphore",
+        "Read/write lock",
+        "Election",
+        "Targets (issue 27):",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(heading)),
+            "{heading}: {stdout}"
+        );
+    }
+}
