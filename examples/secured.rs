@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .split_once(':')
             .ok_or("ZKFENCE_AUTH must read SCHEME:CREDENTIALS, e.g. digest:user:password")?;
         connector = connector.with_auth(scheme, credentials.as_bytes());
-        options = options.with_acls(Acls::creator_all().to_vec());
+        options = options.with_acls(&Acls::creator_all());
     }
     if let Some(ca) = var("ZKFENCE_TLS_CA") {
         let mut tls = TlsOptions::new().with_pem_ca(&std::fs::read_to_string(ca)?)?;

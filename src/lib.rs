@@ -187,7 +187,7 @@
 //!     .with_auth("digest", b"orders-service:s3cret")
 //!     .connect("zk1:2181,zk2:2181,zk3:2181")
 //!     .await?;
-//! let options = LockOptions::default().with_acls(Acls::creator_all().to_vec());
+//! let options = LockOptions::default().with_acls(&Acls::creator_all());
 //! let lock = FencedLock::new(client, "/locks/orders", options)?;
 //! # let _ = lock;
 //! # Ok(()) }

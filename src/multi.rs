@@ -68,8 +68,14 @@ impl FencedMultiLock {
     ///
     /// ```no_run
     /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
-    /// let locks = zkfence::FencedMultiLock::new(client, ["/locks/a", "/locks/b"], zkfence::LockOptions::default())?;
+    /// use zkfence::{FencedMultiLock, LockOptions};
+    /// let locks = FencedMultiLock::new(client.clone(), ["/locks/a", "/locks/b"], LockOptions::default())?;
     /// assert_eq!(locks.paths(), ["/locks/a", "/locks/b"]);
+    /// // Any list of paths: a slice of &str, a Vec<String>, a borrowed Vec.
+    /// let _ = FencedMultiLock::new(client.clone(), &["/locks/a", "/locks/b"], LockOptions::default())?;
+    /// let owned: Vec<String> = vec!["/locks/a".into(), "/locks/b".into()];
+    /// let _ = FencedMultiLock::new(client.clone(), &owned, LockOptions::default())?;
+    /// let _ = FencedMultiLock::new(client, owned, LockOptions::default())?;
     /// # Ok(()) }
     /// ```
     pub fn new<I>(client: zk::Client, paths: I, options: LockOptions) -> Result<FencedMultiLock>

@@ -121,17 +121,18 @@ impl LockOptions {
         self
     }
 
-    /// The ACLs of our lock node and of any parents we create (default world:anyone, all).
+    /// The ACLs of our lock node and of any parents we create (default world:anyone, all):
+    /// `&Acls::creator_all()`, a `&Vec<Acl>`, an array.
     ///
     /// # Examples
     ///
     /// ```
     /// use zookeeper_client::Acls;
-    /// let options = zkfence::LockOptions::default().with_acls(Acls::creator_all().to_vec());
+    /// let options = zkfence::LockOptions::default().with_acls(&Acls::creator_all());
     /// # let _ = options;
     /// ```
-    pub fn with_acls(mut self, acls: Vec<zk::Acl>) -> Self {
-        self.acls = acls;
+    pub fn with_acls(mut self, acls: &[zk::Acl]) -> Self {
+        self.acls = acls.to_vec();
         self
     }
 

@@ -657,12 +657,8 @@ async fn bad_input_gets_clear_errors() {
         assert!(matches!(err, Error::InvalidPath { .. }), "{path:?}: {err}");
         assert!(err.to_string().contains("use an absolute path"), "{err}");
     }
-    let err = FencedLock::new(
-        client.clone(),
-        LOCK,
-        LockOptions::default().with_acls(vec![]),
-    )
-    .unwrap_err();
+    let err =
+        FencedLock::new(client.clone(), LOCK, LockOptions::default().with_acls(&[])).unwrap_err();
     assert!(matches!(err, Error::InvalidOptions(_)));
 
     let no_parents = FencedLock::new(

@@ -12,6 +12,7 @@ mod elected;
 mod event;
 mod fault;
 mod figures;
+mod hijack;
 mod hold;
 mod many;
 mod mode;

@@ -121,7 +121,7 @@ impl Scenario {
     async fn expire_holder(&self, kind: &FaultKind) -> Option<Fault> {
         let h = self.long_holder().await?;
         let start = now_ns();
-        let how = zkfence_testkit::expire_session(&self.hosts, zk::SessionId(h.session)).await;
+        let how = crate::hijack::expire_session(&self.hosts, zk::SessionId(h.session)).await;
         let expired = wait_gone(&self.admin, &h.node, Duration::from_secs(5)).await;
         let detail = format!(
             "w{} token {} session {:#x} closed from outside ({})",

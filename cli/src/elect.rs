@@ -230,7 +230,7 @@ impl Candidate<'_> {
     async fn campaign(&self, client: Client, interrupts: &mut Interrupts) -> Campaign {
         let mut options = self.args.supervision.lock_options();
         if self.args.acl == AclChoice::Creator {
-            options = options.with_acls(Acls::creator_all().to_vec());
+            options = options.with_acls(&Acls::creator_all());
         }
         let data = match &self.args.data {
             Some(data) => data.clone().into_bytes(),

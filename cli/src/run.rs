@@ -197,7 +197,7 @@ async fn acquire(
 ) -> Result<Acquired, u8> {
     let mut options = args.supervision.lock_options();
     if args.acl == AclChoice::Creator {
-        options = options.with_acls(Acls::creator_all().to_vec());
+        options = options.with_acls(&Acls::creator_all());
     }
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
     let lock = args.lock[0].clone();

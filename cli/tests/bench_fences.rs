@@ -1,6 +1,6 @@
 //! `zkfence bench --fences`, black-box against the shared test server (and the throwaway
-//! PostgreSQL the bench always starts): a JSON line per round with every variant and ratio, and
-//! the summary's three ratio lines. Functional, not timed.
+//! PostgreSQL, MariaDB, Redis and S3 servers the bench always starts): a JSON line per round
+//! with every variant and ratio, and the summary's six ratio lines. Functional, not timed.
 
 mod common;
 
@@ -8,16 +8,22 @@ use common::run;
 use zkfence_testkit::harness::{chroot, shared};
 
 /// The variants every round's line reports.
-const VARIANTS: [&str; 5] = [
+const VARIANTS: [&str; 11] = [
     "postgres_unfenced",
     "postgres_fenced",
     "zookeeper_set_data",
     "zookeeper_fenced_node_check",
     "zookeeper_fenced_fence_node",
+    "mysql_unfenced",
+    "mysql_fenced",
+    "redis_set",
+    "redis_fenced",
+    "object_store_put",
+    "object_store_fenced",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fences_bench_prints_a_line_per_round_and_the_three_ratios() {
+async fn fences_bench_prints_a_line_per_round_and_the_six_ratios() {
     let hosts = chroot(shared(), "cli-bench-fences").await;
     let args = [
         "bench",
@@ -51,6 +57,9 @@ async fn fences_bench_prints_a_line_per_round_and_the_three_ratios() {
         "postgres_fenced_per_unfenced",
         "zookeeper_node_check_per_set_data",
         "zookeeper_fence_node_per_set_data",
+        "mysql_fenced_per_unfenced",
+        "redis_fenced_per_set",
+        "object_store_fenced_per_put",
     ] {
         let value = round["ratios"][ratio].as_f64();
         assert!(value.is_some_and(|v| v > 0.0), "{ratio}: {round}");
@@ -59,6 +68,9 @@ async fn fences_bench_prints_a_line_per_round_and_the_three_ratios() {
         "postgres  fenced tx ÷ unfenced tx",
         "zookeeper fenced write (node check) ÷ set_data",
         "zookeeper fenced write (fence node) ÷ set_data",
+        "mysql     fenced tx ÷ unfenced tx",
+        "redis     fenced write ÷ SET",
+        "object store fenced put ÷ put",
     ] {
         assert!(
             stdout

@@ -144,11 +144,11 @@ impl ZooKeeperFence {
     /// # fn demo(client: zookeeper_client::Client) -> zkfence::Result<()> {
     /// use zookeeper_client::Acls;
     /// let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client, "/app/fence")?
-    ///     .with_acls(Acls::creator_all().to_vec());
+    ///     .with_acls(&Acls::creator_all());
     /// # let _ = fence; Ok(()) }
     /// ```
-    pub fn with_acls(mut self, acls: Vec<zk::Acl>) -> Self {
-        self.acls = acls;
+    pub fn with_acls(mut self, acls: &[zk::Acl]) -> Self {
+        self.acls = acls.to_vec();
         self
     }
 

@@ -4,10 +4,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::error::StartError;
 use crate::options::EnsembleOptions;
-use crate::server::{
-    base_config, four_letter, free_port, temp_dir, Node, StartError, QUORUM, START_TIMEOUT,
-};
+use crate::server::{base_config, four_letter, free_port, temp_dir, Node, QUORUM, START_TIMEOUT};
 
 /// A 3-server ZooKeeper ensemble (`QuorumPeerMain`) on loopback ports, for leader and quorum
 /// faults. Servers are numbered 0, 1, 2.

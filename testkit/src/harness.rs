@@ -216,13 +216,14 @@ pub async fn chroot(hosts: &str, name: &str) -> String {
     format!("{hosts}{path}")
 }
 
-/// Expires `victim`'s session for real, from outside ([`crate::expire_session`]:
-/// the server closes the session and deletes its nodes), and waits until the victim hears
-/// `Expired`. `hosts` may carry a chroot.
+/// Expires `victim`'s session for real ([`crate::expire_session`]: the server closes the
+/// session and deletes its nodes), and waits until the victim hears `Expired`. `hosts` may
+/// carry a chroot.
 pub async fn expire_session(hosts: &str, victim: &zk::Client) {
-    let servers = hosts.split('/').next().unwrap_or(hosts);
     for _ in 0..10 {
-        let _ = crate::expire_session(servers, victim.session_id()).await;
+        if let Err(err) = crate::expire_session(victim, hosts).await {
+            eprintln!("expire_session: {err}");
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if victim.state() == zk::SessionState::Expired {

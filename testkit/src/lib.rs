@@ -1,72 +1,106 @@
-//! zkfence's test kit: throwaway ZooKeeper servers and 3-server ensembles from Debian's
-//! `zookeeper` package, the faults a lock must survive, and session expiry from outside. The
-//! library's tests, the `zkfence` CLI's demo and bench, and the chaos suite use it.
+//! Chaos tests of your own service against real ZooKeeper, the way zkfence tests itself:
+//! throwaway servers and ensembles, a session expired on the server, a process frozen at the
+//! worst moment, a partitioned client, and a check of the fenced writes that got through.
 //!
-//! - [`LocalZooKeeper`]: one standalone server (`ZooKeeperServerMain`) on a free loopback port
-//!   with a temp data dir and a 200 ms tick, so sessions from 400 ms to 30 s can be negotiated;
-//!   [`pause`](LocalZooKeeper::pause) (SIGSTOP), [`resume`](LocalZooKeeper::resume),
-//!   [`kill`](LocalZooKeeper::kill) (SIGKILL), [`restart`](LocalZooKeeper::restart).
-//! - [`LocalEnsemble`]: three `QuorumPeerMain` servers, on loopback or each in a network
-//!   namespace of its own ([`EnsembleOptions`]), where [`LocalEnsemble::cut`] drops, resets or
-//!   loses the packets one server sends another.
-//! - [`CountingProxy`]: counts requests by opcode and watch notifications; blackholes, cuts
-//!   off (a blackhole that also hides the server's close), delays, holds the replies to
-//!   writes, drops replies, refuses and resets connections. [`RawProxy`]: the same lost reply
-//!   for any protocol (PostgreSQL's, Redis's).
-//! - [`conformance`]: the cases every storage fence must pass, each catching a fence mutant.
-//! - [`expire_session`]: ends another client's session from outside, the way an operator would.
-//! - [`curator`]: Apache Curator's jars from Debian, and `javac` for workers compiled at run
-//!   time (the interop tests, `zkfence bench --impl curator`).
-//! - [`LocalRedis`]: a throwaway `redis-server` (Debian's package), the lock peer the bench
-//!   measures against.
-//! - [`LocalPostgres`], [`LocalMariaDb`]: throwaway database servers (Debian's packages) for
-//!   the storage fences' tests, the examples and the chaos suite.
-//! - [`stats`]: the one percentile definition (nearest rank) the bench and the chaos suite share.
+//! - [`LocalZooKeeper`]: one server on a free loopback port with a temp data dir and a 200 ms
+//!   tick (sessions from 400 ms to 30 s); [`pause`](LocalZooKeeper::pause) (SIGSTOP),
+//!   [`resume`](LocalZooKeeper::resume), [`kill`](LocalZooKeeper::kill) (`kill -9`),
+//!   [`restart`](LocalZooKeeper::restart). [`LocalEnsemble`]: three servers, on loopback or each
+//!   in a network namespace of its own (Linux, as root: [`EnsembleOptions`]), where
+//!   [`LocalEnsemble::cut`] drops, resets or loses the packets one server sends another. Java and
+//!   ZooKeeper's jars are found where `ZOOKEEPER_HOME`, Debian or Homebrew put them
+//!   ([`Distribution`]); the error says what to install otherwise.
+//! - [`expire_session`]: the server ends your client's session (its own credentials, as
+//!   Curator's `KillSession`), deleting its locks at once.
+//! - [`Service`]: your service as a child process (one of your test binary's own tests), to
+//!   freeze ([`pause`], [`resume`]), kill, or stop at the worst moment: [`pause_point`], right
+//!   after its lease check and before its write.
+//! - [`CountingProxy`]: a ZooKeeper client's link to partition (blackhole, cut off, delay, drop
+//!   replies, reset), counting requests by opcode; [`RawProxy`]: a lost reply for any protocol
+//!   (your database's).
+//! - [`History`]: a log of fenced writes checked for the fence's promise (no write accepted
+//!   below a token accepted before it); [`conformance`]: the cases a storage fence must pass,
+//!   for a fence of your own.
 //!
-//! The JVM runs under a small `bash` wrapper that kills it and removes the data dir when this
-//! process goes away, however it goes (the wrapper waits on a pipe from us), so a crashed test
-//! or demo leaves no server behind.
+//! Every server and child dies with the test process, however it dies: the JVM runs under a
+//! `bash` wrapper that kills it when a pipe from us closes, and children get the kernel's
+//! parent-death signal (Linux).
 //!
-//! # Not published
-//!
-//! This crate stays in the workspace (`publish = false`): [`expire_session`] closes any
-//! session whose id it is given, by deriving the password the server gave it (a session
-//! hijack, fine in a test, wrong in a crate meant for services); the servers come from the
-//! paths of Debian's package; the namespaced ensemble needs root. A service testing its own use
-//! of zkfence is better served by a ZooKeeper of its own choosing.
+//! With the `workspace` feature: what zkfence's own tests, demo, bench and chaos suite use
+//! (Debian's PostgreSQL, MariaDB and Redis servers, S3-compatible `moto` servers from PyPI, Apache Curator's jars, shared per-binary
+//! servers, percentiles). Not part of the kit's stable API.
 //!
 //! # Examples
 //!
+//! Your service holds a lock and writes behind a fence; frozen right after its lease check
+//! past its session timeout, it must find its write refused once a successor wrote:
+//!
 //! ```no_run
-//! let zk = zkfence_testkit::LocalZooKeeper::start()?;
-//! println!("connect to {}", zk.addr());
-//! # Ok::<(), zkfence_testkit::StartError>(())
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use zkfence_testkit::{LocalZooKeeper, Service, ServiceOptions};
+//!
+//! let zk = LocalZooKeeper::start()?;
+//! let options = ServiceOptions::new("service").env("ZK", zk.addr()).pause_at("after-check");
+//! let mut service = Service::spawn(options)?;
+//! service.wait_paused(Duration::from_secs(30)).await?; // its session expires meanwhile
+//! // ... a successor acquires and writes ...
+//! service.resume()?;
+//! service.wait_line(|l| l == "refused", Duration::from_secs(30)).await?;
+//! # Ok(()) }
 //! ```
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod conformance;
-pub mod curator;
+mod distribution;
 mod ensemble;
-pub mod harness;
-mod mariadb;
+mod error;
+mod expire;
+mod history;
 mod options;
-mod postgres;
+mod process;
 mod proxy;
 mod raw_proxy;
-mod redis;
-mod run_as;
 mod server;
-mod session;
-pub mod stats;
 mod tied;
 
+pub use crate::distribution::{Distribution, INSTALL_HINT, JAVA_HINT};
 pub use crate::ensemble::{LinkFault, LocalEnsemble};
-pub use crate::mariadb::LocalMariaDb;
+pub use crate::error::StartError;
+pub use crate::expire::{expire_session, ExpireError};
+pub use crate::history::{History, StaleWrite};
 pub use crate::options::EnsembleOptions;
-pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
+pub use crate::process::{
+    is_paused, is_service, pause, pause_point, resume, Service, ServiceError, ServiceOptions,
+};
 pub use crate::proxy::CountingProxy;
 pub use crate::raw_proxy::RawProxy;
+pub use crate::server::{four_letter, LocalZooKeeper};
+
+// What zkfence's own tests, demo, bench and chaos suite use: not the kit's stable API.
+#[cfg(feature = "workspace")]
+pub mod curator;
+#[cfg(feature = "workspace")]
+pub mod harness;
+#[cfg(feature = "workspace")]
+mod mariadb;
+#[cfg(feature = "workspace")]
+mod postgres;
+#[cfg(feature = "workspace")]
+mod redis;
+#[cfg(feature = "workspace")]
+mod run_as;
+#[cfg(feature = "workspace")]
+mod s3;
+#[cfg(feature = "workspace")]
+pub mod stats;
+
+#[cfg(feature = "workspace")]
+pub use crate::mariadb::LocalMariaDb;
+#[cfg(feature = "workspace")]
+pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
+#[cfg(feature = "workspace")]
 pub use crate::redis::LocalRedis;
-pub use crate::server::{four_letter, LocalZooKeeper, StartError, INSTALL_HINT};
-pub use crate::session::expire_session;
+#[cfg(feature = "workspace")]
+pub use crate::s3::{LocalS3, Preconditions};

@@ -9,43 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::error::StartError;
 use crate::options::EnsembleOptions;
 
-/// Where Debian's `zookeeper` package puts its jars.
-const JARS: &str = "/usr/share/java";
-
-/// The command that installs what [`LocalZooKeeper`] needs.
-pub const INSTALL_HINT: &str =
-    "ZooKeeper is not installed: run `sudo apt-get install -y zookeeper` (Debian's package), or scripts/demo, which does it";
-
 static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// Why a local server could not be started.
-///
-/// # Examples
-///
-/// ```
-/// let err = zkfence_testkit::StartError::NotInstalled;
-/// assert!(err.to_string().contains("apt-get install"));
-/// ```
-#[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// Debian's `zookeeper` package is not installed.
-    #[error("{INSTALL_HINT}")]
-    NotInstalled,
-    /// Running `bash`/`java`, or writing the temp dir, failed.
-    #[error("could not start zookeeper: {0}")]
-    Io(#[from] std::io::Error),
-    /// The server did not answer in time; the message carries the end of its log.
-    #[error("zookeeper did not start within {timeout:?}; last log lines:\n{log}")]
-    NotServing {
-        /// How long we waited.
-        timeout: Duration,
-        /// The end of the server log.
-        log: String,
-    },
-}
 
 /// A JVM under its bash wrapper.
 #[derive(Debug)]
@@ -66,12 +33,10 @@ impl Jvm {
         main: &str,
         args: &[&str],
     ) -> Result<Jvm, StartError> {
-        if !Path::new(JARS).join("zookeeper.jar").exists() {
-            return Err(StartError::NotInstalled);
-        }
-        let script = r#"java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        let dist = crate::Distribution::find()?;
+        let script = r#""$JAVA_BIN" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
             -Dzookeeper.admin.enableServer=false -Dzookeeper.4lw.commands.whitelist='*' $ZK_JVMFLAGS \
-            -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar:$NETTY "$@" >"$ZK_LOG" 2>&1 &
+            -cp "$ZK_CLASSPATH" "$@" >"$ZK_LOG" 2>&1 &
             pid=$!; echo $pid; read -r _; kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0"#;
         let mut command = match netns {
             Some(netns) => {
@@ -89,11 +54,8 @@ impl Jvm {
             .args(args)
             .env("ZK_LOG", dir.join("server.log"))
             .env("ZK_JVMFLAGS", flags.join(" "))
-            // The Netty server (for TLS) needs jars Debian's zookeeper.jar manifest leaves out.
-            .env(
-                "NETTY",
-                "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar",
-            )
+            .env("JAVA_BIN", dist.java())
+            .env("ZK_CLASSPATH", dist.classpath())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -6,6 +6,7 @@
 //! while its owner still uses it. So the child is forked from a thread of its own that lives
 //! as long as the returned [`Keeper`].
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command};
 use std::sync::mpsc;
@@ -21,13 +22,17 @@ pub(crate) struct Keeper {
 /// thread that lives until the returned [`Keeper`] is dropped.
 pub(crate) fn spawn_tied(mut cmd: Command, signal: i32) -> std::io::Result<(Child, Keeper)> {
     // SAFETY: prctl in the child before exec; the death signal survives the exec of a
-    // non-setuid binary.
+    // non-setuid binary. (Elsewhere than Linux there is no such signal: the child's owner
+    // stops it when dropped, and a crash of this process leaves it running.)
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     unsafe {
         cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, signal);
             Ok(())
         });
     }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = signal;
     let (spawned_tx, spawned_rx) = mpsc::channel();
     let (alive, until_dropped) = mpsc::channel::<()>();
     std::thread::Builder::new()

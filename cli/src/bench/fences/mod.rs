@@ -7,7 +7,15 @@
 //! - ZooKeeper: a plain `set_data` of one node, against the same write fenced by
 //!   `ZooKeeperFence` by the holder's node (one `multi`: check + set_data) and with a fence
 //!   node too (one `multi`: check + the fence's version check +
-//!   set_data).
+//!   set_data);
+//! - MySQL (a throwaway MariaDB): the same `UPDATE` in a transaction (START TRANSACTION, the
+//!   UPDATE, COMMIT), unfenced, and in `zkfence_mysql::MySqlFence::transaction` (the claim
+//!   batched with the transaction's start, the seal with its COMMIT);
+//! - Redis: a plain `SET`, against the same `SET` in the fence's script
+//!   (`zkfence_redis::RedisFence::write`: the compare and the command in one `EVALSHA`);
+//! - an S3 server (`moto`, which enforces conditional writes): a plain `put` of a small object,
+//!   against `zkfence_object_store::ObjectFence::put` of the same bytes (the token inside, an
+//!   update-if-match on the version its last write left).
 //!
 //! One client of each store runs each variant back to back for `--seconds`, holding a real lock
 //! (acquired once per round) whose ticket the fenced variants use. The variants of a store are
@@ -31,6 +39,10 @@ use super::rounds::{with_round, Spread};
 use super::stats::{per_second, Latencies};
 use super::workload::connect_raw;
 use crate::exit::EXIT_USAGE;
+
+mod others;
+
+use others::Op;
 
 /// Rounds when `--rounds` is not given.
 const DEFAULT_ROUNDS: usize = 5;
@@ -66,6 +78,18 @@ enum Variant {
     /// from its last commit; a read first only when another writer moved it),
     /// check(holder's node) + the fence node's version check + set_data.
     ZkFenceNode,
+    /// MySQL: START TRANSACTION; UPDATE; COMMIT.
+    MyUnfenced,
+    /// The same in `MySqlFence::transaction`.
+    MyFenced,
+    /// Redis: a plain SET.
+    RedisSet,
+    /// The same SET in `RedisFence::write`'s script.
+    RedisFenced,
+    /// An object store: a plain put.
+    S3Put,
+    /// `ObjectFence::put` of the same bytes.
+    S3Fenced,
 }
 
 impl Variant {
@@ -77,23 +101,32 @@ impl Variant {
             Variant::ZkSetData => "zookeeper_set_data",
             Variant::ZkNodeCheck => "zookeeper_fenced_node_check",
             Variant::ZkFenceNode => "zookeeper_fenced_fence_node",
+            Variant::MyUnfenced => "mysql_unfenced",
+            Variant::MyFenced => "mysql_fenced",
+            Variant::RedisSet => "redis_set",
+            Variant::RedisFenced => "redis_fenced",
+            Variant::S3Put => "object_store_put",
+            Variant::S3Fenced => "object_store_fenced",
         }
     }
 
     /// The variant in the summary, beside its throughput.
     fn label(self) -> &'static str {
         match self {
-            Variant::PgUnfenced => "unfenced",
-            Variant::PgFenced => "fenced",
+            Variant::PgUnfenced | Variant::MyUnfenced => "unfenced",
             Variant::ZkSetData => "set_data",
-            Variant::ZkNodeCheck | Variant::ZkFenceNode => "fenced",
+            Variant::RedisSet => "SET",
+            Variant::S3Put => "put",
+            _ => "fenced",
         }
     }
 
     /// What one operation is called, in throughputs (`tx/s`, `writes/s`).
     fn unit(self) -> &'static str {
         match self {
-            Variant::PgUnfenced | Variant::PgFenced => "tx",
+            Variant::PgUnfenced | Variant::PgFenced | Variant::MyUnfenced | Variant::MyFenced => {
+                "tx"
+            }
             _ => "writes",
         }
     }
@@ -108,12 +141,19 @@ const ZOOKEEPER: [Variant; 3] = [
     Variant::ZkFenceNode,
 ];
 
+/// The other stores' variants, each pair interleaved in each round.
+const OTHERS: [[Variant; 2]; 3] = [
+    [Variant::MyUnfenced, Variant::MyFenced],
+    [Variant::RedisSet, Variant::RedisFenced],
+    [Variant::S3Put, Variant::S3Fenced],
+];
+
 /// A ratio reported: its summary label, its JSON key, and (fenced, unfenced), whose
 /// throughputs it divides.
 type Ratio = (&'static str, &'static str, Variant, Variant);
 
 /// The ratios reported, in the summary's order.
-const RATIOS: [Ratio; 3] = [
+const RATIOS: [Ratio; 6] = [
     (
         "postgres  fenced tx ÷ unfenced tx",
         "postgres_fenced_per_unfenced",
@@ -131,6 +171,24 @@ const RATIOS: [Ratio; 3] = [
         "zookeeper_fence_node_per_set_data",
         Variant::ZkFenceNode,
         Variant::ZkSetData,
+    ),
+    (
+        "mysql     fenced tx ÷ unfenced tx",
+        "mysql_fenced_per_unfenced",
+        Variant::MyFenced,
+        Variant::MyUnfenced,
+    ),
+    (
+        "redis     fenced write ÷ SET",
+        "redis_fenced_per_set",
+        Variant::RedisFenced,
+        Variant::RedisSet,
+    ),
+    (
+        "object store fenced put ÷ put",
+        "object_store_fenced_per_put",
+        Variant::S3Fenced,
+        Variant::S3Put,
     ),
 ];
 
@@ -182,6 +240,8 @@ struct Stores {
     node_check: ZooKeeperFence,
     /// The fence with a fence node.
     fence_node: ZooKeeperFence,
+    /// MySQL, Redis and the object store.
+    others: others::Others,
 }
 
 impl Stores {
@@ -215,6 +275,12 @@ impl Stores {
                 (self.fence_node.write(ticket, write).await)
                     .map_err(|e| format!("zookeeper fenced write (fence node): {e}"))?;
             }
+            Variant::MyUnfenced => self.others.once(Op::MyUnfenced, ticket).await?,
+            Variant::MyFenced => self.others.once(Op::MyFenced, ticket).await?,
+            Variant::RedisSet => self.others.once(Op::RedisSet, ticket).await?,
+            Variant::RedisFenced => self.others.once(Op::RedisFenced, ticket).await?,
+            Variant::S3Put => self.others.once(Op::S3Put, ticket).await?,
+            Variant::S3Fenced => self.others.once(Op::S3Fenced, ticket).await?,
         }
         Ok(())
     }
@@ -261,7 +327,8 @@ impl Stores {
         (self.fence_node.claim(&ticket).await)
             .map_err(|e| format!("claim the fence node {FENCE_NODE}: {e}"))?;
         let mut sides = Vec::new();
-        for store in [&POSTGRES[..], &ZOOKEEPER[..]] {
+        let groups = [&POSTGRES[..], &ZOOKEEPER[..]].into_iter();
+        for store in groups.chain(OTHERS.iter().map(|pair| &pair[..])) {
             let mut order = store.to_vec();
             // Each round starts with another variant, so that none always runs first.
             let first = round % order.len();
@@ -275,7 +342,7 @@ impl Stores {
     }
 }
 
-/// `--fences`: a throwaway PostgreSQL, the ZooKeeper at `hosts`, an unmeasured warm-up round
+/// `--fences`: a throwaway PostgreSQL, MariaDB, Redis and S3 server, the ZooKeeper at `hosts`, an unmeasured warm-up round
 /// of `--warmup` seconds per variant, then the rounds, each its JSON line, then the summary.
 pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
     let rounds = args.rounds.unwrap_or(DEFAULT_ROUNDS);
@@ -289,7 +356,9 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
     std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
     let (postgres, pg) = start_postgres(&log_dir).await?;
     let (zk, lock) = zookeeper(hosts).await?;
+    let others = others::Others::start(&log_dir).await?;
     let mut stores = Stores {
+        others,
         pg,
         pg_fence: PostgresFence::new(),
         node_check: ZooKeeperFence::new(zk.clone()),
@@ -312,9 +381,8 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
         all.push(sides);
     }
     print!("{}", summary(rounds, seconds, &all));
-    drop(stores);
-    // The server's fast shutdown waits for its processes: off the runtime's threads.
-    let _ = tokio::task::spawn_blocking(move || drop(postgres)).await;
+    // The servers' shutdowns wait for their processes: off the runtime's threads.
+    let _ = tokio::task::spawn_blocking(move || drop((stores, postgres))).await;
     let _ = std::fs::remove_dir_all(&log_dir);
     Ok(0)
 }
