@@ -180,7 +180,11 @@ mod tests {
         let jars = jars_in(&dir.join("lib"));
         assert_eq!(jars.len(), 2);
         assert!(jars.iter().any(|j| is_server_jar(j)));
-        assert!(join(&jars).contains("zookeeper-jute-3.9.3.jar:"));
+        let classpath = join(&jars);
+        assert!(
+            classpath.contains("zookeeper-3.9.3.jar:")
+                && classpath.ends_with("zookeeper-jute-3.9.3.jar")
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
