@@ -91,13 +91,9 @@ impl Others {
         })
     }
 
-    /// One operation of `variant` (one of [`super::OTHERS`]), fenced where it is by `ticket`.
-    pub(super) async fn once(
-        &mut self,
-        variant: Variant,
-        ticket: &FenceTicket,
-    ) -> Result<(), String> {
-        match variant {
+    /// One operation `op`, fenced where it is by `ticket`.
+    pub(super) async fn once(&mut self, op: Op, ticket: &FenceTicket) -> Result<(), String> {
+        match op {
             Op::MyUnfenced => {
                 let my = |e: mysql_async::Error| format!("mysql: {e}");
                 self.my.query_drop("START TRANSACTION").await.map_err(my)?;
