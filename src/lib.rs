@@ -290,3 +290,8 @@ pub use crate::mutants::{FenceMutant, Mutant};
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
+/// **For zkfence's lease model only** (`model/`): the watchdog's own lease, jeopardy and
+/// resume code, driven with explicit times. Only built with the `model` feature.
+#[cfg(feature = "model")]
+#[doc(hidden)]
+pub use crate::watchdog::model as model_api;

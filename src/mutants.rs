@@ -10,7 +10,14 @@
 //! | [`Mutant::DataChangeAdmits`] | only a node's deletion (a child watch) admits its successor; a data change counts only as the marker in front of a deletion (the queue module's "The handoff") | `tests/revocation.rs::the_data_change_admits_mutant_is_caught`: a revocation request lets the waiter in beside the holder |
 //! | [`Mutant::UnpinnedDowngrade`] | a downgrade keeps the write lock while writers queued between it and the read lock (`FencedRwLock`'s "Downgrade") | `tests/reentrancy.rs::the_unpinned_downgrade_mutant_is_caught`: the queued writer writes beside our reader |
 //! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
-//! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions |
+//! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions; the lease model's `resume_only_on_a_committed_proof` |
+//! | [`Mutant::IgnoreDrift`] | the budget and the pair gap allow for clock drift (the lease module's "Assumptions") | the lease model (`model/`): `one_holder_at_a_time`, a holder whose clock runs slow |
+//! | [`Mutant::NoPairGap`] | a committed write pairs only with replies back `G` before it was sent (the lease module's point 4) | the lease model: `one_holder_at_a_time`, a follower cut off before it relays the touch |
+//! | [`Mutant::ReceiveAnchor`] | the anchor is a reply's send time, not its arrival (point 4) | the lease model: `one_holder_at_a_time`, a reply that came back late |
+//! | [`Mutant::ColdWithoutKeepalive`] | a cold proof leans on the client's keepalive, `T/5` plus the margin, besides `G` (the cold phase) | the lease model: `one_holder_at_a_time`, a first lease on a session last heard `T/5` before |
+//!
+//! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
+//! (`SyncLease` to `ColdWithoutKeepalive`) exhaustively and prints each one's counterexample.
 //!
 //! The storage fences have mutants of their own, [`FenceMutant`], one per rule of
 //! `crate::fence`'s "What a fence does"; the conformance kit (`zkfence_testkit::conformance`)
@@ -48,7 +55,7 @@
 /// # let _ = mutant;
 /// # }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mutant {
     /// A waiter that gives up deletes its node with the release marker, as if it had held the
     /// lock: its successor walks past the nodes still ahead.
@@ -74,10 +81,24 @@ pub enum Mutant {
     /// lease module) needs a commit. A holder on a leader cut off from its followers resumes
     /// while the others elect, expire its session and grant the lock.
     ResumeWithoutProof,
+    /// The lease allows for no clock drift: the budget is `T − margin` and the pair gap
+    /// `tickTime/2 + margin`, as if our clock and the servers' ran at one rate. A holder whose
+    /// clock runs slow keeps its lease past the session's expiry.
+    IgnoreDrift,
+    /// A committed write pairs with any reply that came back before it was sent, not only with
+    /// those back `G` before: the follower may not have relayed that reply's touch yet when it
+    /// forwarded the write.
+    NoPairGap,
+    /// The anchor is the paired reply's arrival, not its send time: the server saw the request
+    /// when it arrived there, and the reply may have taken long to come back.
+    ReceiveAnchor,
+    /// A cold proof leans only `G` back from its write, forgetting that the follower may have
+    /// last seen the session a keepalive (`T/5`) before relaying.
+    ColdWithoutKeepalive,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Flaw(Option<Mutant>);
 
 impl Flaw {

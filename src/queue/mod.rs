@@ -887,7 +887,7 @@ impl<'a> Attempt<'a> {
     async fn prove(&mut self, node: &Queued) -> Result<bool> {
         let watch = self.interest.watch().clone();
         let budget = self.queue.options.lease.budget(watch.session_timeout());
-        if watch.lease().deadline(budget) > clock::now() + budget / 16 {
+        if watch.lease().vouches_for(budget, clock::now()) {
             return Ok(true);
         }
         let (done, proved) = tokio::sync::oneshot::channel();

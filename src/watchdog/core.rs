@@ -13,6 +13,7 @@ use super::lease::LeaseCell;
 use super::state::{GuardState, Spell};
 use crate::loss::LossReason;
 use crate::metrics::{JEOPARDY_SECONDS, JEOPARDY_TOTAL, LOCK_LOST_TOTAL, LOSS_DETECTION_SECONDS};
+use crate::mutants::Mutant;
 
 /// Messages to a session's watchdog task.
 pub(crate) enum Event {
@@ -60,6 +61,20 @@ impl fmt::Debug for Event {
             Event::Prove { node, .. } => write!(f, "Prove({node})"),
         }
     }
+}
+
+/// What came back for a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Answer {
+    /// The write was committed: a proof for the lease (and that the checked node exists).
+    Committed,
+    /// A `sync` was answered (the `SyncLease` and `ResumeWithoutProof` mutants' probes).
+    Synced,
+    /// A server answered with an error: the index of the check whose node is gone, if that is
+    /// the error.
+    Refused(Option<usize>),
+    /// No answer (the connection broke, the session ended).
+    None,
 }
 
 /// A guard's node for the driver to watch.
@@ -279,6 +294,57 @@ impl Core {
         );
     }
 
+    /// Records what the answer to a probe sent at `sent` proves, `checked` naming the guard of
+    /// each of its checks in order (`None` for a granted node or a lock path): a commit is a
+    /// proof for the lease (see the lease module) and finds each checked guard's node; any
+    /// other server answer is a reply to pair with; a refusal that names a missing node ends
+    /// that node's hold. Returns the index of the check found missing, if one was.
+    pub(crate) fn probed(
+        &mut self,
+        answer: Answer,
+        sent: Instant,
+        checked: &[Option<u64>],
+        now: Instant,
+    ) -> Option<usize> {
+        let guards = || checked.iter().flatten().copied();
+        match answer {
+            Answer::Committed => {
+                self.lease.committed(sent, now);
+                for id in guards() {
+                    self.found(id, sent, now);
+                }
+            }
+            Answer::Synced => {
+                self.lease.synced(sent, now);
+                self.lease.replied(sent, now);
+                // The mutant's flaw: a sync's answer taken for the nodes found.
+                if self.lease.flaw().is(Mutant::ResumeWithoutProof) {
+                    for id in guards() {
+                        self.found(id, sent, now);
+                    }
+                }
+            }
+            Answer::Refused(gone) => {
+                self.lease.replied(sent, now);
+                let missing = gone.filter(|&i| i < checked.len())?;
+                if let Some(id) = checked[missing] {
+                    self.lose(id, LossReason::NodeDeleted, now);
+                }
+                return Some(missing);
+            }
+            Answer::None => {}
+        }
+        None
+    }
+
+    /// Whether the next probe is a `sync` rather than a committed write: only under the
+    /// mutants' flaws (the `SyncLease` rule, or `ResumeWithoutProof` while a guard is in
+    /// jeopardy).
+    pub(crate) fn probes_by_sync(&self) -> bool {
+        self.lease.is_legacy()
+            || (self.lease.flaw().is(Mutant::ResumeWithoutProof) && self.any_in_jeopardy())
+    }
+
     /// Whether any guard is in jeopardy.
     pub(crate) fn any_in_jeopardy(&self) -> bool {
         !self.grace_ends.is_empty()
@@ -410,5 +476,79 @@ impl Core {
             .map(|(id, e)| (*id, e.node.clone()))
             .into_iter()
             .collect()
+    }
+}
+
+/// A watchdog core's content as a value, its lease's included, for the lease model
+/// (`crate::watchdog::model`).
+#[cfg(feature = "model")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct CoreSnapshot {
+    session: i64,
+    pub(super) lease: super::lease::LeaseSnapshot,
+    /// The guards, by id.
+    pub(super) guards: Vec<GuardSnapshot>,
+    terminal: Option<LossReason>,
+    disconnected: bool,
+}
+
+/// A guard as the core sees it, as a value.
+#[cfg(feature = "model")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct GuardSnapshot {
+    id: u64,
+    node: Arc<str>,
+    counted: bool,
+    grace_end: Option<Instant>,
+    pub(super) state: super::state::StateSnapshot,
+}
+
+#[cfg(feature = "model")]
+impl Core {
+    /// This core's content (and its lease's) as a value.
+    pub(crate) fn snapshot(&self) -> CoreSnapshot {
+        let mut guards: Vec<GuardSnapshot> = (self.guards.iter())
+            .map(|(id, e)| GuardSnapshot {
+                id: *id,
+                node: e.node.clone(),
+                counted: e.counted,
+                grace_end: e.grace_end,
+                state: e.state.snapshot(),
+            })
+            .collect();
+        guards.sort_by_key(|g| g.id);
+        CoreSnapshot {
+            session: self.session,
+            lease: self.lease.snapshot(),
+            guards,
+            terminal: self.terminal,
+            disconnected: self.disconnected,
+        }
+    }
+
+    /// A core (with its own lease cell) holding what `snapshot` holds; the budget and grace
+    /// deadlines are rebuilt from the guards, as the core keeps them.
+    pub(crate) fn restore(snapshot: &CoreSnapshot) -> Core {
+        let lease = Arc::new(LeaseCell::restore(&snapshot.lease));
+        let mut core = Core::new(snapshot.session, lease.clone());
+        core.terminal = snapshot.terminal;
+        core.disconnected = snapshot.disconnected;
+        for guard in &snapshot.guards {
+            let state = Arc::new(GuardState::restore(&guard.state, lease.clone()));
+            if guard.counted {
+                *core.budgets.entry(state.terms.budget).or_default() += 1;
+            }
+            if let Some(end) = guard.grace_end {
+                core.grace_ends.insert((end, guard.id));
+            }
+            let entry = Entry {
+                node: guard.node.clone(),
+                state,
+                counted: guard.counted,
+                grace_end: guard.grace_end,
+            };
+            core.guards.insert(guard.id, entry);
+        }
+        core
     }
 }

@@ -12,11 +12,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::clock;
-use super::core::{Core, Event, NodeToWatch};
+use super::core::{Answer, Core, Event, NodeToWatch};
 use super::lease::LeaseCell;
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
-use crate::mutants::Mutant;
 use crate::requests::CatchUnwind;
 use crate::time::sleep_until_opt;
 
@@ -306,7 +305,7 @@ impl Driver {
             return;
         }
         if !self.wants_proofs() {
-            lease.restart();
+            lease.restart(clock::now());
         }
         self.provers.push(prover);
         self.probing.next = clock::now();
@@ -377,9 +376,7 @@ impl Driver {
             return;
         };
         let target = self.probe_targets(self.probing.turn);
-        let lease = &self.core.lease;
-        let sync = lease.is_legacy()
-            || (lease.flaw().is(Mutant::ResumeWithoutProof) && self.core.any_in_jeopardy());
+        let sync = self.core.probes_by_sync();
         let probe = probe_session(client.clone(), target, sync);
         self.probing.in_flight.push(Box::pin(probe));
         self.probing.last_sent = Some(now);
@@ -475,41 +472,26 @@ impl Driver {
     fn record_probe(&mut self, reply: ProbeReply) -> Option<Instant> {
         let lease = self.core.lease.clone();
         let now = clock::now();
+        if let (Answer::Committed, Some(client)) = (reply.answer, &self.client) {
+            self.core
+                .apply(Event::SessionId(client.session_id().0), now);
+        }
+        let guards: Vec<Option<u64>> = reply.checks.iter().map(|c| c.guard).collect();
+        let missing = self.core.probed(reply.answer, reply.sent, &guards, now);
         let outcome = match reply.answer {
             Answer::Committed => {
-                lease.committed(reply.sent, now);
                 metrics::histogram!(LEASE_REMAINING_SECONDS)
                     .record(lease.remaining(now).as_secs_f64());
-                if let Some(client) = &self.client {
-                    self.core
-                        .apply(Event::SessionId(client.session_id().0), now);
-                }
-                for id in reply.checks.iter().filter_map(|c| c.guard) {
-                    self.core.found(id, reply.sent, now);
-                }
                 "committed"
             }
-            Answer::Synced => {
-                lease.synced(reply.sent);
-                lease.replied(reply.sent, now);
-                // The mutant's flaw: a sync's answer taken for the nodes found.
-                if lease.flaw().is(Mutant::ResumeWithoutProof) {
-                    for id in reply.checks.iter().filter_map(|c| c.guard) {
-                        self.core.found(id, reply.sent, now);
-                    }
-                }
-                "synced"
-            }
-            Answer::Refused(gone) => {
-                lease.replied(reply.sent, now);
-                // The first missing node's hold ends; the others are probed again at once,
+            Answer::Synced => "synced",
+            Answer::Refused(_) => {
+                // The first missing node's hold ended; the others are probed again at once,
                 // without it (the failed `multi` proved nothing about them).
-                let missing = gone.and_then(|i| reply.checks.get(i));
-                if let Some(check) = missing {
-                    match check.guard {
-                        Some(id) => drop(self.core.apply(Event::NodeGone { id }, now)),
-                        // A granted node gone before its proof: its acquire hears of it.
-                        None => self.provers.retain(|p| p.node != check.path),
+                if let Some(check) = missing.and_then(|i| reply.checks.get(i)) {
+                    // A granted node gone before its proof: its acquire hears of it.
+                    if check.guard.is_none() {
+                        self.provers.retain(|p| p.node != check.path);
                     }
                     metrics::counter!(LEASE_PROBES_TOTAL, "outcome" => "refused").increment(1);
                     return Some(now);
@@ -581,20 +563,6 @@ const MOST_PROBE_BYTES: usize = 256 * 1024;
 /// A `check` operation's bytes in a `multi` request, besides its path: the op header (type,
 /// done, error), the path's length and the version.
 const CHECK_OVERHEAD: usize = 4 + 1 + 4 + 4 + 4;
-
-/// What came back for a probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
-    /// The write was committed: a proof for the lease (and that the checked node exists).
-    Committed,
-    /// A `sync` was answered (the `SyncLease` and `ResumeWithoutProof` mutants' probes).
-    Synced,
-    /// A server answered with an error: the index of the check whose node is gone, if that is
-    /// the error.
-    Refused(Option<usize>),
-    /// No answer (the connection broke, the session ended).
-    None,
-}
 
 /// One probe's chunk, timed from its send.
 #[derive(Debug)]

@@ -246,7 +246,17 @@ impl LeasePolicy {
                 .unwrap_or_else(|| (t / 4).max(Duration::from_millis(100)));
             return t.mul_f64(1.0 - self.drift).saturating_sub(margin);
         }
-        t.mul_f64(1.0 - self.drift).saturating_sub(self.margin(t))
+        t.mul_f64(1.0 - self.allowed_drift())
+            .saturating_sub(self.margin(t))
+    }
+
+    /// The drift the budget and the pair gap allow for (none under the
+    /// [`Mutant::IgnoreDrift`] flaw).
+    fn allowed_drift(&self) -> f64 {
+        match self.flaw.is(Mutant::IgnoreDrift) {
+            true => 0.0,
+            false => self.drift,
+        }
     }
 
     /// The tickTime assumed for a session of `t`.
@@ -257,7 +267,7 @@ impl LeasePolicy {
     /// `G`: the longest a follower may go between relaying a session's touches to the leader,
     /// `tickTime/2` on the leader's clock plus jitter.
     pub(crate) fn pair_gap(&self, t: Duration) -> Duration {
-        (self.tick(t) / 2).mul_f64(1.0 + self.drift) + self.margin(t)
+        (self.tick(t) / 2).mul_f64(1.0 + self.allowed_drift()) + self.margin(t)
     }
 
     /// Whether the lease can be renewed before it lapses: proofs arrive about every `G` plus a
@@ -355,10 +365,9 @@ impl LeaseCell {
 
     /// The watchdog starts (or starts again after an idle spell): the next proofs are cold
     /// ones.
-    pub(crate) fn restart(&self) {
+    pub(crate) fn restart(&self, now: Instant) {
         self.cold.store(true, Ordering::Release);
-        self.cold_since
-            .store(to_nanos(clock::now()), Ordering::Release);
+        self.cold_since.store(to_nanos(now), Ordering::Release);
         self.slowest_cold_commit.store(0, Ordering::Release);
     }
 
@@ -412,6 +421,12 @@ impl LeaseCell {
         from_nanos(anchor.saturating_add(nanos(budget)))
     }
 
+    /// Whether the lease can vouch at `now` for a hold of `budget` just granted, with a
+    /// sixteenth of it to spare; else the grant waits for a probe (the queue's `prove`).
+    pub(crate) fn vouches_for(&self, budget: Duration, now: Instant) -> bool {
+        self.deadline(budget) > now + budget / 16
+    }
+
     /// The lease left at `now` for the shortest budget on this session.
     pub(crate) fn remaining(&self, now: Instant) -> Duration {
         self.deadline(self.shortest_budget())
@@ -457,14 +472,20 @@ impl LeaseCell {
     /// module docs), or on a cold start to what the client's keepalive guarantees.
     pub(crate) fn committed(&self, sent: Instant, at: Instant) {
         if self.is_legacy() {
-            self.synced(sent);
+            self.synced(sent, at);
             return;
         }
+        let flaw = self.flaw();
         let sent_at = to_nanos(sent);
         let gap = nanos(self.gap());
+        // The replies `k` can pair with: back at least `G` before it was sent.
+        let pair_by = match flaw.is(Mutant::NoPairGap) {
+            true => sent_at,
+            false => sent_at - gap,
+        };
         let paired = {
             let mut replies = self.replies();
-            let old_enough = replies.partition_point(|&(_, r)| r <= sent_at - gap);
+            let old_enough = replies.partition_point(|&(_, r)| r <= pair_by);
             let best = replies
                 .iter()
                 .take(old_enough)
@@ -475,12 +496,16 @@ impl LeaseCell {
                 replies.drain(..old_enough);
                 replies.push_front(best);
             }
-            best.map(|(s, _)| s)
+            // The anchor is the reply's send time: its arrival at the server is no earlier.
+            best.map(|(s, r)| if flaw.is(Mutant::ReceiveAnchor) { r } else { s })
         };
         let mut candidate = paired;
         if self.cold.load(Ordering::Acquire) {
             // The cold phase: lean on the keepalive, until pairing does at least as well.
-            let keepalive = self.keepalive.load(Ordering::Acquire) as i64;
+            let keepalive = match flaw.is(Mutant::ColdWithoutKeepalive) {
+                true => 0,
+                false => self.keepalive.load(Ordering::Acquire) as i64,
+            };
             let leaning = sent_at - gap - keepalive;
             candidate = Some(paired.map_or(leaning, |c| c.max(leaning)));
             // Only a pair with a reply of this phase ends it: older ones, from before an idle
@@ -515,12 +540,67 @@ impl LeaseCell {
         }
     }
 
-    /// The `SyncLease` mutant's rule: a `sync` (or create) reply extends the lease from its send
-    /// time. Unsound when the ensemble is partitioned; only that mutant uses it.
-    pub(crate) fn synced(&self, sent: Instant) {
+    /// The `SyncLease` mutant's rule: a `sync` (or create) reply, arriving at `at`, extends the
+    /// lease from its send time. Unsound when the ensemble is partitioned; only that mutant uses
+    /// it.
+    pub(crate) fn synced(&self, sent: Instant, at: Instant) {
         self.anchor.fetch_max(to_nanos(sent), Ordering::AcqRel);
-        self.newest_commit
-            .fetch_max(to_nanos(clock::now()), Ordering::AcqRel);
+        self.newest_commit.fetch_max(to_nanos(at), Ordering::AcqRel);
+    }
+}
+
+/// A lease cell's content as a value, for the lease model (`crate::watchdog::model`).
+#[cfg(feature = "model")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct LeaseSnapshot {
+    anchor: i64,
+    gap: u64,
+    budget: u64,
+    newest_commit: i64,
+    cold: bool,
+    cold_since: i64,
+    slowest_cold_commit: u64,
+    keepalive: u64,
+    client_keepalive: Duration,
+    flaw: Flaw,
+    replies: Vec<(i64, i64)>,
+}
+
+#[cfg(feature = "model")]
+impl LeaseCell {
+    /// This cell's content as a value.
+    pub(crate) fn snapshot(&self) -> LeaseSnapshot {
+        LeaseSnapshot {
+            anchor: self.anchor.load(Ordering::Acquire),
+            gap: self.gap.load(Ordering::Acquire),
+            budget: self.budget.load(Ordering::Acquire),
+            newest_commit: self.newest_commit.load(Ordering::Acquire),
+            cold: self.cold.load(Ordering::Acquire),
+            cold_since: self.cold_since.load(Ordering::Acquire),
+            slowest_cold_commit: self.slowest_cold_commit.load(Ordering::Acquire),
+            keepalive: self.keepalive.load(Ordering::Acquire),
+            client_keepalive: self.client_keepalive,
+            flaw: self.flaw(),
+            replies: self.replies().iter().copied().collect(),
+        }
+    }
+
+    /// A cell holding what `snapshot` holds.
+    pub(crate) fn restore(snapshot: &LeaseSnapshot) -> LeaseCell {
+        start_clock();
+        LeaseCell {
+            anchor: AtomicI64::new(snapshot.anchor),
+            gap: AtomicU64::new(snapshot.gap),
+            budget: AtomicU64::new(snapshot.budget),
+            newest_commit: AtomicI64::new(snapshot.newest_commit),
+            cold: AtomicBool::new(snapshot.cold),
+            cold_since: AtomicI64::new(snapshot.cold_since),
+            slowest_cold_commit: AtomicU64::new(snapshot.slowest_cold_commit),
+            keepalive: AtomicU64::new(snapshot.keepalive),
+            client_keepalive: snapshot.client_keepalive,
+            flaw: Mutex::new(snapshot.flaw),
+            replies: Mutex::new(snapshot.replies.iter().copied().collect()),
+        }
     }
 }
 
@@ -687,7 +767,7 @@ mod tests {
         cell.committed(later, later + ms(5));
         assert!(cell.anchor() < Some(later - lean), "a warm write leaned");
         // After a restart (the watchdog was idle), cold again.
-        cell.restart();
+        cell.restart(Instant::now());
         tokio::time::advance(ms(100)).await;
         let again = Instant::now();
         cell.committed(again, again + ms(5));

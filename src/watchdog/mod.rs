@@ -22,6 +22,8 @@ pub(crate) mod clock;
 mod core;
 mod driver;
 pub(crate) mod lease;
+#[cfg(feature = "model")]
+pub mod model;
 mod registry;
 mod state;
 

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use super::clock;
 use super::core::Event;
 use super::lease::{LeaseCell, LeasePolicy};
 use super::state::{GuardState, Terms};
@@ -130,7 +131,7 @@ pub(super) fn join(
             if watch.interest.fetch_add(1, Ordering::SeqCst) == 0 {
                 // No probe ran while idle: the next proof is a cold one (marked here, before
                 // the caller's create can record its reply).
-                watch.lease.restart();
+                watch.lease.restart(clock::now());
                 if !watch.attached.swap(true, Ordering::SeqCst) {
                     watch.send(Event::Attach(client.clone()));
                 }

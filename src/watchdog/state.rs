@@ -15,7 +15,7 @@ use super::lease::LeaseCell;
 use crate::loss::LossReason;
 
 /// How a guard holds: what its owner chose, per guard.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Terms {
     /// How long after the lease's anchor the hold stands.
     pub(crate) budget: Duration,
@@ -40,7 +40,7 @@ pub enum Halt {
 }
 
 /// A jeopardy spell: since when (on the lease clock) and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Spell {
     pub(crate) since: Instant,
     /// The loss it becomes if the grace runs out: `LeaseExpired` or `Disconnected`.
@@ -107,6 +107,11 @@ impl GuardState {
     /// The synchronous check: lost, released, in jeopardy, or past the lease deadline by the
     /// lease clock (which puts the hold in jeopardy if it has a grace, and loses it otherwise).
     pub(crate) fn check(&self) -> Result<(), Halt> {
+        self.check_at(clock::now())
+    }
+
+    /// [`Self::check`] at `now` on the lease clock.
+    pub(crate) fn check_at(&self, now: Instant) -> Result<(), Halt> {
         if let Some(reason) = self.reason() {
             return Err(Halt::Lost(reason));
         }
@@ -114,7 +119,7 @@ impl GuardState {
             return Err(Halt::Jeopardy);
         }
         let deadline = self.deadline();
-        if clock::now() < deadline {
+        if now < deadline {
             return Ok(());
         }
         if self.terms.grace.is_zero() {
@@ -185,5 +190,42 @@ impl GuardState {
 
     fn spell(&self) -> std::sync::MutexGuard<'_, Option<Spell>> {
         self.spell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A guard's state as a value, for the lease model (`crate::watchdog::model`).
+#[cfg(feature = "model")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct StateSnapshot {
+    pub(crate) terms: Terms,
+    pub(crate) reason: Option<LossReason>,
+    pub(crate) cancelled: bool,
+    pub(crate) spell: Option<Spell>,
+}
+
+#[cfg(feature = "model")]
+impl GuardState {
+    /// This guard's state as a value.
+    pub(crate) fn snapshot(&self) -> StateSnapshot {
+        StateSnapshot {
+            terms: self.terms.clone(),
+            reason: self.reason.get().copied(),
+            cancelled: self.token.is_cancelled(),
+            spell: self.current_spell(),
+        }
+    }
+
+    /// A guard in the state `snapshot` describes, on `lease`.
+    pub(crate) fn restore(snapshot: &StateSnapshot, lease: Arc<LeaseCell>) -> GuardState {
+        let state = GuardState::new(CancellationToken::new(), lease, snapshot.terms.clone());
+        if let Some(spell) = snapshot.spell {
+            state.enter_jeopardy(spell);
+        }
+        if let Some(reason) = snapshot.reason {
+            state.lose(reason);
+        } else if snapshot.cancelled {
+            state.token.cancel();
+        }
+        state
     }
 }
