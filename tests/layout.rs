@@ -1,6 +1,7 @@
 //! The workspace's layout rules, checked on the source of each of its packages (the library's
 //! `src/`, `cli/src`, `testkit/src`, `chaos/src`, and each store's fence: `postgres/src`,
-//! `mysql/src`, `object-store/src`, `redis/src` (one file: only the function length)):
+//! `mysql/src`, `object-store/src`, `redis/src` (one file: only the function length)), and the
+//! lease model, `model/src`:
 //!
 //! - the files import each other without a cycle: a module may use its children, its siblings
 //!   and the crate's other files, and no chain of such uses leads back to it;
@@ -32,6 +33,7 @@ const POSTGRES: &str = "postgres/src";
 const MYSQL: &str = "mysql/src";
 const REDIS: &str = "redis/src";
 const OBJECT_STORE: &str = "object-store/src";
+const MODEL: &str = "model/src";
 
 /// Who uses whom: module path (`queue::kind`; `""` is the crate root) to the modules it uses.
 type Edges = BTreeMap<String, BTreeSet<String>>;
@@ -376,6 +378,11 @@ fn the_chaos_suite_has_no_import_circle() {
     assert_no_import_circle(CHAOS, ("controller", "checker"));
 }
 
+#[test]
+fn the_lease_model_has_no_import_circle() {
+    assert_no_import_circle(MODEL, ("checker", "step"));
+}
+
 fn synthetic(files: &[(&str, &str)]) -> BTreeMap<String, String> {
     files
         .iter()
@@ -526,6 +533,11 @@ fn no_function_of_the_store_fences_runs_past_eighty_lines_without_saying_why() {
 #[test]
 fn no_function_of_the_chaos_suite_runs_past_eighty_lines_without_saying_why() {
     assert_no_long_function(CHAOS);
+}
+
+#[test]
+fn no_function_of_the_lease_model_runs_past_eighty_lines_without_saying_why() {
+    assert_no_long_function(MODEL);
 }
 
 #[test]

@@ -125,10 +125,65 @@
 //!   `3T/5` stretches the keepalive to at most `3T/10`), and the client's sends reaching the
 //!   follower within the margin (a stall longer than that on a connection the client has not
 //!   yet given up shortens the true lease); a test pins the `T/5`. Only the cold phase, about
-//!   `G` plus a few round trips per watchdog start, rests on this.
+//!   `G` plus a few round trips per watchdog start, rests on this. It also needs the client's
+//!   process to have run (not paused, suspended or starved: `zookeeper-client`'s pings are
+//!   tasks of the same process) through the `G + T/5` before a cold proof's write: a pause
+//!   there leaves the follower without a touch to relay, and the lean anchors up to the
+//!   pause's length too late (the lease model's `a_pause_just_before_a_cold_proof_breaks_its_lean`
+//!   is the counterexample: a first acquire, or a grant after a wait, right after a pause).
 //! - Not covered: a 2-server ensemble with a quorum oracle (`QuorumOracleMaj`), which gives
 //!   up quorum intersection; and races inside ZooKeeper that lose a touch (the follower's
 //!   touch table swapped while a touch lands) together with a partition.
+//!
+//! # What the model checks
+//!
+//! The argument above is checked exhaustively by the lease model (`model/`, the
+//! `zkfence-model` package; its README has the state counts, the run times and each mutant's
+//! counterexample). It drives this module's [`LeaseCell`], the watchdog's `Core` and the
+//! guards' state (`crate::model_api`): the anchor, the deadline, jeopardy, resume and loss are
+//! this code's decisions; the model supplies the world they are made in, and checks in every
+//! state that no two clients pass `check()` at one real instant, that a hold leaves jeopardy
+//! only on a committed probe of its node sent since the spell began, that tokens increase with
+//! grants, and that a waiter is granted within a bound once the holder's node is gone and its
+//! own session works.
+//!
+//! What it assumes of ZooKeeper is what the points above say, and no more:
+//! - a leader with a quorum commits writes and runs the session tracker, which expires a
+//!   session exactly `T` after it last touched it (the earliest ZooKeeper allows), deleting its
+//!   nodes; a new leader touches every live session when it starts;
+//! - a follower relays the sessions that touched it within `tickTime/2`, in order with the
+//!   writes it forwards (point 4); a follower cut off loses what it had not relayed;
+//! - a leader cut off from its quorum answers its own clients' syncs and reads (points 1, 2)
+//!   while the others elect; a follower cut off keeps its clients connected to nothing;
+//! - a reconnect revalidates the session with the leader (a touch); watch events reach a
+//!   connected client in order with replies, and fire again on a reconnect;
+//! - a connected client that runs sends something at least every `T/5` of its clock (the
+//!   keepalive the cold proof leans on).
+//!
+//! Its world: three servers and two clients, one lock, one acquire each (A's node first);
+//! time in ticks of `T/10` (`tickTime` two ticks, so relays come within a tick); the clients'
+//! clocks at `1 ± drift` (10%, fixed per schedule: A's slow or fast, B's exact); each probe's
+//! reply back at once or three ticks late; probes at any tick, at most one a tick and two per
+//! client (safety must not depend on when the driver probes: its schedule is one of these);
+//! and per schedule a fault: the leader cut off from its followers (noticing at once, or never:
+//! stale), a follower cut off (likewise), a client's connection breaking, or a warm holder's
+//! process pausing for any length. The lease clock counting a suspend is taken as given (the
+//! clock's own test checks it), so a pause stands for a suspend too.
+//!
+//! What it leaves out, and why that is sound or stated:
+//! - the wire protocol and commit delays: a write commits as it arrives (a later commit only
+//!   touches the session later);
+//! - anything below a tick: no jitter, so the margin covers nothing in the model (it sets a
+//!   tenth of a tick) and a rule without one passes it; the margin stays for what the model
+//!   lacks (scheduling, ping jitter, the time between `check()` and a write);
+//! - leader pauses and stalls longer than `G`, misconfigured ensembles, two-server ensembles:
+//!   outside the assumptions above;
+//! - a process paused just before a cold proof (the finding above): outside the cold
+//!   proof's assumption, so the model pauses only a holder whose lease is warm, and a test
+//!   with pauses anywhere keeps the counterexample;
+//! - a partition healing within a schedule, a third client, more than two probes per client,
+//!   a changing clock rate: the deep run follows one fault to tick 24 (past a lapse's whole
+//!   grace) and allows two faults to the CI horizon; the rest is left to the chaos suite.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -1,6 +1,6 @@
 //! One session's watchdog as a value, for the lease model (`model/`, the `zkfence-model`
 //! package): the model checker keeps [`Watchdog`] in its states, and every step restores the
-//! library's own [`Core`], [`LeaseCell`] and guard state from it, makes the call the driver
+//! library's own `Core`, `LeaseCell` and guard state from it, makes the call the driver
 //! or an acquire would make, and takes the result back as a value. Nothing here decides
 //! anything: the anchor, the deadline, jeopardy, resume and loss are the library's.
 //!
@@ -35,10 +35,12 @@ fn at(nanos: i64) -> Instant {
     }
 }
 
+/// `at` in nanoseconds from the model's zero; one too far off for an `i64` saturates (a
+/// lease with no proof yet ends long before any instant the model reaches).
 fn nanos(at: Instant) -> i64 {
     match at.checked_duration_since(*ORIGIN) {
-        Some(after) => after.as_nanos() as i64,
-        None => -((*ORIGIN - at).as_nanos() as i64),
+        Some(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        None => i64::try_from((*ORIGIN - at).as_nanos()).map_or(i64::MIN, |n| -n),
     }
 }
 

@@ -1,0 +1,112 @@
+//! What the model is run with: the lease settings in ticks, the bounds of the search, and the
+//! mutant under test.
+
+use std::time::Duration;
+
+use zkfence::model_api::Settings;
+use zkfence::Mutant;
+
+/// One tick of real time. Every event of the model happens on a tick; durations the library
+/// computes (deadlines, gaps) are finer, and compared exactly.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// The session timeout `T`, in ticks: the leader expires a session `T` after it last heard of
+/// it.
+pub const SESSION_TICKS: i64 = 10;
+
+/// The ensemble's tickTime, in ticks: a follower answers the leader's pings, relaying the
+/// sessions it saw, every `tickTime/2` = one tick.
+pub const TICK_TIME_TICKS: u64 = 2;
+
+/// The most a follower waits before it relays a touch, in ticks (`tickTime/2`).
+pub const RELAY_TICKS: i64 = TICK_TIME_TICKS as i64 / 2;
+
+/// The drift bound: the clients' clocks run at `1 ± DRIFT` of the servers' (10%: one tick per
+/// session timeout, so that a rule that ignores it shows on the tick grid).
+pub const DRIFT: f64 = 0.1;
+
+/// The lease margin the model's locks set (a tenth of a tick: the model has no jitter below a
+/// tick for it to cover).
+pub const MARGIN: Duration = Duration::from_millis(100);
+
+/// The grace of the model's locks: a lapse is jeopardy for one session timeout.
+pub const GRACE_TICKS: u64 = 10;
+
+/// The clients' clock rates, in lease-clock nanoseconds per tick: slow and fast by the drift
+/// bound, and exact.
+pub const SLOW: i64 = 900_000_000;
+/// A clock running fast by the drift bound.
+pub const FAST: i64 = 1_100_000_000;
+/// A clock at the servers' rate.
+pub const EXACT: i64 = 1_000_000_000;
+
+/// The bounds of one search and the rule under test.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The mutant under test; `None` for the library's rule.
+    pub mutant: Option<Mutant>,
+    /// The last tick explored: every schedule is followed until real time reaches it.
+    pub horizon: i64,
+    /// The most faults (partitions, connection breaks, pauses) in one schedule.
+    pub faults: u8,
+    /// How late a late reply comes back, in ticks (a probe's reply comes back at once or
+    /// this late).
+    pub reply_delay: i64,
+    /// The most probes each client's watchdog sends in one schedule.
+    pub probes: [u8; 2],
+    /// Whether a client's process may pause at any time. By default only a holder whose lease
+    /// is warm pauses: a pause just before a cold proof breaks what its lean assumes (the
+    /// client's keepalive ran; see the lease module's assumptions), and this finds it.
+    pub pause_anywhere: bool,
+    /// The lease settings of both clients' locks.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// The library's rule (or `mutant`'s) with the CI bounds.
+    pub fn ci(mutant: Option<Mutant>) -> Config {
+        Config {
+            mutant,
+            horizon: 13,
+            faults: 1,
+            reply_delay: 3,
+            probes: [2, 2],
+            pause_anywhere: false,
+            settings: settings(mutant),
+        }
+    }
+
+    /// The deep run's bounds, two searches: a long one (one fault, schedules followed to tick
+    /// 24, past a lapse's whole grace, so that jeopardy ends in a loss or a resume) and a wide
+    /// one (two faults in a schedule, to the CI horizon): about 41 and 52 million states, 7 and
+    /// 10 GiB of memory at their peaks (two faults to a longer horizon would not fit 16 GiB).
+    pub fn deep(mutant: Option<Mutant>) -> [Config; 2] {
+        let ci = Config::ci(mutant);
+        [
+            Config {
+                horizon: 24,
+                ..ci.clone()
+            },
+            Config { faults: 2, ..ci },
+        ]
+    }
+
+    /// `T/5` on a clock of `rate`, as real ticks, rounded down: the longest a client whose
+    /// clock runs at `rate` goes without sending while connected (its keepalive).
+    pub fn keepalive_ticks(&self, rate: i64) -> i64 {
+        self.settings.keepalive().as_nanos() as i64 / rate
+    }
+}
+
+/// The lease settings every client of the model uses: `T` = 10 ticks, tickTime 2 ticks, drift
+/// 10%, a margin of a tenth of a tick, a grace of `T`, riding out disconnects (so that only
+/// the lease stands between a partition and a second holder).
+pub fn settings(mutant: Option<Mutant>) -> Settings {
+    Settings::new(TICK * SESSION_TICKS as u32)
+        .tick_time(TICK * TICK_TIME_TICKS as u32)
+        .drift(DRIFT)
+        .margin(MARGIN)
+        .grace(TICK * GRACE_TICKS as u32)
+        .ride_out(true)
+        .mutant(mutant)
+}
