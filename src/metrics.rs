@@ -44,6 +44,10 @@ pub const JEOPARDY_SECONDS: &str = "zkfence_jeopardy_seconds";
 /// Counter: acquisitions held back by the lock-delay after a node ahead vanished without a
 /// release.
 pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
+/// Gauge: watches on nodes ahead that a waiter no longer needs (a semaphore waiter admitted by
+/// one of the several it watched) left set to fire rather than removed with a request each.
+/// Each ends when its node goes or the session ends.
+pub const PARKED_WATCHES: &str = "zkfence_parked_watches";
 /// Counter: fenced writes and claims (see [`crate::fence`]), by `store` (`zookeeper`,
 /// `postgres`, ...) and `outcome`: `committed`, `refused`, `lock_lost`, `in_doubt` or `error`.
 pub const FENCE_WRITES_TOTAL: &str = "zkfence_fence_writes_total";
@@ -108,6 +112,10 @@ pub fn describe() {
     describe_counter!(
         LOCK_DELAYS_TOTAL,
         "acquisitions held back by the lock-delay after a failed holder"
+    );
+    describe_gauge!(
+        PARKED_WATCHES,
+        "watches no longer needed, left to fire instead of removed"
     );
     describe_counter!(
         FENCE_WRITES_TOTAL,

@@ -250,6 +250,68 @@ async fn a_semaphore_waiter_is_woken_by_any_holder_ahead() {
     third.release().await.unwrap();
 }
 
+/// A semaphore waiter behind `n` holders watches all of them; admitted when one leaves, it
+/// sends nothing for the other `n - 1` watches (dropped, `zookeeper-client` would remove each
+/// from the server with a request: `n - 1` per release, the semaphore's wake-up cost that grew
+/// with its permits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admitted_semaphore_waiter_sends_nothing_for_its_other_watches() {
+    const REMOVE_WATCHES: i32 = 18;
+    const LISTS: [i32; 2] = [8, 12]; // getChildren, getChildren2: the watches' arming too
+    let hosts = chroot(shared(), "semaphore-parked").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server).await;
+    let pool = |hosts: String| async move {
+        FencedSemaphore::new(connect(&hosts, T).await, PATH, 4, LockOptions::default()).unwrap()
+    };
+    let mut holders = Vec::new();
+    for _ in 0..4 {
+        holders.push(pool(hosts.clone()).await.acquire().await.unwrap());
+    }
+    let waiter_client = connect(&format!("{}{root}", proxy.addr), T).await;
+    let waiter =
+        FencedSemaphore::new(waiter_client.clone(), PATH, 4, LockOptions::default()).unwrap();
+    let lists = || {
+        LISTS
+            .iter()
+            .map(|op| proxy.counts().get(op).copied().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let admitted = tokio::spawn(async move { waiter.acquire().await.unwrap() });
+    // Its listing, then a watch on each of the four holders.
+    wait_until(
+        Duration::from_secs(10),
+        "the waiter to watch the four holders",
+        || async { lists() >= 5 },
+    )
+    .await;
+    waiter_client.sync(PATH).await.unwrap();
+    let before = lists();
+    holders.remove(0).release().await.unwrap();
+    let lease = tokio::time::timeout(Duration::from_secs(5), admitted)
+        .await
+        .expect("admitted when a holder leaves")
+        .unwrap();
+    // Its requests are answered in order: whatever it sent on admission is counted by now.
+    waiter_client.sync(PATH).await.unwrap();
+    assert_eq!(
+        proxy.counts().get(&REMOVE_WATCHES),
+        None,
+        "{:?}",
+        proxy.counts()
+    );
+    assert_eq!(
+        lists(),
+        before,
+        "the admitted waiter listed or watched again"
+    );
+    lease.release().await.unwrap();
+    for holder in holders {
+        holder.release().await.unwrap();
+    }
+    queued(&hosts, 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_clients_must_agree_on_the_count() {
     let hosts = chroot(shared(), "semaphore-count").await;

@@ -67,7 +67,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL};
+use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
 use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
@@ -603,7 +603,10 @@ impl<'a> Attempt<'a> {
             }
             match ahead.on_event(target, sense, &event) {
                 Verdict::Wait => {}
-                decided => return Ok(Some(decided)),
+                decided => {
+                    park(watching);
+                    return Ok(Some(decided));
+                }
             }
         }
     }
@@ -946,6 +949,26 @@ struct Watching {
     target: usize,
     sense: Sense,
     watch: NodeWatch,
+}
+
+/// Leaves the watches still set on nodes ahead (a semaphore waiter admitted by one of its `n`,
+/// a waiter that lists again) to fire in their own time. Dropped, each would cost a request:
+/// `zookeeper-client` removes a dropped watcher's watch from the server (`removeWatches`), which
+/// made an admitted semaphore waiter send `n - 1` requests. Left set, each costs at most a
+/// notification when its node goes, or nothing if the session ends first; the task ends with
+/// the last of them.
+fn park(watching: Vec<Watching>) {
+    if watching.is_empty() {
+        return;
+    }
+    metrics::gauge!(PARKED_WATCHES).increment(watching.len() as f64);
+    tokio::spawn(async move {
+        let watches = watching.into_iter().map(|w| async move {
+            w.watch.await;
+            metrics::gauge!(PARKED_WATCHES).decrement(1.0);
+        });
+        futures_util::future::join_all(watches).await;
+    });
 }
 
 /// The events already there on the watches of `sense` on `target`, taken out of `watching`

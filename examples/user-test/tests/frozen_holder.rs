@@ -31,8 +31,9 @@ async fn a_frozen_holder_is_refused_and_the_successor_wins(
         .wait_line(|l| l.starts_with("holding"), Duration::from_secs(30))
         .await?[8..]
         .parse()?;
-    frozen.wait_paused(Duration::from_secs(30)).await?; // frozen between its check and its write
-                                                        // Its session expires on the server; the successor gets the lock and writes.
+    // Frozen between its check and its write, it outlives its session on the server; the
+    // successor gets the lock and writes.
+    frozen.wait_paused(Duration::from_secs(30)).await?;
     let successor = ledger_service::run(&zk.addr(), 3, || {}).await?;
     frozen.resume()?;
     frozen
