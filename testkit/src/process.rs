@@ -110,8 +110,12 @@ pub fn pause_point(name: &str) {
         return;
     }
     if std::env::var(PAUSE_AT).is_ok_and(|at| at == name) && !FIRED.swap(true, Ordering::SeqCst) {
-        // A stop signal stops every thread of the process.
-        let _ = signal(std::process::id(), libc::SIGSTOP);
+        // A stop signal stops every thread of the process. Sent to this thread, not to the
+        // process: a signal sent to the process wakes its main thread to start the stop, and
+        // this thread may run on (into the very write the pause should precede) until the stop
+        // reaches it; sent to this thread, it is handled before `pthread_kill` returns.
+        // SAFETY: pthread_kill(3) on the calling thread's own handle.
+        let _ = unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGSTOP) };
     }
 }
 
