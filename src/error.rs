@@ -108,13 +108,14 @@ pub enum Error {
         requested: u32,
     },
 
-    /// This session keeps as many lock nodes as it may: one more would take the paths its
-    /// expiry must delete in one transaction past [`LockOptions::with_session_node_bytes`]
-    /// (ZOOKEEPER-4306: past the servers' `jute.maxbuffer` that transaction wedges the
-    /// ensemble).
+    /// This session keeps as many lock nodes as it may: one more would take their paths past
+    /// [`LockOptions::with_session_node_bytes`] (past about 128 KiB of watched paths
+    /// `zookeeper-client` 0.11 cannot set the session's watches again after a disconnect;
+    /// past the servers' `jute.maxbuffer` the session's expiry wedges the ensemble,
+    /// ZOOKEEPER-4306).
     ///
     /// [`LockOptions::with_session_node_bytes`]: crate::LockOptions::with_session_node_bytes
-    #[error("session {session} keeps {nodes} lock nodes ({bytes} bytes of paths), and one more would pass its budget of {limit} bytes: a session's expiry deletes all its nodes in one transaction, which past the servers' jute.maxbuffer wedges the ensemble (ZOOKEEPER-4306); spread the locks over more sessions (a client each), or release some first")]
+    #[error("session {session} keeps {nodes} lock nodes ({bytes} bytes of paths), and one more would pass its budget of {limit} bytes: past it the session could not ride out a disconnect (zookeeper-client re-sends its watches wrongly past 128 KiB of paths) and its expiry could wedge the ensemble (ZOOKEEPER-4306); spread the locks over more sessions (a client each), or release some first")]
     SessionNodeBudget {
         /// The session.
         session: zk::SessionId,

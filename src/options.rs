@@ -63,15 +63,16 @@ pub struct LockOptions {
     pub(crate) metrics_label: Option<Arc<str>>,
     /// How long a successor waits after a predecessor vanished without releasing.
     pub(crate) lock_delay: Option<Duration>,
-    /// The most bytes of lock node paths one session may keep (ZOOKEEPER-4306).
+    /// The most bytes of lock node paths one session may keep (reconnects, ZOOKEEPER-4306).
     pub(crate) session_node_bytes: usize,
     /// A deliberate flaw, for zkfence's own tests (see `crate::mutants`); none in a service.
     pub(crate) flaw: Flaw,
 }
 
-/// The default of [`LockOptions::with_session_node_bytes`]: half of ZooKeeper's default
-/// `jute.maxbuffer` (1 MiB).
-pub const SESSION_NODE_BYTES: usize = 512 * 1024;
+/// The default of [`LockOptions::with_session_node_bytes`]: below the 128 KiB of watched paths
+/// past which `zookeeper-client` 0.11 cannot set a session's watches again after a disconnect,
+/// and far below ZooKeeper's default `jute.maxbuffer` (1 MiB), which a session's expiry must fit.
+pub const SESSION_NODE_BYTES: usize = 96 * 1024;
 
 /// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
@@ -410,17 +411,27 @@ impl LockOptions {
     }
 
     /// The most bytes of lock node paths one session may keep at once, across every lock it
-    /// holds or waits for in this process (default [`SESSION_NODE_BYTES`], 512 KiB). An acquire
+    /// holds or waits for in this process (default [`SESSION_NODE_BYTES`], 96 KiB). An acquire
     /// past it fails at once with [`Error::SessionNodeBudget`](crate::Error::SessionNodeBudget).
     ///
-    /// **Why** (ZOOKEEPER-4306, open): when a session ends, its leader deletes all of its
-    /// ephemeral nodes in one close-session transaction that lists their paths (4 bytes and
-    /// the path each). Past the servers' `jute.maxbuffer` (1 MiB by default) that transaction
-    /// cannot be written, and the ensemble can wedge, also across restarts. A lock node's path
-    /// is the lock path, `/`, and about 60 bytes of name (`_c_<uuid>-lock-<seq>`): with 20-byte
-    /// lock paths, 512 KiB is about 6,000 locks per session. Spread more over several sessions
-    /// (a client each), or raise this only with the servers' `jute.maxbuffer` (and never past
-    /// half of it: the transaction carries more than the paths).
+    /// **Why**, two limits, the tighter first:
+    /// - **Reconnects** (`zookeeper-client` 0.11): a held node is watched, and after a
+    ///   disconnect the client sets its watches again in `SetWatches` requests of at most
+    ///   128 KiB of paths each; when it needs two or more, it mismatches their replies and
+    ///   drops the connection, every time, until the session expires. Past about 128 KiB of
+    ///   watched paths a session cannot ride out a disconnect, and every hold on it is lost.
+    ///   96 KiB leaves room for the watches of waiters and of the application on the same
+    ///   client.
+    /// - **Expiry** (ZOOKEEPER-4306, open): when a session ends, its leader deletes all of its
+    ///   ephemeral nodes in one close-session transaction that lists their paths (4 bytes and
+    ///   the path each). Past the servers' `jute.maxbuffer` (1 MiB by default) that transaction
+    ///   cannot be written, and the ensemble can wedge, also across restarts.
+    ///
+    /// A lock node's path is the lock path, `/`, and about 60 bytes of name
+    /// (`_c_<uuid>-lock-<seq>`): with 30-byte lock paths, 96 KiB is about 1,000 locks per
+    /// session. Spread more over several sessions (a client each: 10,000 locks over 10
+    /// clients). Raise this only with a client that re-sends its watches correctly, and never
+    /// past half of the servers' `jute.maxbuffer`.
     ///
     /// # Examples
     ///

@@ -1,6 +1,6 @@
 // `zkfence bench --scale`: Apache Curator's side of the recipes measured at scale (cli/src/bench/scale/),
-// compiled at run time against Debian's jars: InterProcessSemaphoreV2, InterProcessReadWriteLock,
-// and LeaderLatch with observers that watch the latch's children.
+// compiled at run time against Debian's jars: InterProcessMutex, InterProcessSemaphoreV2,
+// InterProcessReadWriteLock, and LeaderLatch with observers that watch the latch's children.
 //
 // Usage: CuratorScaleBench <adminConnect> <connect> <observerConnect> <sessions> <sessionTimeoutMs>
 //
@@ -10,6 +10,9 @@
 // does (queueing, clean-up) falls outside that window. <adminConnect> (the server itself, not
 // counted) is for waiting on a queue to form.
 //
+//   mutex <path> <n>                session 0 takes an InterProcessMutex; sessions 1 to <n> queue
+//                                   behind it. Prints `started`; after `go` the holder releases,
+//                                   and every later holder releases as soon as it holds: `done`.
 //   semaphore <path> <permits> <n>  the first <n> sessions each acquire a lease of an
 //                                   InterProcessSemaphoreV2 of <permits>; the holders keep
 //                                   theirs until `go`. Prints
@@ -111,6 +114,7 @@ public class CuratorScaleBench {
             String[] words = line.trim().split(" ");
             try {
                 switch (words[0]) {
+                    case "mutex" -> mutex(in, words[1], Integer.parseInt(words[2]));
                     case "semaphore" -> semaphore(in, words[1], Integer.parseInt(words[2]), Integer.parseInt(words[3]));
                     case "rwlock" -> rwlock(in, words[1], Integer.parseInt(words[2]), Integer.parseInt(words[3]));
                     case "election" -> election(in, words[1], Integer.parseInt(words[2]),
@@ -143,6 +147,34 @@ public class CuratorScaleBench {
         if (line == null || !line.trim().equals("go")) {
             throw new IllegalStateException("expected go, got " + line);
         }
+    }
+
+    static void mutex(BufferedReader in, String path, int n) throws Exception {
+        errors.set(0);
+        CountDownLatch finished = new CountDownLatch(n);
+        InterProcessMutex first = new InterProcessMutex(sessions.get(0), path);
+        first.acquire();
+        for (CuratorFramework client : sessions.subList(1, n + 1)) {
+            InterProcessMutex lock = new InterProcessMutex(client, path);
+            Thread t = new Thread(() -> {
+                try {
+                    lock.acquire();
+                    lock.release();
+                } catch (Exception e) {
+                    errors.incrementAndGet();
+                } finally {
+                    finished.countDown();
+                }
+            });
+            t.setDaemon(true);
+            t.start();
+        }
+        say("started");
+        awaitGo(in);
+        long from = System.nanoTime(), cpu = cpuNanos();
+        first.release();
+        finished.await();
+        say("done " + (System.nanoTime() - from) + " " + (cpuNanos() - cpu) + " " + errors.get());
     }
 
     static void semaphore(BufferedReader in, String path, int permits, int n) throws Exception {

@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use zkfence_testkit::{CountingProxy, LocalZooKeeper};
+use zkfence_testkit::LocalZooKeeper;
 use zookeeper_client as zk;
 
+use super::proxy::Proxy;
 use crate::bench::options::Args;
 
 /// ZooKeeper's default `jute.maxbuffer`: 1 MiB − 1.
@@ -44,12 +45,12 @@ impl<'a> Server<'a> {
     }
 
     /// A new counting proxy in front of the server.
-    pub(super) async fn proxy(&self) -> CountingProxy {
-        CountingProxy::start(&self.first).await
+    pub(super) async fn proxy(&self) -> Proxy {
+        Proxy::start(&self.first).await
     }
 
     /// The connect string through `proxy`.
-    pub(super) fn via(&self, proxy: &CountingProxy) -> String {
+    pub(super) fn via(&self, proxy: &Proxy) -> String {
         format!("{}{}", proxy.addr, self.chroot)
     }
 

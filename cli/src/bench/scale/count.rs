@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 use super::bed::{Bed, Server};
 use super::line::Line;
+use super::proxy::Proxy;
 use crate::bench::cpu;
 
 /// ZooKeeper's closeSession opcode: a session's end, not its work.
@@ -30,16 +30,23 @@ pub(super) struct Counts {
     by_op: HashMap<i32, u64>,
     /// Watch notifications from the server.
     notifications: u64,
+    /// Bytes from the clients (requests and pings).
+    bytes_sent: u64,
+    /// Bytes to the clients (replies, notifications and pings).
+    bytes_received: u64,
 }
 
 impl Counts {
     /// What `proxies` have counted so far, together.
-    pub(super) fn of(proxies: &[&CountingProxy]) -> Counts {
+    pub(super) fn of(proxies: &[&Proxy]) -> Counts {
         let mut counts = Counts::default();
         for proxy in proxies {
+            let (bytes_sent, bytes_received) = proxy.bytes();
             counts.add(&Counts {
-                by_op: proxy.counts(),
-                notifications: proxy.notifications(),
+                by_op: proxy.counting().counts(),
+                notifications: proxy.counting().notifications(),
+                bytes_sent,
+                bytes_received,
             });
         }
         counts
@@ -51,6 +58,8 @@ impl Counts {
             *self.by_op.entry(*op).or_default() += n;
         }
         self.notifications += other.notifications;
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
     }
 
     /// What was counted after `earlier`.
@@ -62,6 +71,8 @@ impl Counts {
         Counts {
             by_op,
             notifications: self.notifications - earlier.notifications,
+            bytes_sent: self.bytes_sent - earlier.bytes_sent,
+            bytes_received: self.bytes_received - earlier.bytes_received,
         }
     }
 
@@ -86,6 +97,11 @@ impl Counts {
     /// Watch notifications.
     pub(super) fn notifications(&self) -> u64 {
         self.notifications
+    }
+
+    /// Bytes both ways.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes_sent + self.bytes_received
     }
 
     /// Requests by operation name, per `per` (a JSON object).
@@ -162,7 +178,7 @@ pub(super) struct Seen {
 
 impl Window {
     /// Opens a window on `proxies` and `server` now.
-    pub(super) async fn open(server: &Server<'_>, proxies: &[&CountingProxy]) -> Window {
+    pub(super) async fn open(server: &Server<'_>, proxies: &[&Proxy]) -> Window {
         let zxid = server.zxid().await;
         Window {
             counts: proxies.iter().map(|p| Counts::of(&[p])).collect(),
@@ -173,7 +189,7 @@ impl Window {
     }
 
     /// Closes the window: what it saw.
-    pub(super) async fn close(self, server: &Server<'_>, proxies: &[&CountingProxy]) -> Seen {
+    pub(super) async fn close(self, server: &Server<'_>, proxies: &[&Proxy]) -> Seen {
         let seconds = self.opened.elapsed().as_secs_f64();
         let parts: Vec<Counts> = (proxies.iter().zip(&self.counts))
             .map(|(proxy, then)| Counts::of(&[proxy]).since(then))
@@ -203,13 +219,15 @@ impl Window {
 
 impl Seen {
     /// Adds what this window saw to `line`, per `per` (releases, handoffs, changes) under
-    /// `unit` (`release`, `handoff`, ...): requests, notifications, writes, CPU, the rate.
+    /// `unit` (`release`, `handoff`, ...): requests, notifications, bytes, writes, CPU, the
+    /// rate.
     pub(super) fn per(&self, line: &mut Line, per: f64, unit: &str) {
         let each = |n: f64| Some(n / per.max(1.0));
-        let names: [&'static str; 6] = match unit {
+        let names: [&'static str; 7] = match unit {
             "handoff" => [
                 "requests_per_handoff",
                 "notifications_per_handoff",
+                "bytes_per_handoff",
                 "server_writes_per_handoff",
                 "client_cpu_us_per_handoff",
                 "server_cpu_us_per_handoff",
@@ -218,6 +236,7 @@ impl Seen {
             "change" => [
                 "requests_per_change",
                 "notifications_per_change",
+                "bytes_per_change",
                 "server_writes_per_change",
                 "client_cpu_us_per_change",
                 "server_cpu_us_per_change",
@@ -226,6 +245,7 @@ impl Seen {
             _ => [
                 "requests_per_release",
                 "notifications_per_release",
+                "bytes_per_release",
                 "server_writes_per_release",
                 "client_cpu_us_per_release",
                 "server_cpu_us_per_release",
@@ -234,13 +254,14 @@ impl Seen {
         };
         line.set(names[0], each(self.counts.requests() as f64));
         line.set(names[1], each(self.counts.notifications() as f64));
-        line.set(names[2], self.server_writes.and_then(|w| each(w as f64)));
-        line.set(names[3], each(self.client_cpu.as_secs_f64() * 1e6));
+        line.set(names[2], each(self.counts.bytes() as f64));
+        line.set(names[3], self.server_writes.and_then(|w| each(w as f64)));
+        line.set(names[4], each(self.client_cpu.as_secs_f64() * 1e6));
         line.set(
-            names[4],
+            names[5],
             self.server_cpu.and_then(|c| each(c.as_secs_f64() * 1e6)),
         );
-        line.set(names[5], Some(per / self.seconds.max(1e-9)));
+        line.set(names[6], Some(per / self.seconds.max(1e-9)));
         line.set("seconds", Some(self.seconds));
         line.raw(
             "requests_by_op_per_unit",
@@ -256,9 +277,9 @@ impl Seen {
 /// probe ends the window all the same, after two periods more.
 pub(super) async fn over_probes(
     bed: &Bed<'_>,
-    probes: &CountingProxy,
+    probes: &Proxy,
     sessions: usize,
-    proxies: &[&CountingProxy],
+    proxies: &[&Proxy],
 ) -> Seen {
     let period = bed.probe_period();
     let periods = bed.args.scale_periods.max(1.0).round() as u32;
@@ -316,7 +337,7 @@ pub(super) async fn sessions(
 #[derive(Debug)]
 pub(super) struct Pool {
     /// The proxy every session of the pool goes through, which counts them all.
-    pub(super) proxy: CountingProxy,
+    pub(super) proxy: Proxy,
     /// The sessions, one per contender.
     pub(super) clients: Vec<zk::Client>,
 }
@@ -355,9 +376,22 @@ pub(super) async fn await_nodes(
     }
 }
 
-/// Waits for the watches of `contenders` just queued to land on the server: 100 ms and a
-/// millisecond a contender, at most half a second.
-pub(super) async fn settle(contenders: usize) {
+/// Waits for `contenders` just queued to settle: until the sessions behind `proxy` have sent
+/// nothing (pings aside) for a quarter of a second, so that the last of them has armed its
+/// watches and left its queueing behind (at most a minute; a quiet proxy of the server's own,
+/// as when the waiters connect straight, passes at once), and 100 ms and a millisecond a
+/// contender more (at most half a second) for the watches of the last replies to land.
+pub(super) async fn settle(proxy: &Proxy, contenders: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Counts::of(&[proxy]).requests();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = Counts::of(&[proxy]).requests();
+        if now == seen {
+            break;
+        }
+        seen = now;
+    }
     let ms = (100 + contenders as u64).min(500);
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
@@ -383,16 +417,21 @@ mod tests {
         let earlier = Counts {
             by_op: [(14, 2), (4, 1)].into(),
             notifications: 3,
+            bytes_sent: 100,
+            bytes_received: 50,
         };
         let later = Counts {
             by_op: [(14, 5), (4, 1), (-11, 1), (2, 4)].into(),
             notifications: 7,
+            bytes_sent: 300,
+            bytes_received: 70,
         };
         let seen = later.since(&earlier);
         assert_eq!(seen.requests(), 7);
         assert_eq!(seen.writes(), 7);
         assert_eq!(seen.op(OP_MULTI), 3);
         assert_eq!(seen.notifications(), 4);
+        assert_eq!(seen.bytes(), 220);
         assert_eq!(
             seen.by_op_json(1.0),
             r#"{"closeSession":1.000,"delete":4.000,"multi":3.000}"#

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
-use zkfence_testkit::CountingProxy;
 
 use super::bed::Bed;
 use super::count::{await_nodes, settle, Counts, Seen, Window};
 use super::line::Line;
+use super::proxy::Proxy;
 
 /// The worker's source, built into the binary and compiled at run time (as `bench::curator`
 /// does with `CuratorBench.java`).
@@ -44,9 +44,9 @@ pub(super) struct Worker {
     /// Where its answers come from, a line each.
     stdout: Lines<BufReader<ChildStdout>>,
     /// The proxy of its sessions (contenders, candidates).
-    proxy: CountingProxy,
+    proxy: Proxy,
     /// The proxy of its election observers' sessions.
-    observers: CountingProxy,
+    observers: Proxy,
 }
 
 impl Worker {
@@ -130,6 +130,32 @@ impl Worker {
     }
 }
 
+/// Curator's `InterProcessMutex` with `waiters` of the worker's sessions queued behind its
+/// first session's hold: what they send while they wait (as long as zkfence's waiters are
+/// counted), the server's watches, and the drain from the holder's release to the last
+/// waiter's: the line, per handoff.
+pub(super) async fn mutex(
+    bed: &Bed<'_>,
+    worker: &mut Worker,
+    round: usize,
+    waiters: usize,
+) -> Result<Line, String> {
+    let path = bed.path(&format!("w{round}-{waiters}-curator"));
+    bed.mkdir(&path).await?;
+    let baseline = bed.server.mntr().await;
+    worker.send(&format!("mutex {path} {waiters}")).await?;
+    worker.expect("started", Duration::from_secs(120)).await?;
+    await_nodes(&bed.admin, &[&path], waiters + 1).await?;
+    settle(&worker.proxy, waiters).await;
+    let mut line = Line::new("waiters", "curator", round, &[("waiters", waiters)]);
+    super::waiters::watches(bed, &baseline, &mut line, waiters).await;
+    super::waiters::idle_peer(bed, &worker.proxy, &mut line).await;
+    let (seen, _, errors) = worker.go(bed).await?;
+    seen.per(&mut line, waiters as f64, "handoff");
+    line.set("errors", Some(errors as f64));
+    Ok(line)
+}
+
 /// Curator's `InterProcessSemaphoreV2` of `permits` with `contenders` of the worker's sessions:
 /// the line, per release.
 pub(super) async fn semaphore(
@@ -153,7 +179,7 @@ pub(super) async fn semaphore(
         false => contenders,
     };
     await_nodes(&bed.admin, &[&leases, &locks], nodes).await?;
-    settle(contenders).await;
+    settle(&worker.proxy, contenders).await;
     let mut line = Line::new(
         "semaphore",
         "curator",
@@ -183,7 +209,7 @@ pub(super) async fn rwlock(
         .await?;
     worker.expect("started", Duration::from_secs(300)).await?;
     await_nodes(&bed.admin, &[&path], writers + readers).await?;
-    settle(writers + readers).await;
+    settle(&worker.proxy, writers + readers).await;
     let mut line = Line::new(
         "rwlock",
         "curator",

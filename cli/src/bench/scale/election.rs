@@ -96,6 +96,10 @@ pub(super) fn figures(
         Some(observed.counts.notifications() as f64 / each),
     );
     line.set(
+        "observer_bytes_per_observer_change",
+        Some(observed.counts.bytes() as f64 / each),
+    );
+    line.set(
         "candidate_requests_per_change",
         Some(campaigned.requests() as f64 / changes as f64),
     );
@@ -109,7 +113,7 @@ pub(super) fn figures(
 /// into its slot of `seen`. Dropping the set stops them.
 async fn observe(
     bed: &Bed<'_>,
-    proxy: &zkfence_testkit::CountingProxy,
+    proxy: &super::proxy::Proxy,
     path: &str,
     seen: &Arc<Vec<AtomicI64>>,
 ) -> Result<JoinSet<()>, String> {

@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use zkfence::{Acquire, FencedLock, LockGuard, LockOptions, ParentMode, SESSION_NODE_BYTES};
-use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 use super::bed::{Bed, Mntr, DEFAULT_JUTE_MAXBUFFER};
 use super::count::{over_probes, sessions, Seen, Window, OP_GET_DATA, OP_MULTI};
 use super::line::Line;
+use super::proxy::Proxy;
 
 /// Bytes of a lock node's name: `_c_<uuid>-lock-<10 digits>`, and jute's 4-byte length.
 const NODE_NAME_BYTES: usize = 3 + 36 + 6 + 10 + 4;
@@ -24,8 +24,9 @@ const IN_FLIGHT: usize = 64;
 
 /// `locks` held at once in `round`: the line.
 pub(super) async fn holds(bed: &Bed<'_>, round: usize, locks: usize) -> Result<Line, String> {
-    let parent = bed.path(&format!("h{round}-{locks}"));
+    let parent = bed.path(&format!("h{round}-{locks}-zkfence"));
     bed.mkdir(&parent).await?;
+    paths(&bed.admin, &parent, locks).await?;
     let (options, session_count, budget) = options(bed, &parent, locks);
     let proxy = bed.server.proxy().await;
     let t = bed.session_timeout();
@@ -63,8 +64,34 @@ pub(super) async fn holds(bed: &Bed<'_>, round: usize, locks: usize) -> Result<L
     Ok(line)
 }
 
+/// Creates the lock paths under `parent`, 256 at a time, before the count: zkfence's and
+/// zookeeper-client's holds are measured on paths that exist (zookeeper-client's lock creates
+/// none).
+pub(super) async fn paths(admin: &zk::Client, parent: &str, locks: usize) -> Result<(), String> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let mut pending = JoinSet::new();
+    for path in (0..locks).map(|i| format!("{parent}/{i}")) {
+        let (admin, persistent) = (admin.clone(), persistent.clone());
+        pending.spawn(async move {
+            match admin.create(&path, &[], &persistent).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(err) => Err(format!("cannot create {path}: {err}")),
+            }
+        });
+        if pending.len() >= 256 {
+            if let Some(done) = pending.join_next().await {
+                done.map_err(|e| e.to_string())??;
+            }
+        }
+    }
+    while let Some(done) = pending.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
 /// Deletes the lock paths under `parent` (and it), 256 at a time; what remains is left.
-async fn remove(admin: &zk::Client, parent: &str, locks: usize) {
+pub(super) async fn remove(admin: &zk::Client, parent: &str, locks: usize) {
     let mut pending = JoinSet::new();
     for path in (0..locks).map(|i| format!("{parent}/{i}")) {
         let admin = admin.clone();
@@ -155,7 +182,7 @@ async fn hold_all(
 
 /// Waits (up to two minutes) until every held lock's node watch is armed (one getData each:
 /// `watches` of them through `proxy` in all), and half a second more.
-async fn armed(proxy: &CountingProxy, watches: u64) {
+async fn armed(proxy: &Proxy, watches: u64) {
     let by = Instant::now() + Duration::from_secs(120);
     while count(proxy, OP_GET_DATA) < watches && Instant::now() < by {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -164,12 +191,12 @@ async fn armed(proxy: &CountingProxy, watches: u64) {
 }
 
 /// The requests with `opcode` `proxy` has passed on so far.
-fn count(proxy: &CountingProxy, opcode: i32) -> u64 {
-    proxy.counts().get(&opcode).copied().unwrap_or(0)
+fn count(proxy: &Proxy, opcode: i32) -> u64 {
+    proxy.counting().counts().get(&opcode).copied().unwrap_or(0)
 }
 
 /// What acquiring them all took: the time, and per lock the requests and CPU.
-fn acquisition(line: &mut Line, seen: &Seen, locks: usize) {
+pub(super) fn acquisition(line: &mut Line, seen: &Seen, locks: usize) {
     let per = locks.max(1) as f64;
     line.set("acquire_all_s", Some(seen.seconds));
     line.set("acquisitions_per_s", Some(per / seen.seconds.max(1e-9)));
@@ -188,7 +215,7 @@ fn acquisition(line: &mut Line, seen: &Seen, locks: usize) {
 }
 
 /// This process's memory and tasks, and the server's `mntr`, at one moment.
-struct Footprint {
+pub(super) struct Footprint {
     /// Resident memory, bytes.
     rss: u64,
     /// Tokio tasks alive.
@@ -199,7 +226,7 @@ struct Footprint {
 
 impl Footprint {
     /// The footprint now.
-    async fn now(bed: &Bed<'_>) -> Footprint {
+    pub(super) async fn now(bed: &Bed<'_>) -> Footprint {
         Footprint {
             rss: rss_bytes(),
             tasks: tokio::runtime::Handle::current()
@@ -211,7 +238,7 @@ impl Footprint {
 
     /// What each of `locks` holds took between `self` and `later`: memory, tasks, server
     /// ephemerals, watches and data.
-    fn per_hold(&self, later: &Footprint, line: &mut Line, locks: usize) {
+    pub(super) fn per_hold(&self, later: &Footprint, line: &mut Line, locks: usize) {
         let per = locks.max(1) as f64;
         let rss = later.rss.saturating_sub(self.rss) as f64;
         line.set("rss_bytes_per_hold", Some(rss / per));
@@ -282,43 +309,74 @@ fn holding(bed: &Bed<'_>, line: &mut Line, idle: &Seen, sessions: usize) {
 }
 
 /// Restarts the server under the held locks and times how long after it serves again every
-/// hold is steady (`Held::steady`), in milliseconds and in probe periods; how many were in
-/// jeopardy when it came back, and how many were lost.
+/// hold that went into jeopardy is steady again (`Held::steady`), in milliseconds and in probe
+/// periods; how many went into jeopardy (each is watched from before the kill: a hold not yet
+/// in jeopardy when the server is back would pass `steady` at once), and how many were lost.
 async fn restart(bed: &Bed<'_>, guards: &[LockGuard], line: &mut Line) -> Result<(), String> {
+    let t = bed.session_timeout();
+    let mut through = JoinSet::new();
+    for guard in guards {
+        through.spawn(through_jeopardy(guard.held(), t));
+    }
     let killed = Instant::now();
     bed.server.restart()?;
     let up = Instant::now();
-    let jeopardy = (guards.iter())
-        .filter(|g| matches!(g.check(), Err(zkfence::Error::Jeopardy)))
-        .count();
-    let mut steady = JoinSet::new();
-    for guard in guards {
-        let held = guard.held();
-        steady.spawn(async move { held.steady().await.is_ok() });
-    }
-    let mut lost = 0;
-    let limit = bed.session_timeout() * 3 + Duration::from_secs(60);
+    let (mut entered, mut lost, mut last) = (0, 0, None::<Instant>);
+    let limit = t * 3 + Duration::from_secs(60);
     let waited = tokio::time::timeout(limit, async {
-        while let Some(done) = steady.join_next().await {
-            lost += usize::from(!done.unwrap_or(false));
+        while let Some(done) = through.join_next().await {
+            match done {
+                Ok(Passage::Steady(at)) => {
+                    entered += 1;
+                    last = last.max(Some(at));
+                }
+                Ok(Passage::Untouched) => {}
+                Ok(Passage::Lost) | Err(_) => lost += 1,
+            }
         }
     })
     .await;
-    let after_up = up.elapsed();
     let period = bed.probe_period().as_secs_f64();
     line.set("restart_down_ms", Some((up - killed).as_secs_f64() * 1e3));
-    line.set("in_jeopardy_when_up", Some(jeopardy as f64));
-    line.set("lost_in_restart", Some(lost as f64));
+    line.set("in_jeopardy", Some(f64::from(entered + lost)));
+    line.set("lost_in_restart", Some(f64::from(lost)));
     let all_steady = waited.is_ok() && lost == 0;
-    let ms = all_steady.then_some(after_up.as_secs_f64() * 1e3);
-    line.set("steady_after_up_ms", ms);
-    line.set("steady_after_up_periods", ms.map(|ms| ms / 1e3 / period));
-    let after_kill = after_up + (up - killed);
+    let after = |from: Instant| {
+        let ms = last.map_or(0.0, |at| {
+            at.saturating_duration_since(from).as_secs_f64() * 1e3
+        });
+        all_steady.then_some(ms)
+    };
+    line.set("steady_after_up_ms", after(up));
     line.set(
-        "steady_after_kill_ms",
-        all_steady.then_some(after_kill.as_secs_f64() * 1e3),
+        "steady_after_up_periods",
+        after(up).map(|ms| ms / 1e3 / period),
     );
+    line.set("steady_after_kill_ms", after(killed));
     Ok(())
+}
+
+/// What a restart did to one hold.
+enum Passage {
+    /// It went into jeopardy and was steady again at this instant.
+    Steady(Instant),
+    /// It never went into jeopardy (within T of the kill) and is steady.
+    Untouched,
+    /// It was lost.
+    Lost,
+}
+
+/// Follows `held` through the restart about to happen: its jeopardy (if it comes within `t`),
+/// then its end, steady again or lost.
+async fn through_jeopardy(held: zkfence::Held, t: Duration) -> Passage {
+    let mut jeopardy = held.jeopardy();
+    let entered =
+        (tokio::time::timeout(t, jeopardy.wait_for(|j| *j)).await).is_ok_and(|seen| seen.is_ok());
+    match (held.steady().await, entered) {
+        (Err(_), _) => Passage::Lost,
+        (Ok(()), true) => Passage::Steady(Instant::now()),
+        (Ok(()), false) => Passage::Untouched,
+    }
 }
 
 /// Releases every guard, `in_flight` at a time.

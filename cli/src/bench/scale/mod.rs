@@ -1,17 +1,18 @@
 //! `zkfence bench --scale`: zkfence at scale against its peers, on a throwaway local server (or
-//! `--connect`), everything counted through counting proxies (requests by operation, watch
-//! notifications; the proxy counts no bytes), with the server's `mntr` (watches, ephemerals,
-//! data size), its zxid (its writes) and both ends' CPU:
+//! `--connect`), everything counted through counting proxies (`proxy`: requests by operation,
+//! watch notifications, bytes both ways), with the server's `mntr` (watches, ephemerals, data
+//! size), its zxid (its writes) and both ends' CPU:
 //!
 //! - `holds`: K locks held at once by one session: acquire-all time, memory and server state
 //!   per hold, the watchdog's writes while holding, steady again after a server restart;
 //! - `waiters`: W waiters on one lock: their writes while they wait, the drain against the raw
-//!   notification rate, requests and notifications per handoff; zookeeper-client's lock beside;
+//!   notification rate, requests, notifications and bytes per handoff; zookeeper-client's
+//!   `Client::lock` and Curator's `InterProcessMutex` beside;
 //! - `semaphore`, `rwlock`, `election`: requests and notifications per release (per writer
 //!   release, per observer and leader change) against Curator's recipes in a JVM.
 //!
-//! `--rounds R` repeats everything R times, zkfence and its peer in turns (each round starting
-//! with the other); each measurement prints its JSON line as it ends, and the summary gives the
+//! `--rounds R` repeats everything R times, zkfence and its peers in turns (each round starting
+//! with the next); each measurement prints its JSON line as it ends, and the summary gives the
 //! medians over the rounds, the per-round ratios' median and range, and issue 27's targets. A
 //! measurement that fails is reported and skipped, not fatal.
 
@@ -21,9 +22,11 @@ mod curator;
 mod election;
 mod holds;
 mod line;
+mod proxy;
 mod recipes;
 mod summary;
 mod waiters;
+mod zkclient;
 
 use zkfence_testkit::LocalZooKeeper;
 
@@ -90,47 +93,77 @@ fn keep(lines: &mut Vec<Line>, what: &str, measured: Result<Line, String>) {
     }
 }
 
-/// zkfence first in odd rounds, the peer first in even ones.
-fn in_turns<T: Copy>(round: usize, ours: T, peer: Option<T>) -> Vec<T> {
-    let mut order: Vec<T> = [Some(ours), peer].into_iter().flatten().collect();
-    if round.is_multiple_of(2) {
-        order.reverse();
-    }
+/// zkfence and its peers in turns: round r starts with the (r − 1)th of them, round robin, so
+/// that over as many rounds as sides each side goes first once (with one peer: zkfence first in
+/// odd rounds, the peer in even ones).
+fn in_turns<T: Copy>(round: usize, ours: T, peers: &[Option<T>]) -> Vec<T> {
+    let mut order: Vec<T> = std::iter::once(ours)
+        .chain(peers.iter().flatten().copied())
+        .collect();
+    let len = order.len();
+    order.rotate_left(round.saturating_sub(1) % len);
     order
 }
 
-/// The held locks of every `--locks` count, each followed by a short warm-up of the restarted
-/// server.
+/// The held locks of every `--locks` count, zkfence and zookeeper-client in turns; zkfence's
+/// restart of the server followed by a short warm-up of it.
 async fn holds(bed: &Bed<'_>, round: usize, lines: &mut Vec<Line>) {
+    let zkclient = bed.args.has_peer(Impl::Zkclient).then_some(Peer::Zkclient);
     for &locks in &bed.args.locks {
-        eprintln!("bench round {round}: holding {locks} locks ...");
-        keep(lines, "holds", holds::holds(bed, round, locks).await);
-        let warm = super::options::Run {
-            seconds: 0.0,
-            warmup: 2.0,
-            ..super::options::Run::new(bed.args, Impl::Raw, super::options::Mode::Uncontended, 1)
-        };
-        if let Err(err) = warm.execute(&bed.server.direct(), &bed.args.lock).await {
-            eprintln!("bench: warming the server up: {err}");
+        for side in in_turns(round, Peer::Zkfence, &[zkclient]) {
+            eprintln!(
+                "bench round {round}: holding {locks} locks, {} ...",
+                side.name()
+            );
+            if side == Peer::Zkclient {
+                keep(lines, "holds", zkclient::holds(bed, round, locks).await);
+                continue;
+            }
+            keep(lines, "holds", holds::holds(bed, round, locks).await);
+            let warm = super::options::Run {
+                seconds: 0.0,
+                warmup: 2.0,
+                ..super::options::Run::new(
+                    bed.args,
+                    Impl::Raw,
+                    super::options::Mode::Uncontended,
+                    1,
+                )
+            };
+            if let Err(err) = warm.execute(&bed.server.direct(), &bed.args.lock).await {
+                eprintln!("bench: warming the server up: {err}");
+            }
         }
     }
 }
 
 /// The raw notification rate, then the holder alone (the idle baseline) and every `--waiters`
-/// count, zkfence and zookeeper-client in turns.
+/// count, zkfence, zookeeper-client and Curator's `InterProcessMutex` in turns.
 async fn waiters(bed: &Bed<'_>, round: usize, lines: &mut Vec<Line>) {
     keep(lines, "raw", waiters::raw(bed, round).await);
-    let peer = bed.args.has_peer(Impl::Zkclient).then_some(Peer::Zkclient);
+    let most = bed.args.waiters.iter().copied().max().unwrap_or(0);
+    let mut worker = match bed.args.has_peer(Impl::Curator) && most > 0 {
+        true => started(curator::Worker::start(bed, most + 1).await),
+        false => None,
+    };
+    let zkclient = bed.args.has_peer(Impl::Zkclient).then_some(Peer::Zkclient);
     for &count in [0].iter().chain(&bed.args.waiters) {
-        let peer = peer.filter(|_| count > 0);
-        for implementation in in_turns(round, Peer::Zkfence, peer) {
+        let curator = worker.as_ref().map(|_| Peer::Curator);
+        let peers = [zkclient, curator].map(|peer| peer.filter(|_| count > 0));
+        for implementation in in_turns(round, Peer::Zkfence, &peers) {
             eprintln!(
                 "bench round {round}: {count} waiters, {} ...",
                 implementation.name()
             );
-            let measured = waiters::waiters(bed, round, count, implementation).await;
+            let measured = match (implementation, worker.as_mut()) {
+                (Peer::Curator, Some(worker)) => curator::mutex(bed, worker, round, count).await,
+                _ => waiters::waiters(bed, round, count, implementation).await,
+            };
             keep(lines, "waiters", measured);
         }
+    }
+    if let Some(worker) = worker {
+        worker.quit().await;
     }
 }
 
@@ -142,7 +175,7 @@ async fn semaphores(bed: &Bed<'_>, round: usize, lines: &mut Vec<Line>) {
         return;
     };
     for &permits in &bed.args.permits {
-        for curator in in_turns(round, false, worker.as_ref().map(|_| true)) {
+        for curator in in_turns(round, false, &[worker.as_ref().map(|_| true)]) {
             eprintln!("bench round {round}: semaphore of {permits}, {contenders} contenders, curator={curator} ...");
             let measured = match (curator, worker.as_mut()) {
                 (true, Some(worker)) => {
@@ -164,7 +197,7 @@ async fn rwlocks(bed: &Bed<'_>, round: usize, lines: &mut Vec<Line>) {
     let Some((pool, mut worker)) = sides(bed, writers + readers).await else {
         return;
     };
-    for curator in in_turns(round, false, worker.as_ref().map(|_| true)) {
+    for curator in in_turns(round, false, &[worker.as_ref().map(|_| true)]) {
         eprintln!("bench round {round}: read/write lock, {writers} writers, {readers} readers, curator={curator} ...");
         let measured = match (curator, worker.as_mut()) {
             (true, Some(worker)) => curator::rwlock(bed, worker, round, writers, readers).await,
@@ -186,7 +219,7 @@ async fn elections(bed: &Bed<'_>, round: usize, lines: &mut Vec<Line>) {
     };
     for &candidates in &bed.args.candidates {
         for &observers in &bed.args.observers {
-            for curator in in_turns(round, false, worker.as_ref().map(|_| true)) {
+            for curator in in_turns(round, false, &[worker.as_ref().map(|_| true)]) {
                 eprintln!("bench round {round}: election, {candidates} candidates, {observers} observers, curator={curator} ...");
                 let measured = match (curator, worker.as_mut()) {
                     (true, Some(worker)) => {

@@ -45,7 +45,7 @@ pub(super) async fn semaphore(
     while granted.load(Ordering::SeqCst) < holders {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    settle(contenders).await; // every waiter's watches land
+    settle(&pool.proxy, contenders).await; // every waiter's watches land
     let mut line = Line::new(
         "semaphore",
         "zkfence",
@@ -114,7 +114,7 @@ pub(super) async fn rwlock(
         }
     }
     await_nodes(&bed.admin, &[&path], writers + readers).await?;
-    settle(writers + readers).await;
+    settle(&pool.proxy, writers + readers).await;
     let mut line = Line::new(
         "rwlock",
         "zkfence",

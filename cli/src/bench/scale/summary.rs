@@ -17,7 +17,7 @@ pub(super) fn summary(bed: &Bed<'_>, lines: &[Line]) -> String {
     let rounds = lines.iter().map(|l| l.round).max().unwrap_or(0);
     let _ = writeln!(
         out,
-        "\n{rounds} round(s); T = {:?} (every session), probe period {:.0} ms (the library's, for T); cells are medians over the rounds, ratios zkfence ÷ peer per round: median (min–max). Requests leave pings and session closes out; the proxies count no bytes.",
+        "\n{rounds} round(s); T = {:?} (every session), probe period {:.0} ms (the library's, for T); cells are medians over the rounds, ratios zkfence ÷ peer per round: median (min–max). Requests leave pings and session closes out; bytes are both ways, pings included.",
         bed.session_timeout(),
         bed.probe_period().as_secs_f64() * 1e3,
     );
@@ -138,11 +138,12 @@ fn side_by_side(
     ]
 }
 
-/// The held locks' table.
+/// The held locks' table, zkfence against zookeeper-client's `Client::lock` (no lease).
 fn holds_table(out: &mut String, lines: &[Line]) {
     let rows: Vec<Vec<String>> = (sizes(lines, "holds", &["locks"]).iter())
         .map(|size| {
             let m = |figure: &str| show(median(lines, "holds", "zkfence", size, figure));
+            let k = |figure| against(lines, "holds", size, figure, &["zkclient"]);
             let steady: Vec<f64> = (lines.iter())
                 .filter(|l| is(l, "holds", "zkfence", size))
                 .filter_map(|l| l.get("steady_after_up_periods"))
@@ -151,19 +152,19 @@ fn holds_table(out: &mut String, lines: &[Line]) {
                 .find(|l| is(l, "holds", "zkfence", size))
                 .and_then(|l| l.size_of("sessions"));
             let mut row = vec![size[0].1.to_string(), show(sessions.map(|s| s as f64))];
+            row.extend(k("acquire_all_s"));
+            row.extend(k("acquire_requests_per_lock"));
+            row.extend(k("rss_bytes_per_hold"));
+            let watches = side_by_side(lines, "holds", "zkclient", size, "server_watches_per_hold");
+            row.extend(watches.into_iter().take(2));
+            row.extend(k("server_data_bytes_per_hold"));
             row.extend(
                 [
-                    "acquire_all_s",
-                    "acquisitions_per_s",
-                    "rss_bytes_per_hold",
-                    "server_watches_per_hold",
-                    "server_ephemerals_per_hold",
-                    "multis_per_s",
                     "multis_per_period_per_session",
-                    "measured_probe_period_ms",
                     "server_writes_per_s",
                     "client_cpu_ms_per_s",
                     "restart_down_ms",
+                    "in_jeopardy",
                     "steady_after_up_ms",
                 ]
                 .map(m),
@@ -175,97 +176,145 @@ fn holds_table(out: &mut String, lines: &[Line]) {
     let headers = [
         "locks held",
         "sessions",
-        "acquire all s",
-        "acq/s",
-        "RSS B/hold",
-        "server watches/hold",
-        "ephemerals/hold",
-        "multis/s held",
-        "multis/period/session",
-        "measured probe period ms",
+        "acquire all s zkfence",
+        "÷ zkclient",
+        "requests/acquire zkfence",
+        "÷ zkclient",
+        "RSS B/hold zkfence",
+        "÷ zkclient",
+        "server watches/hold zkfence",
+        "zkclient",
+        "server data B/hold zkfence",
+        "÷ zkclient",
+        "probes/period/session held",
         "server writes/s held",
         "client CPU ms/s held",
         "restart: down ms",
+        "in jeopardy",
         "steady after up ms",
         "÷ probe period",
         "lost",
     ];
     table(
         out,
-        "Held locks (zkfence; a grace of T; the restart is the local server's, kill -9 and start):",
+        "Held locks (zkfence FencedLock with a grace of T, zookeeper-client Client::lock; the paths exist; the restart is the local server's, kill -9 and start, zkfence's alone):",
         &headers,
         &rows,
     );
 }
 
-/// The waiters' table, after the raw notification rate.
+/// zkfence's median of `figure`, then its per-round ratio to each of `peers` that measured it.
+fn against(
+    lines: &[Line],
+    kind: &str,
+    size: &[(&str, usize)],
+    figure: &str,
+    peers: &[&str],
+) -> Vec<String> {
+    let mut cells = vec![show(median(lines, kind, "zkfence", size, figure))];
+    for peer in peers {
+        let pair = ((figure, figure), (kind, kind));
+        let per_round = ratios(lines, ("zkfence", size), (*peer, size), pair.1, pair.0);
+        cells.push(spread(&per_round));
+    }
+    cells
+}
+
+/// The waiters' tables, after the raw notification rate: the drain, and the idle cost.
 fn waiters_table(out: &mut String, lines: &[Line]) {
     let raw = median(lines, "raw", "raw", &[], "notifications_per_s");
     let raw_p50 = median(lines, "raw", "raw", &[], "notification_p50_us");
     let _ = writeln!(
         out,
-        "\nraw delete→notification (through a proxy, as the drains): p50 {} µs, {} /s",
+        "\nraw delete→notification (one client's delete to another's watch, through a proxy as the drains): p50 {} µs, {} /s",
         show(raw_p50),
         show(raw)
     );
-    let rows: Vec<Vec<String>> = (sizes(lines, "waiters", &["waiters"]).iter())
+    let peers = ["zkclient", "curator"];
+    let sizes: Vec<Size> = (sizes(lines, "waiters", &["waiters"]).into_iter())
+        .filter(|s| s[0].1 > 0)
+        .collect();
+    let rows: Vec<Vec<String>> = (sizes.iter())
         .map(|size| {
-            let k = |figure| side_by_side(lines, "waiters", "zkclient", size, figure);
-            let to_raw = |implementation| {
-                spread(&ratios(
-                    lines,
-                    (implementation, size),
-                    ("raw", &[]),
-                    ("waiters", "raw"),
-                    ("handoffs_per_s", "notifications_per_s"),
-                ))
-            };
-            let zero: Size = vec![("waiters", 0)];
-            let idle = |figure| show(median(lines, "waiters", "zkfence", size, figure));
+            let k = |figure| against(lines, "waiters", size, figure, &peers);
             let mut row = vec![size[0].1.to_string()];
             row.extend(k("handoffs_per_s"));
-            row.extend([to_raw("zkfence"), to_raw("zkclient")]);
+            row.push(spread(&ratios(
+                lines,
+                ("zkfence", size),
+                ("raw", &[]),
+                ("waiters", "raw"),
+                ("handoffs_per_s", "notifications_per_s"),
+            )));
             row.extend(k("requests_per_handoff"));
             row.extend(k("notifications_per_handoff"));
-            row.extend(k("server_watches_per_waiter").into_iter().take(2));
+            row.extend(k("bytes_per_handoff"));
+            row.extend(k("server_watches_per_waiter"));
+            row
+        })
+        .collect();
+    let headers = [
+        "waiters",
+        "drain handoffs/s zkfence",
+        "÷ zkclient",
+        "÷ Curator",
+        "÷ raw rate",
+        "requests/handoff zkfence",
+        "÷ zkclient",
+        "÷ Curator",
+        "notifications/handoff zkfence",
+        "÷ zkclient",
+        "÷ Curator",
+        "bytes/handoff zkfence",
+        "÷ zkclient",
+        "÷ Curator",
+        "server watches/waiter zkfence",
+        "÷ zkclient",
+        "÷ Curator",
+    ];
+    table(out, "Waiters on one lock, each its own session (zkfence FencedLock, zookeeper-client Client::lock, Curator InterProcessMutex); the drain from the holder's release to the last waiter's, every waiter releasing at once:", &headers, &rows);
+    idle_table(out, lines);
+}
+
+/// The waiters' idle table: what they send while they wait, and the holder's probes beside.
+fn idle_table(out: &mut String, lines: &[Line]) {
+    let zero: Size = vec![("waiters", 0)];
+    let rows: Vec<Vec<String>> = (sizes(lines, "waiters", &["waiters"]).iter())
+        .map(|size| {
+            let m = |implementation, figure| {
+                show(median(lines, "waiters", implementation, size, figure))
+            };
             let to_none = |figure| {
                 let pair = (figure, figure);
                 let waiting = ("zkfence", size.as_slice());
                 let none = ("zkfence", zero.as_slice());
                 spread(&ratios(lines, waiting, none, ("waiters", "waiters"), pair))
             };
-            row.extend([
-                idle("idle_waiter_writes_per_s"),
-                idle("idle_writes_per_s"),
+            vec![
+                size[0].1.to_string(),
+                m("zkfence", "idle_waiter_writes_per_s"),
+                m("zkclient", "idle_waiter_writes_per_s"),
+                m("curator", "idle_waiter_writes_per_s"),
+                m("zkfence", "idle_waiter_bytes_per_s"),
+                m("zkfence", "idle_writes_per_s"),
                 to_none("idle_writes_per_s"),
-                idle("idle_server_writes_per_s"),
+                m("zkfence", "idle_server_writes_per_s"),
                 to_none("idle_server_writes_per_s"),
-            ]);
-            row
+            ]
         })
         .collect();
     let headers = [
         "waiters",
-        "drain acq/s zkfence",
+        "waiters' writes/s zkfence",
         "zkclient",
-        "÷",
-        "zkfence ÷ raw rate",
-        "zkclient ÷ raw rate",
-        "requests/handoff zkfence",
-        "zkclient",
-        "÷",
-        "notifications/handoff zkfence",
-        "zkclient",
-        "÷",
-        "server watches/waiter zkfence",
-        "zkclient",
-        "idle: waiters' writes/s",
-        "idle: holder's + waiters' writes/s",
+        "Curator",
+        "waiters' bytes/s zkfence",
+        "holder's + waiters' writes/s zkfence",
         "÷ with none",
-        "idle: server writes/s (all)",
+        "server writes/s (all)",
         "÷ with none",
     ];
-    table(out, "Waiters on one lock, each its own session (idle: while they wait, zkfence; 0 = the holder alone):", &headers, &rows);
+    table(out, "Waiting, before the release (zkfence over whole probe periods of its holder, the peers as long; 0 = the holder alone):", &headers, &rows);
 }
 
 /// A recipe's table (`kind`: semaphore, rwlock), zkfence against Curator, per `unit`.
@@ -280,6 +329,7 @@ fn recipe_table(out: &mut String, lines: &[Line], kind: &str, unit: &str) {
             let mut row: Vec<String> = size.iter().map(|(_, v)| v.to_string()).collect();
             row.extend(k("requests_per_release"));
             row.extend(k("notifications_per_release"));
+            row.extend(k("bytes_per_release"));
             row.extend(k("releases_per_s").into_iter().take(2));
             row.extend(k("server_writes_per_release").into_iter().take(2));
             row.extend(k("server_cpu_us_per_release").into_iter().take(2));
@@ -293,6 +343,9 @@ fn recipe_table(out: &mut String, lines: &[Line], kind: &str, unit: &str) {
         "Curator".into(),
         "÷".into(),
         format!("notifications/{unit} zkfence"),
+        "Curator".into(),
+        "÷".into(),
+        format!("bytes/{unit} zkfence"),
         "Curator".into(),
         "÷".into(),
         format!("{unit}s/s zkfence"),
@@ -320,6 +373,7 @@ fn election_table(out: &mut String, lines: &[Line]) {
             let mut row: Vec<String> = size.iter().map(|(_, v)| v.to_string()).collect();
             row.extend(k("observer_requests_per_observer_change"));
             row.extend(k("observer_notifications_per_observer_change"));
+            row.extend(k("observer_bytes_per_observer_change"));
             row.extend(k("candidate_requests_per_change"));
             row.extend(k("ms_per_change").into_iter().take(2));
             row
@@ -332,6 +386,9 @@ fn election_table(out: &mut String, lines: &[Line]) {
         "Curator",
         "÷",
         "observer notifications/observer/change zkfence",
+        "Curator",
+        "÷",
+        "observer bytes/observer/change zkfence",
         "Curator",
         "÷",
         "candidate requests/change zkfence",

@@ -9,12 +9,12 @@
 
 use tokio::task::JoinSet;
 use zkfence::{Acquire, FencedLock, LockGuard, LockOptions};
-use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
-use super::bed::Bed;
+use super::bed::{Bed, Mntr};
 use super::count::{await_nodes, open_file_limit, over_probes, sessions, settle, Window, OP_MULTI};
 use super::line::Line;
+use super::proxy::Proxy;
 use crate::bench::options::{Impl, Mode, Run};
 
 /// The lock the waiters queue on.
@@ -24,6 +24,8 @@ pub(super) enum Peer {
     Zkfence,
     /// zookeeper-client's `Client::lock` (Curator's node names).
     Zkclient,
+    /// Curator's `InterProcessMutex`, in the Curator worker (`curator::mutex`).
+    Curator,
 }
 
 impl Peer {
@@ -32,6 +34,7 @@ impl Peer {
         match self {
             Peer::Zkfence => "zkfence",
             Peer::Zkclient => "zkclient",
+            Peer::Curator => "curator",
         }
     }
 }
@@ -67,23 +70,20 @@ pub(super) async fn waiters(
         });
     }
     await_nodes(&bed.admin, &[&lock_path], waiters + 1).await?;
-    settle(waiters).await; // every waiter's watches land
-    let queued = bed.server.mntr().await;
+    settle(&proxies[1], waiters).await; // every waiter's watches land
     let mut line = Line::new("waiters", peer.name(), round, &[("waiters", waiters)]);
     line.set("counted", Some(f64::from(u8::from(counted))));
-    let watches = baseline.grown(&queued, "zk_watch_count");
-    line.set(
-        "server_watches_per_waiter",
-        watches.map(|w| w / waiters.max(1) as f64),
-    );
-    if peer == Peer::Zkfence {
-        idle(bed, &proxies, &mut line).await;
+    watches(bed, &baseline, &mut line, waiters).await;
+    match peer {
+        Peer::Zkfence => idle(bed, &proxies, &mut line).await,
+        _ => idle_peer(bed, &proxies[1], &mut line).await,
     }
     if !counted {
         for figure in [
             "idle_writes_per_s",
             "idle_waiter_requests_per_s",
             "idle_waiter_writes_per_s",
+            "idle_waiter_bytes_per_s",
         ] {
             line.set(figure, None);
         }
@@ -108,12 +108,38 @@ pub(super) async fn waiters(
     Ok(line)
 }
 
+/// The server's watches per waiter now, against `baseline` (taken before they queued).
+pub(super) async fn watches(bed: &Bed<'_>, baseline: &Mntr, line: &mut Line, waiters: usize) {
+    let queued = bed.server.mntr().await;
+    let watches = baseline.grown(&queued, "zk_watch_count");
+    line.set(
+        "server_watches_per_waiter",
+        watches.map(|w| w / waiters.max(1) as f64),
+    );
+}
+
+/// What a peer's waiters send while they just wait, through `proxy`: as long as zkfence's are
+/// counted (--scale-periods of zkfence's probe period; a peer's holder has no probe to count
+/// whole periods of), their requests and writes per second.
+pub(super) async fn idle_peer(bed: &Bed<'_>, proxy: &Proxy, line: &mut Line) {
+    let window = Window::open(&bed.server, &[proxy]).await;
+    tokio::time::sleep(bed.probe_period().mul_f64(bed.args.scale_periods.max(1.0))).await;
+    let seen = window.close(&bed.server, &[proxy]).await;
+    let seconds = seen.seconds.max(1e-9);
+    let rate = |n: u64| Some(n as f64 / seconds);
+    line.set("idle_seconds", Some(seconds));
+    line.set("idle_writes_per_s", rate(seen.counts.writes()));
+    line.set("idle_waiter_requests_per_s", rate(seen.counts.requests()));
+    line.set("idle_waiter_writes_per_s", rate(seen.counts.writes()));
+    line.set("idle_waiter_bytes_per_s", rate(seen.counts.bytes()));
+}
+
 /// What the waiters and the holder send while the waiters just wait, over whole probe periods
 /// of the holder: the writes of both per second (the figure of issue 27's target), the
 /// waiters' own requests and writes (their proxy), the holder's probes, and the server's writes
 /// per second (every transaction of the ensemble: other sessions' closes and reaped containers
 /// included).
-async fn idle(bed: &Bed<'_>, proxies: &[CountingProxy; 2], line: &mut Line) {
+async fn idle(bed: &Bed<'_>, proxies: &[Proxy; 2], line: &mut Line) {
     let seen = over_probes(bed, &proxies[0], 1, &[&proxies[0], &proxies[1]]).await;
     let (holder, waiting) = (&seen.parts[0], &seen.parts[1]);
     let seconds = seen.seconds.max(1e-9);
@@ -122,6 +148,7 @@ async fn idle(bed: &Bed<'_>, proxies: &[CountingProxy; 2], line: &mut Line) {
     line.set("idle_writes_per_s", rate(seen.counts.writes()));
     line.set("idle_waiter_requests_per_s", rate(waiting.requests()));
     line.set("idle_waiter_writes_per_s", rate(waiting.writes()));
+    line.set("idle_waiter_bytes_per_s", rate(waiting.bytes()));
     line.set("idle_holder_multis_per_s", rate(holder.op(OP_MULTI)));
     line.set(
         "idle_server_writes_per_s",
@@ -184,6 +211,7 @@ impl Contender {
                     .map_err(|e| e.to_string())?,
             ),
             Peer::Zkclient => Contender::Zkclient(client, path.to_owned()),
+            Peer::Curator => return Err("Curator's waiters are the Curator worker's".into()),
         })
     }
 
