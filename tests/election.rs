@@ -190,14 +190,20 @@ async fn lead_campaigns_again_on_a_new_session_after_its_session_expired() {
         .unwrap()
         .with_reconnect(reconnect);
     let terms = Arc::new(AtomicUsize::new(0));
+    // Each term's session: the attach that expires the first session also breaks its
+    // connection, and a disconnect alone may end a term that the same session then campaigns
+    // again for, before the expiry lands.
+    let term_sessions = Arc::new(std::sync::Mutex::new(Vec::new()));
     let shutdown = CancellationToken::new();
     let leading = tokio::spawn({
-        let (terms, shutdown) = (terms.clone(), shutdown.clone());
+        let (terms, shutdown, term_sessions) =
+            (terms.clone(), shutdown.clone(), term_sessions.clone());
         async move {
             election
                 .lead("worker", shutdown, |leadership| {
-                    let terms = terms.clone();
+                    let (terms, term_sessions) = (terms.clone(), term_sessions.clone());
                     async move {
+                        term_sessions.lock().unwrap().push(leadership.session_id());
                         terms.fetch_add(1, Ordering::SeqCst);
                         leadership.lost().await;
                         Ok::<(), Error>(())
@@ -212,10 +218,13 @@ async fn lead_campaigns_again_on_a_new_session_after_its_session_expired() {
     .await;
     let victim = sessions.lock().unwrap()[0].clone();
     expire_session(&hosts, &victim).await;
+    let first_session = victim.session_id();
     wait_until(
         Duration::from_secs(20),
         "a term on a new session",
-        || async { terms.load(Ordering::SeqCst) >= 2 },
+        || async {
+            (term_sessions.lock().unwrap().iter()).any(|session| *session != first_session)
+        },
     )
     .await;
     assert!(sessions.lock().unwrap().len() >= 2, "no new session");
