@@ -551,13 +551,18 @@ impl Leadership {
             return Ok(());
         };
         let (client, path) = (&term.client, &*term.value);
-        // The value goes first, while our node still fences it (only ours is deleted).
-        if let Ok((data, stat)) = client.get_data(path).await {
-            if proclaimed_for(self.epoch(), Some((data, stat))).is_some() {
-                let _ = client.delete(path, Some(stat.version)).await;
-            }
+        // Our node goes first, so no observer sees this term without its value in between;
+        // the value after it, only at the version that holds our epoch's proclamation (a
+        // later leader's write changes the version, and the delete then fails harmlessly).
+        let ours = match client.get_data(path).await {
+            Ok((data, stat)) => proclaimed_for(self.epoch(), Some((data, stat))).map(|_| stat),
+            Err(_) => None,
+        };
+        let released = guard.release().await;
+        if let Some(stat) = ours {
+            let _ = client.delete(path, Some(stat.version)).await;
         }
-        guard.release().await
+        released
     }
 }
 
@@ -770,7 +775,7 @@ impl Observer {
                 }
                 // A new proclamation of the same leader: its value is read again, and nothing
                 // else (the leader's node keeps its watch; no listing of the candidates).
-                // (Its value deleted is a resignation under way: look again.)
+                // (Its value deleted, by hand or after an old term's resignation: look again.)
                 let proclamation = event.path == *self.value
                     && matches!(
                         event.event_type,
