@@ -94,6 +94,40 @@ async fn a_proclaim_is_fenced_by_the_leaders_node() {
     next.resign().await.unwrap();
 }
 
+/// A resignation ends the term before it withdraws the proclamation: ZooKeeper delivers a
+/// persistent watch's events in commit order, so the order of the two deletions is seen
+/// exactly. The other order lets an observer see the term going on without its proclamation
+/// (a leader that seems to serve as it did before it proclaimed), as `zkfence elect --observe`
+/// printed once in CI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resignation_deletes_the_node_before_the_proclamation() {
+    let hosts = chroot(shared(), "election-resign-order").await;
+    let election = candidate(&hosts).await;
+    let leadership = election.campaign("identity").await.unwrap();
+    leadership.proclaim("serving").await.unwrap();
+    let node = leadership.node_path().to_owned();
+    let watcher_client = connect(&hosts, T).await;
+    let mut events = watcher_client
+        .watch(
+            ELECTION,
+            zookeeper_client::AddWatchMode::PersistentRecursive,
+        )
+        .await
+        .unwrap();
+    leadership.resign().await.unwrap();
+    let mut deleted = Vec::new();
+    while deleted.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.changed())
+            .await
+            .expect("both deletions within 10 s");
+        if event.event_type == zookeeper_client::EventType::NodeDeleted {
+            deleted.push(event.path);
+        }
+    }
+    let value = format!("{ELECTION}/zkfence-leader-value");
+    assert_eq!(deleted, [node, value], "the deletions in commit order");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_sees_every_leader_a_watch_can_see_across_a_reconnect() {
     let hosts = chroot(shared(), "election-observe").await;
