@@ -253,6 +253,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod acquire;
+mod connect;
 mod election;
 mod error;
 pub mod fence;
@@ -275,6 +276,7 @@ mod time;
 mod watchdog;
 
 pub use crate::acquire::Acquire;
+pub use crate::connect::connect;
 pub use crate::election::{FencedElection, Leader, Leadership, Observer, Reconnect};
 pub use crate::error::{Error, Result};
 pub use crate::fence::FenceTicket;

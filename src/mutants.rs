@@ -15,9 +15,10 @@
 //! | [`Mutant::NoPairGap`] | a committed write pairs only with replies back `G` before it was sent (the lease module's point 4) | the lease model: `one_holder_at_a_time`, a follower cut off before it relays the touch |
 //! | [`Mutant::ReceiveAnchor`] | the anchor is a reply's send time, not its arrival (point 4) | the lease model: `one_holder_at_a_time`, a reply that came back late |
 //! | [`Mutant::ColdWithoutKeepalive`] | a cold proof leans on the client's keepalive, `T/5` plus the margin, besides `G` (the cold phase) | the lease model: `one_holder_at_a_time`, a first lease on a session last heard `T/5` before |
+//! | [`Mutant::LeanThroughPause`] | a cold proof leans only across a stretch the watchdog's ticker shows the process ran through (the lease module's "The cold proofs") | the lease model: `one_holder_at_a_time`, a holder paused right after its first acquire whose probe on waking leans |
 //!
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
-//! (`SyncLease` to `ColdWithoutKeepalive`) exhaustively and prints each one's counterexample.
+//! (`SyncLease` to `LeanThroughPause`) exhaustively and prints each one's counterexample.
 //!
 //! The storage fences have mutants of their own, [`FenceMutant`], one per rule of
 //! `crate::fence`'s "What a fence does"; the conformance kit (`zkfence_testkit::conformance`)
@@ -95,6 +96,10 @@ pub enum Mutant {
     /// A cold proof leans only `G` back from its write, forgetting that the follower may have
     /// last seen the session a keepalive (`T/5`) before relaying.
     ColdWithoutKeepalive,
+    /// A cold proof leans on the client's keepalive whether or not the process ran through the
+    /// lean before its write, as the rule did before the watchdog's ticker: a process paused
+    /// there sent no keepalive, and its lease outlasts its session.
+    LeanThroughPause,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

@@ -181,12 +181,19 @@ impl Connection {
             if let Some(credential) = &credential {
                 connector = credential.apply(connector);
             }
+            // Through zkfence::connect: the session's creation anchors the first lease, so
+            // the command starts without waiting for a paired proof.
+            let hosts = self.connect.as_str();
             let attempt = match tls.clone() {
                 Some(tls) => {
-                    let connector = connector.with_tls(tls);
-                    tokio::time::timeout(left, connector.secure_connect(&self.connect)).await
+                    let connecting =
+                        zkfence::connect(connector.with_tls(tls), |c| c.secure_connect(hosts));
+                    tokio::time::timeout(left, connecting).await
                 }
-                None => tokio::time::timeout(left, connector.connect(&self.connect)).await,
+                None => {
+                    let connecting = zkfence::connect(connector, |c| c.connect(hosts));
+                    tokio::time::timeout(left, connecting).await
+                }
             };
             let err = match attempt {
                 Ok(Ok(client)) => return Ok(client),

@@ -4,7 +4,7 @@
 use stateright::{Model, Property};
 use zkfence::model_api::{Reply, Watchdog};
 
-use crate::config::{Config, EXACT, FAST, SLOW};
+use crate::config::{Config, EXACT, FAST, SESSION_TICKS, SLOW};
 use crate::state::{
     Client, Ghost, Message, Phase, Request, Role, Server, Session, State, CLIENTS, SERVERS,
 };
@@ -79,7 +79,7 @@ impl LeaseModel {
                 phase: Phase::Creating,
                 in_flight: Some((Request::Create, 0)),
                 inbox: vec![],
-                watchdog: Watchdog::start(&self.config.settings, 0),
+                watchdog: self.started(rates[c]),
             }),
             faults: 0,
             ghost: Ghost::default(),
@@ -94,6 +94,14 @@ impl LeaseModel {
             state.clients[client].inbox.push((0, reply));
         }
         state
+    }
+
+    /// A client's watchdog as it starts at 0, its process (on a clock of `rate`) running
+    /// since a session timeout before, its ticker with it.
+    fn started(&self, rate: i64) -> Watchdog {
+        let mut watchdog = Watchdog::start(&self.config.settings, 0);
+        watchdog.ran(-SESSION_TICKS * rate, 0);
+        watchdog
     }
 
     /// The client actions `state` allows.

@@ -11,8 +11,8 @@ use crate::state::{Ghost, Message, Phase, Request, Role, State, CLIENTS, SERVERS
 /// One step of the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Real time moves on one tick: sessions the leader last heard of `T` ago expire, idle
-    /// clients ping, watchdog timers run.
+    /// Real time moves on one tick: sessions the leader last heard of `T` ago expire, running
+    /// clients' watchdog tickers run, idle clients ping, watchdog timers run.
     Tick,
     /// The client takes the next message its connection brings, once it is due (a reply that
     /// came back late, or what queued behind it or behind a pause).
@@ -205,6 +205,11 @@ impl State {
             if c.paused || self.over(client) {
                 continue;
             }
+            // The process ran through the tick: its watchdog's ticker ran (a paused one's
+            // did not, and its first run after the pause sees the gap).
+            let (from, to) = ((now - 1) * c.rate, now * c.rate);
+            self.clients[client].watchdog.ran(from, to);
+            let c = &self.clients[client];
             if c.server.is_some() && now - c.last_send >= config.keepalive_ticks(c.rate) {
                 self.touch(client);
             }

@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 
 use super::clock;
 use super::core::{Answer, Core, Event, NodeToWatch};
-use super::lease::LeaseCell;
+use super::lease::{LeaseCell, RunRecord};
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
 use crate::requests::CatchUnwind;
@@ -44,6 +44,9 @@ pub(crate) struct Driver {
     probing: Probing,
     /// Grants waiting for the lease to hold (see [`Event::Prove`]).
     provers: Vec<Prover>,
+    /// When the ticker runs next: it tells the lease that the process runs (`LeaseCell::ran`),
+    /// so that a cold proof leans only across a stretch without a pause.
+    tick_at: Instant,
 }
 
 /// A grant waiting for a proof: its node (checked by the probes until then), the budget the
@@ -78,6 +81,8 @@ enum Wake {
     Probed(Vec<ProbeReply>),
     ProbeTime,
     Detach,
+    /// The ticker's time.
+    Tick,
 }
 
 impl Driver {
@@ -107,7 +112,22 @@ impl Driver {
                 turn: 0,
             },
             provers: Vec::new(),
+            tick_at: clock::now(),
         }
+    }
+
+    /// The ticker: records that the process runs now (in the session's lease and in the
+    /// process's record, whose history a new session's lease starts from), and when to run
+    /// next.
+    fn tick(&mut self) {
+        let now = clock::now();
+        let lease = &self.core.lease;
+        let unbroken = lease.ran(now);
+        // Before a lock's policy sets the stall, every gap would be a break.
+        if lease.stall() > Duration::ZERO {
+            lease.inherit(process_ran(now, lease.stall()), unbroken);
+        }
+        self.tick_at = now + lease.ticker_period();
     }
 
     pub(crate) async fn run(mut self) {
@@ -120,6 +140,7 @@ impl Driver {
         if let Some(client) = &self.client {
             self.on_state(client.state());
         }
+        self.tick();
         let mut session_events = match &self.client {
             Some(client) => persistent_session_events(client).await,
             None => None,
@@ -131,6 +152,9 @@ impl Driver {
             let sweep_at = deferred.front().map(|(due, _)| *due);
             let wake = tokio::select! {
                 biased;
+                // First: after a pause its time is long past, and it records the gap before
+                // anything else runs.
+                _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
                 event = self.events.recv() => Wake::Event(event),
                 event = next_session_event(&mut session_events) => Wake::State(event),
                 state = next_state(&mut states) => Wake::State(state),
@@ -142,6 +166,7 @@ impl Driver {
                 _ = sleep_until_opt(detach_at), if self.client.is_some() => Wake::Detach,
             };
             match wake {
+                Wake::Tick => self.tick(),
                 Wake::Event(None) => break,
                 Wake::Event(Some(event)) => {
                     if let Some(node) = self.on_event(event) {
@@ -377,7 +402,7 @@ impl Driver {
         };
         let target = self.probe_targets(self.probing.turn);
         let sync = self.core.probes_by_sync();
-        let probe = probe_session(client.clone(), target, sync);
+        let probe = abandon_after(self.timeout, probe_session(client.clone(), target, sync));
         self.probing.in_flight.push(Box::pin(probe));
         self.probing.last_sent = Some(now);
         self.probing.turn = self.probing.turn.wrapping_add(1);
@@ -422,7 +447,11 @@ impl Driver {
             .saturating_sub(lease.lean())
             .div_f64(6.0)
             .max(Duration::from_millis(10));
-        let after_last = self.probing.last_sent.map_or(since, |s| s.max(since)) + period;
+        // None can lean before the ticker has seen the process run a whole lean: until then
+        // pairing is the only proof, and the regular probe brings it.
+        let leans_from = lease.leans_from()?;
+        let after_last =
+            (self.probing.last_sent.map_or(since, |s| s.max(since)) + period).max(leans_from);
         let Some(reply) = lease.newest_commit().filter(|&r| r >= since) else {
             return Some(after_last);
         };
@@ -535,6 +564,35 @@ impl Driver {
         let (events, core) = (&self.events, &self.core);
         let busy = || !events.is_empty() || watch.has_posted() || core.guards() != 0;
         watch.leave_unless(busy)
+    }
+}
+
+/// A probe whose answer has not come within `limit` (the session timeout: by then nothing it
+/// could prove still holds a lease) is given up, with no answer, which proves nothing and loses
+/// nothing. A reply lost on a live connection never comes (a proxy dropping frames does that;
+/// TCP does not), and a probe in flight holds the regular one back.
+async fn abandon_after(
+    limit: Duration,
+    probe: impl Future<Output = Vec<ProbeReply>>,
+) -> Vec<ProbeReply> {
+    tokio::time::timeout(limit, probe).await.unwrap_or_default()
+}
+
+/// Records a run of a ticker in the process's [`RunRecord`] and returns since when the
+/// process has run without a break. Unit tests (paused clocks, one per test thread) keep one
+/// record per thread, so no test's paused instants reach another's.
+fn process_ran(now: Instant, stall: Duration) -> Instant {
+    #[cfg(not(test))]
+    {
+        static PROCESS: RunRecord = RunRecord::new();
+        PROCESS.ran(now, stall)
+    }
+    #[cfg(test)]
+    {
+        thread_local! {
+            static PROCESS: RunRecord = const { RunRecord::new() };
+        }
+        PROCESS.with(|record| record.ran(now, stall))
     }
 }
 

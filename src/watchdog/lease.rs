@@ -49,13 +49,83 @@
 //! proof pairs with a reply of this phase and is at least as good as the following one: no earlier reply of ours is known to
 //! pair with, so a committed write rests on `zookeeper-client` itself keeping the connection
 //! alive (it pings a connection idle for `3T/20`, checking every `T/20`, so the follower saw the
-//! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin` (the *lean*).
+//! session within `T/5` before relaying), and anchors at `s_k − G − T/5 − margin − S` (the
+//! *lean*; `S` is the stall below), **if the process is known to have run through the lean
+//! before `s_k`** (next section); else it anchors nothing, and the lease waits for a pair.
 //! Every commit of the cold phase leans, not only the first: with slow commits (an fsync
-//! stall) the create's own lean lease ends about `0.39·T` after it was sent, before the first
+//! stall) the create's own lean lease ends about `0.34·T` after it was sent, before the first
 //! paired probe (sent `G` after the create's reply) can be back. So while cold the watchdog
 //! also sends extra probes, a sixth of `budget − lean` apart and up to four in flight, whenever
 //! no commit has come back yet or the regular probe could not be back before the lease lapses;
-//! each leans from its own send time. With fast commits none is sent.
+//! each leans from its own send time (none goes before it could lean). With fast commits none
+//! is sent.
+//!
+//! # Leaning needs a running process
+//!
+//! The keepalive is made of tasks of this same process: a process that was paused (`SIGSTOP`,
+//! a stall, a starved runtime, a suspended machine) sent nothing, and a cold proof sent right
+//! after the pause would lean on touches that never happened. The lease model found it: A
+//! paused right after its first acquire and woke at 9 with its session (last heard at 0) about
+//! to expire at 10; its probe sent at 9 leaned back and gave it a lease to 14.1 while B held
+//! from 10 (`model/README.md`; the [`Mutant::LeanThroughPause`] mutant keeps that rule).
+//!
+//! So each session's watchdog runs a **ticker**: a timer on the lease clock every quarter of
+//! the *stall* `S` (the margin: `T/20` between 20 ms and 500 ms by default), whose every run
+//! tells the lease cell the process runs ([`LeaseCell::ran`]). The cell keeps when it last ran
+//! (`L`) and since when it has run with no gap between two runs longer than `S` (`R`; a longer
+//! gap is a break, and `R` starts again at the run that found it). A cold write sent at `s`
+//! leans only if `R ≤ s − lean` and `s − L ≤ S` ([`LeaseCell::committed`]; both decisions take
+//! their instants as arguments, so the lease model drives them). Why that is sound:
+//! - From `R` to `s` the process never went more than `S` without running: consecutive runs of
+//!   the ticker are at most `S` apart, and so are the last one before `s` and `s` itself (if
+//!   the ticker ran after `s`, the run that straddles `s` found no break, since `R` is still
+//!   before it). `zookeeper-client`'s keepalive, a timer every `T/20` that pings a connection
+//!   idle for `3T/20`, is then late by at most `S`: a connected client sent something in every
+//!   stretch of `T/5 + S` of that window, and the lean covers such a stretch, the relay `G`
+//!   and the margin. (A disconnected client sends nothing, but its reconnect touches the
+//!   leader, point 4.)
+//! - The race after a resume: a write sent right after it, before the ticker has run, finds
+//!   `L` from before the pause, and `s − L > S`; if the ticker runs between the send and the
+//!   reply, it records the break, and `R > s`. Either way the write leans on nothing, whichever
+//!   task ran first after the resume: the decision is taken when the reply comes, from `s`
+//!   (read before the send) and the ticker's record. A pause between reading `s` and sending
+//!   only makes the real send later than `s`, which the lean does not need.
+//! - A write that cannot lean still proves what pairing proves, which needs no keepalive: the
+//!   grant waits for a probe sent `G` after a reply of the session, as a warm lease does.
+//!
+//! A session's watchdog, and so its ticker, starts with its first acquire; what shows that
+//! the process ran before that is the **process's record** ([`RunRecord`]): every ticker's run
+//! is recorded there too, and it keeps since when some ticker has run at least every `S` (the
+//! smallest stall any reported; a smaller one arriving counts as a break). A session's ticker,
+//! on its first run, starts its lease's record from the process's. Both are records of runs of
+//! this process's threads, so the argument above holds for either; a lease that has ticked
+//! before keeps its own record, so a break its own ticker saw (its runtime starved, say) is not
+//! papered over by another runtime's ticker.
+//!
+//! Its cost: one timer per session's watchdog, waking every `S/4` (125 ms at `T ≥ 10 s`) for as
+//! long as the watchdog task lives; a lean longer by `S`; and the grant of an acquire whose
+//! cold proof cannot lean waits for a paired proof, about `G` and a round trip more. That is
+//! the grant right after a detected pause, and the first acquire of a process (or the first
+//! after every watchdog of it stopped: nothing shows that the process ran before it) on a
+//! session that [`crate::connect`] did not create (below); every other acquire leans as
+//! before.
+//!
+//! # A new session's first lease
+//!
+//! A session that [`crate::connect`] created needs neither: its creation is a proof. The
+//! client sends the connect request at `c` (read on the lease clock before the connect
+//! starts); the server it reaches forwards a `createSession` to the leader, whose
+//! `PrepRequestProcessor` starts tracking the session (`SessionTrackerImpl.trackSession`, its
+//! expiry `T` from then); the connect's reply comes only after that transaction committed
+//! (`FinalRequestProcessor` → `finishSessionInit`). So a leader with a quorum heard from the
+//! session no earlier than `c`, exactly what a paired proof sent at `c` shows, and `c` anchors
+//! the lease. (A leader elected later touches every session when it starts, point 3.) This
+//! holds only for a new read-write session: a resumed one (`Connector::with_session`) is
+//! revalidated by whichever server it reaches, a leader cut off from its quorum included, and a
+//! read-only server commits nothing; `connect` reads the connector and anchors nothing for
+//! those. A pause after the connect only lets that anchor age: the lease lapses on time. With
+//! it a process's first acquire, soon after its connect, is granted at once, where it would
+//! otherwise wait for a paired proof (about `G`).
 //!
 //! # Only holds probe
 //!
@@ -64,7 +134,8 @@
 //! some sixteen thousand committed writes per second). The first proof after a grant still
 //! comes in time:
 //! - a grant soon after the acquire's create (an uncontended acquire, a short wait) rests on
-//!   the create, a committed write like any probe (cold, it leans on the keepalive);
+//!   the create, a committed write like any probe (cold, it leans on the keepalive if the ticker
+//!   shows the process ran through the lean; else the grant waits for a paired probe);
 //! - a grant after a longer wait, whose lease can no longer vouch for the hold, is not handed
 //!   out until the watchdog has probed: a cold start, as after any idle spell (the replies
 //!   before the wait are too old to pair with, and the client's keepalive ran all along), whose
@@ -125,12 +196,11 @@
 //!   `3T/5` stretches the keepalive to at most `3T/10`), and the client's sends reaching the
 //!   follower within the margin (a stall longer than that on a connection the client has not
 //!   yet given up shortens the true lease); a test pins the `T/5`. Only the cold phase, about
-//!   `G` plus a few round trips per watchdog start, rests on this. It also needs the client's
-//!   process to have run (not paused, suspended or starved: `zookeeper-client`'s pings are
-//!   tasks of the same process) through the `G + T/5` before a cold proof's write: a pause
-//!   there leaves the follower without a touch to relay, and the lean anchors up to the
-//!   pause's length too late (the lease model's `a_pause_just_before_a_cold_proof_breaks_its_lean`
-//!   is the counterexample: a first acquire, or a grant after a wait, right after a pause).
+//!   `G` plus a few round trips per watchdog start, rests on this. That the process ran through
+//!   the lean is no longer assumed: the ticker shows it (above). What the ticker cannot see is
+//!   a runtime starved while the watchdog's own runs: the client's tasks on another runtime, or
+//!   stuck behind a blocked worker of this one, while the ticker keeps running. Build the
+//!   client on the runtime that acquires, and keep blocking calls off it.
 //! - Not covered: a 2-server ensemble with a quorum oracle (`QuorumOracleMaj`), which gives
 //!   up quorum intersection; and races inside ZooKeeper that lose a touch (the follower's
 //!   touch table swapped while a touch lands) together with a partition.
@@ -166,9 +236,12 @@
 //! reply back at once or three ticks late; probes at any tick, at most one a tick and two per
 //! client (safety must not depend on when the driver probes: its schedule is one of these);
 //! and per schedule a fault: the leader cut off from its followers (noticing at once, or never:
-//! stale), a follower cut off (likewise), a client's connection breaking, or a warm holder's
-//! process pausing for any length. The lease clock counting a suspend is taken as given (the
-//! clock's own test checks it), so a pause stands for a suspend too.
+//! stale), a follower cut off (likewise), a client's connection breaking, or a client's process
+//! pausing, at any point and for any length (the deep run pauses only warm holders, for its
+//! memory). A running process's ticker runs through every tick, calling [`LeaseCell::ran`]
+//! every period; a paused one's does not, and a write sent on its waking goes before the
+//! ticker's next run. The lease clock counting a suspend is taken as given (the clock's own
+//! test checks it), so a pause stands for a suspend too.
 //!
 //! What it leaves out, and why that is sound or stated:
 //! - the wire protocol and commit delays: a write commits as it arrives (a later commit only
@@ -178,9 +251,15 @@
 //!   lacks (scheduling, ping jitter, the time between `check()` and a write);
 //! - leader pauses and stalls longer than `G`, misconfigured ensembles, two-server ensembles:
 //!   outside the assumptions above;
-//! - a process paused just before a cold proof (the finding above): outside the cold
-//!   proof's assumption, so the model pauses only a holder whose lease is warm, and a test
-//!   with pauses anywhere keeps the counterexample;
+//! - a session's creation and the anchor [`crate::connect`] takes from it
+//!   ([`LeaseCell::began`]): the model's sessions exist before its first tick. That anchor is
+//!   a request's send time that a committing leader processed after, which is the paired
+//!   proof's arithmetic the model does check; what is not checked is the ZooKeeper fact it
+//!   rests on (the connect's reply follows the commit of `createSession`), argued above;
+//! - the process-wide record ([`RunRecord`]): each client of the model is a process with one
+//!   session, whose own ticker is its record;
+//! - the gaps between a running process's ticker runs: one ticker period each, so a pause is
+//!   whole ticks long; a late timer within the stall is left to the unit tests;
 //! - a partition healing within a schedule, a third client, more than two probes per client,
 //!   a changing clock rate: the deep run follows one fault to tick 24 (past a lapse's whole
 //!   grace) and allows two faults to the CI horizon; the rest is left to the chaos suite.
@@ -194,6 +273,44 @@ use tokio::time::Instant;
 
 use super::clock;
 use crate::mutants::{Flaw, Mutant};
+
+/// What the tickers of every session's watchdog in this process have seen, together: since
+/// when some ticker has run at least every `stall` (the smallest stall any of them reported),
+/// so a session whose watchdog starts now can lean on the process's history rather than wait
+/// for its own (see "Leaning needs a running process"). Both instants only move forward, so a
+/// ticker that recorded late (descheduled between reading the clock and storing) cannot undo
+/// a break that a later one found.
+#[derive(Debug)]
+pub(crate) struct RunRecord {
+    /// The longest gap that is no break, in nanoseconds: the smallest stall reported.
+    stall: AtomicI64,
+    last_ran: AtomicI64,
+    running_since: AtomicI64,
+}
+
+impl RunRecord {
+    pub(crate) const fn new() -> RunRecord {
+        RunRecord {
+            stall: AtomicI64::new(i64::MAX),
+            last_ran: AtomicI64::new(NO_PROOF),
+            running_since: AtomicI64::new(NO_PROOF),
+        }
+    }
+
+    /// A ticker that tolerates `stall` ran at `now`. Returns since when the process has run
+    /// with no gap longer than the record's stall (at most `stall`) between any two tickers'
+    /// runs, up to `now`. A stall smaller than any before counts as a break: the gaps recorded
+    /// so far were judged against a longer one.
+    pub(crate) fn ran(&self, now: Instant, stall: Duration) -> Instant {
+        let (now, stall) = (to_nanos(now), nanos(stall));
+        let before = self.stall.fetch_min(stall, Ordering::AcqRel);
+        let last = self.last_ran.fetch_max(now, Ordering::AcqRel);
+        if last == NO_PROOF || stall < before || now.saturating_sub(last) > stall.min(before) {
+            self.running_since.fetch_max(now, Ordering::AcqRel);
+        }
+        from_nanos(self.running_since.load(Ordering::Acquire))
+    }
+}
 
 /// The zero of the lease clock. Instants are stored as signed nanoseconds from it, so they fit
 /// an atomic and `check()` never takes a lock; instants before it (a cold proof anchors up to
@@ -343,6 +460,12 @@ impl LeasePolicy {
         }
     }
 
+    /// The longest gap between the watchdog ticker's runs that still counts as the process
+    /// running throughout: the margin (a longer one is a pause; see "The cold proofs").
+    pub(crate) fn stall(&self, t: Duration) -> Duration {
+        self.margin(t)
+    }
+
     /// Whether this policy is the [`Mutant::SyncLease`] flaw.
     pub(crate) fn legacy(&self) -> bool {
         self.flaw.is(Mutant::SyncLease)
@@ -380,6 +503,18 @@ pub(crate) struct LeaseCell {
     keepalive: AtomicU64,
     /// `T/5`, the keepalive without its margin.
     client_keepalive: Duration,
+    /// The longest gap between two runs of the watchdog's ticker that still counts as the
+    /// process running throughout (the largest margin), in nanoseconds: a longer one is a
+    /// pause, and a cold proof may lean only across a stretch without one.
+    stall: AtomicU64,
+    /// When the ticker last ran ([`NO_PROOF`]: never).
+    last_ran: AtomicI64,
+    /// Since when the ticker has run with no gap longer than `stall` ([`NO_PROOF`]: never).
+    running_since: AtomicI64,
+    /// Whether the ticker has found a break since its first run (then the process's record
+    /// is not inherited; see [`LeaseCell::inherit`]). Not in the model's snapshots: the model
+    /// does not inherit.
+    broken: AtomicBool,
     /// A deliberate flaw (a mutant's): none in a service.
     flaw: Mutex<Flaw>,
     /// `(sent, replied)` of recent requests that got a server reply, sorted by reply time.
@@ -399,6 +534,10 @@ impl LeaseCell {
             slowest_cold_commit: AtomicU64::new(0),
             keepalive: AtomicU64::new(0),
             client_keepalive: client_keepalive(session_timeout),
+            stall: AtomicU64::new(0),
+            last_ran: AtomicI64::new(NO_PROOF),
+            running_since: AtomicI64::new(NO_PROOF),
+            broken: AtomicBool::new(false),
             flaw: Mutex::new(Flaw::default()),
             replies: Mutex::new(VecDeque::new()),
         }
@@ -413,6 +552,8 @@ impl LeaseCell {
         self.budget.fetch_min(budget, Ordering::AcqRel);
         let keepalive = nanos(self.client_keepalive + policy.margin(session_timeout)) as u64;
         self.keepalive.fetch_max(keepalive, Ordering::AcqRel);
+        let stall = nanos(policy.stall(session_timeout)) as u64;
+        self.stall.fetch_max(stall, Ordering::AcqRel);
         if policy.flaw != Flaw::default() {
             *self.flaw.lock().unwrap_or_else(|e| e.into_inner()) = policy.flaw;
         }
@@ -442,10 +583,84 @@ impl LeaseCell {
         Duration::from_nanos(self.slowest_cold_commit.load(Ordering::Acquire))
     }
 
-    /// How long a cold proof's anchor lies before its write was sent: `G` plus the keepalive
-    /// and the margin.
+    /// How long a cold proof's anchor lies before its write was sent: `G`, the keepalive, the
+    /// margin and the longest stall the ticker lets pass as running.
     pub(crate) fn lean(&self) -> Duration {
-        self.gap() + Duration::from_nanos(self.keepalive.load(Ordering::Acquire))
+        self.gap() + Duration::from_nanos(self.keepalive.load(Ordering::Acquire)) + self.stall()
+    }
+
+    /// The longest gap between the ticker's runs that still counts as the process running.
+    pub(crate) fn stall(&self) -> Duration {
+        Duration::from_nanos(self.stall.load(Ordering::Acquire))
+    }
+
+    /// How often the watchdog's ticker runs: a quarter of the stall it tolerates (at least a
+    /// millisecond), so that a gap past the stall is a pause, not a late timer. With no lock's
+    /// policy adopted yet nothing can lean, and once a second will do.
+    pub(crate) fn ticker_period(&self) -> Duration {
+        match self.stall() {
+            Duration::ZERO => Duration::from_secs(1),
+            stall => (stall / 4).max(Duration::from_millis(1)),
+        }
+    }
+
+    /// The watchdog's ticker ran at `now`: a gap longer than the stall since its last run (or
+    /// no run before) is a break, and the process counts as running only from `now`. `true`
+    /// while the ticker has found no break since its first run (gaps before a lock's policy
+    /// set the stall do not count: nothing leans before that).
+    pub(crate) fn ran(&self, now: Instant) -> bool {
+        let now = to_nanos(now);
+        let last = self.last_ran.load(Ordering::Acquire);
+        let stall = self.stall.load(Ordering::Acquire) as i64;
+        if last == NO_PROOF || now.saturating_sub(last) > stall {
+            self.running_since.store(now, Ordering::Release);
+            if last != NO_PROOF && stall > 0 {
+                self.broken.store(true, Ordering::Release);
+            }
+        }
+        self.last_ran.fetch_max(now, Ordering::AcqRel);
+        !self.broken.load(Ordering::Acquire)
+    }
+
+    /// The process-wide record vouches that the process has run without a break since
+    /// `since`, up to this cell's latest run of its own ticker (just recorded): a new session's
+    /// watchdog starts with the history of the tickers already running in this process, so
+    /// that only the first acquire of a process waits for a paired proof. Only while `unbroken`
+    /// (what [`ran`](Self::ran) returned): a cell whose own ticker found a break keeps its own
+    /// record, so another runtime's ticker cannot paper over it.
+    pub(crate) fn inherit(&self, since: Instant, unbroken: bool) {
+        if unbroken {
+            self.running_since
+                .fetch_min(to_nanos(since), Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the process is known to have run throughout the lean before a write sent at
+    /// `sent` (nanoseconds): the ticker has run without a break since at least a lean before
+    /// it, and its last run is no more than a stall before it (or after it: then the run that
+    /// straddles `sent` was no break either). A write sent right after a resume, before the
+    /// ticker has run, finds the last run from before the pause, too old.
+    fn ran_through(&self, sent: i64) -> bool {
+        if self.flaw().is(Mutant::LeanThroughPause) {
+            return true;
+        }
+        let since = self.running_since.load(Ordering::Acquire);
+        let last = self.last_ran.load(Ordering::Acquire);
+        let stall = self.stall.load(Ordering::Acquire) as i64;
+        let lean = nanos(self.lean());
+        since != NO_PROOF && since <= sent.saturating_sub(lean) && sent - last <= stall
+    }
+
+    /// The earliest send time from which a cold proof can lean as things stand (a lean after
+    /// the ticker's current run began); `None` before the ticker's first run.
+    pub(crate) fn leans_from(&self) -> Option<Instant> {
+        if self.flaw().is(Mutant::LeanThroughPause) {
+            return self.cold_since();
+        }
+        match self.running_since.load(Ordering::Acquire) {
+            NO_PROOF => None,
+            since => Some(from_nanos(since.saturating_add(nanos(self.lean())))),
+        }
     }
 
     /// This session's flaw (a mutant's), if any.
@@ -556,17 +771,22 @@ impl LeaseCell {
         };
         let mut candidate = paired;
         if self.cold.load(Ordering::Acquire) {
-            // The cold phase: lean on the keepalive, until pairing does at least as well.
-            let keepalive = match flaw.is(Mutant::ColdWithoutKeepalive) {
-                true => 0,
-                false => self.keepalive.load(Ordering::Acquire) as i64,
+            // The cold phase: lean on the keepalive, until pairing does at least as well; but
+            // only across a stretch the process is known to have run through (else the
+            // keepalive may not have run either: the module's "The cold proofs").
+            let lean = match flaw.is(Mutant::ColdWithoutKeepalive) {
+                true => gap,
+                false => nanos(self.lean()),
             };
-            let leaning = sent_at - gap - keepalive;
-            candidate = Some(paired.map_or(leaning, |c| c.max(leaning)));
+            let leaning = self.ran_through(sent_at).then_some(sent_at - lean);
+            candidate = match (paired, leaning) {
+                (Some(p), Some(l)) => Some(p.max(l)),
+                (p, l) => p.or(l),
+            };
             // Only a pair with a reply of this phase ends it: older ones, from before an idle
             // spell, prove too little for the regular probes to keep the lease from there.
             let since = self.cold_since.load(Ordering::Acquire);
-            if paired.is_some_and(|p| p >= since && p >= leaning) {
+            if paired.is_some_and(|p| p >= since && leaning.is_none_or(|l| p >= l)) {
                 self.cold.store(false, Ordering::Release);
             } else {
                 let took = nanos(at.saturating_duration_since(sent)) as u64;
@@ -578,6 +798,13 @@ impl LeaseCell {
         }
         self.newest_commit.fetch_max(to_nanos(at), Ordering::AcqRel);
         self.replied(sent, at);
+    }
+
+    /// The session was created by a connect sent at `at` (no earlier): the leader that
+    /// committed its creation started its timeout after that, so `at` anchors the lease as a
+    /// paired proof's send time does (the module's "A new session's first lease").
+    pub(crate) fn began(&self, at: Instant) {
+        self.anchor.fetch_max(to_nanos(at), Ordering::AcqRel);
     }
 
     /// Sets the anchor directly (tests of the watchdog that only need a live lease).
@@ -617,6 +844,9 @@ pub(crate) struct LeaseSnapshot {
     slowest_cold_commit: u64,
     keepalive: u64,
     client_keepalive: Duration,
+    stall: u64,
+    last_ran: i64,
+    running_since: i64,
     flaw: Flaw,
     replies: Vec<(i64, i64)>,
 }
@@ -635,6 +865,9 @@ impl LeaseCell {
             slowest_cold_commit: self.slowest_cold_commit.load(Ordering::Acquire),
             keepalive: self.keepalive.load(Ordering::Acquire),
             client_keepalive: self.client_keepalive,
+            stall: self.stall.load(Ordering::Acquire),
+            last_ran: self.last_ran.load(Ordering::Acquire),
+            running_since: self.running_since.load(Ordering::Acquire),
             flaw: self.flaw(),
             replies: self.replies().iter().copied().collect(),
         }
@@ -653,6 +886,10 @@ impl LeaseCell {
             slowest_cold_commit: AtomicU64::new(snapshot.slowest_cold_commit),
             keepalive: AtomicU64::new(snapshot.keepalive),
             client_keepalive: snapshot.client_keepalive,
+            stall: AtomicU64::new(snapshot.stall),
+            last_ran: AtomicI64::new(snapshot.last_ran),
+            running_since: AtomicI64::new(snapshot.running_since),
+            broken: AtomicBool::new(false),
             flaw: Mutex::new(snapshot.flaw),
             replies: Mutex::new(snapshot.replies.iter().copied().collect()),
         }
@@ -779,26 +1016,142 @@ mod tests {
         assert_eq!(cell.anchor(), Some(t0 + ms(500)));
     }
 
+    /// The watchdog's ticker, running every period from now until `until` (paused time).
+    async fn run_ticker(cell: &LeaseCell, until: Instant) {
+        while Instant::now() < until {
+            cell.ran(Instant::now());
+            tokio::time::advance(cell.ticker_period()).await;
+        }
+        cell.ran(Instant::now());
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_cold_proof_right_after_the_clock_starts_anchors_before_it() {
-        // The first acquire of a process: the clock starts at it, and the cold proof lies
-        // G + T/5 + margin before it. It must not be clamped up to the clock's zero (that
-        // would hand the first lock a lease as long as if the leader had heard us at `s`).
-        let cell = cell(&LeasePolicy::default());
+    async fn a_cold_proof_leans_only_across_a_stretch_the_process_ran_through() {
+        let policy = LeasePolicy::default();
+        let fresh = || cell(&policy);
+        let lean = fresh().lean(); // G + T/5 + margin + stall
+        assert_eq!(lean, fresh().gap() + ms(800) + ms(200) + ms(200));
+        assert_eq!(fresh().ticker_period(), ms(50));
+
+        // A first acquire (or one right after a pause) with nothing to show that the process
+        // ran through the lean before its create: the keepalive may not have run, so the cold
+        // proof gives no anchor (the rule before the ticker anchored it a lean back).
+        let cell = fresh();
+        tokio::time::advance(Duration::from_secs(30)).await;
         let s = Instant::now();
         cell.committed(s, s + ms(5));
-        let lean = cell.gap() + ms(800) + ms(200);
-        let budget = LeasePolicy::default().budget(T);
-        assert_eq!(cell.deadline(budget), s + budget - lean);
-        assert!(cell.anchor().is_some_and(|a| a < s));
+        assert_eq!(cell.anchor(), None, "a cold proof leaned with no evidence");
+        assert!(!cell.vouches_for(policy.budget(T), s + ms(5)));
+
+        // The ticker has run, but not yet a whole lean before the write: no lean; a lean
+        // after its start, the proof leans.
+        let cell = fresh();
+        let t0 = Instant::now();
+        run_ticker(&cell, t0 + lean - ms(100)).await;
+        let early = Instant::now();
+        cell.committed(early, early + ms(5));
+        assert_eq!(cell.anchor(), None, "leaned across the ticker's start");
+        run_ticker(&cell, t0 + lean + ms(200)).await;
+        let ran = Instant::now();
+        cell.committed(ran, ran + ms(5));
+        assert_eq!(cell.anchor(), Some(ran - lean));
+
+        // A pause of 9 s (SIGSTOP) just before a write sent right after the resume, answered
+        // before the ticker has run again: its last run is too old, no lean.
+        let cell = cell_with_history().await;
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let resumed = Instant::now();
+        cell.committed(resumed, resumed + ms(5));
+        assert_eq!(cell.anchor(), None, "leaned through a pause");
+        // Pairing needs no keepalive: a write a gap after that reply pairs with it.
+        let paired = resumed + ms(5) + cell.gap();
+        cell.committed(paired, paired + ms(5));
+        assert_eq!(cell.anchor(), Some(resumed));
+
+        // The same pause, the ticker's first run after it before the write: a break, and the
+        // process counts as running only from then on.
+        let cell = cell_with_history().await;
+        tokio::time::advance(Duration::from_secs(9)).await;
+        cell.ran(Instant::now());
+        tokio::time::advance(ms(1)).await;
+        let after = Instant::now();
+        cell.committed(after, after + ms(5));
+        assert_eq!(cell.anchor(), None, "leaned across a detected pause");
+
+        // A gap of the stall itself is no break (a late timer); a longer one is.
+        let cell = cell_with_history().await;
+        tokio::time::advance(cell.stall()).await;
+        cell.ran(Instant::now());
+        let at = Instant::now();
+        cell.committed(at, at + ms(5));
+        assert_eq!(cell.anchor(), Some(at - lean));
+        tokio::time::advance(cell.stall() + ms(1)).await;
+        cell.ran(Instant::now());
+        let next = Instant::now();
+        cell.committed(next, next + ms(5));
+        assert_eq!(
+            cell.anchor(),
+            Some(at - lean),
+            "leaned across a gap past the stall"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_process_record_passes_on_its_runs_and_every_break() {
+        let (record, stall) = (RunRecord::new(), ms(200));
+        let t0 = Instant::now();
+        assert_eq!(record.ran(t0, stall), t0);
+        // Runs a quarter of the stall apart, from any session's ticker: no break.
+        for _ in 0..100 {
+            tokio::time::advance(ms(50)).await;
+            assert_eq!(record.ran(Instant::now(), stall), t0);
+        }
+        // A new session's lease starts from the record on its ticker's first run, and its
+        // first cold proof leans at once.
+        let cell = cell(&LeasePolicy::default());
+        let now = Instant::now();
+        cell.inherit(record.ran(now, cell.stall()), cell.ran(now));
+        cell.committed(now, now + ms(5));
+        assert_eq!(cell.anchor(), Some(now - cell.lean()));
+        // A gap past the stall is a break, whichever ticker finds it.
+        tokio::time::advance(ms(201)).await;
+        let b = Instant::now();
+        assert_eq!(record.ran(b, stall), b);
+        // A ticker that tolerates more is judged by the smallest stall reported.
+        tokio::time::advance(ms(300)).await;
+        let c = Instant::now();
+        assert_eq!(record.ran(c, ms(500)), c);
+        // A ticker that read the clock before `c` and records after it takes nothing back.
+        assert_eq!(record.ran(b + ms(10), stall), c);
+        // A smaller stall than any before: the gaps so far were judged against a longer one.
+        tokio::time::advance(ms(10)).await;
+        let d = Instant::now();
+        assert_eq!(record.ran(d, ms(20)), d);
+        // A lease whose own ticker ran before keeps its own record: its break stands.
+        let cell = cell_with_history().await;
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let woke = Instant::now();
+        cell.inherit(t0, cell.ran(woke));
+        cell.committed(woke, woke + ms(5));
+        assert_eq!(
+            cell.anchor(),
+            None,
+            "a lease inherited across its own break"
+        );
+    }
+
+    /// A cold cell whose ticker has run for twice a lean.
+    async fn cell_with_history() -> LeaseCell {
+        let cell = cell(&LeasePolicy::default());
+        run_ticker(&cell, Instant::now() + cell.lean() * 2).await;
+        cell
     }
 
     #[tokio::test(start_paused = true)]
     async fn cold_proofs_lean_on_the_keepalive_until_pairing_does_as_well() {
-        let cell = cell(&LeasePolicy::default());
-        tokio::time::advance(Duration::from_secs(30)).await;
+        let cell = cell_with_history().await;
         let gap = cell.gap();
-        let lean = gap + ms(1_000); // G + T/5 + margin
+        let lean = gap + ms(1_200); // G + T/5 + margin + stall
         assert_eq!(cell.lean(), lean);
         let s = Instant::now();
         // Cold: nothing known before it, the client pinged within T/5 (+ margin).
@@ -806,7 +1159,7 @@ mod tests {
         assert_eq!(cell.anchor(), Some(s - lean));
         assert!(cell.cold_since().is_some());
         // Still cold (nothing to pair with yet): a slow second write leans too.
-        tokio::time::advance(Duration::from_millis(500)).await;
+        run_ticker(&cell, Instant::now() + Duration::from_millis(500)).await;
         let slow = Instant::now();
         cell.committed(slow, slow + ms(900));
         assert_eq!(cell.anchor(), Some(slow - lean));
@@ -817,13 +1170,13 @@ mod tests {
         assert_eq!(cell.anchor(), Some(s));
         assert_eq!(cell.cold_since(), None);
         // Warm: a write with no reply G before it proves nothing new.
-        tokio::time::advance(Duration::from_secs(3)).await;
+        run_ticker(&cell, Instant::now() + Duration::from_secs(4)).await;
         let later = Instant::now();
         cell.committed(later, later + ms(5));
         assert!(cell.anchor() < Some(later - lean), "a warm write leaned");
         // After a restart (the watchdog was idle), cold again.
         cell.restart(Instant::now());
-        tokio::time::advance(ms(100)).await;
+        run_ticker(&cell, Instant::now() + ms(100)).await;
         let again = Instant::now();
         cell.committed(again, again + ms(5));
         assert_eq!(cell.anchor(), Some(again - lean));

@@ -36,7 +36,7 @@ use crate::metrics::WATCHED_SESSIONS;
 pub(crate) use self::core::Event;
 use self::driver::Driver;
 use self::lease::LeasePolicy;
-pub(crate) use self::registry::{Creating, Interest};
+pub(crate) use self::registry::{session_began, Creating, Interest};
 pub(crate) use self::state::{GuardState, Halt, Terms};
 
 /// The session's watchdog, started if it is not running, with one more unit of interest, for

@@ -44,6 +44,10 @@ fn nanos(at: Instant) -> i64 {
     }
 }
 
+fn nanos_of(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
 /// A lock's lease settings, as [`LockOptions`](crate::LockOptions) sets them, and the session
 /// timeout.
 #[derive(Debug, Clone)]
@@ -111,11 +115,11 @@ impl Settings {
         self.policy.pair_gap(self.session_timeout)
     }
 
-    /// How far a cold proof's anchor lies before its write: `G`, the client's keepalive and
-    /// the margin.
+    /// How far a cold proof's anchor lies before its write: `G`, the client's keepalive, the
+    /// margin and the stall the watchdog's ticker lets pass as running.
     pub fn lean(&self) -> Duration {
         let t = self.session_timeout;
-        self.pair_gap() + client_keepalive(t) + self.policy.margin(t)
+        self.pair_gap() + client_keepalive(t) + self.policy.margin(t) + self.policy.stall(t)
     }
 
     /// The client's keepalive, `T/5`: the longest `zookeeper-client` leaves a connection idle.
@@ -171,6 +175,20 @@ impl Watchdog {
         let mut core = Core::restore(&self.0);
         step(&mut core);
         self.0 = core.snapshot();
+    }
+
+    /// The process ran throughout `(from, to]` on the lease clock: the watchdog's ticker runs
+    /// at every ticker period after `from`, and at `to` (`LeaseCell::ran`, as the driver's
+    /// timer calls it).
+    pub fn ran(&mut self, from: i64, to: i64) {
+        let lease = LeaseCell::restore(&self.0.lease);
+        let period = nanos_of(lease.ticker_period());
+        let mut now = from;
+        while now < to {
+            now = (now + period).min(to);
+            lease.ran(at(now));
+        }
+        self.0.lease = lease.snapshot();
     }
 
     /// A request sent at `sent` got a server reply at `now` (`LeaseCell::replied`).

@@ -145,6 +145,9 @@ pub(super) fn join(
         }
     }
     let (watch, rx) = SessionWatch::new(session, client.session_timeout());
+    if let Some(at) = take_began(session) {
+        watch.lease.began(at);
+    }
     watch.adopt(policy, lock_path);
     let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
@@ -153,6 +156,27 @@ pub(super) fn join(
         node_bytes: 0,
     };
     (interest, Some(rx))
+}
+
+/// Sessions that [`crate::connect`] created, with when their connect began (on the lease
+/// clock) and their timeout, until the session's watch starts and takes its entry.
+static BEGAN: LazyLock<Mutex<Vec<(i64, Instant, Duration)>>> = LazyLock::new(Mutex::default);
+
+/// A new session was created by a connect sent no earlier than `at` (the lease module's "A new
+/// session's first lease"). Entries whose anchor could no longer vouch for anything (older than
+/// their session timeout) are dropped on the way, so sessions zkfence never uses cost nothing.
+pub(crate) fn session_began(session: i64, at: Instant, timeout: Duration) {
+    let now = clock::now();
+    let mut began = BEGAN.lock().unwrap_or_else(|e| e.into_inner());
+    began.retain(|&(_, at, timeout)| at + timeout > now);
+    began.push((session, at, timeout));
+}
+
+/// When the connect that created `session` began, if [`session_began`] was told.
+fn take_began(session: i64) -> Option<Instant> {
+    let mut began = BEGAN.lock().unwrap_or_else(|e| e.into_inner());
+    let at = began.iter().position(|&(s, _, _)| s == session)?;
+    Some(began.swap_remove(at).1)
 }
 
 impl SessionWatch {
