@@ -194,11 +194,12 @@ pub fn shared_mariadb() -> &'static str {
         .1
 }
 
-/// Connects with the given session timeout.
+/// Connects a new session with the given session timeout, through [`zkfence::connect`], as
+/// a service would: the session's creation anchors its first lease, so a lock's first acquire
+/// on it is granted at once rather than after a paired proof.
 pub async fn connect(hosts: &str, session_timeout: Duration) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(session_timeout)
-        .connect(hosts)
+    let connector = zk::Client::connector().with_session_timeout(session_timeout);
+    zkfence::connect(connector, |c| c.connect(hosts))
         .await
         .unwrap_or_else(|e| panic!("connect to {hosts}: {e}"))
 }
