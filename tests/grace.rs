@@ -189,6 +189,14 @@ async fn every_hold_of_a_session_resumes_together_after_jeopardy() {
         let lock = FencedLock::new(client.clone(), format!("/locks/many/{i}"), options.clone());
         guards.push(lock.unwrap().acquire().await.unwrap());
     }
+    // A paired proof first: the lease then ends about G before the server could expire the
+    // session (a first lease anchored at the connect ends only the margin before it, too
+    // close for a partition that must outlast the lease and not the session).
+    let first = guards[HOLDS - 1].lease_deadline();
+    wait_until(Duration::from_secs(10), "a paired proof", || async {
+        guards[0].lease_deadline() > first + Duration::from_millis(500)
+    })
+    .await;
     // The server goes silent (a partition): every lease lapses, the session survives.
     proxy.blackhole(true);
     for guard in &guards {
@@ -196,6 +204,11 @@ async fn every_hold_of_a_session_resumes_together_after_jeopardy() {
     }
     proxy.blackhole(false);
     let healed = Instant::now();
+    // The application's traffic resumes at once (its client would ping within 3T/20).
+    client
+        .check_stat("/")
+        .await
+        .expect("the server answers again");
     for guard in &guards {
         tokio::time::timeout(Duration::from_secs(30), guard.steady())
             .await
