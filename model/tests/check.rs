@@ -117,7 +117,7 @@ fn a_pause_just_before_a_cold_proof_breaks_its_lean() {
 }
 
 /// The deep run ([`Config::deep`]): one fault to tick 24, then two faults to the CI horizon,
-/// the library's rule and every mutant; about 9 minutes on two cores and 10 GiB of memory at
+/// the library's rule and every mutant; about 10 minutes on two cores and 12 GiB of memory at
 /// its peak (the README has the counts). Run it with
 /// `CARGO_INCREMENTAL=0 cargo test -p zkfence-model --release --test check deep_run -- --ignored --nocapture`.
 #[test]
