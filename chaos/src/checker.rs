@@ -14,7 +14,7 @@ use crate::event::{Ev, Event};
 use crate::fault::Fault;
 use crate::figures::{self, LeaseOverlaps, PathFigures};
 use crate::store::Row;
-use crate::succession::{successions, Succession};
+use crate::succession::{successions, Judged, Succession};
 use crate::timeline::{holds, increments, per_path, Hold, Input, Timeline};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -358,21 +358,23 @@ fn nested_holds_share_their_token(tl: &Timeline<'_>) -> Vec<Violation> {
 
 /// 9. An election's failover bound ([`crate::succession`]): after a leader's loss, a new
 ///    leader within its T plus the election time, counted from when a leader was possible
-///    again. Returns the violations and every succession, for the figures.
+///    again. Only a gap the run proves is past the bound fails (see [`Judged`]); one it cannot
+///    judge is counted in the figures. Returns the violations and every succession, for the
+///    figures.
 fn new_leader_in_time(tl: &Timeline<'_>, election_ms: u64) -> (Vec<Violation>, Vec<Succession>) {
     let found = successions(tl, election_ms);
     let violations = found
         .iter()
-        .filter(|s| s.gap_ms > s.bound_ms)
+        .filter(|s| s.judged() == Judged::Over)
         .map(|s| {
-            let after = if s.possible > s.loss {
+            let after = if s.possible.1 > s.loss {
                 format!(
-                    "{:.0} ms after a leader was possible again ({:.0} ms after its last check)",
-                    s.gap_ms,
+                    "{:.0} ms after a leader was possible again at the latest ({:.0} ms after its last check)",
+                    s.gap_ms.0,
                     ms(s.loss, s.next_at)
                 )
             } else {
-                format!("{:.0} ms after its last check", s.gap_ms)
+                format!("{:.0} ms after its last check", s.gap_ms.0)
             };
             Violation {
                 invariant: FAILOVER_INVARIANT,
@@ -516,6 +518,8 @@ fn first_conflicting_grant<'a>(tl: &Timeline<'a>, e: &'a Event, reader: bool) ->
 mod tests {
     use super::*;
     use crate::event::{OpKind, Role};
+    use crate::outage::Outage;
+    use crate::probe::Commit;
 
     fn ev(t: i64, w: u32, ev: Ev) -> Event {
         Event {
@@ -866,6 +870,7 @@ mod tests {
             pause_past_timeout: false,
             deleted: Vec::new(),
             closed_session: None,
+            outage: None,
         }
     }
 
@@ -984,7 +989,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_leader_past_t_plus_the_election_time_fails_unless_no_quorum_could_commit() {
+    fn a_new_leader_past_t_plus_the_election_time_fails_unless_an_outage_came_between() {
         // T = 2 s, E = 1.4 s. w1 leads from 1 s, last checks at 1.5 s; w2 leads at 5.5 s.
         let s = 1_000_000_000;
         let lease = Ev::Lease {
@@ -998,16 +1003,99 @@ mod tests {
         ];
         let mut history = input(Vec::new(), 0, events);
         history.election_ms = Some(1400);
+        // The probe committing all along: measured from the loss, 4 s is over the bound.
+        let every_50_ms = |from: i64, to: i64| {
+            (from..to).map(move |i| Commit {
+                sent: i * 50_000_000,
+                answered: i * 50_000_000 + 2_000_000,
+                epoch: if i < 60 { 1 } else { 2 },
+            })
+        };
+        history.available = every_50_ms(0, 120).collect();
         let outcome = check(&history);
         assert_eq!(invariants(&outcome), [FAILOVER_INVARIANT]);
         assert_eq!(outcome.figures["failover_gaps"]["after_loss"]["n"], 1);
-        // No write committed from 1.5 s to 3 s: measured from 3 s, 2.5 s is in time.
-        let every_50_ms = |from: i64, to: i64| (from..to).map(|i| i * 50_000_000);
-        history.available = every_50_ms(0, 30).chain(every_50_ms(60, 120)).collect();
+        // The servers killed at 1.6 s, a leader serving again at 3 s (the nemesis's last round
+        // without one at 2.98 s); the probe silent from 1.6 s to 3.5 s. From the recovery,
+        // 2.5 s is in time.
+        history.available = every_50_ms(0, 32).chain(every_50_ms(70, 120)).collect();
+        history.faults = vec![Fault {
+            outage: Some(Outage {
+                down: 1_600_000_000,
+                back_after: 2_980_000_000,
+                back_by: Some(3 * s),
+            }),
+            ..fault("kill-all-servers", 1_600_000_000, 3 * s)
+        }];
         let outcome = check(&history);
         assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
         let gaps = &outcome.figures["failover_gaps"];
-        assert_eq!(gaps["after_loss"]["max_ms"], 2500.0);
-        assert_eq!(gaps["measured_from_recovery_by_fault"]["none"], 1);
+        assert_eq!(gaps["after_loss"]["max_ms"], 2520.0);
+        assert_eq!(
+            gaps["measured_from_recovery_by_fault"]["kill-all-servers"],
+            1
+        );
+        assert_eq!(gaps["cannot_tell"].as_array().map(Vec::len), Some(0));
+    }
+
+    /// The election scenario of smoke seed 856910 around its `kill-all-servers` fault, which
+    /// failed CI: w2's last passing check 37 ms before the servers were killed (30.35 s to
+    /// 34.43 s), the probe's last commit between the two and its next only after w0 led at
+    /// 36.46 s (its own reconnect). The workers' logs are reconstructed from the report
+    /// (times, epochs, T, the bound), in the workers' log format and trimmed to the fault; the
+    /// probe's commits and the fault are built here.
+    fn seed_856910() -> Input {
+        let events = include_str!("../fixtures/election-856910.jsonl")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a worker's log line"))
+            .collect();
+        let ms = |x: i64| x * 1_000_000;
+        // Epochs 10 and 12, as w2's and w0's epochs say (a token is its node's zxid).
+        let probe = |from: i64, to: i64, epoch: u32| {
+            (from..to).step_by(17).map(move |t| Commit {
+                sent: ms(t),
+                answered: ms(t) + 1_500_000,
+                epoch,
+            })
+        };
+        let mut history = input(Vec::new(), 0, events);
+        history.election_ms = Some(1400);
+        history.available = (probe(25_000, 30_335, 10))
+            .chain(probe(36_700, 40_000, 12))
+            .collect();
+        history.faults = vec![fault("kill-all-servers", ms(30_350), ms(34_430))];
+        history
+    }
+
+    #[test]
+    fn seed_856910_is_not_failed_because_the_probe_reconnected_after_the_new_leader() {
+        // As that run recorded it (no outage record): the probe committed again only after
+        // w0's grant, under a new leader; the election came after its last commit at 30.32 s
+        // and was over by the grant. The gap is 0 to 6.1 s: the run cannot tell, and does not
+        // fail.
+        let history = seed_856910();
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let unjudged = &outcome.figures["failover_gaps"]["cannot_tell"];
+        assert_eq!(unjudged.as_array().map(Vec::len), Some(1), "{unjudged}");
+        assert_eq!(unjudged[0]["gap_ms"], serde_json::json!([0.0, 6135.0]));
+        // With the nemesis's watch of the restart, as the suite now records it: a leader served
+        // at 34.41 s, none at 34.38 s. w0 led 2.05 s after: within the bound.
+        let mut history = seed_856910();
+        history.faults[0].outage = Some(Outage {
+            down: 30_350_000_000,
+            back_after: 34_380_000_000,
+            back_by: Some(34_410_000_000),
+        });
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let gaps = &outcome.figures["failover_gaps"];
+        assert_eq!(gaps["cannot_tell"].as_array().map(Vec::len), Some(0));
+        assert_eq!(gaps["after_loss"]["max_ms"], 2076.0);
+        // The same successor 3.5 s after that recovery is past the bound, proven.
+        let mut late = history.clone();
+        let last = late.events.len() - 1;
+        late.events[last].t = 34_410_000_000 + 3_500_000_000;
+        assert_eq!(invariants(&check(&late)), [FAILOVER_INVARIANT]);
     }
 }

@@ -236,8 +236,8 @@ pub(crate) struct Collected {
     pub events: Vec<Event>,
     pub faults: Vec<Fault>,
     pub end_at: i64,
-    /// When the availability probe's quick writes were sent (an election scenario's).
-    pub available: Vec<i64>,
+    /// The availability probe's quick commits (an election scenario's).
+    pub available: Vec<crate::probe::Commit>,
 }
 
 /// What one scenario runs.

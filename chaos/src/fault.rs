@@ -3,6 +3,7 @@
 //! and the checker and the report read.
 
 use crate::clock::ms;
+use crate::outage::Outage;
 use serde_json::{json, Value};
 
 /// Where a holder is in its critical section, as its last event says.
@@ -171,6 +172,8 @@ pub(crate) struct Fault {
     pub deleted: Vec<String>,
     /// The session an operator closed from outside (an expiry's victim's).
     pub closed_session: Option<i64>,
+    /// The outage of a fault that disabled the ensemble's leader, as the nemesis watched it.
+    pub outage: Option<Outage>,
 }
 
 impl Fault {
@@ -180,6 +183,10 @@ impl Fault {
             "start_ms": ms(t0, self.start), "end_ms": ms(t0, self.end),
             "victim": self.victim.map(|(w, pid, token)| json!({"worker": w, "pid": pid, "token": token})),
             "expired_at_ms": self.expired_at.map(|t| ms(t0, t)),
+            "outage": self.outage.map(|o| json!({
+                "down_ms": ms(t0, o.down), "back_after_ms": ms(t0, o.back_after),
+                "back_by_ms": o.back_by.map(|t| ms(t0, t)),
+            })),
         })
     }
 }

@@ -8,7 +8,7 @@ use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::Fault;
 use crate::store::Row;
-use crate::succession::Succession;
+use crate::succession::{Judged, Succession};
 use crate::timeline::{increments, Hold, Timeline};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -472,30 +472,40 @@ fn increments_by_path(rows: &[Row]) -> std::collections::BTreeMap<i32, u64> {
     by
 }
 
-/// An election's failover gaps ([`Succession`]): after losses per fault kind (the one under
-/// way at the loss, or just ended: [`fault_at`]), after resignations (handoffs) apart, and how
-/// many passed their bound.
+/// An election's failover gaps ([`Succession`]), each at its greatest (counted from the
+/// earliest moment a leader was possible again): after losses per fault kind (the one under
+/// way at the loss, or just ended: [`fault_at`]), after resignations (handoffs) apart; how many
+/// the run proves over their bound, and the ones it cannot judge, each with its range.
 fn failover_gaps(tl: &Timeline<'_>, successions: &[Succession]) -> Value {
     let mut by_fault: HashMap<String, Vec<f64>> = HashMap::new();
     let mut from_recovery: HashMap<String, u64> = HashMap::new();
     let (mut lost, mut handoffs) = (Vec::new(), Vec::new());
+    let mut cannot_tell = Vec::new();
     for s in successions {
+        let kind = fault_at(&tl.input.faults, s.loss, slack(tl));
+        if s.judged() == Judged::CannotTell {
+            cannot_tell.push(json!({
+                "worker": s.w, "epoch": s.token, "fault": kind,
+                "gap_ms": [s.gap_ms.0, s.gap_ms.1], "bound_ms": s.bound_ms,
+            }));
+        }
         if s.resigned {
-            handoffs.push(s.gap_ms);
+            handoffs.push(s.gap_ms.1);
             continue;
         }
-        lost.push(s.gap_ms);
-        let kind = fault_at(&tl.input.faults, s.loss, slack(tl));
-        if s.possible > s.loss {
+        lost.push(s.gap_ms.1);
+        if s.possible.0 > s.loss {
             *from_recovery.entry(kind.clone()).or_default() += 1;
         }
-        by_fault.entry(kind).or_default().push(s.gap_ms);
+        by_fault.entry(kind).or_default().push(s.gap_ms.1);
     }
     let bound = (successions.iter().map(|s| s.bound_ms))
         .fold(None, |b: Option<f64>, x| Some(b.map_or(x, |b| b.min(x))));
+    let over = successions.iter().filter(|s| s.judged() == Judged::Over);
     json!({
         "count": successions.len(),
-        "over_bound": successions.iter().filter(|s| s.gap_ms > s.bound_ms).count(),
+        "over_bound": over.count(),
+        "cannot_tell": cannot_tell,
         "bound_ms": bound,
         "after_loss": stats(lost),
         "after_resignation": stats(handoffs),

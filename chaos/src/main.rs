@@ -18,6 +18,7 @@ mod many;
 mod mode;
 mod multi;
 mod nemesis;
+mod outage;
 mod probe;
 mod report;
 mod rng;

@@ -6,6 +6,7 @@
 use crate::clock::now_ns;
 use crate::cluster::{Holder, Scenario};
 use crate::fault::{Fault, FaultKind, Phase};
+use crate::outage::OutageWatch;
 use std::time::Duration;
 use zkfence_testkit::LinkFault;
 use zookeeper_client as zk;
@@ -24,8 +25,12 @@ fn record(kind: &FaultKind, detail: String, start: i64) -> Fault {
         pause_past_timeout: false,
         deleted: Vec::new(),
         closed_session: None,
+        outage: None,
     }
 }
+
+/// How long an outage's watch waits, after the fault healed, for a leader to serve.
+const BACK_WAIT: Duration = Duration::from_secs(30);
 
 /// How a restart of servers went, for a fault's detail.
 fn restarted<E: std::fmt::Display>(
@@ -201,8 +206,11 @@ impl Scenario {
         };
         let start = now_ns();
         self.ensemble.pause(leader);
+        let watch = OutageWatch::start(&self.ensemble, &[leader], start);
         tokio::time::sleep(t.mul_f64(factor)).await;
         self.ensemble.resume(leader);
+        watch.lift();
+        let outage = watch.finish(BACK_WAIT).await;
         if let Some((h, _)) = &victim {
             tokio::time::sleep(self.timeout_of(h.id) + Duration::from_secs(2)).await;
             self.refuse_none();
@@ -217,6 +225,7 @@ impl Scenario {
         );
         Some(Fault {
             victim: victim.map(|(h, _)| h.victim()),
+            outage: Some(outage),
             ..record(kind, detail, start)
         })
     }
@@ -225,20 +234,25 @@ impl Scenario {
     async fn kill_leader(&self, kind: &FaultKind, down_ms: u64) -> Option<Fault> {
         let leader = self.leader().await?;
         let start = now_ns();
+        self.kill_servers(vec![leader]).await;
+        let watch = OutageWatch::start(&self.ensemble, &[], start);
         let ensemble = self.ensemble.clone();
         let down = Duration::from_millis(down_ms);
         let outcome = tokio::task::spawn_blocking(move || {
-            ensemble.kill(leader);
             std::thread::sleep(down);
             ensemble.restart(leader)
         })
         .await;
+        let outage = watch.finish(BACK_WAIT).await;
         let detail = format!(
             "server {leader} (leader) SIGKILL, down {} ms, {}",
             down.as_millis(),
             restarted(outcome)
         );
-        Some(record(kind, detail, start))
+        Some(Fault {
+            outage: Some(outage),
+            ..record(kind, detail, start)
+        })
     }
 
     /// SIGSTOP all three servers for T.
@@ -248,31 +262,40 @@ impl Scenario {
         for i in 0..3 {
             self.ensemble.pause(i);
         }
+        let watch = OutageWatch::start(&self.ensemble, &[0, 1, 2], start);
         tokio::time::sleep(t).await;
         for i in 0..3 {
             self.ensemble.resume(i);
         }
+        watch.lift();
+        let outage = watch.finish(BACK_WAIT).await;
         let detail = format!("all three servers SIGSTOP {:.1} s", t.as_secs_f64());
-        record(kind, detail, start)
+        Fault {
+            outage: Some(outage),
+            ..record(kind, detail, start)
+        }
     }
 
     /// SIGKILL all three servers, then restart them 1 s later.
     async fn kill_all(&self, kind: &FaultKind) -> Fault {
         let start = now_ns();
+        self.kill_servers(vec![0, 1, 2]).await;
+        let watch = OutageWatch::start(&self.ensemble, &[], start);
         let ensemble = self.ensemble.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            for i in 0..3 {
-                ensemble.kill(i);
-            }
             std::thread::sleep(Duration::from_secs(1));
             ensemble.restart_all()
         })
         .await;
+        let outage = watch.finish(BACK_WAIT).await;
         let detail = format!(
             "all three servers SIGKILL, down 1 s, {}",
             restarted(outcome)
         );
-        record(kind, detail, start)
+        Fault {
+            outage: Some(outage),
+            ..record(kind, detail, start)
+        }
     }
 
     /// Delete the lock node and its queue nodes in one multi, under a long hold if one shows.
@@ -311,7 +334,11 @@ impl Scenario {
             let _ = self.ensemble.cut(f, leader, inbound);
             let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
         }
-        let expired = self.hold_partition(h.id, &h.node, &followers).await;
+        let watch = OutageWatch::start(&self.ensemble, &[leader], start);
+        let expired = self
+            .hold_partition(h.id, &h.node, &followers, Some(&watch))
+            .await;
+        let outage = watch.finish(BACK_WAIT).await;
         let how = if symmetric {
             "dropped both ways"
         } else {
@@ -324,6 +351,7 @@ impl Scenario {
         Some(Fault {
             victim: Some(h.victim()),
             expired_at: expired,
+            outage: Some(outage),
             ..record(kind, detail, start)
         })
     }
@@ -343,7 +371,9 @@ impl Scenario {
             let _ = self.ensemble.cut(server, other, LinkFault::Drop);
             let _ = self.ensemble.cut(other, server, LinkFault::Drop);
         }
-        let expired = self.hold_partition(h.id, &h.node, &[leader, other]).await;
+        let expired = self
+            .hold_partition(h.id, &h.node, &[leader, other], None)
+            .await;
         let (id, token) = (h.id, h.token);
         let detail = if one_way {
             format!("w{id} token {token} on server {server} (follower): its packets to the leader {leader} dropped, the leader's still arrive {at}")
@@ -384,12 +414,14 @@ impl Scenario {
             let _ = self.ensemble.cut(f, leader, LinkFault::Reset);
             let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
         }
+        let watch = OutageWatch::start(&self.ensemble, &[leader], start);
         self.proxies[h.id][server].cut_off(true);
         self.proxies[h.id][server].refuse(true);
         let (expired, opened) = tokio::join!(
-            self.hold_partition(h.id, &h.node, &followers),
+            self.hold_partition(h.id, &h.node, &followers, Some(&watch)),
             self.open_when_suspended(&h, leader, start),
         );
+        let outage = watch.finish(BACK_WAIT).await;
         self.proxies[h.id][server].cut_off(false);
         let detail = format!(
             "w{} token {} on follower {server}, cut off from both followers as the leader {leader} is \
@@ -401,6 +433,7 @@ impl Scenario {
         Some(Fault {
             victim: Some(h.victim()),
             expired_at: expired,
+            outage: Some(outage),
             ..record(kind, detail, start)
         })
     }
@@ -467,11 +500,22 @@ impl Scenario {
         let start = now_ns();
         let order: Vec<usize> = (0..3).filter(|&s| s != leader).chain([leader]).collect();
         let mut steps = Vec::new();
+        let mut outage = None;
         for &i in &order {
             let ensemble = self.ensemble.clone();
             let began = now_ns();
+            // The followers' restarts leave a quorum; the leader's takes it away.
+            let watch = if i == leader {
+                self.kill_servers(vec![i]).await;
+                Some(OutageWatch::start(&self.ensemble, &[], began))
+            } else {
+                None
+            };
             let outcome = tokio::task::spawn_blocking(move || ensemble.restart(i)).await;
             self.await_quorum().await;
+            if let Some(watch) = watch {
+                outage = Some(watch.finish(BACK_WAIT).await);
+            }
             steps.push(format!(
                 "{i} {} after {:.1} s",
                 restarted(outcome),
@@ -488,6 +532,7 @@ impl Scenario {
         );
         Some(Fault {
             victim: holder.map(|(h, _)| h.victim()),
+            outage,
             ..record(kind, detail, start)
         })
     }
@@ -500,13 +545,14 @@ impl Scenario {
         let (h, server) = self.placed_holder(|s| s != leader).await?;
         self.free_but_avoid(h.id, leader);
         let start = now_ns();
-        let ensemble = self.ensemble.clone();
-        let _ = tokio::task::spawn_blocking(move || ensemble.kill(leader)).await;
+        self.kill_servers(vec![leader]).await;
+        let watch = OutageWatch::start(&self.ensemble, &[], start);
         let elected = self.new_leader(leader).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let ensemble = self.ensemble.clone();
         let outcome = tokio::task::spawn_blocking(move || ensemble.restart(leader)).await;
         self.await_quorum().await;
+        let outage = watch.finish(BACK_WAIT).await;
         let until = start + (self.timeout_of(h.id) + Duration::from_secs(2)).as_nanos() as i64;
         tokio::time::sleep(Duration::from_nanos((until - now_ns()).max(0) as u64)).await;
         self.refuse_none();
@@ -522,6 +568,7 @@ impl Scenario {
         );
         Some(Fault {
             victim: Some(h.victim()),
+            outage: Some(outage),
             ..record(kind, detail, start)
         })
     }
@@ -540,7 +587,11 @@ impl Scenario {
             let _ = self.ensemble.cut(leader, f, LinkFault::Drop);
             let _ = self.ensemble.cut(f, leader, LinkFault::Drop);
         }
-        let expired = self.hold_partition(h.id, &h.node, &followers).await;
+        let watch = OutageWatch::start(&self.ensemble, &[leader], start);
+        let expired = self
+            .hold_partition(h.id, &h.node, &followers, Some(&watch))
+            .await;
+        let outage = watch.finish(BACK_WAIT).await;
         let detail = format!(
             "w{} token {} on follower {server}; the leader {leader}'s links to both followers drop packets both ways {at}",
             h.id, h.token
@@ -548,6 +599,7 @@ impl Scenario {
         Some(Fault {
             victim: Some(h.victim()),
             expired_at: expired,
+            outage: Some(outage),
             ..record(kind, detail, start)
         })
     }
@@ -578,6 +630,17 @@ impl Scenario {
             victim: Some(h.victim()),
             ..record(kind, detail, start)
         })
+    }
+
+    /// SIGKILLs `servers` (keeping their data) and waits until they refuse connections.
+    async fn kill_servers(&self, servers: Vec<usize>) {
+        let ensemble = self.ensemble.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for i in servers {
+                ensemble.kill(i);
+            }
+        })
+        .await;
     }
 
     /// Once the victim is placed: every other worker may connect anywhere again, and worker
@@ -726,9 +789,16 @@ impl Scenario {
 
     /// Holds a partition long enough for the victim's session to expire on the majority side
     /// and for a stale leader to notice it lost its quorum (`syncLimit` ticks), plus 2 s; then
-    /// heals the links and the proxies and waits for the ensemble to serve again. Returns when
-    /// the majority deleted the victim's node, if it did.
-    async fn hold_partition(&self, id: usize, node: &str, majority: &[usize]) -> Option<i64> {
+    /// heals the links and the proxies (lifting the fault's outage `watch`, if any) and waits
+    /// for the ensemble to serve again. Returns when the majority deleted the victim's node,
+    /// if it did.
+    async fn hold_partition(
+        &self,
+        id: usize,
+        node: &str,
+        majority: &[usize],
+        watch: Option<&OutageWatch>,
+    ) -> Option<i64> {
         let start = now_ns();
         let span = self.options.tick() * self.options.sync_limit()
             + self.timeout_of(id)
@@ -748,6 +818,9 @@ impl Scenario {
         let rest = span.saturating_sub(Duration::from_nanos((now_ns() - start).max(0) as u64));
         tokio::time::sleep(rest).await;
         let _ = self.ensemble.heal();
+        if let Some(watch) = watch {
+            watch.lift();
+        }
         self.refuse_none();
         self.await_quorum().await;
         expired

@@ -5,8 +5,12 @@
 //!
 //! One client per server, each connected to that server alone, sets the data of a node of
 //! the scenario's every 50 ms. A write that commits within [`QUICK`] of its sending proves
-//! that a quorum committed during that time: its send time is recorded. A write that took
-//! longer (sent into a paused server, stuck behind an election) proves nothing about when.
+//! that a quorum committed during that time: its send and answer times are recorded
+//! ([`Commit`]). A write that took longer (sent into a paused server, stuck behind an
+//! election) proves nothing about when. A prober whose writes keep failing drops its client
+//! and connects again, rather than wait for the client's own reconnect (which, after the whole
+//! ensemble restarted, came after a new leader's grant: the stretch without commits it left
+//! is what the nemesis's outage record now bounds, [`crate::outage`]).
 
 use crate::clock::now_ns;
 use std::sync::{Arc, Mutex};
@@ -17,10 +21,24 @@ use zookeeper_client as zk;
 /// The longest round trip of a write that counts.
 const QUICK: Duration = Duration::from_millis(250);
 
+/// Failed writes in a row after which a prober connects again.
+const FAILURES: u32 = 4;
+
+/// A write of the probe's that committed within [`QUICK`]: a quorum committed between its
+/// sending and its answer (ns, on the shared clock), under the leader of `epoch` (the high 32
+/// bits of the write's zxid: a new epoch means a new leader, which gave every session a fresh
+/// timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Commit {
+    pub sent: i64,
+    pub answered: i64,
+    pub epoch: u32,
+}
+
 /// The probe's tasks and what they found.
 #[derive(Debug)]
 pub(crate) struct Probe {
-    times: Arc<Mutex<Vec<i64>>>,
+    times: Arc<Mutex<Vec<Commit>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -43,33 +61,44 @@ impl Probe {
         Probe { times, tasks }
     }
 
-    /// Stops the probers; the send times of the quick commits, in order.
-    pub(crate) fn stop(&self) -> Vec<i64> {
+    /// Stops the probers; the quick commits, in the order they were sent.
+    pub(crate) fn stop(&self) -> Vec<Commit> {
         for task in &self.tasks {
             task.abort();
         }
         let mut times = self.times.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        times.sort_unstable();
+        times.sort_unstable_by_key(|c| c.sent);
         times
     }
 }
 
-/// Sets `node`'s data through `server` alone every 50 ms, recording the send times of the
-/// writes that committed within [`QUICK`]; a new session when the old one ended.
-async fn probe(server: String, node: String, times: Arc<Mutex<Vec<i64>>>) {
+/// Sets `node`'s data through `server` alone every 50 ms, recording the writes that committed
+/// within [`QUICK`]; a new session when the old one ended or [`FAILURES`] writes in a row
+/// failed.
+async fn probe(server: String, node: String, times: Arc<Mutex<Vec<Commit>>>) {
     loop {
         let connect = zk::Client::connector()
             .with_session_timeout(Duration::from_secs(20))
             .connect(&server);
-        let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(2), connect).await else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(1), connect).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        while !client.state().is_terminated() {
+        let mut failed = 0;
+        while !client.state().is_terminated() && failed < FAILURES {
             let sent = now_ns();
             let write = tokio::time::timeout(QUICK, client.set_data(&node, &[], None)).await;
-            if matches!(write, Ok(Ok(_))) {
-                times.lock().unwrap_or_else(|e| e.into_inner()).push(sent);
+            if let Ok(Ok(stat)) = write {
+                let (answered, epoch) = (now_ns(), (stat.mzxid >> 32) as u32);
+                let commit = Commit {
+                    sent,
+                    answered,
+                    epoch,
+                };
+                times.lock().unwrap_or_else(|e| e.into_inner()).push(commit);
+                failed = 0;
+            } else {
+                failed += 1;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -427,20 +427,35 @@ fn succession_text(s: &mut String, g: &serde_json::Value) {
     if g["count"].as_u64().unwrap_or(0) == 0 {
         return;
     }
+    let none = Vec::new();
+    let unjudged = g["cannot_tell"].as_array().unwrap_or(&none);
     let _ = writeln!(
         s,
-        "  new leader after a loss (from the loss, or from when a leader was possible again): {}; after a resignation: {}; bound T + E = {} ms, {} over it",
+        "  new leader after a loss (at most, from the loss or from the earliest a leader was possible again): {}; after a resignation: {}; bound T + E = {} ms, {} proven over it, {} that the run cannot judge",
         latency(&g["after_loss"]),
         latency(&g["after_resignation"]),
         g["bound_ms"],
-        g["over_bound"]
+        g["over_bound"],
+        unjudged.len()
     );
     by_key(s, &g["by_fault"], "after ", 20);
     let _ = writeln!(
         s,
-        "    measured from recovery (no quorum at the loss), by fault: {}",
+        "    measured from recovery (the nemesis proved an outage after the loss), by fault: {}",
         g["measured_from_recovery_by_fault"]
     );
+    for u in unjudged {
+        let _ = writeln!(
+            s,
+            "    cannot tell: w{} (epoch {}) during {}: the gap is {:.0} to {:.0} ms, the bound {} ms",
+            u["worker"],
+            u["epoch"],
+            u["fault"].as_str().unwrap_or("?"),
+            u["gap_ms"][0].as_f64().unwrap_or(0.0),
+            u["gap_ms"][1].as_f64().unwrap_or(0.0),
+            u["bound_ms"]
+        );
+    }
 }
 
 /// Failover, cancels, the longest gap without progress, liveness after the heal.

@@ -6,6 +6,7 @@
 use crate::clock::ms;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::Fault;
+use crate::probe::Commit;
 use crate::store::Row;
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,9 +22,9 @@ pub(crate) struct Input {
     pub t0: i64,
     pub heal_at: i64,
     pub end_at: i64,
-    /// When the availability probe's quick writes were sent, in order (an election
+    /// The availability probe's quick commits, in the order they were sent (an election
     /// scenario's; empty otherwise: then a leader counts as possible at any time).
-    pub available: Vec<i64>,
+    pub available: Vec<Commit>,
     /// An election scenario's election time E (ms): a new leader must come within T + E of
     /// the old one's loss (see `crate::succession`). `None` for the lock scenarios.
     pub election_ms: Option<u64>,
