@@ -38,6 +38,9 @@
 //! | [`FenceMutant::RowsAffected`] | decide from the fence row, never rows-affected (MySQL/MariaDB) | `order`: an equal token's second write refused (0 rows changed) |
 //! | [`FenceMutant::NoLockingRead`] | read the fence row `FOR UPDATE` (MySQL/MariaDB) | `stale_writer_paused_before_commit` |
 //! | [`FenceMutant::UnsealedCommit`] | commit only the transaction that claimed (MySQL/MariaDB) | the MySQL fence's own test: a swallowed deadlock commits the work's second half alone |
+//! | [`FenceMutant::NoFormCheck`] | compare integers, whatever text a client sends (Redis) | `tokens_in_any_text_form`: an unpadded 9 accepted over a padded 10 |
+//! | [`FenceMutant::CommitAfterRefusal`] | a refusal ends what it refused (MySQL/MariaDB) | `carrying_on_after_a_refusal_commits_nothing`: the stale write after a refused claim commits |
+//! | [`FenceMutant::NoProbe`] | check that the store enforces conditional writes (object stores) | `preconditions_enforced`: a store that ignores them passes |
 //!
 //! A shared hold raising the fence (a reader's or a lease's token) cannot be written as a
 //! runtime mutant: a shared guard has no ticket, which the compile-fail examples on
@@ -165,6 +168,16 @@ pub enum FenceMutant {
     /// that claimed (MySQL/MariaDB: a deadlock the work swallowed rolled the claim back, and the
     /// statements since ran in a new transaction that holds no fence).
     UnsealedCommit,
+    /// A token's text compared as it came (Redis: the scripts before the form check, which
+    /// took an unpadded `9` for more than a padded `…010`).
+    NoFormCheck,
+    /// A refused claim leaves its transaction open and its connection writable (MySQL/MariaDB:
+    /// a client that carries on after the error, `mariadb --force` or a caught exception,
+    /// commits its stale write).
+    CommitAfterRefusal,
+    /// An object store's conditional writes taken on trust, never probed (the check of a
+    /// deployment skips it): a store that ignores them passes.
+    NoProbe,
 }
 
 /// The fence mutant a fence is built with, if any: never one without the `mutants` feature.

@@ -6,188 +6,40 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use zkfence::fence::conformance::{self, ZooKeeperStore};
 use zkfence::fence::{FenceError, FenceTicket, ZooKeeperFence};
 use zkfence::{Acquire, Error, FencedLock, LockOptions};
-use zkfence_testkit::conformance::{self, BoxFuture, FenceStore, Hooks, ReplySwitch};
 use zkfence_testkit::harness::{chroot, connect, shared};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 
 const T: Duration = Duration::from_secs(10);
 
-/// The kit's store on ZooKeeper: counters in `/counters/<key>`, the commit log as sequential
-/// nodes under `/logs/<key>`, a fence node per scope under `/fences`. The fence's client goes
-/// through a proxy (to lose a commit's reply); reads go direct.
-struct ZkStore {
-    fenced: zk::Client,
-    reader: zk::Client,
-    proxy: Arc<CountingProxy>,
-    #[cfg(feature = "mutants")]
-    mutant: Option<zkfence::FenceMutant>,
+/// The kit's store on ZooKeeper (the library's own, as `zkfence fence verify zk://` runs it),
+/// in a chroot of the test's own; the fence's client through a proxy (to lose a commit's
+/// reply), reads direct. With the client it reads with.
+async fn store_and_client(name: &str) -> (ZooKeeperStore, zk::Client) {
+    let hosts = chroot(shared(), name).await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap());
+    let proxy = Arc::new(CountingProxy::start(server).await);
+    let fenced = connect(&format!("{}{root}", proxy.addr), T).await;
+    let reader = connect(&hosts, T).await;
+    let switch: conformance::ReplySwitch = Arc::new(move |on| proxy.drop_replies(on));
+    let store = ZooKeeperStore::create(reader.clone(), fenced, "/", "kit", Some(switch))
+        .await
+        .unwrap_or_else(|e| panic!("the kit's store: {e}"));
+    (store, reader)
 }
 
-impl ZkStore {
-    async fn new(name: &str) -> ZkStore {
-        let hosts = chroot(shared(), name).await;
-        let (server, root) = hosts.split_at(hosts.find('/').unwrap());
-        let proxy = Arc::new(CountingProxy::start(server).await);
-        let fenced = connect(&format!("{}{root}", proxy.addr), T).await;
-        let reader = connect(&hosts, T).await;
-        for path in ["/counters", "/logs", "/fences"] {
-            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            reader.create(path, &[], &options).await.unwrap();
-        }
-        ZkStore {
-            fenced,
-            reader,
-            proxy,
-            #[cfg(feature = "mutants")]
-            mutant: None,
-        }
-    }
-
-    #[cfg(feature = "mutants")]
-    async fn with_mutant(name: &str, mutant: zkfence::FenceMutant) -> ZkStore {
-        ZkStore {
-            mutant: Some(mutant),
-            ..ZkStore::new(name).await
-        }
-    }
-
-    fn fence(&self, scope: &str) -> ZooKeeperFence {
-        let fence = ZooKeeperFence::with_fence_node(self.fenced.clone(), format!("/fences{scope}"))
-            .unwrap();
-        #[cfg(feature = "mutants")]
-        let fence = match self.mutant {
-            Some(mutant) => fence.with_mutant(mutant),
-            None => fence,
-        };
-        fence
-    }
-
-    /// Creates `path` if missing (schema set-up, outside any fence).
-    async fn ensure(&self, path: &str, data: &[u8]) {
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        match self.reader.create(path, data, &options).await {
-            Ok(_) | Err(zk::Error::NodeExists) => {}
-            Err(err) => panic!("create {path}: {err}"),
-        }
-    }
-}
-
-impl FenceStore for ZkStore {
-    type Error = Error;
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<(), FenceError<Error>>> {
-        Box::pin(async move { self.fence(ticket.scope()).claim(ticket).await.map(|_| ()) })
-    }
-
-    fn increment<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-        key: &'a str,
-        mut hooks: Hooks,
-    ) -> BoxFuture<'a, Result<i64, FenceError<Error>>> {
-        Box::pin(async move {
-            let (counter, log) = (format!("/counters/{key}"), format!("/logs/{key}"));
-            self.ensure(&counter, b"0").await;
-            self.ensure(&log, b"").await;
-            let fence = self.fence(ticket.scope());
-            // Raise the fence before reading (as a holder should), then read, think, write.
-            fence.claim(ticket).await?;
-            let (data, _) = self.fenced.get_data(&counter).await.map_err(|e| {
-                FenceError::Store(Error::ZooKeeper {
-                    op: "get",
-                    path: counter.clone(),
-                    source: e,
-                })
-            })?;
-            let value = parse(&data) + 1;
-            if let Some(between) = hooks.between.take() {
-                between.await;
-            }
-            let token = ticket.token().as_i64().to_string();
-            let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
-            let mut before_commit = hooks.before_commit.take();
-            fence
-                .write(ticket, |ops| {
-                    ops.add_set_data(&counter, value.to_string().as_bytes(), None)?;
-                    ops.add_create(&format!("{log}/e-"), token.as_bytes(), &options)?;
-                    if let Some(hook) = before_commit.take() {
-                        hook();
-                    }
-                    Ok(())
-                })
-                .await?;
-            Ok(value)
-        })
-    }
-
-    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
-        Box::pin(async move {
-            match self.reader.get_data(&format!("/counters/{key}")).await {
-                Ok((data, _)) => Ok(parse(&data)),
-                Err(zk::Error::NoNode) => Ok(0),
-                Err(err) => Err(err.to_string()),
-            }
-        })
-    }
-
-    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
-        Box::pin(async move {
-            let dir = format!("/logs/{key}");
-            let mut entries = match self.reader.list_children(&dir).await {
-                Ok(entries) => entries,
-                Err(zk::Error::NoNode) => return Ok(Vec::new()),
-                Err(err) => return Err(err.to_string()),
-            };
-            entries.sort();
-            let mut tokens = Vec::new();
-            for entry in entries {
-                let (data, _) = (self.reader.get_data(&format!("{dir}/{entry}")).await)
-                    .map_err(|e| e.to_string())?;
-                tokens.push(parse(&data));
-            }
-            Ok(tokens)
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
-        Box::pin(async move {
-            let fence =
-                ZooKeeperFence::with_fence_node(self.reader.clone(), format!("/fences{scope}"))
-                    .map_err(|e| e.to_string())?;
-            let seen = fence.seen().await.map_err(|e| e.to_string())?;
-            Ok(seen.map(|(token, _)| token))
-        })
-    }
-
-    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
-        // ZooKeeper's fence takes no locks: a newer holder never waits for a stale one.
-        Box::pin(async { Ok(false) })
-    }
-
-    fn reply_switch(&self) -> ReplySwitch {
-        let proxy = self.proxy.clone();
-        Arc::new(move |on| proxy.drop_replies(on))
-    }
-}
-
-fn parse(data: &[u8]) -> i64 {
-    std::str::from_utf8(data)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+async fn new_store(name: &str) -> ZooKeeperStore {
+    store_and_client(name).await.0
 }
 
 // Every case that needs nothing but the store (and the lost hold below, which takes a lock),
 // but the lost claim reply: a ZooKeeper claim reads the fence node before its `multi`, and the
 // kit, dropping replies before the claim, would hold that read back (the `multi`'s lost reply
 // is the lost commit reply's case).
-zkfence_testkit::conformance_tests!(ZkStore::new;
+zkfence_testkit::conformance_tests!(new_store;
     conformance_order: order,
     conformance_edge_tokens: edge_tokens,
     conformance_concurrent_first_claims: concurrent_first_claims,
@@ -199,8 +51,7 @@ zkfence_testkit::conformance_tests!(ZkStore::new;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
-    let store = ZkStore::new("zk-fence-lost").await;
-    let client = store.reader.clone();
+    let (store, client) = store_and_client("zk-fence-lost").await;
     conformance::lost_hold_writes_nothing(&store, &client)
         .await
         .unwrap();
@@ -210,17 +61,17 @@ async fn conformance_lost_hold_writes_nothing() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+    use zkfence::fence::conformance::expect_caught;
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::expect_caught;
 
-    fn assert_caught(mutant: FenceMutant, outcome: zkfence_testkit::conformance::Outcome) {
+    fn assert_caught(mutant: FenceMutant, outcome: conformance::Outcome) {
         expect_caught(&format!("{mutant:?}"), outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_check_outside_the_transaction_is_caught_by_the_paused_stale_writer() {
         let m = FenceMutant::CheckOutsideTransaction;
-        let store = ZkStore::with_mutant("zk-mutant-outside", m).await;
+        let store = new_store("zk-mutant-outside").await.with_mutant(m);
         assert_caught(
             m,
             conformance::stale_writer_paused_before_commit(&store).await,
@@ -230,28 +81,28 @@ mod mutants {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn strictly_greater_is_caught_by_order() {
         let m = FenceMutant::StrictlyGreater;
-        let store = ZkStore::with_mutant("zk-mutant-strict", m).await;
+        let store = new_store("zk-mutant-strict").await.with_mutant(m);
         assert_caught(m, conformance::order(&store).await);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn equality_is_caught_by_order() {
         let m = FenceMutant::Equality;
-        let store = ZkStore::with_mutant("zk-mutant-equality", m).await;
+        let store = new_store("zk-mutant-equality").await.with_mutant(m);
         assert_caught(m, conformance::order(&store).await);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_string_compare_is_caught_by_the_edge_tokens() {
         let m = FenceMutant::StringCompare;
-        let store = ZkStore::with_mutant("zk-mutant-string", m).await;
+        let store = new_store("zk-mutant-string").await.with_mutant(m);
         assert_caught(m, conformance::edge_tokens(&store).await);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_upsert_is_caught_by_order() {
         let m = FenceMutant::NoUpsert;
-        let store = ZkStore::with_mutant("zk-mutant-upsert", m).await;
+        let store = new_store("zk-mutant-upsert").await.with_mutant(m);
         assert_caught(m, conformance::order(&store).await);
     }
 }
@@ -379,7 +230,7 @@ async fn a_rebase_sets_the_fence_node_and_lets_the_new_tokens_in() {
     );
     fence.claim(&new).await.unwrap();
     assert_eq!(
-        fence.seen().await.unwrap(),
-        Some((0x1_0000_0001, "/locks/rebase".into()))
+        fence.seen("/locks/rebase").await.unwrap(),
+        Some(0x1_0000_0001)
     );
 }

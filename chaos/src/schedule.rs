@@ -407,8 +407,9 @@ pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleO
 
 /// Smoke: the main, read/write, partition and failover scenarios with fixed schedules, the
 /// election and multi-lock scenarios side by side (each on an ensemble of its own), then the
-/// mutants: fencing-off and watchdog-off replay the main schedule's head, sync-lease gets two
-/// asymmetric leader isolations, resume-without-proof two stale-leader reconnects; then the
+/// mutants in pairs side by side: fencing-off and watchdog-off replay the main schedule's head
+/// on the main ensemble, beside sync-lease (two asymmetric leader isolations) and
+/// resume-without-proof (two stale-leader reconnects) on the partition ensemble; then the
 /// election and multi-lock mutants side by side ([`recipe_mutants`]).
 fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let mut plans = lock_smoke_plans(args, rng);
@@ -611,42 +612,48 @@ fn lock_smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     if args.no_mutants {
         return plans;
     }
+    // The lock mutants in two pairs, each pair side by side on the two ensembles (a mutant must
+    // fail whatever runs beside it): fencing-off with sync-lease, watchdog-off with
+    // resume-without-proof.
     let head = schedule[..head].to_vec();
-    for (name, mutant) in [
-        ("mutant-fencing-off", Mutant::FencingOff),
-        ("mutant-watchdog-off", Mutant::WatchdogOff),
-    ] {
-        plans.push(ScenarioPlan {
-            mutant,
-            ..scenario(name, workers(), Plan::Fixed(head.clone()))
-        });
-    }
+    let on_main = |name, mutant| ScenarioPlan {
+        mutant,
+        ..scenario(name, workers(), Plan::Fixed(head.clone()))
+    };
     let isolations = vec![FaultKind::IsolateLeader { symmetric: false }; 2];
-    plans.push(ScenarioPlan {
+    let sync_lease = ScenarioPlan {
         mutant: Mutant::SyncLease,
         long_ms: long,
         partition: true,
+        alongside: true,
         ..scenario(
             "mutant-sync-lease",
             modes(args.workers, 2000, true),
             Plan::Fixed(isolations),
         )
-    });
+    };
     // Jeopardy that ends on a sync's answer: a holder that reaches a stale leader while in
     // jeopardy (isolate-leader-asym cannot show it: there the holder's last probe, a write, is
     // stuck on that leader, and its session's later requests wait behind it). Workers that
     // ride out disconnects, T = 4 s and a grace of T.
-    let workers = (0..args.workers).map(|_| worker(4000, true)).collect();
-    plans.push(ScenarioPlan {
+    let riding = (0..args.workers).map(|_| worker(4000, true)).collect();
+    let resume = ScenarioPlan {
         mutant: Mutant::ResumeWithoutProof,
         long_ms: long,
         partition: true,
+        alongside: true,
         ..scenario(
             "mutant-resume-without-proof",
-            with_grace_of_t(workers),
+            with_grace_of_t(riding),
             Plan::Fixed(vec![FaultKind::StaleLeaderReconnect; 2]),
         )
-    });
+    };
+    plans.extend([
+        on_main("mutant-fencing-off", Mutant::FencingOff),
+        sync_lease,
+        on_main("mutant-watchdog-off", Mutant::WatchdogOff),
+        resume,
+    ]);
     plans
 }
 

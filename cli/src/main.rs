@@ -52,8 +52,8 @@ enum Command {
     Holders(holders::Args),
     /// Ask a lock's holder to let go (Curator's revocation), or take the lock (--force).
     Revoke(revoke::Args),
-    /// The PostgreSQL fence: install its table and SQL function, show each scope's fence,
-    /// rebase a scope after the ensemble's data was reset.
+    /// Every store's fence, by its URL (postgresql, mysql, redis, s3, zk): install it, print
+    /// what other languages need, show and rebase fences, verify a deployment.
     Fence(fence::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
     Demo(demo::Args),

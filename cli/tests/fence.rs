@@ -59,10 +59,28 @@ fn pg_env(conninfo: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `conninfo` (key=value pairs) as a `postgresql://` URL, as users give it.
+fn url_of(conninfo: &str) -> String {
+    let get = |key: &str| {
+        (conninfo.split_whitespace())
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    format!(
+        "postgresql://{}@{}:{}/{}",
+        get("user"),
+        get("host"),
+        get("port"),
+        get("dbname")
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_show_and_rebase_from_the_command_line() {
     let (conninfo, client) = database("ops").await;
-    let url = ["--database-url", conninfo.as_str()];
+    let url = url_of(&conninfo);
+    let url = [url.as_str()];
     let (code, out, err) = run(&[&["fence", "install"][..], &url].concat()).await;
     assert_eq!(code, Some(0), "{out}{err}");
     let (code, out, _) = run(&[&["fence", "show"][..], &url].concat()).await;
@@ -74,7 +92,7 @@ async fn install_show_and_rebase_from_the_command_line() {
     assert_eq!(
         out.trim(),
         format!(
-            "{{\"scope\":\"/locks/ops\",\"token\":17179869189,\"epoch\":4,\"claims\":1,\"updated\":{}",
+            "{{\"scope\":\"/locks/ops\",\"token\":17179869189,\"epoch\":4,\"at\":null,\"claims\":1,\"updated\":{}",
             out.trim().rsplit_once("\"updated\":").unwrap().1
         )
     );
@@ -94,20 +112,25 @@ async fn install_show_and_rebase_from_the_command_line() {
     assert!(out.contains("moved from 17179869189"), "{out}");
     assert_eq!(fence.seen(&client, "/locks/ops").await.unwrap(), Some(3));
     // The script, for migration tools, without a database.
-    let (code, out, _) = run(&["fence", "install", "--print", "--schema", "ops"]).await;
+    let (code, out, _) = run(&[
+        "fence",
+        "install",
+        "--print",
+        "--schema",
+        "ops",
+        "postgresql://",
+    ])
+    .await;
     assert_eq!(code, Some(0));
     assert!(
         out.contains("CREATE OR REPLACE FUNCTION \"ops\".zkfence_claim"),
         "{out}"
     );
-    let (code, _, err) = run(&[
-        "fence",
-        "show",
-        "--database-url",
-        "host=127.0.0.1 port=1 connect_timeout=1",
-    ])
-    .await;
+    let (code, _, err) = run(&["fence", "show", "postgresql://app@127.0.0.1:1/db"]).await;
     assert_eq!(code, Some(69), "{err}");
+    let (code, _, err) = run(&["fence", "show", "db.internal"]).await;
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("postgresql://"), "{err}");
 }
 
 /// A holder's command leaves behind a writer the supervisor cannot stop (it left the command's

@@ -5,17 +5,44 @@
 //! # What it installs
 //!
 //! [`MySqlFence::install`] creates (idempotently) a table `zkfence_fence` (one row per
-//! **scope**, a lock path: the highest token accepted) and two procedures:
+//! **scope**, a lock path: the highest token accepted) and two procedures, which any client
+//! calls the same way ([`MySqlFence::install_sql`] prints the script for the `mysql`/`mariadb`
+//! client; `zkfence fence install mysql://…` runs it):
 //!
 //! - `zkfence_claim(scope, token)` reads the scope's fence row **`FOR UPDATE`**, decides from
 //!   the token it read, and raises it (or creates it), or signals SQLSTATE [`REFUSED`]
 //!   (`ZF001`, the message ending with the token the fence holds). The row stays locked until
-//!   the transaction ends, so fenced transactions of a scope run one at a time. Any client gets
-//!   the same check from one statement: `CALL zkfence_claim('/locks/orders', 42)` first in
-//!   a transaction of the `mysql` client, Java, Python.
-//! - `zkfence_seal(scope)`, which [`MySqlFence::transaction`] calls just before `COMMIT`.
+//!   the transaction ends, so fenced transactions of a scope run one at a time.
+//! - `zkfence_seal(scope)`, called last before `COMMIT`: checks that this transaction still
+//!   holds the scope's claim, or signals [`ROLLED_BACK`] (`ZF003`).
 //!
-//! [`MySqlFence::install_sql`] prints the script for the `mysql`/`mariadb` client.
+//! # The recipe, from any client
+//!
+//! ```sql
+//! SET autocommit = 0;                               -- once per connection: the claim insists
+//! CALL zkfence_claim('/locks/orders', 4294967339);  -- first: the token as ZKFENCE_TOKEN gives it
+//! UPDATE orders SET state = 'paid' WHERE id = 7;
+//! CALL zkfence_seal('/locks/orders');               -- last before COMMIT
+//! COMMIT;
+//! ```
+//!
+//! **A failed claim or seal dooms what it refused**: it rolls the transaction back and leaves
+//! the session read-only before it signals, so a client that carries on after the error
+//! (`mariadb --force`, an exception caught and followed by `COMMIT`) commits nothing: its next
+//! write fails with SQLSTATE `25006` (read-only transaction), in this transaction or in
+//! autocommit after it. To use the connection again: `ROLLBACK; SET SESSION TRANSACTION READ
+//! WRITE;` (a pool that resets connections does it too). The errors, the same in every zkfence
+//! SQL store:
+//!
+//! | SQLSTATE | meaning | what to do |
+//! | --- | --- | --- |
+//! | `ZF001` ([`REFUSED`]) | a newer holder claimed the scope; the message ends with its token | stop writing under this hold |
+//! | `ZF002` ([`BAD_CLAIM`]) | not a claim: a null or empty scope, a negative token, autocommit on, or a connection an earlier error left read-only | fix the call |
+//! | `ZF003` ([`ROLLED_BACK`]) | the seal found the claim rolled back under the work (a deadlock or lock wait timeout the client did not pass on), or no claim at all | run the whole transaction again |
+//!
+//! Autocommit must be off, not merely a transaction begun with `START TRANSACTION`: a deadlock
+//! ends such a transaction and the server returns to autocommit, so the statements after it
+//! would commit one by one, unfenced, before any seal could stop them.
 //!
 //! # The traps it avoids
 //!
@@ -34,7 +61,12 @@
 //!   wait timeout); in autocommit mode the next statements then commit one by one, unfenced.
 //!   A fenced transaction runs with autocommit off, so statements after such a rollback open a
 //!   new transaction instead, and its `COMMIT` goes behind `zkfence_seal`, which finds the
-//!   claim's marker row gone and stops the commit: nothing of it commits, and it runs again.
+//!   claim's mark gone and dooms it: nothing of it commits, and it runs again. (The mark is the
+//!   session's count of the scope's claims, in a MEMORY table no rollback undoes and in an
+//!   InnoDB table the rollback does: equal only in the transaction of the latest claim.)
+//! - **An error does not end a MySQL transaction.** A signalled refusal leaves the transaction
+//!   open and its earlier statements in place; a client that ignores it would commit them. The
+//!   claim rolls back and makes the session read-only before it signals.
 //!
 //! # Using it
 //!
@@ -78,19 +110,21 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod conformance;
+mod connected;
 mod sql;
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Instant;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel};
 use tracing::Instrument;
-use zkfence::fence::{self, FenceError, FenceTicket};
+use zkfence::fence::{self, Attempt, ConfigError, FenceError, FenceState, FenceTicket};
 
-pub use crate::sql::{MAX_SCOPE_BYTES, REFUSED, ROLLED_BACK};
+pub use crate::conformance::ConformanceStore;
+pub use crate::connected::Connected;
+pub use crate::sql::{BAD_CLAIM, MAX_SCOPE_BYTES, REFUSED, ROLLED_BACK};
 
 /// The label of this store in the `zkfence_fence_*` metrics.
 const STORE: &str = "mysql";
@@ -135,43 +169,6 @@ enum Flaw {
     UnsealedCommit,
 }
 
-/// A scope's fence, as [`MySqlFence::scopes`] lists it.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceRow {
-    /// The scope (a lock path).
-    pub scope: String,
-    /// The highest token accepted.
-    pub token: i64,
-    /// How many claims created or raised it.
-    pub claims: i64,
-    /// When it last changed, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
-    pub updated: String,
-}
-
-/// A database name that cannot be used (letters, digits, `_` and `$` only, 1 to 64 of them).
-///
-/// # Examples
-///
-/// ```
-/// let err = zkfence_mysql::MySqlFence::new().with_database("ops; DROP").unwrap_err();
-/// assert!(err.to_string().contains("ops; DROP"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatabaseNameError(String);
-
-impl fmt::Display for DatabaseNameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "database name {:?} cannot hold the fence: use 1 to 64 letters, digits, `_` or `$`",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for DatabaseNameError {}
-
 impl Default for MySqlFence {
     fn default() -> Self {
         MySqlFence::new()
@@ -202,19 +199,20 @@ impl MySqlFence {
     ///
     /// # Errors
     ///
-    /// [`DatabaseNameError`] for a name that is not a plain identifier.
+    /// [`ConfigError`] for a name that is not a plain identifier.
     ///
     /// # Examples
     ///
     /// ```
     /// let fence = zkfence_mysql::MySqlFence::new().with_database("ops")?;
     /// assert!(fence.install_sql().contains("`ops`.zkfence_fence"));
-    /// # Ok::<(), zkfence_mysql::DatabaseNameError>(())
+    /// # Ok::<(), zkfence::fence::ConfigError>(())
     /// ```
-    pub fn with_database(mut self, database: &str) -> Result<MySqlFence, DatabaseNameError> {
+    pub fn with_database(mut self, database: &str) -> Result<MySqlFence, ConfigError> {
         let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
         if database.is_empty() || database.len() > 64 || !database.chars().all(plain) {
-            return Err(DatabaseNameError(database.to_owned()));
+            let instead = "1 to 64 letters, digits, `_` or `$`, e.g. \"ops\"";
+            return Err(ConfigError::new("database name", database, instead));
         }
         self.database = Some(database.to_owned());
         Ok(self)
@@ -271,6 +269,7 @@ impl MySqlFence {
             M::CheckOutsideTransaction => Flaw::CheckOutsideTransaction,
             M::RowsAffected => Flaw::RowsAffected,
             M::UnsealedCommit => Flaw::UnsealedCommit,
+            M::CommitAfterRefusal => Flaw::Claim(sql::Claim::CommitAfterRefusal),
             _ => Flaw::None,
         };
         self
@@ -332,10 +331,11 @@ impl MySqlFence {
         Ok(())
     }
 
-    /// Raises the ticket's scope's fence to its token, in a statement of its own (its own
-    /// transaction, or the caller's if `conn` is a [`mysql_async::Transaction`], whose fence row
-    /// it then keeps locked): from then on every older holder is refused. Returns the token
-    /// the fence held (`None` on the scope's first claim).
+    /// Raises the ticket's scope's fence to its token, in a transaction of its own, committed
+    /// at once: from then on every older holder is refused. Returns the token the fence held
+    /// (`None` on the scope's first claim). To claim inside a transaction of yours, write in a
+    /// [`transaction`](Self::transaction) (or, from another client, follow the crate docs'
+    /// recipe: autocommit off, `CALL zkfence_claim`, the writes, `CALL zkfence_seal`, `COMMIT`).
     ///
     /// A claim alone does not make a later write safe (see the crate docs): write in a
     /// [`transaction`](Self::transaction), which claims first.
@@ -362,43 +362,40 @@ impl MySqlFence {
     /// ```
     pub async fn claim(
         &self,
-        conn: &mut impl Queryable,
+        conn: &mut Conn,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<mysql_async::Error>> {
-        let started = Instant::now();
-        let outcome = async {
-            let mut attempt = 1;
-            loop {
-                match self.claim_once(conn, ticket).await {
-                    Err(Failed::Retry(reason, _)) if attempt < self.max_attempts => {
-                        fence::record_retry(STORE, reason);
-                        tokio::time::sleep(fence::retry_backoff(attempt)).await;
-                        attempt += 1;
-                    }
-                    outcome => break outcome.map_err(Failed::into_error),
-                }
+        let mut run = fence::Run::new(STORE, "claim", ticket, self.max_attempts);
+        let outcome = loop {
+            match self.claim_once(conn, ticket).instrument(run.span()).await {
+                Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
+                    true => continue,
+                    false => break Err(err),
+                },
+                outcome => break outcome.map_err(Attempt::into_error),
             }
-        }
-        .instrument(span("claim", ticket))
-        .await;
-        fence::record(STORE, started, &outcome);
-        outcome
+        };
+        run.finish(outcome)
     }
 
     async fn claim_once(
         &self,
-        conn: &mut impl Queryable,
+        conn: &mut Conn,
         ticket: &FenceTicket,
-    ) -> Result<Option<i64>, Failed<mysql_async::Error>> {
-        ticket.check_before_commit().map_err(Failed::Done)?;
-        check_scope(ticket).map_err(Failed::Done)?;
+    ) -> Result<Option<i64>, Attempt<mysql_async::Error>> {
+        ticket.check_before_commit().map_err(Attempt::Done)?;
+        check_scope(ticket).map_err(Attempt::Done)?;
         if self.flaw == Flaw::RowsAffected {
             return self.claim_by_count(conn, ticket).await;
         }
         let claim = sql::claim(self.db(), ticket.scope(), ticket.token().as_i64());
-        match conn.query_first::<(Option<i64>,), _>(claim).await {
-            Ok(row) => Ok(row.and_then(|(previous,)| previous)),
-            Err(err) => Err(classify(ticket, err, "claim")),
+        match previous(conn, claim).await {
+            Ok(previous) => Ok(previous),
+            Err(err) => {
+                // A failed claim stopped the batch with its transaction doomed: end it.
+                roll_back(conn).await;
+                Err(classify(ticket, err, "claim"))
+            }
         }
     }
 
@@ -407,7 +404,7 @@ impl MySqlFence {
         &self,
         conn: &mut impl Queryable,
         ticket: &FenceTicket,
-    ) -> Result<Option<i64>, Failed<mysql_async::Error>> {
+    ) -> Result<Option<i64>, Attempt<mysql_async::Error>> {
         let (scope, token) = (ticket.scope().as_bytes(), ticket.token().as_i64());
         let update = sql::conditional_update(self.db());
         let changed = match conn.exec_iter(update, (token, scope, token)).await {
@@ -426,7 +423,7 @@ impl MySqlFence {
             Ok(()) => Ok(None),
             // No row changed and the row exists: taken for a newer holder's.
             Err(mysql_async::Error::Server(e)) if e.code == 1062 => {
-                Err(Failed::Done(ticket.refused(ticket.token().as_i64())))
+                Err(Attempt::Done(ticket.refused(ticket.token().as_i64())))
             }
             Err(err) => Err(classify(ticket, err, "claim")),
         }
@@ -546,26 +543,20 @@ impl MySqlFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let started = Instant::now();
-        let span = span("transaction", first);
-        let mut attempt = 1;
+        let mut run = fence::Run::new(STORE, "transaction", first, self.max_attempts);
         let outcome = loop {
-            let outcome = self
-                .attempt(conn, &ordered, &mut work)
-                .instrument(span.clone())
+            let outcome = (self.attempt(conn, &ordered, &mut work))
+                .instrument(run.span())
                 .await;
             match outcome {
-                Err(Failed::Retry(reason, _)) if attempt < self.max_attempts => {
-                    fence::record_retry(STORE, reason);
-                    tokio::time::sleep(fence::retry_backoff(attempt)).await;
-                    attempt += 1;
-                }
-                outcome => break outcome.map_err(Failed::into_error),
+                Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
+                    true => continue,
+                    false => break Err(err),
+                },
+                outcome => break outcome.map_err(Attempt::into_error),
             }
         };
-        let _entered = span.enter();
-        fence::record(STORE, started, &outcome);
-        outcome
+        run.finish(outcome)
     }
 
     /// One run of a fenced transaction.
@@ -574,35 +565,40 @@ impl MySqlFence {
         conn: &mut Conn,
         tickets: &[&FenceTicket],
         work: &mut F,
-    ) -> Result<T, Failed<E>>
+    ) -> Result<T, Attempt<E>>
     where
         F: for<'c> FnMut(&'c mut Conn) -> TxFuture<'c, T, E>,
         E: From<mysql_async::Error> + std::error::Error + 'static,
     {
         let checked = || (tickets.iter()).try_for_each(|t| t.check_before_commit::<E>());
-        checked().map_err(Failed::Done)?;
+        checked().map_err(Attempt::Done)?;
         for ticket in tickets {
-            check_scope(ticket).map_err(Failed::Done)?;
+            check_scope(ticket).map_err(Attempt::Done)?;
         }
-        self.begin(conn, tickets).await.map_err(Failed::widen)?;
+        self.begin(conn, tickets).await.map_err(widen)?;
         let value = match work(conn).await {
             Ok(value) => value,
             Err(err) => {
                 roll_back(conn).await;
                 let reason = fence::find_cause::<mysql_async::Error>(&err).and_then(retryable);
                 return Err(match reason {
-                    Some(reason) => Failed::Retry(reason, FenceError::Store(err)),
-                    None => Failed::Done(FenceError::Store(err)),
+                    Some(reason) => Attempt::Retry(reason, FenceError::Store(err)),
+                    None => Attempt::Done(FenceError::Store(err)),
                 });
             }
         };
         // The last check before the commit: a hold lost meanwhile writes nothing.
         if let Err(err) = checked() {
             roll_back(conn).await;
-            return Err(Failed::Done(err));
+            return Err(Attempt::Done(err));
         }
+        // The mutants that claim outside the transaction, or commit unsealed, seal nothing.
+        let sealed = !matches!(
+            self.flaw,
+            Flaw::UnsealedCommit | Flaw::CheckOutsideTransaction | Flaw::RowsAffected
+        );
         let scopes: Vec<&str> = (tickets.iter())
-            .filter(|_| self.flaw != Flaw::UnsealedCommit)
+            .filter(|_| sealed)
             .map(|t| t.scope())
             .collect();
         match conn.query_drop(sql::commit(self.db(), &scopes)).await {
@@ -613,11 +609,11 @@ impl MySqlFence {
                 let reason = retryable(&err);
                 let err = FenceError::Store(E::from(err));
                 Err(match reason {
-                    Some(reason) => Failed::Retry(reason, err),
-                    None => Failed::Done(err),
+                    Some(reason) => Attempt::Retry(reason, err),
+                    None => Attempt::Done(err),
                 })
             }
-            Err(err) => Err(Failed::Done(tickets[0].in_doubt(E::from(err)))),
+            Err(err) => Err(Attempt::Done(tickets[0].in_doubt(E::from(err)))),
         }
     }
 
@@ -627,7 +623,7 @@ impl MySqlFence {
         &self,
         conn: &mut Conn,
         tickets: &[&FenceTicket],
-    ) -> Result<(), Failed<mysql_async::Error>> {
+    ) -> Result<(), Attempt<mysql_async::Error>> {
         if self.flaw == Flaw::CheckOutsideTransaction {
             // The mutant claims in statements of their own, in autocommit.
             for ticket in tickets {
@@ -649,7 +645,7 @@ impl MySqlFence {
                     "a transaction is already open on this connection: commit or roll it back \
                            first (a fenced transaction dropped mid-way leaves its own open: \
                            `ROLLBACK; SET autocommit = 1`)";
-                return Err(Failed::Done(FenceError::Invalid(
+                return Err(Attempt::Done(FenceError::Invalid(
                     zkfence::Error::InvalidOptions(why),
                 )));
             }
@@ -670,8 +666,8 @@ impl MySqlFence {
             roll_back(conn).await;
             return Err(match err {
                 // Inside a transaction that never commits: a broken connection rolled it back.
-                Failed::Done(FenceError::InDoubt { cause, .. }) => {
-                    Failed::Done(FenceError::Store(cause))
+                Attempt::Done(FenceError::InDoubt { cause, .. }) => {
+                    Attempt::Done(FenceError::Store(cause))
                 }
                 err => err,
             });
@@ -706,7 +702,7 @@ impl MySqlFence {
             .await
     }
 
-    /// Every scope's fence, by scope.
+    /// Every scope's fence, by scope (its claim count and last change too).
     ///
     /// # Errors
     ///
@@ -720,23 +716,21 @@ impl MySqlFence {
     ///
     /// ```no_run
     /// # async fn demo(mut db: mysql_async::Conn) -> Result<(), mysql_async::Error> {
-    /// for row in zkfence_mysql::MySqlFence::new().scopes(&mut db).await? {
-    ///     println!("{} {} ({} claims, {})", row.scope, row.token, row.claims, row.updated);
+    /// for row in zkfence_mysql::MySqlFence::new().fences(&mut db).await? {
+    ///     println!("{} {} ({:?} claims)", row.scope, row.token, row.claims);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn scopes(
+    pub async fn fences(
         &self,
         conn: &mut impl Queryable,
-    ) -> Result<Vec<FenceRow>, mysql_async::Error> {
+    ) -> Result<Vec<FenceState>, mysql_async::Error> {
         let rows: Vec<(Vec<u8>, i64, i64, Option<String>)> =
             conn.query(sql::scopes(self.db())).await?;
         Ok((rows.into_iter())
-            .map(|(scope, token, claims, updated)| FenceRow {
-                scope: String::from_utf8_lossy(&scope).into_owned(),
-                token,
-                claims,
-                updated: updated.unwrap_or_default(),
+            .map(|(scope, token, claims, updated)| {
+                let scope = String::from_utf8_lossy(&scope).into_owned();
+                FenceState::new(scope, token).counted(claims, updated.unwrap_or_default())
             })
             .collect())
     }
@@ -802,28 +796,11 @@ impl MySqlFence {
     }
 }
 
-/// How an attempt failed: for good, or in a way that running it again may cure (with the
-/// reason, for the retry metric).
-enum Failed<E> {
-    Done(FenceError<E>),
-    Retry(&'static str, FenceError<E>),
-}
-
-impl<E> Failed<E> {
-    fn into_error(self) -> FenceError<E> {
-        match self {
-            Failed::Done(err) | Failed::Retry(_, err) => err,
-        }
-    }
-}
-
-impl Failed<mysql_async::Error> {
-    /// The failure with the store's error converted to `E`'s.
-    fn widen<E: From<mysql_async::Error>>(self) -> Failed<E> {
-        match self {
-            Failed::Done(err) => Failed::Done(err.map_store(E::from)),
-            Failed::Retry(reason, err) => Failed::Retry(reason, err.map_store(E::from)),
-        }
+/// `failed` with the store's error converted to `E`'s.
+fn widen<E: From<mysql_async::Error>>(failed: Attempt<mysql_async::Error>) -> Attempt<E> {
+    match failed {
+        Attempt::Done(err) => Attempt::Done(err.map_store(E::from)),
+        Attempt::Retry(reason, err) => Attempt::Retry(reason, err.map_store(E::from)),
     }
 }
 
@@ -833,23 +810,23 @@ fn classify(
     ticket: &FenceTicket,
     err: mysql_async::Error,
     phase: &'static str,
-) -> Failed<mysql_async::Error> {
+) -> Attempt<mysql_async::Error> {
     if let Some(seen) = refusal(&err) {
-        return Failed::Done(ticket.refused(seen));
+        return Attempt::Done(ticket.refused(seen));
     }
     if let mysql_async::Error::Server(e) = &err {
         // Two first claims at once: the second inserts a row the first committed.
         if e.code == 1062 && phase == "claim" {
-            return Failed::Retry("first_claim", FenceError::Store(err));
+            return Attempt::Retry("first_claim", FenceError::Store(err));
         }
     }
     if let Some(reason) = retryable(&err) {
-        return Failed::Retry(reason, FenceError::Store(err));
+        return Attempt::Retry(reason, FenceError::Store(err));
     }
     if err.is_fatal() {
-        Failed::Done(ticket.in_doubt(err))
+        Attempt::Done(ticket.in_doubt(err))
     } else {
-        Failed::Done(FenceError::Store(err))
+        Attempt::Done(FenceError::Store(err))
     }
 }
 
@@ -886,8 +863,16 @@ fn commit_in_doubt(err: &mysql_async::Error) -> bool {
     matches!(err, mysql_async::Error::Server(e) if e.code == 1180)
 }
 
-/// Ends whatever the fenced transaction left open; a failure here (a broken connection) has
-/// ended it already.
+/// The token the fence held before the standalone claim `batch` (sent as one: its errors come
+/// back only as the batch's replies are drained), as the claim left it in `@zkfence_previous`.
+async fn previous(conn: &mut Conn, batch: String) -> Result<Option<i64>, mysql_async::Error> {
+    conn.query_drop(batch).await?;
+    let previous: Option<Option<i64>> = conn.query_first("SELECT @zkfence_previous").await?;
+    Ok(previous.flatten())
+}
+
+/// Ends whatever the fenced transaction left open, and lifts a failed claim's or seal's doom
+/// from the connection; a failure here (a broken connection) has ended it already.
 async fn roll_back(conn: &mut Conn) {
     if let Err(err) = conn.query_drop(sql::ROLLBACK).await {
         tracing::debug!(store = STORE, cause = %err, "rollback failed");
@@ -902,15 +887,4 @@ fn check_scope<E>(ticket: &FenceTicket) -> Result<(), FenceError<E>> {
         return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
     }
     Ok(())
-}
-
-/// The span of one fenced operation.
-fn span(op: &'static str, ticket: &FenceTicket) -> tracing::Span {
-    tracing::debug_span!(
-        "fence",
-        store = STORE,
-        op,
-        scope = ticket.scope(),
-        fencing_token = %ticket.token(),
-    )
 }

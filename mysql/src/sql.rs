@@ -4,14 +4,7 @@
 
 use std::fmt::Write as _;
 
-/// The SQLSTATE `zkfence_claim` signals when it refuses a token: a newer holder has claimed
-/// the scope. The message ends with the token the fence holds, in decimal.
-pub const REFUSED: &str = "ZF001";
-
-/// The SQLSTATE `zkfence_seal` signals when the fenced transaction it was to seal is gone:
-/// rolled back under the work (a deadlock or a lock wait timeout that the work swallowed), so
-/// that the statements since ran in another transaction, which is rolled back in its turn.
-pub const ROLLED_BACK: &str = "ZF002";
+pub use zkfence::fence::{BAD_CLAIM, REFUSED, ROLLED_BACK};
 
 /// The longest scope, in bytes: the fence table's key is `VARBINARY(1024)` (InnoDB keys are
 /// limited to 3072 bytes).
@@ -22,7 +15,8 @@ pub const MAX_SCOPE_BYTES: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
     /// Reads the fence row `FOR UPDATE`; refuses a lower token, accepts an equal one, raises
-    /// to a higher one; creates a missing row.
+    /// to a higher one; creates a missing row. A refusal (or any failed claim, or seal) dooms
+    /// what it refused: rolled back, and the session read-only until it says otherwise.
     Sound,
     /// Refuses an equal token too.
     StrictlyGreater,
@@ -30,6 +24,9 @@ pub(crate) enum Claim {
     NoUpsert,
     /// Reads the fence row without `FOR UPDATE`: a plain read, which locks nothing.
     NoLockingRead,
+    /// A refusal signals and leaves the transaction open and the session writable, as before
+    /// the doom: a client that carries on commits its stale write.
+    CommitAfterRefusal,
 }
 
 /// `name`, qualified with `database` when there is one.
@@ -57,7 +54,7 @@ pub(crate) fn install(database: Option<&str>, claim: Claim) -> Vec<String> {
     ));
     for (name, body) in [
         ("zkfence_claim", claim_procedure(database, claim)),
-        ("zkfence_seal", seal_procedure(database)),
+        ("zkfence_seal", seal_procedure(database, claim)),
     ] {
         statements.push(format!(
             "DROP PROCEDURE IF EXISTS {}",
@@ -93,20 +90,48 @@ fn claim_procedure(database: Option<&str>, claim: Claim) -> String {
         Claim::StrictlyGreater => "seen >= p_token",
         _ => "seen > p_token",
     };
+    let doom = doom(claim);
     let first = match claim {
-        Claim::NoUpsert => refuse("0"),
+        Claim::NoUpsert => signal(
+            REFUSED,
+            "zkfence: refused: the scope has no fence yet; the fence holds 0",
+            doom,
+        ),
         _ => format!("INSERT INTO {table} (scope, token) VALUES (p_scope, p_token);"),
     };
-    let refused = refuse("seen");
+    let bad = |why: &str| signal(BAD_CLAIM, why, doom);
+    let no_autocommit = bad("zkfence_claim: turn autocommit off first (SET autocommit = 0): a transaction begun with START TRANSACTION ends at a deadlock, and the statements after it would commit unfenced");
+    let bad_args = bad("zkfence_claim: give the lock path and its fencing token, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)");
+    let read_only = bad("zkfence_claim: this connection refuses writes since an earlier zkfence error: ROLLBACK; SET SESSION TRANSACTION READ WRITE; then claim again, with a token that still holds the lock");
     format!(
-        "CREATE PROCEDURE {name}(IN p_scope VARBINARY({MAX_SCOPE_BYTES}), IN p_token BIGINT)
+        "CREATE PROCEDURE {name}(IN p_scope VARBINARY({MAX_SCOPE_BYTES}), IN p_token_text VARCHAR(255))
   MODIFIES SQL DATA
-  COMMENT 'zkfence: raises the scope''s fence to p_token, or signals SQLSTATE {REFUSED}; keeps the fence row locked to the end of the transaction'
+  COMMENT 'zkfence: raises the scope''s fence to the token, or signals SQLSTATE {REFUSED} and dooms the transaction; keeps the fence row locked to the end of the transaction'
 BEGIN
   DECLARE seen BIGINT DEFAULT NULL;
+  DECLARE p_token BIGINT;
+  DECLARE digits VARCHAR(255);
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET seen = NULL;
-  IF p_scope IS NULL OR LENGTH(p_scope) = 0 OR p_token IS NULL OR p_token < 0 THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'zkfence_claim: needs a scope and a token of 0 or more';
+  DECLARE EXIT HANDLER FOR SQLSTATE '25006' BEGIN {read_only} END;
+  IF @@autocommit <> 0 THEN
+    {no_autocommit}
+  END IF;
+  -- The token in any decimal text form a client sends (42, 0042, +42), compared as the
+  -- integer it spells; anything else (-1, 4.2e1, past i64::MAX) is no token. Never MySQL's
+  -- own string-to-integer cast, which reads 'abc' as 0 and clips 1e30 to the largest BIGINT.
+  IF p_token_text IS NULL OR NOT (p_token_text REGEXP '^[+]?[0-9]+$') THEN
+    {bad_args}
+  END IF;
+  SET digits = TRIM(LEADING '0' FROM TRIM(LEADING '+' FROM p_token_text));
+  IF digits = '' THEN
+    SET digits = '0';
+  END IF;
+  IF LENGTH(digits) > 19 OR (LENGTH(digits) = 19 AND digits > '9223372036854775807') THEN
+    {bad_args}
+  END IF;
+  SET p_token = CAST(digits AS SIGNED);
+  IF p_scope IS NULL OR LENGTH(p_scope) = 0 THEN
+    {bad_args}
   END IF;
   SELECT token INTO seen FROM {table} WHERE scope = p_scope{read};
   IF seen IS NULL THEN
@@ -117,31 +142,82 @@ BEGIN
     UPDATE {table} SET token = p_token, claims = claims + 1, updated = CURRENT_TIMESTAMP(6)
       WHERE scope = p_scope;
   END IF;
+  {mark}
+  SET @zkfence_previous = seen;
   SELECT seen AS previous;
-END"
+END",
+        refused = refuse("seen", doom),
+        mark = mark(database),
     )
 }
 
-/// The statements that signal a refusal, `seen` the token to name.
-fn refuse(seen: &str) -> String {
+/// The claim's mark for the seal: the session's count of claims of the scope, kept in a
+/// MEMORY table (which no rollback undoes), and the same count in an InnoDB table (which the
+/// rollback of the claim's transaction undoes). The seal finds the two equal only in the
+/// transaction of the scope's latest claim, not after a rollback under it, nor from an earlier
+/// transaction's claim that committed without a seal.
+fn mark(database: Option<&str>) -> String {
+    let (claims, marks) = (
+        qualified(database, "zkfence_claims"),
+        qualified(database, "zkfence_marks"),
+    );
+    format!(
+        "CREATE TEMPORARY TABLE IF NOT EXISTS {claims} (scope VARBINARY({MAX_SCOPE_BYTES}) NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE = MEMORY;
+  CREATE TEMPORARY TABLE IF NOT EXISTS {marks} (scope VARBINARY({MAX_SCOPE_BYTES}) NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (scope, n)) ENGINE = InnoDB;
+  INSERT INTO {claims} (scope, n) VALUES (p_scope, 1) ON DUPLICATE KEY UPDATE n = n + 1;
+  INSERT INTO {marks} (scope, n) SELECT scope, n FROM {claims} WHERE scope = p_scope;"
+    )
+}
+
+/// What a failed claim or seal does before it signals: rolls back what it refused and leaves
+/// the session read-only, so that a client that carries on (`mariadb --force`, an exception
+/// caught and followed by `COMMIT`) commits nothing, in this transaction or in autocommit
+/// after it. The mutant's does nothing.
+fn doom(claim: Claim) -> &'static str {
+    match claim {
+        Claim::CommitAfterRefusal => "",
+        _ => "ROLLBACK;\n    SET SESSION TRANSACTION READ ONLY;\n    ",
+    }
+}
+
+/// The statements that doom, then signal `state` with `message`.
+fn signal(state: &str, message: &str, doom: &str) -> String {
+    format!("{doom}SIGNAL SQLSTATE '{state}' SET MESSAGE_TEXT = '{message}';")
+}
+
+/// The statements that doom, then signal a refusal, `seen` the token to name.
+fn refuse(seen: &str, doom: &str) -> String {
     format!(
         "SET @zkfence_refusal = CONCAT('zkfence: refused: a newer lock holder claimed this scope; the fence holds ', {seen});
-    SIGNAL SQLSTATE '{REFUSED}' SET MESSAGE_TEXT = @zkfence_refusal;"
+    {doom}SIGNAL SQLSTATE '{REFUSED}' SET MESSAGE_TEXT = @zkfence_refusal;"
     )
 }
 
-fn seal_procedure(database: Option<&str>) -> String {
+fn seal_procedure(database: Option<&str>, claim: Claim) -> String {
     let name = qualified(database, "zkfence_seal");
-    let held = qualified(database, "zkfence_held");
+    let (claims, marks) = (
+        qualified(database, "zkfence_claims"),
+        qualified(database, "zkfence_marks"),
+    );
+    let gone = signal(
+        ROLLED_BACK,
+        "zkfence: this transaction holds no claim of the scope (rolled back under its work by a deadlock or lock wait timeout it did not pass on, or never claimed): nothing of it commits",
+        doom(claim),
+    );
     format!(
         "CREATE PROCEDURE {name}(IN p_scope VARBINARY({MAX_SCOPE_BYTES}))
   MODIFIES SQL DATA
-  COMMENT 'zkfence: checks that the fenced transaction that claimed p_scope is still the open one'
+  COMMENT 'zkfence: call last before COMMIT: checks that this transaction still holds the scope''s latest claim, else dooms it'
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM {held} WHERE scope = p_scope) THEN
-    SIGNAL SQLSTATE '{ROLLED_BACK}' SET MESSAGE_TEXT = 'zkfence: the fenced transaction was rolled back under its work (a deadlock or lock wait timeout it did not pass on); nothing of it commits';
+  DECLARE latest BIGINT DEFAULT NULL;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET latest = NULL;
+  DECLARE CONTINUE HANDLER FOR SQLSTATE '42S02' SET latest = NULL;
+  SELECT c.n INTO latest FROM {claims} AS c JOIN {marks} AS m ON m.scope = c.scope AND m.n = c.n
+    WHERE c.scope = p_scope;
+  IF latest IS NULL THEN
+    {gone}
   END IF;
-  DELETE FROM {held} WHERE scope = p_scope;
+  DELETE FROM {marks} WHERE scope = p_scope;
 END"
     )
 }
@@ -160,26 +236,18 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// The statements that open a fenced transaction, sent as one: the isolation level (which
 /// fails if a transaction is already open on the connection), autocommit off (so that nothing
-/// after a rollback under the work commits on its own), the marker table, then per scope (in
-/// order) the claim, unless `claims` is false (a mutant's), and its marker row.
+/// after a rollback under the work commits on its own, and the claim insists on it), then the
+/// claims in order, unless `claims` is false (a mutant's).
 pub(crate) fn begin(
     database: Option<&str>,
     level: mysql_async::IsolationLevel,
     tickets: &[(String, i64)],
     claims: bool,
 ) -> String {
-    let held = qualified(database, "zkfence_held");
-    let mut sql = format!(
-        "SET TRANSACTION ISOLATION LEVEL {level}; SET autocommit = 0; \
-         CREATE TEMPORARY TABLE IF NOT EXISTS {held} (scope VARBINARY({MAX_SCOPE_BYTES}) NOT NULL PRIMARY KEY) ENGINE = InnoDB"
-    );
-    for (scope, token) in tickets {
-        let scope = hex(scope.as_bytes());
-        if claims {
-            let claim = qualified(database, "zkfence_claim");
-            let _ = write!(sql, "; CALL {claim}({scope}, {token})");
-        }
-        let _ = write!(sql, "; INSERT INTO {held} (scope) VALUES ({scope})");
+    let mut sql = format!("SET TRANSACTION ISOLATION LEVEL {level}; SET autocommit = 0");
+    for (scope, token) in tickets.iter().filter(|_| claims) {
+        let claim = qualified(database, "zkfence_claim");
+        let _ = write!(sql, "; CALL {claim}({}, {token})", hex(scope.as_bytes()));
     }
     sql
 }
@@ -196,14 +264,21 @@ pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
     sql
 }
 
-/// Ends whatever the fenced transaction left open.
-pub(crate) const ROLLBACK: &str = "ROLLBACK; SET autocommit = 1";
+/// Ends whatever the fenced transaction left open, and lifts the doom of a failed claim or
+/// seal (the Rust side hands the error on; a client that carries on is not this one).
+pub(crate) const ROLLBACK: &str =
+    "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1";
 
-/// The standalone claim (in its own transaction, or the caller's): a text statement, one
-/// round trip (a prepared one costs a prepare on each new connection).
+/// The standalone claim, committed on its own (autocommit off for it, its seal clearing its
+/// mark): text statements sent as one, one round trip (a prepared one costs a prepare on each
+/// new connection).
 pub(crate) fn claim(database: Option<&str>, scope: &str, token: i64) -> String {
     let claim = qualified(database, "zkfence_claim");
-    format!("CALL {claim}({}, {token})", hex(scope.as_bytes()))
+    let seal = qualified(database, "zkfence_seal");
+    let scope = hex(scope.as_bytes());
+    format!(
+        "SET autocommit = 0; CALL {claim}({scope}, {token}); CALL {seal}({scope}); COMMIT; SET autocommit = 1"
+    )
 }
 
 /// A scope's fence.

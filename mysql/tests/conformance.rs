@@ -8,29 +8,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, IsolationLevel, Opts};
-use zkfence::fence::{FenceError, FenceTicket};
-use zkfence_mysql::MySqlFence;
-use zkfence_testkit::conformance::{self, BoxFuture, FenceStore, Hooks, ReplySwitch};
+use mysql_async::{Conn, IsolationLevel};
+use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::fence::FenceError;
+use zkfence_mysql::{ConformanceStore, MySqlFence};
 use zkfence_testkit::harness::{chroot, connect, shared, shared_mariadb};
 use zkfence_testkit::RawProxy;
 
-/// The kit's store on MariaDB: a database per test with the fence, `kit_counter`, `kit_log`
-/// (a row per accepted increment, inserted in the same transaction) and `kit_items`. The
-/// fence's connections go through a proxy (to lose a commit's reply); reads go direct.
-struct MyStore {
-    fence: MySqlFence,
-    db: String,
-    /// The claims' connections (kept open: a claim is sent on one opened before its replies
-    /// are dropped); `None` once broken.
-    conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
-    proxied: String,
-    direct: String,
-    proxy: Arc<RawProxy>,
+type MyStore = ConformanceStore;
+
+/// The shared server's root URL.
+async fn root() -> String {
+    tokio::task::spawn_blocking(shared_mariadb)
+        .await
+        .unwrap()
+        .to_owned()
 }
 
 async fn open(url: &str) -> Conn {
-    let opts = Opts::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    let opts = mysql_async::Opts::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     // TCP always: mysql_async would switch a loopback connection to the server's Unix
     // socket, around the proxy.
     let opts = mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false);
@@ -39,180 +35,36 @@ async fn open(url: &str) -> Conn {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
-impl MyStore {
-    async fn new(name: &str) -> MyStore {
-        MyStore::build(name, MySqlFence::new()).await
-    }
-
-    async fn build(name: &str, fence: MySqlFence) -> MyStore {
-        let root = tokio::task::spawn_blocking(shared_mariadb)
-            .await
-            .unwrap()
-            .to_owned();
-        let db = format!("kit_{name}_{}", std::process::id()).replace('-', "_");
-        let fence = fence.with_database(&db).unwrap();
-        let mut conn = open(&root).await;
-        fence.install(&mut conn).await.unwrap();
-        conn.query_drop(format!(
-            "CREATE TABLE `{db}`.kit_counter (k VARCHAR(200) PRIMARY KEY, value BIGINT NOT NULL) ENGINE = InnoDB;
-             CREATE TABLE `{db}`.kit_log (seq BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(200) NOT NULL, token BIGINT NOT NULL) ENGINE = InnoDB;
-             CREATE TABLE `{db}`.kit_items (k VARCHAR(200) PRIMARY KEY) ENGINE = InnoDB"
-        ))
-        .await
+/// The kit's store on the shared server, in a database of the test's own; the fence's
+/// connections through a proxy (to lose a commit's reply), reads direct.
+async fn build(name: &str, fence: MySqlFence) -> MyStore {
+    let root = root().await;
+    let port: u16 = (root.rsplit(':').next())
+        .and_then(|p| p.split('/').next())
+        .and_then(|p| p.parse().ok())
         .unwrap();
-        let direct = root.replace("/mysql", &format!("/{db}"));
-        let port: u16 = (root.rsplit(':').next())
-            .and_then(|p| p.split('/').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap();
-        let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
-        let proxied = direct.replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
-        let mut conns = Vec::new();
-        for _ in 0..3 {
-            conns.push(tokio::sync::Mutex::new(Some(open(&proxied).await)));
-        }
-        MyStore {
-            fence,
-            db,
-            conns,
-            proxied,
-            direct,
-            proxy,
-        }
-    }
-
-    async fn increment_with(
-        &self,
-        fence: &MySqlFence,
-        ticket: &FenceTicket,
-        key: &str,
-        hooks: Hooks,
-    ) -> Result<i64, FenceError<mysql_async::Error>> {
-        let hooks = Arc::new(std::sync::Mutex::new(hooks));
-        let token = ticket.token().as_i64();
-        // A connection of its own: the kit runs a stale and a current writer at once.
-        let mut conn = open(&self.proxied).await;
-        fence
-            .transaction(&mut conn, ticket, |conn| {
-                let (hooks, key) = (hooks.clone(), key.to_owned());
-                Box::pin(async move {
-                    let value: Option<i64> = conn
-                        .exec_first("SELECT value FROM kit_counter WHERE k = ?", (&key,))
-                        .await?;
-                    let value = value.unwrap_or(0) + 1;
-                    let between = hooks.lock().unwrap().between.take();
-                    if let Some(between) = between {
-                        between.await;
-                    }
-                    conn.exec_drop(
-                        "INSERT INTO kit_counter (k, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)",
-                        (&key, value),
-                    )
-                    .await?;
-                    conn.exec_drop("INSERT INTO kit_log (k, token) VALUES (?, ?)", (&key, token))
-                        .await?;
-                    let hook = hooks.lock().unwrap().before_commit.take();
-                    if let Some(hook) = hook {
-                        hook();
-                    }
-                    Ok(value)
-                })
-            })
-            .await
-    }
+    let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
+    let proxied = root.replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
+        true => proxy.drop_replies(true),
+        false => proxy.reset(),
+    });
+    let name = format!("{name}_{}", std::process::id());
+    ConformanceStore::create(&root, fence, &name, Some((proxied, switch)))
+        .await
+        .unwrap_or_else(|e| panic!("the kit's store: {e}"))
 }
 
-impl FenceStore for MyStore {
-    type Error = mysql_async::Error;
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<(), FenceError<mysql_async::Error>>> {
-        Box::pin(async move {
-            let mut slot = match self.conns.iter().find_map(|c| c.try_lock().ok()) {
-                Some(slot) => slot,
-                None => self.conns[0].lock().await,
-            };
-            let mut conn = match slot.take() {
-                Some(conn) => conn,
-                None => open(&self.proxied).await,
-            };
-            let outcome = self.fence.claim(&mut conn, ticket).await.map(|_| ());
-            if !matches!(outcome, Err(FenceError::InDoubt { .. })) {
-                *slot = Some(conn);
-            }
-            outcome
-        })
-    }
-
-    fn increment<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-        key: &'a str,
-        hooks: Hooks,
-    ) -> BoxFuture<'a, Result<i64, FenceError<mysql_async::Error>>> {
-        Box::pin(self.increment_with(&self.fence, ticket, key, hooks))
-    }
-
-    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
-        Box::pin(async move {
-            let mut conn = open(&self.direct).await;
-            let value: Option<i64> = conn
-                .exec_first("SELECT value FROM kit_counter WHERE k = ?", (key,))
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(value.unwrap_or(0))
-        })
-    }
-
-    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
-        Box::pin(async move {
-            let mut conn = open(&self.direct).await;
-            conn.exec("SELECT token FROM kit_log WHERE k = ? ORDER BY seq", (key,))
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
-        Box::pin(async move {
-            let mut conn = open(&self.direct).await;
-            (self.fence.seen(&mut conn, scope).await).map_err(|e| e.to_string())
-        })
-    }
-
-    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
-        Box::pin(async move {
-            // A lock wait on this store's fence table alone (other tests share the server).
-            let mut conn = open(&self.direct).await;
-            let waits: Option<i64> = conn
-                .exec_first(
-                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX
-                     WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%zkfence_fence%')",
-                    (&self.db,),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(waits.unwrap_or(0) > 0)
-        })
-    }
-
-    fn reply_switch(&self) -> ReplySwitch {
-        let proxy = self.proxy.clone();
-        Arc::new(move |on| match on {
-            true => proxy.drop_replies(true),
-            false => proxy.reset(),
-        })
-    }
+async fn new_store(name: &str) -> MyStore {
+    build(name, MySqlFence::new()).await
 }
 
 // Every case that needs nothing but the store (and the lost hold below, which takes a lock).
-zkfence_testkit::conformance_tests!(MyStore::new);
+zkfence_testkit::conformance_tests!(new_store);
 
 async fn repeatable_read(name: &str) -> MyStore {
     let fence = MySqlFence::new().with_isolation(IsolationLevel::RepeatableRead);
-    MyStore::build(name, fence).await
+    build(name, fence).await
 }
 
 zkfence_testkit::conformance_tests!(repeatable_read;
@@ -223,7 +75,7 @@ zkfence_testkit::conformance_tests!(repeatable_read;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
-    let store = MyStore::new("lost_hold").await;
+    let store = new_store("lost_hold").await;
     let hosts = chroot(shared(), "mysql-lost-hold").await;
     let client = connect(&hosts, Duration::from_secs(10)).await;
     conformance::lost_hold_writes_nothing(&store, &client)
@@ -246,8 +98,10 @@ struct AfterDeadlock {
 async fn swallowed_deadlock(store: &MyStore, fence: &MySqlFence) -> AfterDeadlock {
     let ticket = conformance::ticket("/kit/deadlock", 0x1_0000_0001);
     let attempts = Arc::new(AtomicU32::new(0));
-    let mut conn = open(&store.proxied).await;
-    let direct = store.direct.clone();
+    let mut conn = store.connect().await.unwrap();
+    let direct = root()
+        .await
+        .replace("/mysql", &format!("/{}", store.database()));
     let outcome = fence
         .transaction(&mut conn, &ticket, |conn| {
             let (attempts, direct) = (attempts.clone(), direct.clone());
@@ -268,7 +122,7 @@ async fn swallowed_deadlock(store: &MyStore, fence: &MySqlFence) -> AfterDeadloc
         })
         .await;
     outcome.unwrap_or_else(|e| panic!("the fenced transaction: {e}"));
-    let mut reader = open(&store.direct).await;
+    let mut reader = store.direct().await.unwrap();
     AfterDeadlock {
         attempts: attempts.load(Ordering::SeqCst),
         items: reader
@@ -285,7 +139,15 @@ async fn swallowed_deadlock(store: &MyStore, fence: &MySqlFence) -> AfterDeadloc
 async fn deadlock(conn: &mut Conn, direct: &str) {
     let mut side = open(direct).await;
     // The other side changes many rows first: InnoDB rolls back the lighter transaction, ours.
+    // Both change a non-transactional table (ours, the claim's count in a MEMORY table), which
+    // InnoDB weighs above any number of rows.
+    side.query_drop("CREATE TEMPORARY TABLE side_count (n INT) ENGINE = MEMORY")
+        .await
+        .unwrap();
     side.query_drop("START TRANSACTION").await.unwrap();
+    side.query_drop("INSERT INTO side_count VALUES (1)")
+        .await
+        .unwrap();
     for i in 0..50 {
         side.exec_drop(
             "INSERT INTO kit_items (k) VALUES (?)",
@@ -350,8 +212,8 @@ async fn wait_for_lock_wait(direct: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadlock_the_work_swallows_commits_nothing_of_that_attempt() {
-    let store = MyStore::new("deadlock").await;
-    let after = swallowed_deadlock(&store, &store.fence).await;
+    let store = new_store("deadlock").await;
+    let after = swallowed_deadlock(&store, store.fence()).await;
     assert_eq!(
         after,
         AfterDeadlock {
@@ -362,49 +224,102 @@ async fn a_deadlock_the_work_swallows_commits_nothing_of_that_attempt() {
     );
 }
 
-/// Any client gets the same check from one statement: the `mariadb` client calling the
-/// procedure is refused with SQLSTATE ZF001 once a newer token claimed, and its transaction
-/// writes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_mariadb_client_calling_the_procedure_is_refused_below_the_fence() {
-    let store = MyStore::new("cli").await;
-    let port = (store.direct.rsplit(':').next())
+/// `mariadb` as a script of another language's service runs it, with `token` (as
+/// `ZKFENCE_TOKEN` holds it) in `sql`, against the store's database; `--force` carries on after
+/// errors.
+async fn mariadb(store: &MyStore, sql: &str, force: bool) -> std::process::Output {
+    let root = root().await;
+    let port = (root.rsplit(':').next())
         .and_then(|p| p.split('/').next())
         .unwrap()
         .to_owned();
-    let client = |token: i64| {
-        let sql = format!(
-            "START TRANSACTION; CALL zkfence_claim('/locks/cli', {token}); \
-             INSERT INTO kit_log (k, token) VALUES ('cli', {token}); COMMIT;"
-        );
-        let (port, db) = (port.clone(), store.db.clone());
-        async move {
-            tokio::process::Command::new("mariadb")
-                .args([
-                    "--protocol=tcp",
-                    "-h",
-                    "127.0.0.1",
-                    "-u",
-                    "root",
-                    "-P",
-                    &port,
-                    &db,
-                ])
-                .args(["-e", &sql])
-                .output()
-                .await
-                .expect("the mariadb client (Debian's mariadb-client)")
-        }
+    let mut command = tokio::process::Command::new("mariadb");
+    command.args([
+        "--protocol=tcp",
+        "-h",
+        "127.0.0.1",
+        "-u",
+        "root",
+        "-P",
+        &port,
+    ]);
+    if force {
+        command.arg("--force");
+    }
+    // The statements on stdin, as a script: `--force` carries on there (with `-e` it does not).
+    let mut child = command
+        .arg(store.database())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the mariadb client (Debian's mariadb-client)");
+    use tokio::io::AsyncWriteExt;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(sql.as_bytes()).await.unwrap();
+    drop(stdin);
+    child.wait_with_output().await.unwrap()
+}
+
+/// The recipe (autocommit off, claim, write, seal, commit) from the `mariadb` client: refused
+/// with SQLSTATE ZF001 once a newer token claimed, the message ending with that token; its
+/// transaction writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mariadb_client_calling_the_procedure_is_refused_below_the_fence() {
+    let store = new_store("cli").await;
+    let recipe = |token: i64| {
+        format!(
+            "SET autocommit = 0; CALL zkfence_claim('/locks/cli', {token}); \
+             INSERT INTO kit_log (k, token) VALUES ('cli', {token}); \
+             CALL zkfence_seal('/locks/cli'); COMMIT;"
+        )
     };
-    assert!(client(0x2_0000_0001).await.status.success());
-    let stale = client(0x2_0000_0000).await;
+    assert!(mariadb(&store, &recipe(0x2_0000_0001), false)
+        .await
+        .status
+        .success());
+    let stale = mariadb(&store, &recipe(0x2_0000_0000), false).await;
     assert!(!stale.status.success(), "the stale claim succeeded");
     let stderr = String::from_utf8_lossy(&stale.stderr);
     assert!(
-        stderr.contains("(ZF001)") && stderr.contains("8589934593"),
+        stderr.contains("(ZF001)") && stderr.contains("the fence holds 8589934593"),
         "{stderr}"
     );
     assert_eq!(store.log("cli").await.unwrap(), vec![0x2_0000_0001]);
+}
+
+/// `mariadb --force` carries on after the refusal: its write and its COMMIT run, and nothing
+/// commits (the refused claim rolled back and left the session read-only), in a transaction or
+/// in autocommit after it; the same after a claim made in autocommit mode, which is refused
+/// (ZF002) and dooms the session too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_force_after_a_refusal_commits_nothing() {
+    let store = new_store("force").await;
+    let newer = conformance::ticket("/locks/force", 0x2_0000_0002);
+    store.claim(&newer).await.unwrap();
+    let stale = "SET autocommit = 0; \
+                 INSERT INTO kit_log (k, token) VALUES ('force', 1); \
+                 CALL zkfence_claim('/locks/force', '8589934593'); \
+                 INSERT INTO kit_log (k, token) VALUES ('force', 2); \
+                 COMMIT; SET autocommit = 1; \
+                 INSERT INTO kit_log (k, token) VALUES ('force', 3); \
+                 CALL zkfence_seal('/locks/force'); COMMIT;";
+    let out = mariadb(&store, stale, true).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("(ZF001)"), "{stderr}");
+    assert!(
+        stderr.contains("(25006)"),
+        "the writes after it must fail read-only: {stderr}"
+    );
+    let autocommit = "CALL zkfence_claim('/locks/force', '8589934594'); \
+                      INSERT INTO kit_log (k, token) VALUES ('force', 4);";
+    let out = mariadb(&store, autocommit, true).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(ZF002)") && stderr.contains("autocommit"),
+        "{stderr}"
+    );
+    assert!(store.log("force").await.unwrap().is_empty());
 }
 
 /// A fenced transaction refuses a connection inside a transaction (its own, left open by a
@@ -412,14 +327,14 @@ async fn the_mariadb_client_calling_the_procedure_is_refused_below_the_fence() {
 /// rollback it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_left_inside_a_transaction_is_refused_until_rolled_back() {
-    let store = MyStore::new("left_open").await;
+    let store = new_store("left_open").await;
     let ticket = conformance::ticket("/kit/open", 0x1_0000_0001);
-    let mut conn = open(&store.direct).await;
+    let mut conn = store.direct().await.unwrap();
     let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
     let entered_tx = std::sync::Mutex::new(Some(entered_tx));
     let dropped = tokio::time::timeout(
         Duration::from_secs(5),
-        store.fence.transaction(&mut conn, &ticket, |conn| {
+        store.fence().transaction(&mut conn, &ticket, |conn| {
             if let Some(tx) = entered_tx.lock().unwrap().take() {
                 let _ = tx.send(());
             }
@@ -437,7 +352,7 @@ async fn a_connection_left_inside_a_transaction_is_refused_until_rolled_back() {
         "the work never ran"
     );
     let refused = store
-        .fence
+        .fence()
         .transaction(&mut conn, &ticket, |_| {
             Box::pin(async { Ok::<_, mysql_async::Error>(()) })
         })
@@ -454,7 +369,7 @@ async fn a_connection_left_inside_a_transaction_is_refused_until_rolled_back() {
     let items: Vec<String> = conn.query("SELECT k FROM kit_items").await.unwrap();
     assert!(items.is_empty(), "the dropped work committed: {items:?}");
     store
-        .fence
+        .fence()
         .transaction(&mut conn, &ticket, |conn| {
             Box::pin(async move {
                 conn.query_drop("INSERT INTO kit_items (k) VALUES ('after')")
@@ -469,11 +384,18 @@ async fn a_connection_left_inside_a_transaction_is_refused_until_rolled_back() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+    use zkfence::fence::conformance::expect_caught;
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::expect_caught;
 
     async fn store(name: &str, mutant: FenceMutant) -> MyStore {
-        MyStore::build(name, MySqlFence::new().with_mutant(mutant)).await
+        build(name, MySqlFence::new().with_mutant(mutant)).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_after_a_refusal_is_caught_by_the_client_that_carries_on() {
+        let store = store("mutant_carry_on", FenceMutant::CommitAfterRefusal).await;
+        let outcome = conformance::carrying_on_after_a_refusal_commits_nothing(&store).await;
+        expect_caught("CommitAfterRefusal", outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -511,7 +433,7 @@ mod mutants {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unsealed_commit_is_caught_by_the_swallowed_deadlock() {
         let store = store("mutant_unsealed", FenceMutant::UnsealedCommit).await;
-        let fence = store.fence.clone();
+        let fence = store.fence().clone();
         let after = swallowed_deadlock(&store, &fence).await;
         // The first attempt commits its second half alone: the log without the item.
         assert_eq!(after.attempts, 1, "{after:?}");

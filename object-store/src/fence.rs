@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -11,7 +10,6 @@ use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt as _, PutMode, PutOptions,
     PutPayload, UpdateVersion,
 };
-use tracing::Instrument;
 use zkfence::fence::{self, FenceError, FenceTicket};
 
 use crate::error::Error;
@@ -19,7 +17,7 @@ use crate::header::{self, State, WriteId};
 use crate::snapshot::{Found, Snapshot};
 
 /// The label of this store in the `zkfence_fence_*` metrics.
-const STORE: &str = "object_store";
+pub(crate) const STORE: &str = "object_store";
 
 /// How many conditional writes a fenced write tries while other writers keep moving the object
 /// between its read and its write, before it gives up ([`Error::Contended`]).
@@ -132,6 +130,8 @@ enum Flaw {
     Equality,
     StringCompare,
     NoUpsert,
+    /// The store's conditional writes taken on trust (the probe of a deployment skipped).
+    NoProbe,
 }
 
 impl Flaw {
@@ -198,6 +198,7 @@ impl ObjectFence {
         self.flaw = match mutant {
             M::EtagOnly => Flaw::EtagOnly,
             M::CheckOutsideTransaction => Flaw::CheckOutsideTransaction,
+            M::NoProbe => Flaw::NoProbe,
             M::StrictlyGreater => Flaw::StrictlyGreater,
             M::Equality => Flaw::Equality,
             M::StringCompare | M::DoubleCompare => Flaw::StringCompare,
@@ -499,6 +500,71 @@ impl ObjectFence {
         outcome.map(|(before, _)| before.token())
     }
 
+    /// Sets the fence of the object at `path` to `to`, whatever token it holds, keeping its
+    /// payload (or its emptiness): the operator's way out after the ZooKeeper ensemble's data
+    /// was reset. Conditional on the version read, again while other writers move it. Returns
+    /// the token it held; `None` (and writes nothing) when there is no object. Only once no
+    /// holder of the old ensemble can write any more: a fence set lower lets their late writes
+    /// in.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Aborted`] for a negative `to`, or a write whose outcome is unknown;
+    /// [`Error::NotFenced`], [`Error::Contended`]; the store's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// A write already sent may land after the future is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// use std::sync::Arc;
+    /// let fence = zkfence_object_store::ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
+    /// let ticket: zkfence::fence::FenceTicket = "7@4294967303::/locks/a".parse()?;
+    /// fence.put(&ticket, &"a/state".into(), "v1").await?;
+    /// assert_eq!(fence.rebase(&"a/state".into(), 5).await?, Some(4294967303));
+    /// assert_eq!(fence.read(&"a/state".into()).await?.token(), Some(5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn rebase(&self, path: &Path, to: i64) -> Result<Option<i64>, Error> {
+        let sequence = (to & 0x7FFF_FFFF) as i32;
+        let token = zkfence::FencingToken::new(sequence, to)
+            .map_err(|_| Error::Aborted("a fence holds a token from 0".into()))?;
+        for _ in 0..MAX_RACES {
+            let base = self.read(path).await?;
+            let Some(found) = base.parts() else {
+                return Ok(None);
+            };
+            let ticket = FenceTicket::new(found.scope.clone(), token)
+                .map_err(|e| Error::Aborted(e.to_string().into()))?;
+            match self
+                .commit(&ticket, &base, found.state, found.payload.clone())
+                .await
+            {
+                Ok(_) => {
+                    tracing::warn!(scope = %found.scope, path = %path, from = found.token, to, "fence rebased");
+                    return Ok(Some(found.token));
+                }
+                Err(Attempt::Raced(_)) => fence::record_retry(STORE, "raced"),
+                Err(Attempt::Failed(FenceError::Store(err))) => return Err(err),
+                Err(Attempt::Failed(err)) => return Err(Error::Aborted(err.to_string().into())),
+            }
+        }
+        Err(Error::Contended {
+            path: path.to_string(),
+            attempts: MAX_RACES,
+        })
+    }
+
+    /// Whether this fence is the mutant that takes a store's conditional writes on trust.
+    pub(crate) fn flaw_is_no_probe(&self) -> bool {
+        self.flaw == Flaw::NoProbe
+    }
+
     /// A **fenced delete**: replaces the object with an empty one that keeps the ticket's token
     /// (a tombstone), which reads as no payload. A plain delete would throw the token away,
     /// and a stale holder's create-if-absent would then succeed; the tombstone refuses it.
@@ -564,7 +630,7 @@ impl ObjectFence {
         }
     }
 
-    /// The span and metrics of one fenced operation.
+    /// The span and metrics of one fenced operation (its races are retried inside it).
     async fn observe<T>(
         &self,
         ticket: &FenceTicket,
@@ -572,19 +638,20 @@ impl ObjectFence {
         op: &'static str,
         work: impl Future<Output = Result<T, FenceError<Error>>>,
     ) -> Result<T, FenceError<Error>> {
-        let started = Instant::now();
-        let span = tracing::debug_span!(
-            "fence",
-            store = STORE,
-            op,
-            scope = ticket.scope(),
-            path = %path,
-            fencing_token = %ticket.token(),
-        );
-        let outcome = work.instrument(span.clone()).await;
-        let _entered = span.enter();
-        fence::record(STORE, started, &outcome);
-        outcome
+        let mut work = Some(work);
+        fence::drive(STORE, op, ticket, 1, || {
+            let work = work.take();
+            async move {
+                tracing::Span::current().record("path", tracing::field::display(path));
+                match work {
+                    Some(work) => work.await.map_err(fence::Attempt::Done),
+                    None => Err(fence::Attempt::Done(FenceError::Store(Error::Aborted(
+                        "a fenced write is attempted once".into(),
+                    )))),
+                }
+            }
+        })
+        .await
     }
 
     /// Compares, and writes what `next` makes of the object, conditional on the version

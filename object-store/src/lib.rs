@@ -102,9 +102,54 @@
 mod error;
 mod fence;
 mod header;
+mod prefixed;
 mod probe;
 mod snapshot;
 
 pub use crate::error::Error;
 pub use crate::fence::{BoxError, ObjectFence};
+pub use crate::prefixed::{ConformanceStore, Prefixed};
+
+/// The object format and the write protocol, for a writer in another language (`zkfence fence
+/// script s3://` prints it). An object store runs no code of ours: the compare is the writer's,
+/// and what the store enforces is that nobody writes over a version they did not read. A writer
+/// that skips a step is not fenced; run `zkfence fence verify s3://bucket/prefix` once against
+/// a store to check that it enforces its part.
+///
+/// # Examples
+///
+/// ```
+/// assert!(zkfence_object_store::PROTOCOL.contains("If-Match"));
+/// ```
+pub const PROTOCOL: &str = "\
+zkfence object fence: the format and the write protocol
+
+A fenced object is one header line, then the payload:
+
+  zkfence-fence 1 <token> <write id> <state> <scope>\n<payload>
+
+  token     the highest fencing token the object accepted, 19 digits, zero-padded
+            (compare it as an integer: never as text, never as a double)
+  write id  32 hex digits, random per write: no two writes share bytes, so no two share an
+            ETag (a newer holder writing a stale holder's bytes back cannot make its
+            If-Match pass), and a writer recognises its own write after a retry
+  state     value (a payload follows) or empty (claimed before its first write, or deleted:
+            a tombstone keeps the token)
+  scope     the lock path
+
+To write `payload` with token T (ZKFENCE_TOKEN, as an integer) under lock path S:
+
+  1. GET the object (keep its ETag, and its version id where the store has versions).
+  2. If it exists, parse the header's token; if token > T: refused, stop, write nothing.
+  3. PUT the new bytes (header with T, a fresh write id, `value`, S; then the payload) with
+     If-None-Match: * when the object did not exist, else If-Match: <the ETag read>.
+  4. 412 Precondition Failed: another writer moved it since step 1: go back to step 1
+     (a newer holder's write is then refused at step 2).
+  5. A reply lost (timeout, reset): GET again; your write id in the header means it landed;
+     another's means it may or may not have: read before doing anything else.
+
+Delete by writing an `empty` object with T (a plain DELETE throws the token away, and a stale
+holder's If-None-Match: * would succeed again). Multipart uploads take no condition: keep
+fenced objects small and point them at data written under unique keys.
+";
 pub use crate::snapshot::Snapshot;

@@ -101,6 +101,20 @@ impl Snapshot {
         self.found.as_ref().map(|f| f.token)
     }
 
+    /// The scope the object's header names (the lock path of the holders that write it);
+    /// `None` when there is no object.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn demo(fence: zkfence_object_store::ObjectFence) -> Result<(), zkfence_object_store::Error> {
+    /// println!("{:?}", fence.read(&"a/b".into()).await?.scope());
+    /// # Ok(()) }
+    /// ```
+    pub fn scope(&self) -> Option<&str> {
+        self.found.as_ref().map(|f| f.scope.as_str())
+    }
+
     /// The payload (without the fence's header); `None` when the object is missing or empty
     /// (claimed before its first write, or deleted).
     ///

@@ -76,18 +76,21 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod conformance;
+mod connected;
 mod sql;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Instant;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 use tracing::Instrument;
-use zkfence::fence::{self, FenceError, FenceTicket};
+use zkfence::fence::{self, Attempt, ConfigError, FenceError, FenceState, FenceTicket};
 
+pub use crate::conformance::ConformanceStore;
+pub use crate::connected::Connected;
 pub use crate::sql::{BAD_CLAIM, REFUSED};
 
 /// The future a [`PostgresFence::transaction`] closure returns: boxed, borrowing the
@@ -131,42 +134,6 @@ enum Flaw {
     SerializationAsSuccess,
 }
 
-/// A scope's fence, as [`PostgresFence::scopes`] lists it.
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceRow {
-    /// The scope (a lock path).
-    pub scope: String,
-    /// The highest token accepted.
-    pub token: i64,
-    /// How many claims raised or confirmed it.
-    pub claims: i64,
-    /// When it last changed, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
-    pub updated: String,
-}
-
-/// The database's error for a scope or schema name that cannot be used.
-///
-/// # Examples
-///
-/// ```
-/// assert!(zkfence_postgres::PostgresFence::new().with_schema("").is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaError(String);
-
-impl std::fmt::Display for SchemaError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "invalid schema name {:?}: give a non-empty name without control characters, e.g. \"ops\"",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for SchemaError {}
-
 impl Default for PostgresFence {
     fn default() -> Self {
         PostgresFence::new()
@@ -197,19 +164,20 @@ impl PostgresFence {
     ///
     /// # Errors
     ///
-    /// [`SchemaError`] for an empty name or one with a control character.
+    /// [`ConfigError`] for an empty name or one with a control character.
     ///
     /// # Examples
     ///
     /// ```
     /// let fence = zkfence_postgres::PostgresFence::new().with_schema("ops")?;
     /// assert!(fence.install_sql().contains("\"ops\".zkfence_fence"));
-    /// # Ok::<(), zkfence_postgres::SchemaError>(())
+    /// # Ok::<(), zkfence::fence::ConfigError>(())
     /// ```
-    pub fn with_schema(mut self, schema: impl Into<String>) -> Result<PostgresFence, SchemaError> {
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Result<PostgresFence, ConfigError> {
         let schema = schema.into();
         if schema.is_empty() || schema.chars().any(char::is_control) {
-            return Err(SchemaError(schema));
+            let instead = "a non-empty name without control characters, e.g. \"ops\"";
+            return Err(ConfigError::new("schema name", schema, instead));
         }
         self.schema = Some(schema);
         Ok(self)
@@ -337,13 +305,10 @@ impl PostgresFence {
         client: &impl GenericClient,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
-        let started = Instant::now();
-        let outcome = self
-            .claim_once(client, ticket)
-            .instrument(span("claim", ticket))
-            .await;
-        fence::record(STORE, started, &outcome);
-        outcome
+        fence::drive(STORE, "claim", ticket, 1, || async {
+            self.claim_once(client, ticket).await.map_err(Attempt::Done)
+        })
+        .await
     }
 
     async fn claim_once(
@@ -490,26 +455,22 @@ impl PostgresFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let started = Instant::now();
-        let span = span("transaction", first);
-        let mut attempt = 1;
+        let mut run = fence::Run::new(STORE, "transaction", first, self.max_attempts);
         let outcome = loop {
-            let outcome = self
-                .attempt(client, &ordered, &mut work)
-                .instrument(span.clone())
+            let outcome = (self.attempt(client, &ordered, &mut work))
+                .instrument(run.span())
                 .await;
-            match &outcome {
-                Err(FenceError::Store(err)) if attempt < self.max_attempts && retryable(err) => {
-                    fence::record_retry(STORE, "serialization");
-                    tokio::time::sleep(fence::retry_backoff(attempt)).await;
-                    attempt += 1;
+            match outcome {
+                Err(FenceError::Store(err)) if retryable(&err) => {
+                    match run.again("serialization").await {
+                        true => continue,
+                        false => break Err(FenceError::Store(err)),
+                    }
                 }
-                _ => break outcome,
+                outcome => break outcome,
             }
         };
-        let _entered = span.enter();
-        fence::record(STORE, started, &outcome);
-        outcome
+        run.finish(outcome)
     }
 
     /// One run of a fenced transaction. A serialization failure comes back as
@@ -590,7 +551,7 @@ impl PostgresFence {
         row.map(|row| row.try_get(0)).transpose()
     }
 
-    /// Every scope's fence, by scope.
+    /// Every scope's fence, by scope (its claim count and last change too).
     ///
     /// # Errors
     ///
@@ -604,27 +565,24 @@ impl PostgresFence {
     ///
     /// ```no_run
     /// # async fn demo(db: tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
-    /// for row in zkfence_postgres::PostgresFence::new().scopes(&db).await? {
-    ///     println!("{} {} ({} claims, {})", row.scope, row.token, row.claims, row.updated);
+    /// for row in zkfence_postgres::PostgresFence::new().fences(&db).await? {
+    ///     println!("{} {} ({:?} claims)", row.scope, row.token, row.claims);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn scopes(
+    pub async fn fences(
         &self,
         client: &impl GenericClient,
-    ) -> Result<Vec<FenceRow>, tokio_postgres::Error> {
+    ) -> Result<Vec<FenceState>, tokio_postgres::Error> {
         let rows = client
             .query(&sql::scopes(self.schema.as_deref()), &[])
             .await?;
         // try_get: a zkfence_fence table of another shape (made by hand) errs, never panics.
         (rows.iter())
             .map(|row| {
-                Ok(FenceRow {
-                    scope: row.try_get(0)?,
-                    token: row.try_get(1)?,
-                    claims: row.try_get(2)?,
-                    updated: row.try_get(3)?,
-                })
+                let (scope, token): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+                let (claims, updated): (i64, String) = (row.try_get(2)?, row.try_get(3)?);
+                Ok(FenceState::new(scope, token).counted(claims, updated))
             })
             .collect()
     }
@@ -667,17 +625,6 @@ impl PostgresFence {
         }
         Ok(old)
     }
-}
-
-/// The span of one fenced operation.
-fn span(op: &'static str, ticket: &FenceTicket) -> tracing::Span {
-    tracing::debug_span!(
-        "fence",
-        store = STORE,
-        op,
-        scope = ticket.scope(),
-        fencing_token = %ticket.token(),
-    )
 }
 
 /// The claim's parameters with their types: sent with the statement (`query_typed`), one round

@@ -3,13 +3,7 @@
 
 use zkfence::fence::FenceTicket;
 
-/// The SQLSTATE `zkfence_claim` raises when it refuses a token: a newer holder has claimed the
-/// scope. The error's DETAIL is the token the fence holds, in decimal.
-pub const REFUSED: &str = "ZF001";
-
-/// The SQLSTATE `zkfence_claim` raises for arguments that cannot be a claim: a null or empty
-/// scope, a null or negative token.
-pub const BAD_CLAIM: &str = "ZF002";
+pub use zkfence::fence::{BAD_CLAIM, REFUSED};
 
 /// How the claim function compares a token with the fence (the sound rule, or a mutant's).
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]

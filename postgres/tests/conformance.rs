@@ -2,32 +2,25 @@
 //! COMMITTED and SERIALIZABLE), each fence mutant caught by the case that attacks it, the SQL
 //! function from `psql`, and a refusal that points at a reset ensemble.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
 use tokio_postgres::{Client, IsolationLevel, NoTls};
-use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::fence::FenceError;
 use zkfence::{Acquire, FencedLock, LockOptions};
-use zkfence_postgres::PostgresFence;
-use zkfence_testkit::conformance::{self, BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch};
+use zkfence_postgres::{ConformanceStore, PostgresFence};
 use zkfence_testkit::harness::{chroot, connect, shared, shared_postgres};
 use zkfence_testkit::RawProxy;
 
-/// The kit's store on PostgreSQL: a schema per test with the fence, `kit_counter` (the
-/// counters), `kit_log` (the commit log: a row per accepted increment, inserted in the same
-/// transaction) and `kit_items` (for the serialization conflict). The fence's connections go
-/// through a proxy (to lose a commit's reply); reads go direct.
-struct PgStore {
-    fence: PostgresFence,
-    schema: String,
-    conns: Vec<Mutex<Client>>,
-    reader: Client,
-    side: Arc<Mutex<Client>>,
-    proxy: Arc<RawProxy>,
-    proxied: String,
-    direct: String,
+type PgStore = ConformanceStore;
+
+/// The shared server's connection string.
+async fn direct() -> String {
+    tokio::task::spawn_blocking(shared_postgres)
+        .await
+        .unwrap()
+        .to_owned()
 }
 
 async fn open(conninfo: &str) -> Client {
@@ -38,248 +31,45 @@ async fn open(conninfo: &str) -> Client {
     client
 }
 
-impl PgStore {
-    async fn new(name: &str) -> PgStore {
-        PgStore::build(name, PostgresFence::new()).await
-    }
-
-    async fn build(name: &str, fence: PostgresFence) -> PgStore {
-        let direct = tokio::task::spawn_blocking(shared_postgres)
-            .await
-            .unwrap()
-            .to_owned();
-        let schema = format!("kit_{name}_{}", std::process::id()).replace('-', "_");
-        let fence = fence.with_schema(&schema).unwrap();
-        let reader = open(&direct).await;
-        fence.install(&reader).await.unwrap();
-        reader
-            .batch_execute(&format!(
-                "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
-                 CREATE TABLE {schema}.kit_log (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL);
-                 CREATE TABLE {schema}.kit_items (k text NOT NULL);"
-            ))
-            .await
-            .unwrap();
-        let port: u16 = direct
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("port="))
-            .and_then(|p| p.parse().ok())
-            .unwrap();
-        let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
-        let proxied = direct.replace(&format!("port={port}"), &format!("port={}", proxy.port()));
-        let mut conns = Vec::new();
-        for _ in 0..3 {
-            conns.push(Mutex::new(open(&proxied).await));
-        }
-        PgStore {
-            fence,
-            schema,
-            conns,
-            reader,
-            side: Arc::new(Mutex::new(open(&direct).await)),
-            proxy,
-            proxied,
-            direct,
-        }
-    }
-
-    /// A free connection of the fence's (a fresh one if the proxy closed it).
-    async fn conn(&self) -> tokio::sync::MutexGuard<'_, Client> {
-        let mut guard = match self.conns.iter().find_map(|c| c.try_lock().ok()) {
-            Some(guard) => guard,
-            None => self.conns[0].lock().await,
-        };
-        if guard.is_closed() {
-            *guard = open(&self.proxied).await;
-        }
-        guard
-    }
-
-    async fn increment_with(
-        &self,
-        fence: &PostgresFence,
-        ticket: &FenceTicket,
-        key: &str,
-        hooks: Hooks,
-        conflict: Option<Arc<AtomicU32>>,
-    ) -> Result<i64, FenceError<tokio_postgres::Error>> {
-        let hooks = Arc::new(std::sync::Mutex::new(hooks));
-        let (schema, key) = (self.schema.clone(), key.to_owned());
-        let token = ticket.token().as_i64();
-        let side = self.side.clone();
-        let mut conn = self.conn().await;
-        fence
-            .transaction(&mut conn, ticket, |tx| {
-                let (hooks, schema, key, side) =
-                    (hooks.clone(), schema.clone(), key.clone(), side.clone());
-                let attempt = conflict.as_ref().map(|a| a.fetch_add(1, Ordering::SeqCst) + 1);
-                Box::pin(async move {
-                    let row = tx
-                        .query_opt(&format!("SELECT value FROM {schema}.kit_counter WHERE key = $1"), &[&key])
-                        .await?;
-                    let value = row.map_or(0, |r| r.get::<_, i64>(0)) + 1;
-                    let between = hooks.lock().unwrap().between.take();
-                    if let Some(between) = between {
-                        between.await;
-                    }
-                    if attempt.is_some() {
-                        // Write skew under SERIALIZABLE: we read a:key and write b:key; on the
-                        // first attempt another transaction reads b:key, writes a:key and
-                        // commits first, so our commit is the one refused.
-                        let (a, b) = (format!("a:{key}"), format!("b:{key}"));
-                        let items = format!("{schema}.kit_items");
-                        tx.query_one(&format!("SELECT count(*) FROM {items} WHERE k = $1"), &[&a]).await?;
-                        if attempt == Some(1) {
-                            let side = side.lock().await;
-                            side.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
-                            side.query_one(&format!("SELECT count(*) FROM {items} WHERE k = $1"), &[&b]).await?;
-                            side.execute(&format!("INSERT INTO {items} VALUES ($1)"), &[&a]).await?;
-                        }
-                        tx.execute(&format!("INSERT INTO {items} VALUES ($1)"), &[&b]).await?;
-                    }
-                    tx.execute(
-                        &format!("INSERT INTO {schema}.kit_counter VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"),
-                        &[&key, &value],
-                    )
-                    .await?;
-                    tx.execute(&format!("INSERT INTO {schema}.kit_log (key, token) VALUES ($1, $2)"), &[&key, &token])
-                        .await?;
-                    if attempt == Some(1) {
-                        side.lock().await.batch_execute("COMMIT").await?;
-                    }
-                    let hook = hooks.lock().unwrap().before_commit.take();
-                    if let Some(hook) = hook {
-                        hook();
-                    }
-                    Ok(value)
-                })
-            })
-            .await
-    }
+/// The kit's store on the shared server, in a schema of the test's own; the fence's
+/// connections through a proxy (to lose a commit's reply), reads direct.
+async fn build(name: &str, fence: PostgresFence) -> PgStore {
+    let direct = direct().await;
+    let port: u16 = direct
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("port="))
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
+    let proxied = direct.replace(&format!("port={port}"), &format!("port={}", proxy.port()));
+    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
+        true => proxy.drop_replies(true),
+        false => proxy.reset(),
+    });
+    let name = format!("{name}_{}", std::process::id());
+    ConformanceStore::create(&direct, fence, &name, Some((proxied, switch)))
+        .await
+        .unwrap_or_else(|e| panic!("the kit's store: {e}"))
 }
 
-impl FenceStore for PgStore {
-    type Error = tokio_postgres::Error;
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<(), FenceError<tokio_postgres::Error>>> {
-        Box::pin(async move {
-            let conn = self.conn().await;
-            self.fence.claim(&*conn, ticket).await.map(|_| ())
-        })
-    }
-
-    fn increment<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-        key: &'a str,
-        hooks: Hooks,
-    ) -> BoxFuture<'a, Result<i64, FenceError<tokio_postgres::Error>>> {
-        Box::pin(self.increment_with(&self.fence, ticket, key, hooks, None))
-    }
-
-    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT value FROM {}.kit_counter WHERE key = $1",
-                self.schema
-            );
-            let row = self
-                .reader
-                .query_opt(&sql, &[&key])
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(row.map_or(0, |r| r.get(0)))
-        })
-    }
-
-    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT token FROM {}.kit_log WHERE key = $1 ORDER BY seq",
-                self.schema
-            );
-            let rows = self
-                .reader
-                .query(&sql, &[&key])
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
-        Box::pin(async move {
-            self.fence
-                .seen(&self.reader, scope)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
-        Box::pin(async move {
-            // A lock wait of this store's connections alone (other tests share the server).
-            let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                       WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%zkfence_claim%'";
-            let row = self
-                .reader
-                .query_one(sql, &[&self.schema])
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(row.get::<_, i64>(0) > 0)
-        })
-    }
-
-    fn reply_switch(&self) -> ReplySwitch {
-        let proxy = self.proxy.clone();
-        Arc::new(move |on| match on {
-            true => proxy.drop_replies(true),
-            false => proxy.reset(),
-        })
-    }
-
-    fn increment_through_conflict<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-        key: &'a str,
-    ) -> Option<Conflicted<'a, tokio_postgres::Error>> {
-        Some(Box::pin(async move {
-            let attempts = Arc::new(AtomicU32::new(0));
-            let fence = self
-                .fence
-                .clone()
-                .with_isolation(IsolationLevel::Serializable);
-            let value = self
-                .increment_with(
-                    &fence,
-                    ticket,
-                    key,
-                    Hooks::default(),
-                    Some(attempts.clone()),
-                )
-                .await?;
-            Ok((value, attempts.load(Ordering::SeqCst)))
-        }))
-    }
+async fn new_store(name: &str) -> PgStore {
+    build(name, PostgresFence::new()).await
 }
 
 // Every case that needs nothing but the store (and the lost hold below, which takes a lock).
-zkfence_testkit::conformance_tests!(PgStore::new);
+zkfence_testkit::conformance_tests!(new_store);
 
 /// The same cases where isolation matters, with the fence's transactions SERIALIZABLE (every
 /// claim writes the fence row, so a snapshot taken before another fenced commit fails and is
 /// retried instead of reading around it).
 async fn serializable(name: &str) -> PgStore {
     let fence = PostgresFence::new().with_isolation(IsolationLevel::Serializable);
-    PgStore::build(name, fence).await
+    build(name, fence).await
 }
 
 async fn repeatable_read(name: &str) -> PgStore {
     let fence = PostgresFence::new().with_isolation(IsolationLevel::RepeatableRead);
-    PgStore::build(name, fence).await
+    build(name, fence).await
 }
 
 zkfence_testkit::conformance_tests!(serializable;
@@ -294,7 +84,7 @@ zkfence_testkit::conformance_tests!(repeatable_read;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
-    let store = PgStore::new("lost_hold").await;
+    let store = new_store("lost_hold").await;
     let hosts = chroot(shared(), "pg-lost-hold").await;
     let client = connect(&hosts, Duration::from_secs(10)).await;
     conformance::lost_hold_writes_nothing(&store, &client)
@@ -306,11 +96,11 @@ async fn conformance_lost_hold_writes_nothing() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+    use zkfence::fence::conformance::{expect_caught, Outcome};
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::{expect_caught, Outcome};
 
     async fn store(name: &str, mutant: FenceMutant) -> PgStore {
-        PgStore::build(name, PostgresFence::new().with_mutant(mutant)).await
+        build(name, PostgresFence::new().with_mutant(mutant)).await
     }
 
     fn assert_caught(mutant: FenceMutant, outcome: Outcome) {
@@ -375,13 +165,14 @@ mod mutants {
 /// with SQLSTATE ZF001 once a newer token claimed, and its transaction writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_calling_the_function_is_refused_below_the_fence() {
-    let store = PgStore::new("psql").await;
-    let schema = &store.schema;
+    let store = new_store("psql").await;
+    let schema = store.schema();
+    let direct = direct().await;
     let psql = |token: i64| {
         let script = format!(
             "\\set ON_ERROR_STOP 1\nBEGIN;\nSELECT {schema}.zkfence_claim('/locks/psql', {token});\nINSERT INTO {schema}.kit_log (key, token) VALUES ('psql', {token});\nCOMMIT;\n"
         );
-        let direct = store.direct.clone();
+        let direct = direct.clone();
         async move {
             let mut args = Vec::new();
             for kv in direct.split_whitespace() {
@@ -415,8 +206,8 @@ async fn psql_calling_the_function_is_refused_below_the_fence() {
     let stderr = String::from_utf8_lossy(&stale.stderr);
     assert!(stderr.contains("refused token 8589934592"), "{stderr}");
     assert_eq!(store.log("psql").await.unwrap(), vec![0x2_0000_0001]);
-    let sqlstate = store
-        .reader
+    let reader = open(&direct).await;
+    let sqlstate = reader
         .query_one(
             &format!("SELECT {schema}.zkfence_claim('/locks/psql', 1)"),
             &[],
@@ -431,7 +222,7 @@ async fn psql_calling_the_function_is_refused_below_the_fence() {
 /// rebase lets the holder in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_hold_refused_by_a_later_epoch_looks_reset_until_rebased() {
-    let store = PgStore::new("reset").await;
+    let store = new_store("reset").await;
     let hosts = chroot(shared(), "pg-reset").await;
     let client = connect(&hosts, Duration::from_secs(10)).await;
     let lock = FencedLock::new(client, "/locks/reset", LockOptions::default()).unwrap();
@@ -445,12 +236,13 @@ async fn a_live_hold_refused_by_a_later_epoch_looks_reset_until_rebased() {
     let message = refused.to_string();
     assert!(message.contains("looks reset"), "{message}");
     assert!(
-        message.contains("zkfence fence rebase --database-url URL --scope SCOPE"),
+        message.contains("zkfence fence rebase URL --scope SCOPE --to TOKEN"),
         "{message}"
     );
+    let reader = open(&direct().await).await;
     let old_fence = store
-        .fence
-        .rebase(&store.reader, "/locks/reset", ticket.token().as_i64())
+        .fence()
+        .rebase(&reader, "/locks/reset", ticket.token().as_i64())
         .await
         .unwrap();
     assert_eq!(old_fence, Some(0x7FFF_0000_0000_0001));
@@ -468,13 +260,13 @@ async fn a_live_hold_refused_by_a_later_epoch_looks_reset_until_rebased() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_is_idempotent_and_bad_claims_are_refused() {
-    let store = PgStore::new("install").await;
-    store.fence.install(&store.reader).await.unwrap();
-    store.fence.install(&store.reader).await.unwrap();
-    let schema = &store.schema;
+    let store = new_store("install").await;
+    let reader = open(&direct().await).await;
+    store.fence().install(&reader).await.unwrap();
+    store.fence().install(&reader).await.unwrap();
+    let schema = store.schema();
     for (scope, token) in [("''", "1"), ("NULL", "1"), ("'/a'", "-1"), ("'/a'", "NULL")] {
-        let err = store
-            .reader
+        let err = reader
             .query_one(
                 &format!("SELECT {schema}.zkfence_claim({scope}, {token})"),
                 &[],
@@ -487,7 +279,7 @@ async fn install_is_idempotent_and_bad_claims_are_refused() {
             "{scope}, {token}"
         );
     }
-    let rows = store.fence.scopes(&store.reader).await.unwrap();
+    let rows = store.fence().fences(&reader).await.unwrap();
     assert!(rows.is_empty(), "{rows:?}");
 }
 
@@ -496,12 +288,12 @@ async fn install_is_idempotent_and_bad_claims_are_refused() {
 /// goes behind a SELECT that fails there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aborted_transaction_is_not_reported_committed() {
-    let store = PgStore::new("aborted").await;
-    let schema = store.schema.clone();
+    let store = new_store("aborted").await;
+    let schema = store.schema().to_owned();
     let ticket = conformance::ticket("/locks/aborted", 0x1_0000_0001);
-    let mut conn = store.conn().await;
+    let mut conn = store.connect().await.unwrap();
     let outcome = store
-        .fence
+        .fence()
         .transaction(&mut conn, &ticket, |tx| {
             let schema = schema.clone();
             Box::pin(async move {

@@ -50,61 +50,147 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
-use std::time::Instant;
-
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, Script, Value};
-use tracing::Instrument;
-use zkfence::fence::{self, FenceError, FenceTicket};
+use zkfence::fence::{self, FenceError, FenceState, FenceTicket};
+
+pub use crate::conformance::ConformanceStore;
+pub use crate::connected::Connected;
+pub use zkfence::fence::{BAD_CLAIM, REFUSED};
+
+mod conformance;
+mod connected;
 
 /// The label of this store in the `zkfence_fence_*` metrics.
 const STORE: &str = "redis";
 
-/// The claim: `KEYS[1]` the fence key, `ARGV[1]` the token (19 digits, zero-padded). Replies
-/// `{"refused", seen}` or `{"ok", previous or ""}`.
-pub const CLAIM_SCRIPT: &str = r#"
-local seen = redis.call('GET', KEYS[1])
-if seen and seen > ARGV[1] then
-  return {'refused', seen}
+/// The Lua both scripts and the function library start with: what a token is, and how two
+/// compare. A token is any decimal text a client may send (`42`, `0042`, `+42`; never `-1`,
+/// `4.2e1`, ` 42`, a number above `i64::MAX` or of more than 19 digits once its leading zeros
+/// are gone); scripts never call `tonumber` on one (Lua's numbers are doubles, which merge
+/// neighbouring tokens above 2⁵³). Canonical digit strings compare as the integers they spell:
+/// the longer is greater, and equal lengths compare as text.
+macro_rules! prelude {
+    () => {
+        r#"
+local function token(text)
+  if type(text) ~= 'string' then return nil end
+  local digits = string.match(text, '^%+?(%d+)$')
+  if not digits then return nil end
+  digits = string.match(digits, '^0*(%d.*)$')
+  if #digits > 19 or (#digits == 19 and digits > '9223372036854775807') then return nil end
+  return digits
 end
-if not seen or seen < ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1])
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
 end
-return {'ok', seen or ''}
-"#;
-
-/// The fenced write: the claim's compare, then the caller's commands. `KEYS[1]` the fence key,
-/// `KEYS[2..]` the commands' keys; `ARGV[1]` the token, `ARGV[2]` the number of commands,
-/// then per command its argument count and arguments, each tagged by its first byte: `k` and
-/// a key index (`k2` is `KEYS[2]`), or `v` and the value. Replies `{"refused", seen}` or
-/// `{"ok", previous or "", {replies...}}`.
-pub const WRITE_SCRIPT: &str = r#"
-local seen = redis.call('GET', KEYS[1])
-if seen and seen > ARGV[1] then
-  return {'refused', seen}
+local function bad(what)
+  return redis.error_reply('ZF002 zkfence: ' .. what)
 end
-if not seen or seen < ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-local replies = {}
-local at = 3
-for c = 1, tonumber(ARGV[2]) do
-  local argc = tonumber(ARGV[at])
-  at = at + 1
-  local args = {}
-  for a = 1, argc do
-    local arg = ARGV[at]
-    at = at + 1
-    if string.sub(arg, 1, 1) == 'k' then
-      args[a] = KEYS[tonumber(string.sub(arg, 2))]
-    else
-      args[a] = string.sub(arg, 2)
+local function compare(key, text)
+  local ours = token(text)
+  if not ours then
+    return nil, nil, bad('bad token ' .. tostring(text) .. ': give a fencing token, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)')
+  end
+  local stored = redis.call('GET', key)
+  local seen = nil
+  if stored then
+    seen = token(stored)
+    if not seen then
+      return nil, nil, bad(key .. ' holds ' .. stored .. ', not a fencing token: is it a zkfence fence key?')
+    end
+    if above(seen, ours) then
+      return nil, nil, redis.error_reply('ZF001 zkfence: refused: a newer lock holder claimed ' .. key .. '; our token ' .. ours .. '; the fence holds ' .. seen)
     end
   end
-  replies[c] = redis.call(unpack(args))
+  return ours, seen, nil
 end
-return {'ok', seen or '', replies}
-"#;
+local function raise(key, ours, seen)
+  if not seen or above(ours, seen) then
+    redis.call('SET', key, string.rep('0', 19 - #ours) .. ours)
+  end
+end
+local function claim(KEYS, ARGV)
+  local ours, seen, err = compare(KEYS[1], ARGV[1])
+  if err then return err end
+  raise(KEYS[1], ours, seen)
+  return {'ok', seen or ''}
+end
+local function write(KEYS, ARGV)
+  local count = string.match(ARGV[2] or '', '^%d+$')
+  if not count then return bad('give the number of commands after the token') end
+  local commands = {}
+  local at = 3
+  for c = 1, tonumber(count) do
+    local argc = string.match(ARGV[at] or '', '^%d+$')
+    if not argc or tonumber(argc) == 0 then
+      return bad('command ' .. c .. ': give its number of arguments, then each tagged')
+    end
+    at = at + 1
+    local args = {}
+    for a = 1, tonumber(argc) do
+      local arg = ARGV[at]
+      if arg == nil then return bad('command ' .. c .. ' has fewer arguments than it says') end
+      local tag = string.sub(arg, 1, 1)
+      if tag == 'v' then
+        args[a] = string.sub(arg, 2)
+      elseif tag == 'k' and string.match(arg, '^k%d+$') and KEYS[tonumber(string.sub(arg, 2))] and tonumber(string.sub(arg, 2)) > 1 then
+        args[a] = KEYS[tonumber(string.sub(arg, 2))]
+      else
+        return bad('argument ' .. at .. ' (' .. arg .. '): tag each argument, v<value> for a value, k<n> for KEYS[n] with n from 2 (KEYS[1] is the fence key)')
+      end
+      at = at + 1
+    end
+    commands[c] = args
+  end
+  if ARGV[at] ~= nil then return bad('arguments left over after the last command') end
+  local ours, seen, err = compare(KEYS[1], ARGV[1])
+  if err then return err end
+  raise(KEYS[1], ours, seen)
+  local replies = {}
+  for c = 1, #commands do
+    replies[c] = redis.call(unpack(commands[c]))
+  end
+  return {'ok', seen or '', replies}
+end
+"#
+    };
+}
+
+/// The claim, for `EVAL` from any client: `KEYS[1]` the fence key, `ARGV[1]` the token (any
+/// decimal text: see [`FUNCTIONS`]). Replies `{"ok", previous or ""}`; a refusal is an error
+/// reply `ZF001 … the fence holds <seen>`, a bad token or key `ZF002 …`.
+pub const CLAIM_SCRIPT: &str = concat!(prelude!(), "return claim(KEYS, ARGV)\n");
+
+/// The fenced write, for `EVAL` from any client: the claim's compare, then the caller's
+/// commands. `KEYS[1]` the fence key, `KEYS[2..]` the commands' keys; `ARGV[1]` the token,
+/// `ARGV[2]` the number of commands, then per command its argument count and arguments, each
+/// tagged by its first byte: `k` and a key index (`k2` is `KEYS[2]`), or `v` and the value.
+/// Every argument is checked before anything is written (an untagged one is a `ZF002` error
+/// reply). Replies `{"ok", previous or "", {replies...}}`; errors as [`CLAIM_SCRIPT`]'s.
+pub const WRITE_SCRIPT: &str = concat!(prelude!(), "return write(KEYS, ARGV)\n");
+
+/// The same claim and write as a Redis 7 function library (`zkfence fence install
+/// redis://…` loads it with `FUNCTION LOAD REPLACE`), called with `FCALL` and the arguments
+/// of [`CLAIM_SCRIPT`] and [`WRITE_SCRIPT`]:
+///
+/// ```text
+/// redis-cli FCALL zkfence_claim 1 'zkfence:fence:{/locks/orders}' "$ZKFENCE_TOKEN"
+/// redis-cli FCALL zkfence_write 2 'zkfence:fence:{/locks/orders}' '{/locks/orders}:total' \
+///   "$ZKFENCE_TOKEN" 1 3 vSET k2 v42
+/// ```
+///
+/// A token is accepted in any decimal text form a client may send (`42`, `0042`, `+42`) and
+/// compared as an integer; anything else (`-1`, `4.2e1`, more than 19 digits, above
+/// `i64::MAX`) is a `ZF002` error reply, and a refusal a `ZF001` one: `redis-cli` prints
+/// `(error) ZF001 …` and exits 1, and client libraries raise.
+pub const FUNCTIONS: &str = concat!(
+    "#!lua name=zkfence\n",
+    prelude!(),
+    "redis.register_function('zkfence_claim', claim)\n",
+    "redis.register_function('zkfence_write', write)\n"
+);
 
 /// Commands to run after the fence's compare, in one script: each built of arguments, its
 /// keys marked as keys (so that they travel as `KEYS`, as Redis Cluster needs).
@@ -242,6 +328,7 @@ enum Flaw {
     KeyOutsideSlot,
     StrictlyGreater,
     NoUpsert,
+    NoFormCheck,
 }
 
 impl Default for RedisFence {
@@ -287,12 +374,22 @@ impl RedisFence {
         self.flaw = match mutant {
             M::CheckOutsideTransaction => Flaw::CheckOutsideTransaction,
             M::DoubleCompare | M::StringCompare => Flaw::DoubleCompare,
+            M::NoFormCheck => Flaw::NoFormCheck,
             M::KeyOutsideSlot => Flaw::KeyOutsideSlot,
             M::StrictlyGreater => Flaw::StrictlyGreater,
             M::NoUpsert => Flaw::NoUpsert,
             _ => Flaw::None,
         };
         self
+    }
+
+    /// `sound`, one of the published Lua texts, as this fence runs it: a mutant's with its
+    /// flaw written in.
+    fn lua(&self, sound: &'static str) -> std::borrow::Cow<'static, str> {
+        match self.flaw {
+            Flaw::None | Flaw::KeyOutsideSlot => std::borrow::Cow::Borrowed(sound),
+            flaw => std::borrow::Cow::Owned(mutated(flaw, sound)),
+        }
     }
 
     /// The fence key of `scope`: its hash tag is the scope, so that keys tagged `{<scope>}`
@@ -370,6 +467,80 @@ impl RedisFence {
             .map(|(_, replies)| replies)
     }
 
+    /// Loads (or replaces) the function library [`FUNCTIONS`] on the server: `zkfence_claim`
+    /// and `zkfence_write`, for `FCALL` from any client. Idempotent. In a cluster, load it on
+    /// every primary. The fence's own claims and writes need none of it (they send the
+    /// scripts).
+    ///
+    /// # Errors
+    ///
+    /// Redis's error: a server before Redis 7 (no functions: use [`CLAIM_SCRIPT`] and
+    /// [`WRITE_SCRIPT`] with `EVAL`), no permission for `FUNCTION LOAD`, a proxy that passes
+    /// no scripts.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one command.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut redis: redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
+    /// zkfence_redis::RedisFence::new().install(&mut redis).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn install<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), RedisError> {
+        redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(self.lua(FUNCTIONS).as_ref())
+            .query_async::<String>(conn)
+            .await
+            .map(|_| ())
+    }
+
+    /// Every fence under this fence's key prefix (`SCAN`), by scope.
+    ///
+    /// # Errors
+    ///
+    /// Redis's error; a fence key that holds no token.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut redis: redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
+    /// for state in zkfence_redis::RedisFence::new().fences(&mut redis).await? {
+    ///     println!("{} {}", state.scope, state.token);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fences<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<FenceState>, RedisError> {
+        let pattern = format!("{}{{*}}", glob_escape(&self.prefix));
+        let mut keys = scan(conn, &pattern).await?;
+        keys.sort();
+        let mut fences = Vec::new();
+        for key in keys {
+            let Some(scope) = (key.strip_prefix(self.prefix.as_str()))
+                .and_then(|k| k.strip_prefix('{'))
+                .and_then(|k| k.strip_suffix('}'))
+            else {
+                continue;
+            };
+            let value: Option<String> = redis::cmd("GET").arg(&key).query_async(conn).await?;
+            if let Some(value) = value {
+                fences.push(FenceState::new(scope, parse_token(&value)?));
+            }
+        }
+        Ok(fences)
+    }
+
     /// The token `scope`'s fence holds; `None` before its first claim.
     ///
     /// # Errors
@@ -400,7 +571,8 @@ impl RedisFence {
     }
 
     /// Sets `scope`'s fence to `to` whatever it holds (the operator's way out of a reset
-    /// ensemble); returns what it held. Only once no holder of the old ensemble can write.
+    /// ensemble); returns what it held, `None` (and sets nothing) for a scope with no fence.
+    /// Only once no holder of the old ensemble can write.
     ///
     /// # Errors
     ///
@@ -427,9 +599,11 @@ impl RedisFence {
             let why = "a fence holds a token from 0".to_owned();
             return Err(RedisError::from((ErrorKind::Client, "bad rebase", why)));
         }
+        // Only a fence that exists (XX): a rebase creates none.
         let old: Option<String> = redis::cmd("SET")
             .arg(self.fence_key(scope))
             .arg(padded(to))
+            .arg("XX")
             .arg("GET")
             .query_async(conn)
             .await?;
@@ -443,20 +617,18 @@ impl RedisFence {
         ticket: &FenceTicket,
         commands: Option<&Commands>,
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
-        let started = Instant::now();
-        let span = tracing::debug_span!(
-            "fence",
-            store = STORE,
-            scope = ticket.scope(),
-            fencing_token = %ticket.token(),
-        );
-        let outcome = self
-            .attempt(conn, ticket, commands)
-            .instrument(span.clone())
-            .await;
-        let _entered = span.enter();
-        fence::record(STORE, started, &outcome);
-        outcome
+        let op = if commands.is_some() { "write" } else { "claim" };
+        let mut conn = Some(conn);
+        fence::drive(STORE, op, ticket, 1, || {
+            let conn = conn.take();
+            async move {
+                let conn = conn.ok_or(fence::Attempt::Done(FenceError::Invalid(
+                    zkfence::Error::InvalidOptions("a fenced script is sent once"),
+                )))?;
+                (self.attempt(conn, ticket, commands).await).map_err(fence::Attempt::Done)
+            }
+        })
+        .await
     }
 
     async fn attempt<C: ConnectionLike + Send>(
@@ -470,14 +642,12 @@ impl RedisFence {
             same_slot(&fence_key, commands.keys()).map_err(FenceError::Store)?;
         }
         ticket.check_before_commit()?;
-        let token = padded(ticket.token().as_i64());
-        let script = match self.flaw {
-            Flaw::None => match commands {
-                Some(_) => WRITE_SCRIPT.to_owned(),
-                None => CLAIM_SCRIPT.to_owned(),
-            },
-            flaw => mutant_script(flaw, commands.is_some()),
-        };
+        // Plain decimal, as ZKFENCE_TOKEN gives it to other languages' clients.
+        let token = ticket.token().as_i64().to_string();
+        let script = self.lua(match commands {
+            Some(_) => WRITE_SCRIPT,
+            None => CLAIM_SCRIPT,
+        });
         self.send(conn, ticket, &fence_key, &script, &token, commands)
             .await
     }
@@ -512,13 +682,25 @@ impl RedisFence {
             Err(err) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
                 return Err(ticket.in_doubt(err));
             }
-            Err(err) => return Err(FenceError::Store(err)),
+            Err(err) => return Err(refusal(ticket, err)),
         };
         read_reply(ticket, reply)
     }
 }
 
-/// A script's reply: `{"refused", seen}` or `{"ok", previous, replies}`.
+/// A script's error reply: the refusal (`ZF001 …`, ending with the token the fence holds) as
+/// [`FenceError::Refused`], any other as Redis's error.
+fn refusal(ticket: &FenceTicket, err: RedisError) -> FenceError<RedisError> {
+    let seen = (err.code() == Some(REFUSED))
+        .then(|| err.detail()?.rsplit(' ').next()?.parse::<i64>().ok())
+        .flatten();
+    match seen {
+        Some(seen) => ticket.refused(seen),
+        None => FenceError::Store(err),
+    }
+}
+
+/// A script's reply: `{"ok", previous, replies}` (a refusal is an error reply).
 fn read_reply(
     ticket: &FenceTicket,
     reply: Value,
@@ -542,6 +724,7 @@ fn read_reply(
     let verdict = parts.first().and_then(text).unwrap_or_default();
     let seen = parts.get(1).and_then(text).unwrap_or_default();
     match verdict.as_str() {
+        // An earlier version's mutant scripts replied so; none of this one's do.
         "refused" => {
             let seen = parse_token(&seen).map_err(FenceError::Store)?;
             Err(ticket.refused(seen))
@@ -562,6 +745,42 @@ fn read_reply(
         }
         other => Err(bad(other)),
     }
+}
+
+/// Every key matching `pattern` (`SCAN`, whatever its cursor's steps return).
+pub(crate) async fn scan<C: ConnectionLike + Send>(
+    conn: &mut C,
+    pattern: &str,
+) -> Result<Vec<String>, RedisError> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}
+
+/// `text` with Redis's glob characters escaped, for a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A token as the fence keeps it: 19 digits, zero-padded, so that equal-length strings compare
@@ -626,27 +845,36 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
-/// A mutant's script: the sound one with its compare broken one way (zkfence's own tests).
-fn mutant_script(flaw: Flaw, commands: bool) -> String {
-    let sound = if commands { WRITE_SCRIPT } else { CLAIM_SCRIPT };
-    let compare = "if seen and seen > ARGV[1] then";
-    let raise = "if not seen or seen < ARGV[1] then";
+/// `sound` (a script or the function library) with `flaw` written in (zkfence's own tests).
+fn mutated(flaw: Flaw, sound: &str) -> String {
+    let refuse = "if above(seen, ours) then";
+    let raise = "if not seen or above(ours, seen) then";
     match flaw {
         // Lua numbers are doubles: 2^53 and 2^53 + 1 read as one number.
         Flaw::DoubleCompare => sound
-            .replace(compare, "if seen and tonumber(seen) > tonumber(ARGV[1]) then")
-            .replace(raise, "if not seen or tonumber(seen) < tonumber(ARGV[1]) then"),
-        Flaw::StrictlyGreater => sound.replace(compare, "if seen and seen >= ARGV[1] then"),
+            .replace(refuse, "if tonumber(seen) > tonumber(ours) then")
+            .replace(raise, "if not seen or tonumber(ours) > tonumber(seen) then"),
+        Flaw::StrictlyGreater => sound.replace(refuse, "if not above(ours, seen) then"),
         Flaw::NoUpsert => sound.replace(
-            compare,
-            "if not seen then return {'refused', '0000000000000000000'} end\nif seen > ARGV[1] then",
+            "  local seen = nil\n  if stored then",
+            "  local seen = nil\n  if not stored then return nil, nil, redis.error_reply('ZF001 zkfence: refused: no fence yet; the fence holds 0') end\n  if stored then",
         ),
         // The write with no compare at all: it trusts the claim its caller made before reading,
         // which a newer holder may have overtaken since.
-        Flaw::CheckOutsideTransaction => {
-            let start = sound.find("local replies").unwrap_or(0);
-            format!("local seen = nil\n{}", &sound[start..])
-        }
+        Flaw::CheckOutsideTransaction => sound.replace(
+            "  local ours, seen, err = compare(KEYS[1], ARGV[1])\n  if err then return err end\n  raise(KEYS[1], ours, seen)\n  local replies",
+            "  local seen = nil\n  local replies",
+        ),
+        // The scripts before this one: a token's text compared as it came, padded or not.
+        Flaw::NoFormCheck => sound
+            .replace(
+                "local function token(text)\n",
+                "local function token(text)\n  if true then return text end\n",
+            )
+            .replace(
+                "local function above(a, b)\n",
+                "local function above(a, b)\n  if true then return a > b end\n",
+            ),
         Flaw::None | Flaw::KeyOutsideSlot => sound.to_owned(),
     }
 }

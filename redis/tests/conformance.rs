@@ -1,16 +1,16 @@
 //! The Redis fence against a real `redis-server`: every case of the conformance kit, each
 //! fence mutant caught by the case that attacks it, and the hash slot rule.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use zkfence::fence::{FenceError, FenceTicket};
-use zkfence_redis::{Commands, RedisFence};
-use zkfence_testkit::conformance::{self, BoxFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::fence::FenceError;
+use zkfence_redis::{Commands, ConformanceStore, RedisFence};
 use zkfence_testkit::harness::{chroot, connect, shared};
 use zkfence_testkit::{LocalRedis, RawProxy};
+
+type RedisStore = ConformanceStore;
 
 /// The Redis server this test binary shares.
 fn server() -> &'static str {
@@ -24,165 +24,36 @@ fn server() -> &'static str {
         .1
 }
 
-async fn open(addr: &str) -> MultiplexedConnection {
-    let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("connect to redis at {addr}: {e}"))
+/// The kit's store on the shared server, under keys of the test's own; the fence's
+/// connection through a proxy (to lose a reply), reads direct.
+async fn build(name: &str, fence: RedisFence) -> RedisStore {
+    let addr = tokio::task::spawn_blocking(server).await.unwrap();
+    let proxy = Arc::new(RawProxy::start(addr).await.unwrap());
+    let proxied = format!("redis://{}/", proxy.addr());
+    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
+        true => proxy.drop_replies(true),
+        false => proxy.reset(),
+    });
+    let name = format!("{name}_{}", std::process::id());
+    ConformanceStore::create(
+        &format!("redis://{addr}/"),
+        fence,
+        &name,
+        Some((proxied, switch)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the kit's store: {e}"))
 }
 
-/// The kit's store on Redis: for each key the kit names, a counter `<ns>{<scope>}:counter:<key>`
-/// and a log list `<ns>{<scope>}:log:<key>` (in the fence key's slot: tagged with the scope),
-/// fence keys `<ns>fence:{<scope>}`. The fence's connection goes through a proxy.
-struct RedisStore {
-    fence: RedisFence,
-    ns: String,
-    fenced: tokio::sync::Mutex<MultiplexedConnection>,
-    reader: tokio::sync::Mutex<MultiplexedConnection>,
-    proxy: Arc<RawProxy>,
-    /// The scope each key was written under (the kit names keys and scopes apart).
-    scopes: Mutex<HashMap<String, String>>,
+async fn new_store(name: &str) -> RedisStore {
+    build(name, RedisFence::new()).await
 }
 
-impl RedisStore {
-    async fn new(name: &str) -> RedisStore {
-        RedisStore::build(name, RedisFence::new()).await
-    }
-
-    async fn build(name: &str, fence: RedisFence) -> RedisStore {
-        let addr = tokio::task::spawn_blocking(server).await.unwrap();
-        let proxy = Arc::new(RawProxy::start(addr).await.unwrap());
-        let ns = format!("kit:{name}:{}:", std::process::id());
-        RedisStore {
-            fence: fence.with_prefix(format!("{ns}fence:")),
-            fenced: tokio::sync::Mutex::new(open(proxy.addr()).await),
-            reader: tokio::sync::Mutex::new(open(addr).await),
-            proxy,
-            scopes: Mutex::default(),
-            ns,
-        }
-    }
-
-    fn keys(&self, scope: &str, key: &str) -> (String, String) {
-        let (ns, tag) = (&self.ns, format!("{{{scope}}}"));
-        (
-            format!("{ns}{tag}:counter:{key}"),
-            format!("{ns}{tag}:log:{key}"),
-        )
-    }
-
-    fn scope_of(&self, key: &str) -> Option<String> {
-        self.scopes.lock().unwrap().get(key).cloned()
-    }
-}
-
-impl FenceStore for RedisStore {
-    type Error = redis::RedisError;
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<(), FenceError<redis::RedisError>>> {
-        Box::pin(async move {
-            let mut conn = self.fenced.lock().await;
-            self.fence.claim(&mut *conn, ticket).await.map(|_| ())
-        })
-    }
-
-    fn increment<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-        key: &'a str,
-        mut hooks: Hooks,
-    ) -> BoxFuture<'a, Result<i64, FenceError<redis::RedisError>>> {
-        Box::pin(async move {
-            (self.scopes.lock().unwrap()).insert(key.to_owned(), ticket.scope().to_owned());
-            let (counter, log) = self.keys(ticket.scope(), key);
-            // A connection of its own: the kit runs a stale and a current writer at once.
-            let mut conn = open(self.proxy.addr()).await;
-            self.fence.claim(&mut conn, ticket).await?; // before the read
-            let value: Option<i64> = redis::cmd("GET")
-                .arg(&counter)
-                .query_async(&mut conn)
-                .await
-                .map_err(FenceError::Store)?;
-            let value = value.unwrap_or(0) + 1;
-            if let Some(between) = hooks.between.take() {
-                between.await;
-            }
-            let token = ticket.token().as_i64();
-            let commands = Commands::new()
-                .command(|c| c.arg("SET").key(&counter).arg(value))
-                .command(|c| c.arg("RPUSH").key(&log).arg(token));
-            if let Some(hook) = hooks.before_commit.take() {
-                hook();
-            }
-            self.fence.write(&mut conn, ticket, &commands).await?;
-            Ok(value)
-        })
-    }
-
-    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
-        Box::pin(async move {
-            let Some(scope) = self.scope_of(key) else {
-                return Ok(0);
-            };
-            let (counter, _) = self.keys(&scope, key);
-            let mut conn = self.reader.lock().await;
-            let value: Option<i64> = (redis::cmd("GET").arg(counter).query_async(&mut *conn))
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(value.unwrap_or(0))
-        })
-    }
-
-    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
-        Box::pin(async move {
-            let Some(scope) = self.scope_of(key) else {
-                return Ok(Vec::new());
-            };
-            let (_, log) = self.keys(&scope, key);
-            let mut conn = self.reader.lock().await;
-            (redis::cmd("LRANGE")
-                .arg(log)
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut *conn))
-            .await
-            .map_err(|e| e.to_string())
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
-        Box::pin(async move {
-            let mut conn = self.reader.lock().await;
-            self.fence
-                .seen(&mut *conn, scope)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
-        // The fence takes no locks: a newer holder never waits for a stale one.
-        Box::pin(async { Ok(false) })
-    }
-
-    fn reply_switch(&self) -> ReplySwitch {
-        let proxy = self.proxy.clone();
-        Arc::new(move |on| match on {
-            true => proxy.drop_replies(true),
-            false => proxy.reset(),
-        })
-    }
-}
-
-zkfence_testkit::conformance_tests!(RedisStore::new);
+zkfence_testkit::conformance_tests!(new_store);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_lost_hold_writes_nothing() {
-    let store = RedisStore::new("lost_hold").await;
+    let store = new_store("lost_hold").await;
     let hosts = chroot(shared(), "redis-lost-hold").await;
     let client = connect(&hosts, Duration::from_secs(10)).await;
     conformance::lost_hold_writes_nothing(&store, &client)
@@ -194,7 +65,7 @@ async fn conformance_lost_hold_writes_nothing() {
 /// needs of a script): one outside it is refused before anything is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_outside_the_fence_slot_is_refused() {
-    let store = RedisStore::new("slot").await;
+    let store = new_store("slot").await;
     assert_eq!(outside_the_slot(&store).await, Outside::Refused);
 }
 
@@ -208,10 +79,10 @@ enum Outside {
 /// in), or written.
 async fn outside_the_slot(store: &RedisStore) -> Outside {
     let ticket = conformance::ticket("/kit/slot", 0x1_0000_0001);
-    let key = format!("{}untagged", store.ns);
+    let key = format!("{}untagged", store.fence().fence_key("x"));
     let commands = Commands::new().command(|c| c.arg("SET").key(&key).arg(1));
-    let mut conn = store.fenced.lock().await;
-    match store.fence.write(&mut *conn, &ticket, &commands).await {
+    let mut conn = store.connect().await.unwrap();
+    match store.fence().write(&mut conn, &ticket, &commands).await {
         Err(FenceError::Store(err)) => {
             assert!(err.to_string().contains("hash tag"), "{err}");
             Outside::Refused
@@ -225,11 +96,18 @@ async fn outside_the_slot(store: &RedisStore) -> Outside {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+    use zkfence::fence::conformance::expect_caught;
     use zkfence::FenceMutant;
-    use zkfence_testkit::conformance::expect_caught;
 
     async fn store(name: &str, mutant: FenceMutant) -> RedisStore {
-        RedisStore::build(name, RedisFence::new().with_mutant(mutant)).await
+        build(name, RedisFence::new().with_mutant(mutant)).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_scripts_without_the_form_check_are_caught_by_the_text_forms() {
+        let store = store("mutant_form", FenceMutant::NoFormCheck).await;
+        let outcome = conformance::tokens_in_any_text_form(&store).await;
+        expect_caught("NoFormCheck", outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,4 +145,65 @@ mod mutants {
         );
         eprintln!("KeyOutsideSlot caught: a key outside the fence key's slot was written");
     }
+}
+
+/// `redis-cli -e` as a shell recipe runs it against the shared server; its exit status and
+/// output.
+async fn redis_cli(args: &[&str]) -> std::process::Output {
+    let addr = tokio::task::spawn_blocking(server).await.unwrap();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    tokio::process::Command::new("redis-cli")
+        .args(["-e", "-h", host, "-p", port])
+        .args(args)
+        .output()
+        .await
+        .expect("redis-cli (Debian's redis-tools)")
+}
+
+/// The cases the issue found from `redis-cli`, each now answered right: a lower token refused
+/// with an error (exit status 1), whatever its text form; a newer token never locked out by an
+/// older one of more digits; an untagged value refused, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_is_refused_below_the_fence_in_every_text_form() {
+    let store = new_store("cli").await;
+    let key = store.fence().fence_key("/locks/cli");
+    let claim = |token: &'static str| {
+        let key = key.clone();
+        async move { redis_cli(&["FCALL", "zkfence_claim", "1", &key, token]).await }
+    };
+    assert!(claim("10").await.status.success());
+    let nine = claim("9").await;
+    assert_eq!(nine.status.code(), Some(1), "{nine:?}");
+    // redis-cli -e prints an error reply on stderr.
+    let said = String::from_utf8_lossy(&nine.stderr);
+    assert!(
+        said.contains("ZF001") && said.trim_end().ends_with("the fence holds 10"),
+        "{said}"
+    );
+    assert!(claim("10000000000").await.status.success());
+    assert_eq!(claim("9999999999").await.status.code(), Some(1));
+    assert!(claim("00010000000001").await.status.success());
+    assert_eq!(
+        store.seen("/locks/cli").await.unwrap(),
+        Some(10_000_000_001)
+    );
+    let (counter, _) = store.keys("/locks/cli", "v");
+    let untagged = redis_cli(&[
+        "FCALL",
+        "zkfence_write",
+        "2",
+        &key,
+        &counter,
+        "10000000001",
+        "1",
+        "3",
+        "vSET",
+        "k2",
+        "42",
+    ])
+    .await;
+    assert_eq!(untagged.status.code(), Some(1), "{untagged:?}");
+    assert!(String::from_utf8_lossy(&untagged.stderr).contains("ZF002"));
+    let written = redis_cli(&["GET", &counter]).await;
+    assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), "");
 }

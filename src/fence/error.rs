@@ -209,8 +209,8 @@ impl<E: fmt::Display> fmt::Display for FenceError<E> {
     }
 }
 
-/// How to rebase a scope, in each store.
-const REBASE: &str = "PostgreSQL: `zkfence fence rebase --database-url URL --scope SCOPE --to TOKEN`; ZooKeeper: `ZooKeeperFence::rebase` (never delete a fence node)";
+/// How to rebase a scope, in every store.
+const REBASE: &str = "`zkfence fence rebase URL --scope SCOPE --to TOKEN` with the store's URL (postgresql://, mysql://, redis://, s3://bucket/prefix, zk://hosts/fence-node), or the fence's `rebase`; never delete a fence";
 
 impl<E: std::error::Error + 'static> std::error::Error for FenceError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {

@@ -59,12 +59,70 @@
 //! # Ok(()) }
 //! ```
 
+/// The error code of a refusal in every store's own terms: the SQLSTATE of PostgreSQL's and
+/// MySQL's claim, the code of a Redis error reply. A newer holder has claimed the scope; nothing
+/// of the refused transaction or script is written.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(zkfence::fence::REFUSED, "ZF001");
+/// ```
+pub const REFUSED: &str = "ZF001";
+
+/// The error code of a claim that cannot be made as asked, in every store: a token that is not
+/// a decimal integer from 0 to `i64::MAX`, an empty scope, a fence key that holds no token, a
+/// MySQL connection in autocommit mode or left read-only by an earlier refusal.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(zkfence::fence::BAD_CLAIM, "ZF002");
+/// ```
+pub const BAD_CLAIM: &str = "ZF002";
+
+/// The error code of a fenced transaction found rolled back under its work when it was about
+/// to commit (MySQL's `zkfence_seal`: a deadlock or lock wait timeout rolled the claim back, and
+/// the statements since ran unfenced): nothing of it commits.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(zkfence::fence::ROLLED_BACK, "ZF003");
+/// ```
+pub const ROLLED_BACK: &str = "ZF003";
+
+/// A ZooKeeper fence node's data, for a client in another language (`zkfence fence script
+/// zk://` prints it).
+///
+/// # Examples
+///
+/// ```
+/// assert!(zkfence::fence::ZOOKEEPER_FORMAT.contains("multi"));
+/// ```
+pub const ZOOKEEPER_FORMAT: &str = "\
+zkfence ZooKeeper fence node: its data is
+
+  <token>\n<scope>
+
+the highest fencing token accepted (decimal) and the lock path it fences. A fenced write is one
+multi: check the holder's lock node (it still exists), check the fence node's version (as read
+with its token, which must be at most yours), set the fence node to your token (when higher),
+then your operations. A multi that fails its checks wrote nothing: read the fence node again
+and compare. Never delete a fence node (a recreated node starts its version over): lower it
+with `zkfence fence rebase zk://hosts/fence-node --scope S --to T`.
+";
+
+pub mod conformance;
+mod contract;
+mod driver;
 mod error;
-mod record;
+mod kit_zookeeper;
 mod ticket;
 mod zookeeper;
 
+pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
+pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, Attempt, Run};
 pub use self::error::FenceError;
-pub use self::record::{find_cause, record, record_retry, retry_backoff};
 pub use self::ticket::{FenceTicket, TicketError};
 pub use self::zookeeper::ZooKeeperFence;

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use tracing::Instrument;
 use zookeeper_client as zk;
 
 use super::error::FenceError;
@@ -325,7 +324,39 @@ impl ZooKeeperFence {
         }
     }
 
-    /// The token the fence node holds, and its scope; `None` before the first claim.
+    /// The token the fence node holds for `scope`; `None` before the first claim.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidOptions`] without a fence node; [`Error::FenceScope`] when the node
+    /// fences another scope; ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence::fence::ZooKeeperFence) -> zkfence::Result<()> {
+    /// if let Some(token) = fence.seen("/locks/config").await? {
+    ///     println!("fenced at {token}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn seen(&self, scope: &str) -> crate::Result<Option<i64>> {
+        match self.fences().await?.pop() {
+            Some(state) if state.scope == scope => Ok(Some(state.token)),
+            Some(state) => Err(Error::FenceScope {
+                node: state.at.unwrap_or_default(),
+                fenced: state.scope,
+                asked: scope.to_owned(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// The fence node's fence, if it holds one: its scope and token, the node's path in `at`.
     ///
     /// # Errors
     ///
@@ -339,19 +370,22 @@ impl ZooKeeperFence {
     ///
     /// ```no_run
     /// # async fn demo(fence: zkfence::fence::ZooKeeperFence) -> zkfence::Result<()> {
-    /// if let Some((token, scope)) = fence.seen().await? {
-    ///     println!("{scope}: fenced at {token}");
+    /// for state in fence.fences().await? {
+    ///     println!("{}: {}", state.scope, state.token);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn seen(&self) -> crate::Result<Option<(i64, String)>> {
+    pub async fn fences(&self) -> crate::Result<Vec<super::FenceState>> {
         let Some(node) = &self.node else {
             return Err(Error::InvalidOptions("this fence keeps no fence node"));
         };
         let client = &self.client;
         match retrying(client, || client.get_data(node)).await? {
-            Ok((data, _)) => parse_fence(node, &data).map(Some),
-            Err(zk::Error::NoNode) => Ok(None),
+            Ok((data, _)) => {
+                let (token, scope) = parse_fence(node, &data)?;
+                Ok(vec![super::FenceState::new(scope, token).at(node.clone())])
+            }
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
             Err(err) => Err(Error::from_request("get", node, client.session_id(), err)),
         }
     }
@@ -366,28 +400,33 @@ impl ZooKeeperFence {
         claiming: bool,
         ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
     ) -> Result<(Option<i64>, Vec<zk::MultiWriteResult>), FenceError<Error>> {
-        let span = tracing::debug_span!(
-            "fenced_write",
-            scope = ticket.scope(),
-            fencing_token = %ticket.token(),
-            session_id = %self.client.session_id(),
-        );
-        let started = std::time::Instant::now();
-        let outcome = match self.flaw.is(FenceMutant::CheckOutsideTransaction) && !claiming {
-            // The mutant trusts the claim made before, and writes with no check at all.
-            true => self
-                .send(ticket, None, ops)
-                .await
-                .map(|out| (None, out))
-                .map_err(|a| match a {
-                    Attempt::Failed(err) => err,
-                    _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
-                }),
-            false => self.attempts(ticket, ops).instrument(span.clone()).await,
-        };
-        let _entered = span.enter();
-        super::record::record("zookeeper", started, &outcome);
-        outcome
+        let op = if claiming { "claim" } else { "write" };
+        let unchecked = self.flaw.is(FenceMutant::CheckOutsideTransaction) && !claiming;
+        let mut ops = Some(ops);
+        super::drive("zookeeper", op, ticket, 1, || {
+            let ops = ops.take();
+            async move {
+                let ops = ops.ok_or(super::Attempt::Done(FenceError::Store(
+                    Error::InvalidOptions("a fenced write is attempted once"),
+                )))?;
+                let session = self.client.session_id();
+                tracing::Span::current().record("session_id", tracing::field::display(session));
+                let outcome = match unchecked {
+                    // The mutant trusts the claim made before, and writes with no check at all.
+                    true => self
+                        .send(ticket, None, ops)
+                        .await
+                        .map(|out| (None, out))
+                        .map_err(|a| match a {
+                            Attempt::Failed(err) => err,
+                            _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
+                        }),
+                    false => self.attempts(ticket, ops).await,
+                };
+                outcome.map_err(super::Attempt::Done)
+            }
+        })
+        .await
     }
 
     /// [`commit`](Self::commit)'s attempts.
@@ -426,7 +465,7 @@ impl ZooKeeperFence {
                 }
                 Err(Attempt::Raced) => {
                     self.forget();
-                    super::record::record_retry("zookeeper", "raced");
+                    super::record_retry("zookeeper", "raced");
                 }
                 Err(Attempt::NoParent) => {
                     let node = self.node.as_deref().unwrap_or_default();
@@ -609,4 +648,39 @@ fn parse_fence(node: &str, data: &[u8]) -> crate::Result<(i64, String)> {
     parsed.ok_or_else(|| Error::NotAFence {
         node: node.to_owned(),
     })
+}
+
+impl super::Fence for ZooKeeperFence {
+    fn store(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> super::BoxFuture<'a, Result<Option<i64>, FenceError<super::BoxError>>> {
+        Box::pin(async move {
+            let outcome = ZooKeeperFence::claim(self, ticket).await;
+            outcome.map_err(|e| e.map_store(|e| Box::new(e) as super::BoxError))
+        })
+    }
+
+    fn seen<'a>(
+        &'a self,
+        scope: &'a str,
+    ) -> super::BoxFuture<'a, Result<Option<i64>, super::BoxError>> {
+        Box::pin(async move { Ok(ZooKeeperFence::seen(self, scope).await?) })
+    }
+
+    fn rebase<'a>(
+        &'a self,
+        scope: &'a str,
+        to: i64,
+    ) -> super::BoxFuture<'a, Result<Option<i64>, super::BoxError>> {
+        Box::pin(async move { Ok(ZooKeeperFence::rebase(self, scope, to).await?) })
+    }
+
+    fn fences(&self) -> super::BoxFuture<'_, Result<Vec<super::FenceState>, super::BoxError>> {
+        Box::pin(async move { Ok(ZooKeeperFence::fences(self).await?) })
+    }
 }

@@ -52,7 +52,9 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
-pub mod conformance;
+/// The conformance kit for storage fences, [`zkfence::fence::conformance`], here for the tests
+/// that use it ([`conformance_tests!`] writes one test per case).
+pub use zkfence::fence::conformance;
 mod distribution;
 mod ensemble;
 mod error;
@@ -104,3 +106,32 @@ pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::redis::LocalRedis;
 #[cfg(feature = "workspace")]
 pub use crate::s3::{LocalS3, Preconditions};
+
+/// One `#[tokio::test]` per case, each on a fresh store from `$new(test_name)` (an async
+/// constructor): `conformance_tests!(MyStore::new);` for every case that needs nothing but the
+/// store (named `conformance_<case>`), or `conformance_tests!(MyStore::new; my_order: order);`
+/// for the named ones. The kit's own stores use it; so can yours.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($new:expr) => {
+        $crate::conformance_tests!($new;
+            conformance_order: order,
+            conformance_edge_tokens: edge_tokens,
+            conformance_concurrent_first_claims: concurrent_first_claims,
+            conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
+            conformance_counter_equals_accepted_increments: counter_equals_accepted_increments,
+            conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt,
+            conformance_lost_claim_reply_is_in_doubt: lost_claim_reply_is_in_doubt,
+            conformance_serialization_failure_retried: serialization_failure_retried,
+            conformance_tokens_in_any_text_form: tokens_in_any_text_form,
+            conformance_carrying_on_after_a_refusal_commits_nothing: carrying_on_after_a_refusal_commits_nothing,
+        );
+    };
+    ($new:expr; $($name:ident: $case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let store = $new(stringify!($name)).await;
+            $crate::conformance::$case(&store).await.unwrap();
+        }
+    )*};
+}

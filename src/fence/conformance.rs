@@ -1,7 +1,7 @@
 //! The conformance kit for storage fences: the cases every fence (ZooKeeper's, PostgreSQL's,
 //! and those to come) must pass against a real server, each aimed at one way a fence goes
 //! wrong, and each catching a mutant of zkfence's own fences
-//! (`zkfence::FenceMutant`, behind its `mutants` feature).
+//! (`crate::FenceMutant`, behind its `mutants` feature).
 //!
 //! A store plugs in through [`FenceStore`]: a claim, a fenced read-modify-write increment of
 //! a counter (with a commit log of the tokens it accepted, in commit order), and reads of what
@@ -19,12 +19,15 @@
 //! | [`lost_reply_is_in_doubt`], [`lost_claim_reply_is_in_doubt`] | the commit (a claim) applied and its reply lost: reported in doubt, never as done or refused | (a lost reply taken for a refusal) |
 //! | [`lost_hold_writes_nothing`] | the hold lost before the commit: nothing written | (no check before commit) |
 //! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
+//! | [`tokens_in_any_text_form`] | the claim from another language with the token as text (plain, padded, signed, malformed): compared as integers, a refusal an error | `NoFormCheck` |
+//! | [`carrying_on_after_a_refusal_commits_nothing`] | a client of another language that ignores the refusal and commits | `CommitAfterRefusal` |
+//! | [`preconditions_enforced`] | an object store that ignores conditional writes | the object store's skipped probe (`NoProbe`) |
 //!
 //! # Examples
 //!
 //! ```no_run
-//! # async fn demo<S: zkfence_testkit::conformance::FenceStore>(store: S) {
-//! use zkfence_testkit::conformance;
+//! # async fn demo<S: zkfence::fence::conformance::FenceStore>(store: S) {
+//! use zkfence::fence::conformance;
 //! conformance::order(&store).await.expect("order");
 //! conformance::edge_tokens(&store).await.expect("edge tokens");
 //! # }
@@ -36,9 +39,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zkfence::fence::{FenceError, FenceTicket};
-use zkfence::{Acquire, FencedLock, FencingToken, LockOptions};
 use zookeeper_client as zk;
+
+pub use super::kit_zookeeper::ZooKeeperStore;
+use super::{FenceError, FenceTicket};
+use crate::{Acquire, FencedLock, FencingToken, LockOptions};
 
 /// A boxed, `Send` future, as [`FenceStore`]'s methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -120,6 +125,113 @@ pub trait FenceStore: Send + Sync {
         let _ = (ticket, key);
         None
     }
+
+    /// The claim as a client of another language makes it (`psql`, `mariadb`, `redis-cli`, a
+    /// Python driver), with the token as the text `token` and nothing else of the library:
+    /// `Ok(true)` accepted, `Ok(false)` refused by the store's refusal error (`ZF001`,
+    /// [`REFUSED`](super::REFUSED)), `Err` with the store's answer for anything else (a bad
+    /// token's error, an ordinary reply that is not an acceptance). `None` for a store whose
+    /// protocol other languages follow only through the library's code (ZooKeeper's).
+    fn foreign_claim<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        let _ = (scope, token);
+        None
+    }
+
+    /// A client of another language that carries on after every error: the store's published
+    /// recipe for incrementing counter `key` under the token `token` (appending it to the
+    /// commit log), on a connection of its own, each error ignored and the transaction
+    /// committed all the same, as `mariadb --force`, `psql` without `ON_ERROR_STOP` or an
+    /// exception caught before `COMMIT` do. Whether the increment landed. `None` as for
+    /// [`foreign_claim`](Self::foreign_claim).
+    fn carry_on<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+        key: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        let _ = (scope, token, key);
+        None
+    }
+
+    /// Whether the store enforces what its fence stands on beyond the fence's own code (an
+    /// object store's conditional writes): `Ok` if it does, `Err` saying what it ignored.
+    /// `None` for a store whose fence runs in the store (SQL, Lua, ZooKeeper's `multi`).
+    fn preconditions(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        None
+    }
+}
+
+/// The cases `zkfence fence verify` runs against a deployment, in order ([`run`] runs one by
+/// name): every case of the store's side, leaving out those that need a proxy in front of the
+/// store or a lock of the test's own.
+pub const DEPLOYMENT: [&str; 9] = [
+    "preconditions_enforced",
+    "order",
+    "edge_tokens",
+    "concurrent_first_claims",
+    "stale_writer_paused_before_commit",
+    "counter_equals_accepted_increments",
+    "serialization_failure_retried",
+    "tokens_in_any_text_form",
+    "carrying_on_after_a_refusal_commits_nothing",
+];
+
+/// The cases of [`DEPLOYMENT`] that need nothing but claims and reads of the fence (a store
+/// whose read-modify-write the kit cannot follow on a deployment: an object store, whose
+/// commit log needs a versioned bucket of the test's own).
+pub const CLAIMS_ONLY: [&str; 3] = [
+    "preconditions_enforced",
+    "edge_tokens",
+    "concurrent_first_claims",
+];
+
+/// Runs the case named `case` (one of [`DEPLOYMENT`]) on `store`; `None` for a name that is
+/// none of them.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo<S: zkfence::fence::conformance::FenceStore>(store: S) {
+/// use zkfence::fence::conformance::{run, DEPLOYMENT};
+/// for case in DEPLOYMENT {
+///     println!("{case}: {:?}", run(case, &store).await);
+/// }
+/// # }
+/// ```
+pub async fn run<S: FenceStore>(case: &str, store: &S) -> Option<Outcome> {
+    Some(match case {
+        "preconditions_enforced" => preconditions_enforced(store).await,
+        "order" => order(store).await,
+        "edge_tokens" => edge_tokens(store).await,
+        "concurrent_first_claims" => concurrent_first_claims(store).await,
+        "stale_writer_paused_before_commit" => stale_writer_paused_before_commit(store).await,
+        "counter_equals_accepted_increments" => counter_equals_accepted_increments(store).await,
+        "serialization_failure_retried" => serialization_failure_retried(store).await,
+        "tokens_in_any_text_form" => tokens_in_any_text_form(store).await,
+        "carrying_on_after_a_refusal_commits_nothing" => {
+            carrying_on_after_a_refusal_commits_nothing(store).await
+        }
+        _ => return None,
+    })
+}
+
+/// The store enforces what its fence stands on ([`FenceStore::preconditions`]): an object
+/// store that ignores `If-None-Match`/`If-Match` (an emulator, an older server, a gateway that
+/// strips headers) accepts every write, a stale holder's too. Stores whose fence runs in the
+/// store pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] saying what the store ignored.
+pub async fn preconditions_enforced<S: FenceStore>(store: &S) -> Outcome {
+    match store.preconditions() {
+        None => Ok(()),
+        Some(check) => check.await.map_err(violation),
+    }
 }
 
 /// How a case failed.
@@ -148,7 +260,7 @@ impl Failure {
     /// # Examples
     ///
     /// ```
-    /// use zkfence_testkit::conformance::Failure;
+    /// use zkfence::fence::conformance::Failure;
     /// assert!(Failure::Violation("x".into()).is_violation());
     /// ```
     pub fn is_violation(&self) -> bool {
@@ -169,7 +281,7 @@ pub type Outcome = Result<(), Failure>;
 /// # Examples
 ///
 /// ```
-/// use zkfence_testkit::conformance::{expect_caught, Failure};
+/// use zkfence::fence::conformance::{expect_caught, Failure};
 /// expect_caught("StrictlyGreater", Err(Failure::Violation("t2 again refused".into())));
 /// ```
 pub fn expect_caught(mutant: &str, outcome: Outcome) {
@@ -180,31 +292,38 @@ pub fn expect_caught(mutant: &str, outcome: Outcome) {
     }
 }
 
-/// One `#[tokio::test]` per case, each on a fresh store from `$new(test_name)` (an async
-/// constructor): `conformance_tests!(MyStore::new);` for every case that needs nothing but the
-/// store (named `conformance_<case>`), or `conformance_tests!(MyStore::new; my_order: order);`
-/// for the named ones. The kit's own stores use it; so can yours.
-#[macro_export]
-macro_rules! conformance_tests {
-    ($new:expr) => {
-        $crate::conformance_tests!($new;
-            conformance_order: order,
-            conformance_edge_tokens: edge_tokens,
-            conformance_concurrent_first_claims: concurrent_first_claims,
-            conformance_stale_writer_paused_before_commit: stale_writer_paused_before_commit,
-            conformance_counter_equals_accepted_increments: counter_equals_accepted_increments,
-            conformance_lost_reply_is_in_doubt: lost_reply_is_in_doubt,
-            conformance_lost_claim_reply_is_in_doubt: lost_claim_reply_is_in_doubt,
-            conformance_serialization_failure_retried: serialization_failure_retried,
-        );
-    };
-    ($new:expr; $($name:ident: $case:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            let store = $new(stringify!($name)).await;
-            $crate::conformance::$case(&store).await.unwrap();
-        }
-    )*};
+/// The name of a store's scratch space (a schema, a database, a key prefix) for a run named
+/// `name`: `zkfence_verify_` and `name` in lowercase letters, digits and `_`, shortened to
+/// `max` bytes with a hash of the whole name in its last 8 when longer (SQL identifiers have
+/// limits: 63 bytes in PostgreSQL, 64 in MySQL), so that two names stay apart.
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::fence::conformance::scratch_name;
+/// assert_eq!(scratch_name("order-1", 63), "zkfence_verify_order_1");
+/// let long = scratch_name(&"x".repeat(100), 63);
+/// assert_eq!(long.len(), 63);
+/// assert_ne!(long, scratch_name(&"x".repeat(101), 63));
+/// ```
+pub fn scratch_name(name: &str, max: usize) -> String {
+    let plain: String = (name.chars())
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect();
+    let full = format!("zkfence_verify_{plain}");
+    if full.len() <= max {
+        return full;
+    }
+    // FNV-1a of the name as given: the shortened names of two names differ.
+    let hash = (name.bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let keep = max.saturating_sub(9).min(full.len());
+    format!("{}_{:08x}", &full[..keep], hash as u32)
 }
 
 fn violation(why: impl Into<String>) -> Failure {
@@ -718,5 +837,107 @@ pub async fn serialization_failure_retried<S: FenceStore>(store: &S) -> Outcome 
             "the conflict did not happen: the first attempt committed",
         ));
     }
+    check_log(store, key).await
+}
+
+/// What a claim from another language must come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Foreign {
+    Accepted,
+    Refused,
+    /// Any error but a refusal: a token that is not one.
+    Error,
+}
+
+/// The claim from another language ([`FenceStore::foreign_claim`]) with the token in every text
+/// form a client may send, on one scope: plain and zero-padded (the Rust fences of earlier
+/// versions padded to 19 digits), with a `+`; 9 after 10 and 9999999999 after 10000000000 (a
+/// string compare of unpadded tokens gets both wrong, of a padded and an unpadded one too); an
+/// equal token in another form accepted. A refusal must be the store's refusal error (a client
+/// that reads an ordinary reply believes it claimed), and a text that is no token (negative,
+/// a float, past `i64::MAX`, empty, letters) an error, never a claim. Stores without such a
+/// path pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] naming the step.
+pub async fn tokens_in_any_text_form<S: FenceStore>(store: &S) -> Outcome {
+    use Foreign::*;
+    let scope = "/kit/forms";
+    let steps = [
+        ("10", Accepted),
+        ("9", Refused),
+        ("0000000000000000009", Refused),
+        ("+9", Refused),
+        ("0000000000000000010", Accepted),
+        ("+10", Accepted),
+        ("11", Accepted),
+        ("9999999999", Accepted),
+        ("10000000000", Accepted),
+        ("9999999999", Refused),
+        ("0009999999999", Refused),
+        ("0000000010000000000", Accepted),
+        ("-1", Error),
+        ("4.2e1", Error),
+        ("9223372036854775808", Error),
+        ("", Error),
+        ("ten", Error),
+    ];
+    for (text, expected) in steps {
+        let Some(claim) = store.foreign_claim(scope, text) else {
+            return Ok(());
+        };
+        let got = match claim.await {
+            Ok(true) => Accepted,
+            Ok(false) => Refused,
+            Err(_) => Error,
+        };
+        if got != expected {
+            return Err(violation(format!(
+                "the claim of {text:?} from another client: {got:?}, expected {expected:?}"
+            )));
+        }
+    }
+    match store.seen(scope).await.map_err(broken)? {
+        Some(10_000_000_000) => Ok(()),
+        other => Err(violation(format!(
+            "after the claims in every text form the fence holds {other:?}, expected 10000000000"
+        ))),
+    }
+}
+
+/// Clients of another language that carry on after their refused claim
+/// ([`FenceStore::carry_on`]), with the token plain and zero-padded, after a newer holder
+/// claimed: neither increment may land, and the newer holder still writes. Stores without
+/// such a path pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] when a stale increment landed.
+pub async fn carrying_on_after_a_refusal_commits_nothing<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/carry-on", "carry-on");
+    let (old, new) = (epoch_token(1), ticket(scope, epoch_token(2)));
+    expect_accepted("the newer holder's claim", store.claim(&new).await)?;
+    let before = store.value(key).await.map_err(broken)?;
+    for text in [old.to_string(), format!("{old:019}")] {
+        let Some(attempt) = store.carry_on(scope, &text, key) else {
+            return Ok(());
+        };
+        if attempt.await.map_err(broken)? {
+            return Err(violation(format!(
+                "a client that carried on after the refusal of {text:?} committed its increment"
+            )));
+        }
+    }
+    let after = store.value(key).await.map_err(broken)?;
+    if after != before {
+        return Err(violation(format!(
+            "the counter moved from {before} to {after} under refused claims"
+        )));
+    }
+    expect_accepted(
+        "the newer holder's write after them",
+        store.increment(&new, key, Hooks::default()).await,
+    )?;
     check_log(store, key).await
 }

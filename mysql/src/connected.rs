@@ -1,0 +1,136 @@
+//! [`Connected`]: a [`MySqlFence`] bound to a connection of its own, the fence contract
+//! ([`Fence`]) on MySQL/MariaDB.
+
+use mysql_async::Conn;
+use tokio::sync::Mutex;
+use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+
+use crate::MySqlFence;
+
+/// A [`MySqlFence`] with a connection of its own: the fence contract every zkfence store
+/// offers ([`Fence`]), as `zkfence fence` drives it. A fenced transaction takes a connection of
+/// yours ([`MySqlFence::transaction`]); this is for the rest.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+/// use zkfence::fence::Fence;
+/// let url = "mysql://app:secret@db/orders";
+/// let fence = zkfence_mysql::Connected::connect(url, zkfence_mysql::MySqlFence::new()).await?;
+/// println!("{:?}", fence.seen("/locks/orders").await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Connected {
+    fence: MySqlFence,
+    conn: Mutex<Conn>,
+}
+
+impl Connected {
+    /// `fence` on `conn`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(conn: mysql_async::Conn) {
+    /// let fence = zkfence_mysql::Connected::new(zkfence_mysql::MySqlFence::new(), conn);
+    /// # let _ = fence;
+    /// # }
+    /// ```
+    pub fn new(fence: MySqlFence, conn: Conn) -> Connected {
+        Connected {
+            fence,
+            conn: Mutex::new(conn),
+        }
+    }
+
+    /// `fence` on a new connection to `url` (`mysql://user:password@host:port/database`, as
+    /// mysql_async takes it), over TCP.
+    ///
+    /// # Errors
+    ///
+    /// The server's error (unreachable, refused, a bad URL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](Connected).
+    pub async fn connect(url: &str, fence: MySqlFence) -> Result<Connected, mysql_async::Error> {
+        Ok(Connected::new(fence, crate::conformance::open(url).await?))
+    }
+
+    /// The fence.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(fence: zkfence_mysql::Connected) {
+    /// println!("{}", fence.fence().install_sql());
+    /// # }
+    /// ```
+    pub fn fence(&self) -> &MySqlFence {
+        &self.fence
+    }
+
+    /// Installs the fence on the connection ([`MySqlFence::install`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlFence::install`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`MySqlFence::install`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence_mysql::Connected) -> Result<(), mysql_async::Error> {
+    /// fence.install().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn install(&self) -> Result<(), mysql_async::Error> {
+        self.fence.install(&mut *self.conn.lock().await).await
+    }
+}
+
+impl Fence for Connected {
+    fn store(&self) -> &'static str {
+        crate::STORE
+    }
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
+        Box::pin(async move {
+            let outcome = self.fence.claim(&mut *self.conn.lock().await, ticket).await;
+            outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move { Ok(self.fence.seen(&mut *self.conn.lock().await, scope).await?) })
+    }
+
+    fn rebase<'a>(
+        &'a self,
+        scope: &'a str,
+        to: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move {
+            Ok(self
+                .fence
+                .rebase(&mut *self.conn.lock().await, scope, to)
+                .await?)
+        })
+    }
+
+    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
+        Box::pin(async move { Ok(self.fence.fences(&mut *self.conn.lock().await).await?) })
+    }
+}

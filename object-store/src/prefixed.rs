@@ -1,0 +1,295 @@
+//! [`Prefixed`]: the fenced objects under a prefix, the fence contract ([`Fence`]) on an object
+//! store; and [`ConformanceStore`], the conformance kit's claims and probe on a scratch prefix.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use object_store::path::Path;
+use zkfence::fence::conformance::{BoxFuture as KitFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+
+use crate::error::Error;
+use crate::fence::ObjectFence;
+use crate::snapshot::Snapshot;
+
+/// The fenced objects under `prefix`: the fence contract every zkfence store offers
+/// ([`Fence`]), as `zkfence fence` drives it for `s3://bucket/prefix`. An object store keeps
+/// each fence in its objects (every fenced object's header holds the token it last accepted),
+/// so a scope's fence is the fenced objects of that scope under the prefix:
+///
+/// - [`Fence::fences`] lists each fenced object (its path in `at`) with its scope and token;
+/// - [`Fence::seen`] is the highest token among the scope's objects;
+/// - [`Fence::claim`] raises every object of the scope (a scope with none has nothing to
+///   raise: `Ok(None)`, nothing written);
+/// - [`Fence::rebase`] sets every object of the scope to the token (payloads kept), each
+///   conditional on the version read, and returns the highest token they held.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// use std::sync::Arc;
+/// use zkfence::fence::{Fence, FenceTicket};
+/// use zkfence_object_store::{ObjectFence, Prefixed};
+///
+/// let fence = ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
+/// let ticket: FenceTicket = "7@4294967303::/locks/reports".parse()?;
+/// fence.put(&ticket, &"reports/manifest".into(), "v1").await?;
+/// let prefixed = Prefixed::new(fence, "reports".into());
+/// assert_eq!(prefixed.seen("/locks/reports").await.map_err(|e| e.to_string())?, Some(4294967303));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Prefixed {
+    fence: ObjectFence,
+    prefix: Path,
+}
+
+impl Prefixed {
+    /// The fenced objects of `fence`'s store under `prefix`.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](Prefixed).
+    pub fn new(fence: ObjectFence, prefix: Path) -> Prefixed {
+        Prefixed { fence, prefix }
+    }
+
+    /// The fence.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let fence = zkfence_object_store::ObjectFence::new(std::sync::Arc::new(object_store::memory::InMemory::new()));
+    /// let prefixed = zkfence_object_store::Prefixed::new(fence, "reports".into());
+    /// # let _ = prefixed.fence();
+    /// ```
+    pub fn fence(&self) -> &ObjectFence {
+        &self.fence
+    }
+
+    /// Every fenced object under the prefix, with what it holds; objects that are no fenced
+    /// objects (no header) are left out.
+    async fn objects(&self) -> Result<Vec<(Path, Snapshot)>, Error> {
+        let mut listed = self.fence.store().list(Some(&self.prefix));
+        let mut found = Vec::new();
+        while let Some(meta) = listed.next().await {
+            let meta = meta?;
+            match self.fence.read(&meta.location).await {
+                Ok(snapshot) if snapshot.scope().is_some() => found.push((meta.location, snapshot)),
+                Ok(_) | Err(Error::NotFenced { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        found.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        Ok(found)
+    }
+
+    /// The paths and tokens of `scope`'s objects.
+    async fn of_scope(&self, scope: &str) -> Result<Vec<(Path, i64)>, Error> {
+        Ok((self.objects().await?.into_iter())
+            .filter(|(_, s)| s.scope() == Some(scope))
+            .filter_map(|(path, s)| Some((path, s.token()?)))
+            .collect())
+    }
+}
+
+impl Fence for Prefixed {
+    fn store(&self) -> &'static str {
+        crate::fence::STORE
+    }
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
+        Box::pin(async move {
+            let boxed = |e: Error| FenceError::Store(Box::new(e) as BoxError);
+            let mut before = None;
+            for (path, _) in self.of_scope(ticket.scope()).await.map_err(boxed)? {
+                let outcome = self.fence.claim(ticket, &path).await;
+                let held = outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))?;
+                before = before.max(held);
+            }
+            Ok(before)
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move {
+            let objects = self.of_scope(scope).await?;
+            Ok(objects.into_iter().map(|(_, token)| token).max())
+        })
+    }
+
+    fn rebase<'a>(
+        &'a self,
+        scope: &'a str,
+        to: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move {
+            let mut before = None;
+            for (path, _) in self.of_scope(scope).await? {
+                let held = self.fence.rebase(&path, to).await?;
+                before = before.max(held);
+            }
+            Ok(before)
+        })
+    }
+
+    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
+        Box::pin(async move {
+            Ok((self.objects().await?.into_iter())
+                .filter_map(|(path, s)| {
+                    let (scope, token) = (s.scope()?.to_owned(), s.token()?);
+                    Some(FenceState::new(scope, token).at(path.to_string()))
+                })
+                .collect())
+        })
+    }
+}
+
+/// The conformance kit's claims on objects under a scratch prefix of a real store
+/// (`<prefix>/<scratch name>/`, one object per scope), and the store's probe
+/// ([`ObjectFence::probe`]): what `zkfence fence verify s3://…` runs
+/// ([`zkfence::fence::conformance::CLAIMS_ONLY`]). The kit's read-modify-write cases need a
+/// versioned bucket of the test's own, where zkfence's own tests run them.
+/// [`ConformanceStore::clear`] deletes the objects.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// use std::sync::Arc;
+/// use zkfence::fence::conformance;
+/// use zkfence_object_store::{ConformanceStore, ObjectFence};
+///
+/// let fence = ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
+/// let store = ConformanceStore::new(fence, &"checks".into(), "run1");
+/// conformance::edge_tokens(&store).await?;
+/// conformance::preconditions_enforced(&store).await?;
+/// store.clear().await?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct ConformanceStore {
+    fence: ObjectFence,
+    scratch: Path,
+}
+
+impl ConformanceStore {
+    /// Claims under `<prefix>/<scratch name of name>/` with `fence`.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub fn new(fence: ObjectFence, prefix: &Path, name: &str) -> ConformanceStore {
+        let scratch = prefix
+            .clone()
+            .join(zkfence::fence::conformance::scratch_name(name, 200));
+        ConformanceStore { fence, scratch }
+    }
+
+    /// Deletes the scratch objects.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: whatever it deleted stays deleted.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub async fn clear(self) -> Result<(), Error> {
+        let mut listed = self.fence.store().list(Some(&self.scratch));
+        let mut paths = Vec::new();
+        while let Some(meta) = listed.next().await {
+            paths.push(meta?.location);
+        }
+        for path in paths {
+            self.fence.purge(&path).await?;
+        }
+        Ok(())
+    }
+
+    /// The object of `scope`.
+    fn object(&self, scope: &str) -> Path {
+        let name: String = (scope.chars())
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        self.scratch.clone().join(name)
+    }
+}
+
+impl FenceStore for ConformanceStore {
+    type Error = Error;
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> KitFuture<'a, Result<(), FenceError<Error>>> {
+        Box::pin(async move {
+            let path = self.object(ticket.scope());
+            self.fence.claim(ticket, &path).await.map(|_| ())
+        })
+    }
+
+    fn increment<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+        hooks: Hooks,
+    ) -> KitFuture<'a, Result<i64, FenceError<Error>>> {
+        let _ = (ticket, key, hooks);
+        Box::pin(async move { Err(FenceError::Store(Error::Aborted(UNSUPPORTED.into()))) })
+    }
+
+    fn value<'a>(&'a self, key: &'a str) -> KitFuture<'a, Result<i64, String>> {
+        let _ = key;
+        Box::pin(async move { Err(UNSUPPORTED.to_owned()) })
+    }
+
+    fn log<'a>(&'a self, key: &'a str) -> KitFuture<'a, Result<Vec<i64>, String>> {
+        let _ = key;
+        Box::pin(async move { Err(UNSUPPORTED.to_owned()) })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> KitFuture<'a, Result<Option<i64>, String>> {
+        Box::pin(async move {
+            let snapshot = self.fence.read(&self.object(scope)).await;
+            Ok(snapshot.map_err(|e| e.to_string())?.token())
+        })
+    }
+
+    fn waiting(&self) -> KitFuture<'_, Result<bool, String>> {
+        // Conditional writes take no locks: a newer holder never waits for a stale one.
+        Box::pin(async { Ok(false) })
+    }
+
+    fn reply_switch(&self) -> ReplySwitch {
+        Arc::new(|_| {})
+    }
+
+    fn preconditions(&self) -> Option<KitFuture<'_, Result<(), String>>> {
+        Some(Box::pin(async move {
+            if self.fence.flaw_is_no_probe() {
+                return Ok(());
+            }
+            self.fence
+                .probe(&self.scratch)
+                .await
+                .map_err(|e| e.to_string())
+        }))
+    }
+}
+
+/// What the deployment store cannot do.
+const UNSUPPORTED: &str =
+    "the kit's increments need a versioned bucket of the test's own: not run on a deployment";

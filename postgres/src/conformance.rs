@@ -1,0 +1,422 @@
+//! [`ConformanceStore`]: the fence on a scratch schema of a real database, as the conformance
+//! kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
+//! verify postgresql://…` against a user's deployment.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tokio_postgres::{Client, IsolationLevel, NoTls};
+use zkfence::fence::conformance::{BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::{FenceError, FenceTicket};
+
+use crate::PostgresFence;
+
+/// The fence in a schema of its own (`zkfence_verify_<name>`), with the kit's tables:
+/// `kit_counter` (the counters), `kit_log` (the commit log: a row per accepted increment,
+/// inserted in the same transaction), `kit_items` (for a serialization conflict). The fence's
+/// connections may go through a proxy, to lose a commit's reply; reads go direct.
+/// [`ConformanceStore::drop_schema`] removes it all.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use zkfence::fence::conformance;
+/// use zkfence_postgres::{ConformanceStore, PostgresFence};
+///
+/// let url = "postgresql://app@db.internal/orders";
+/// let store = ConformanceStore::create(url, PostgresFence::new(), "check", None).await?;
+/// conformance::order(&store).await?;
+/// store.drop_schema().await?;
+/// # Ok(()) }
+/// ```
+pub struct ConformanceStore {
+    fence: PostgresFence,
+    schema: String,
+    conns: Vec<Mutex<Client>>,
+    reader: Client,
+    side: Arc<Mutex<Client>>,
+    fence_url: String,
+    direct: String,
+    switch: Option<ReplySwitch>,
+}
+
+impl std::fmt::Debug for ConformanceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConformanceStore")
+            .field("fence", &self.fence)
+            .field("schema", &self.schema)
+            .field("proxied", &self.switch.is_some())
+            .finish()
+    }
+}
+
+/// Opens a connection to `url` (no TLS) and drives it in a task of its own.
+pub(crate) async fn open(url: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(cause = %err, "connection ended");
+        }
+    });
+    Ok(client)
+}
+
+impl ConformanceStore {
+    /// Installs `fence` (its schema set to [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)`) and the kit's tables in the
+    /// database at `url`. The fence's connections go to `through`'s URL (the same database
+    /// behind a proxy, whose switch drops its replies: [`FenceStore::reply_switch`]) when
+    /// given, else to `url`.
+    ///
+    /// # Errors
+    ///
+    /// The database's error (e.g. no CREATE privilege on the database).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped mid-way, it may leave the schema behind.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub async fn create(
+        url: &str,
+        fence: PostgresFence,
+        name: &str,
+        through: Option<(String, ReplySwitch)>,
+    ) -> Result<ConformanceStore, tokio_postgres::Error> {
+        let schema = zkfence::fence::conformance::scratch_name(name, 63);
+        let fence = fence
+            .with_schema(&schema)
+            .unwrap_or_else(|_| unreachable!("a plain schema name"));
+        let reader = open(url).await?;
+        reader
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await?;
+        fence.install(&reader).await?;
+        reader
+            .batch_execute(&format!(
+                "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
+                 CREATE TABLE {schema}.kit_log (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL);
+                 CREATE TABLE {schema}.kit_items (k text NOT NULL);"
+            ))
+            .await?;
+        let (fence_url, switch) = match through {
+            Some((via, switch)) => (via, Some(switch)),
+            None => (url.to_owned(), None),
+        };
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            conns.push(Mutex::new(open(&fence_url).await?));
+        }
+        Ok(ConformanceStore {
+            fence,
+            schema,
+            conns,
+            reader,
+            side: Arc::new(Mutex::new(open(url).await?)),
+            fence_url,
+            direct: url.to_owned(),
+            switch,
+        })
+    }
+
+    /// The fence, in the store's schema.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(store: zkfence_postgres::ConformanceStore) {
+    /// println!("{}", store.fence().install_sql());
+    /// # }
+    /// ```
+    pub fn fence(&self) -> &PostgresFence {
+        &self.fence
+    }
+
+    /// The store's schema.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(store: zkfence_postgres::ConformanceStore) {
+    /// assert!(store.schema().starts_with("zkfence_verify_"));
+    /// # }
+    /// ```
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// A connection of the fence's, as the store's increments use.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(store: zkfence_postgres::ConformanceStore) -> Result<(), tokio_postgres::Error> {
+    /// let client = store.connect().await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        open(&self.fence_url).await
+    }
+
+    /// Removes the schema and everything in it.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: one statement.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub async fn drop_schema(self) -> Result<(), tokio_postgres::Error> {
+        let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        open(&self.direct).await?.batch_execute(&drop).await
+    }
+
+    /// A free connection of the fence's (a fresh one if the proxy closed it).
+    async fn conn(&self) -> Result<tokio::sync::MutexGuard<'_, Client>, tokio_postgres::Error> {
+        let mut guard = match self.conns.iter().find_map(|c| c.try_lock().ok()) {
+            Some(guard) => guard,
+            None => self.conns[0].lock().await,
+        };
+        if guard.is_closed() {
+            *guard = open(&self.fence_url).await?;
+        }
+        Ok(guard)
+    }
+
+    async fn increment_with(
+        &self,
+        fence: &PostgresFence,
+        ticket: &FenceTicket,
+        key: &str,
+        hooks: Hooks,
+        conflict: Option<Arc<AtomicU32>>,
+    ) -> Result<i64, FenceError<tokio_postgres::Error>> {
+        let hooks = Arc::new(std::sync::Mutex::new(hooks));
+        let (schema, key) = (self.schema.clone(), key.to_owned());
+        let token = ticket.token().as_i64();
+        let side = self.side.clone();
+        let mut conn = self.conn().await.map_err(FenceError::Store)?;
+        fence
+            .transaction(&mut conn, ticket, |tx| {
+                let (hooks, schema, key, side) =
+                    (hooks.clone(), schema.clone(), key.clone(), side.clone());
+                let attempt = conflict
+                    .as_ref()
+                    .map(|a| a.fetch_add(1, Ordering::SeqCst) + 1);
+                Box::pin(async move {
+                    let read = format!("SELECT value FROM {schema}.kit_counter WHERE key = $1");
+                    let row = tx.query_opt(&read, &[&key]).await?;
+                    let value = row.map_or(0, |r| r.get::<_, i64>(0)) + 1;
+                    let between = hooks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .between
+                        .take();
+                    if let Some(between) = between {
+                        between.await;
+                    }
+                    if attempt.is_some() {
+                        // Write skew under SERIALIZABLE: we read a:key and write b:key; on the
+                        // first attempt another transaction reads b:key, writes a:key and
+                        // commits first, so our commit is the one refused.
+                        let (a, b) = (format!("a:{key}"), format!("b:{key}"));
+                        let items = format!("{schema}.kit_items");
+                        let count = format!("SELECT count(*) FROM {items} WHERE k = $1");
+                        let insert = format!("INSERT INTO {items} VALUES ($1)");
+                        tx.query_one(&count, &[&a]).await?;
+                        if attempt == Some(1) {
+                            let side = side.lock().await;
+                            side.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                                .await?;
+                            side.query_one(&count, &[&b]).await?;
+                            side.execute(&insert, &[&a]).await?;
+                        }
+                        tx.execute(&insert, &[&b]).await?;
+                    }
+                    let write = format!(
+                        "INSERT INTO {schema}.kit_counter VALUES ($1, $2) \
+                         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                    );
+                    tx.execute(&write, &[&key, &value]).await?;
+                    let log = format!("INSERT INTO {schema}.kit_log (key, token) VALUES ($1, $2)");
+                    tx.execute(&log, &[&key, &token]).await?;
+                    if attempt == Some(1) {
+                        side.lock().await.batch_execute("COMMIT").await?;
+                    }
+                    let hook = hooks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .before_commit
+                        .take();
+                    if let Some(hook) = hook {
+                        hook();
+                    }
+                    Ok(value)
+                })
+            })
+            .await
+    }
+
+    /// The claim as `psql` sends it: the token a text literal, cast by PostgreSQL's own
+    /// `bigint` input; refused by SQLSTATE `ZF001`.
+    async fn claim_as_text(
+        &self,
+        client: &Client,
+        scope: &str,
+        token: &str,
+    ) -> Result<bool, String> {
+        let sql = format!(
+            "SELECT {}.zkfence_claim({}, {})",
+            self.schema,
+            literal(scope),
+            literal(token)
+        );
+        match client.simple_query(&sql).await {
+            Ok(_) => Ok(true),
+            Err(err) if err.code().map(|c| c.code()) == Some(crate::REFUSED) => Ok(false),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
+/// `text` as a SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+impl FenceStore for ConformanceStore {
+    type Error = tokio_postgres::Error;
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<(), FenceError<tokio_postgres::Error>>> {
+        Box::pin(async move {
+            let conn = self.conn().await.map_err(FenceError::Store)?;
+            self.fence.claim(&*conn, ticket).await.map(|_| ())
+        })
+    }
+
+    fn increment<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+        hooks: Hooks,
+    ) -> BoxFuture<'a, Result<i64, FenceError<tokio_postgres::Error>>> {
+        Box::pin(self.increment_with(&self.fence, ticket, key, hooks, None))
+    }
+
+    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT value FROM {}.kit_counter WHERE key = $1",
+                self.schema
+            );
+            let row = (self.reader.query_opt(&sql, &[&key]).await).map_err(|e| e.to_string())?;
+            Ok(row.map_or(0, |r| r.get(0)))
+        })
+    }
+
+    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
+        Box::pin(async move {
+            let sql = format!(
+                "SELECT token FROM {}.kit_log WHERE key = $1 ORDER BY seq",
+                self.schema
+            );
+            let rows = (self.reader.query(&sql, &[&key]).await).map_err(|e| e.to_string())?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
+        Box::pin(
+            async move { (self.fence.seen(&self.reader, scope).await).map_err(|e| e.to_string()) },
+        )
+    }
+
+    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async move {
+            // A lock wait of this store's connections alone (others may share the server).
+            let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                       WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%zkfence_claim%'";
+            let row =
+                (self.reader.query_one(sql, &[&self.schema]).await).map_err(|e| e.to_string())?;
+            Ok(row.get::<_, i64>(0) > 0)
+        })
+    }
+
+    fn reply_switch(&self) -> ReplySwitch {
+        self.switch.clone().unwrap_or_else(|| Arc::new(|_| {}))
+    }
+
+    fn increment_through_conflict<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+    ) -> Option<Conflicted<'a, tokio_postgres::Error>> {
+        Some(Box::pin(async move {
+            let attempts = Arc::new(AtomicU32::new(0));
+            let fence = (self.fence.clone()).with_isolation(IsolationLevel::Serializable);
+            let hooks = Hooks::default();
+            let value =
+                (self.increment_with(&fence, ticket, key, hooks, Some(attempts.clone()))).await?;
+            Ok((value, attempts.load(Ordering::SeqCst)))
+        }))
+    }
+
+    fn foreign_claim<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        Some(Box::pin(async move {
+            let client = open(&self.direct).await.map_err(|e| e.to_string())?;
+            self.claim_as_text(&client, scope, token).await
+        }))
+    }
+
+    fn carry_on<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+        key: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        Some(Box::pin(async move {
+            let before = self.log(key).await?.len();
+            let client = open(&self.direct).await.map_err(|e| e.to_string())?;
+            let schema = &self.schema;
+            // psql without ON_ERROR_STOP: each statement sent, each error ignored.
+            let _ = client.simple_query("BEGIN").await;
+            let _ = self.claim_as_text(&client, scope, token).await;
+            let (k, t) = (literal(key), literal(token));
+            let statements = [
+                format!(
+                    "INSERT INTO {schema}.kit_counter VALUES ({k}, 1) \
+                     ON CONFLICT (key) DO UPDATE SET value = {schema}.kit_counter.value + 1"
+                ),
+                format!("INSERT INTO {schema}.kit_log (key, token) VALUES ({k}, {t})"),
+                "COMMIT".to_owned(),
+            ];
+            for statement in statements {
+                let _ = client.simple_query(&statement).await;
+            }
+            Ok(self.log(key).await?.len() > before)
+        }))
+    }
+}

@@ -1,0 +1,123 @@
+//! [`Connected`]: a [`PostgresFence`] bound to a connection of its own, the fence contract
+//! ([`Fence`]) on PostgreSQL.
+
+use tokio_postgres::Client;
+use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+
+use crate::PostgresFence;
+
+/// A [`PostgresFence`] with a connection of its own: the fence contract every zkfence store
+/// offers ([`Fence`]), as `zkfence fence` drives it. A fenced transaction takes a connection of
+/// yours ([`PostgresFence::transaction`]); this is for the rest.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+/// use zkfence::fence::Fence;
+/// let fence = zkfence_postgres::Connected::connect("postgresql://app@db/orders", zkfence_postgres::PostgresFence::new()).await?;
+/// for state in fence.fences().await? {
+///     println!("{} {}", state.scope, state.token);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Connected {
+    fence: PostgresFence,
+    client: Client,
+}
+
+impl Connected {
+    /// `fence` on `client`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: tokio_postgres::Client) {
+    /// let fence = zkfence_postgres::Connected::new(zkfence_postgres::PostgresFence::new(), client);
+    /// # let _ = fence;
+    /// # }
+    /// ```
+    pub fn new(fence: PostgresFence, client: Client) -> Connected {
+        Connected { fence, client }
+    }
+
+    /// `fence` on a new connection to `url` (a `postgresql://` URL or `key=value` pairs, as
+    /// tokio-postgres takes them; no TLS).
+    ///
+    /// # Errors
+    ///
+    /// The database's error (unreachable, refused, a bad URL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](Connected).
+    pub async fn connect(
+        url: &str,
+        fence: PostgresFence,
+    ) -> Result<Connected, tokio_postgres::Error> {
+        Ok(Connected::new(fence, crate::conformance::open(url).await?))
+    }
+
+    /// The fence.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(fence: zkfence_postgres::Connected) {
+    /// println!("{}", fence.fence().install_sql());
+    /// # }
+    /// ```
+    pub fn fence(&self) -> &PostgresFence {
+        &self.fence
+    }
+
+    /// The connection.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: zkfence_postgres::Connected) -> Result<(), tokio_postgres::Error> {
+    /// fence.fence().install(fence.client()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Fence for Connected {
+    fn store(&self) -> &'static str {
+        crate::STORE
+    }
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
+        Box::pin(async move {
+            let outcome = self.fence.claim(&self.client, ticket).await;
+            outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move { Ok(self.fence.seen(&self.client, scope).await?) })
+    }
+
+    fn rebase<'a>(
+        &'a self,
+        scope: &'a str,
+        to: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
+        Box::pin(async move { Ok(self.fence.rebase(&self.client, scope, to).await?) })
+    }
+
+    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
+        Box::pin(async move { Ok(self.fence.fences(&self.client).await?) })
+    }
+}

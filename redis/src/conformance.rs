@@ -1,0 +1,353 @@
+//! [`ConformanceStore`]: the fence under a scratch key prefix of a real server, as the
+//! conformance kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and
+//! `zkfence fence verify redis://…` against a user's deployment.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use redis::aio::MultiplexedConnection;
+use redis::RedisError;
+use zkfence::fence::conformance::{BoxFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::{FenceError, FenceTicket};
+
+use crate::{Commands, RedisFence};
+
+/// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
+/// counter `<ns>{<scope>}:counter:<key>` and a log list `<ns>{<scope>}:log:<key>` (in the
+/// fence key's slot: tagged with the scope), fence keys `<ns>fence:{<scope>}`; the function
+/// library loaded ([`RedisFence::install`]). The fence's connection may go through a proxy, to
+/// lose a reply; reads go direct. [`ConformanceStore::clear`] deletes the keys.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use zkfence::fence::conformance;
+/// use zkfence_redis::{ConformanceStore, RedisFence};
+///
+/// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", None).await?;
+/// conformance::order(&store).await?;
+/// store.clear().await?;
+/// # Ok(()) }
+/// ```
+pub struct ConformanceStore {
+    fence: RedisFence,
+    ns: String,
+    fence_url: String,
+    /// The claims' connection, opened at the start (a claim is sent on one opened before its
+    /// replies are dropped).
+    fenced: tokio::sync::Mutex<MultiplexedConnection>,
+    reader: MultiplexedConnection,
+    switch: Option<ReplySwitch>,
+    /// The scope each key was written under (the kit names keys and scopes apart).
+    scopes: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for ConformanceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConformanceStore")
+            .field("fence", &self.fence)
+            .field("ns", &self.ns)
+            .field("proxied", &self.switch.is_some())
+            .finish()
+    }
+}
+
+/// A connection to `url`.
+pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, RedisError> {
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+impl ConformanceStore {
+    /// Loads the function library on the server at `url` and keeps the store's keys under
+    /// its scratch name (deleting any keys left there). The fence's connection goes to
+    /// `through`'s URL (the same server behind a proxy, whose switch drops its replies) when
+    /// given, else to `url`.
+    ///
+    /// # Errors
+    ///
+    /// Redis's error (e.g. `FUNCTION LOAD` refused: no permission, or a proxy that allows no
+    /// scripts).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub async fn create(
+        url: &str,
+        fence: RedisFence,
+        name: &str,
+        through: Option<(String, ReplySwitch)>,
+    ) -> Result<ConformanceStore, RedisError> {
+        let ns = format!("{}:", zkfence::fence::conformance::scratch_name(name, 200));
+        let mut reader = open(url).await?;
+        let fence = fence.with_prefix(format!("{ns}fence:"));
+        fence.install(&mut reader).await?;
+        let (fence_url, switch) = match through {
+            Some((via, switch)) => (via, Some(switch)),
+            None => (url.to_owned(), None),
+        };
+        let fenced = tokio::sync::Mutex::new(open(&fence_url).await?);
+        let store = ConformanceStore {
+            fence,
+            ns,
+            fenced,
+            fence_url,
+            reader,
+            switch,
+            scopes: Mutex::default(),
+        };
+        store.delete_keys().await?;
+        Ok(store)
+    }
+
+    /// The fence, with the store's key prefix.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(store: zkfence_redis::ConformanceStore) {
+    /// println!("{}", store.fence().fence_key("/locks/a"));
+    /// # }
+    /// ```
+    pub fn fence(&self) -> &RedisFence {
+        &self.fence
+    }
+
+    /// A connection of the fence's (through the proxy, if any).
+    ///
+    /// # Errors
+    ///
+    /// Redis's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(store: zkfence_redis::ConformanceStore) -> redis::RedisResult<()> {
+    /// let conn = store.connect().await?;
+    /// # let _ = conn; Ok(()) }
+    /// ```
+    pub async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
+        open(&self.fence_url).await
+    }
+
+    /// The counter and log keys of `key` under `scope`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(store: zkfence_redis::ConformanceStore) {
+    /// let (counter, log) = store.keys("/kit/a", "n");
+    /// assert!(counter.contains("{/kit/a}") && log.contains("{/kit/a}"));
+    /// # }
+    /// ```
+    pub fn keys(&self, scope: &str, key: &str) -> (String, String) {
+        let (ns, tag) = (&self.ns, format!("{{{scope}}}"));
+        (
+            format!("{ns}{tag}:counter:{key}"),
+            format!("{ns}{tag}:log:{key}"),
+        )
+    }
+
+    /// Deletes every key of the store's.
+    ///
+    /// # Errors
+    ///
+    /// Redis's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: whatever it deleted stays deleted.
+    ///
+    /// # Examples
+    ///
+    /// See the [type's](ConformanceStore).
+    pub async fn clear(self) -> Result<(), RedisError> {
+        self.delete_keys().await
+    }
+
+    async fn delete_keys(&self) -> Result<(), RedisError> {
+        let mut conn = self.reader.clone();
+        let keys = crate::scan(&mut conn, &format!("{}*", self.ns)).await?;
+        for chunk in keys.chunks(100) {
+            redis::cmd("DEL")
+                .arg(chunk)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Notes that `key` is written under `scope`.
+    fn note(&self, key: &str, scope: &str) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.insert(key.to_owned(), scope.to_owned());
+    }
+
+    fn scope_of(&self, key: &str) -> Option<String> {
+        let scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.get(key).cloned()
+    }
+}
+
+impl FenceStore for ConformanceStore {
+    type Error = RedisError;
+
+    fn claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> BoxFuture<'a, Result<(), FenceError<RedisError>>> {
+        Box::pin(async move {
+            let mut conn = self.fenced.lock().await;
+            self.fence.claim(&mut *conn, ticket).await.map(|_| ())
+        })
+    }
+
+    fn increment<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+        key: &'a str,
+        mut hooks: Hooks,
+    ) -> BoxFuture<'a, Result<i64, FenceError<RedisError>>> {
+        Box::pin(async move {
+            self.note(key, ticket.scope());
+            let (counter, log) = self.keys(ticket.scope(), key);
+            // A connection of its own: the kit runs a stale and a current writer at once.
+            let mut conn = self.connect().await.map_err(FenceError::Store)?;
+            self.fence.claim(&mut conn, ticket).await?; // before the read
+            let value: Option<i64> = redis::cmd("GET")
+                .arg(&counter)
+                .query_async(&mut conn)
+                .await
+                .map_err(FenceError::Store)?;
+            let value = value.unwrap_or(0) + 1;
+            if let Some(between) = hooks.between.take() {
+                between.await;
+            }
+            let token = ticket.token().as_i64();
+            let commands = Commands::new()
+                .command(|c| c.arg("SET").key(&counter).arg(value))
+                .command(|c| c.arg("RPUSH").key(&log).arg(token));
+            if let Some(hook) = hooks.before_commit.take() {
+                hook();
+            }
+            self.fence.write(&mut conn, ticket, &commands).await?;
+            Ok(value)
+        })
+    }
+
+    fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
+        Box::pin(async move {
+            let Some(scope) = self.scope_of(key) else {
+                return Ok(0);
+            };
+            let (counter, _) = self.keys(&scope, key);
+            let value: Option<i64> = (redis::cmd("GET").arg(counter))
+                .query_async(&mut self.reader.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(value.unwrap_or(0))
+        })
+    }
+
+    fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
+        Box::pin(async move {
+            let Some(scope) = self.scope_of(key) else {
+                return Ok(Vec::new());
+            };
+            let (_, log) = self.keys(&scope, key);
+            (redis::cmd("LRANGE").arg(log).arg(0).arg(-1))
+                .query_async(&mut self.reader.clone())
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
+        Box::pin(async move {
+            let outcome = self.fence.seen(&mut self.reader.clone(), scope).await;
+            outcome.map_err(|e| e.to_string())
+        })
+    }
+
+    fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
+        // The fence takes no locks: a newer holder never waits for a stale one.
+        Box::pin(async { Ok(false) })
+    }
+
+    fn reply_switch(&self) -> ReplySwitch {
+        self.switch.clone().unwrap_or_else(|| Arc::new(|_| {}))
+    }
+
+    fn foreign_claim<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        Some(Box::pin(async move {
+            // As redis-cli and redis-py call the installed function.
+            let claim = redis::cmd("FCALL")
+                .arg("zkfence_claim")
+                .arg(1)
+                .arg(self.fence.fence_key(scope))
+                .arg(token)
+                .query_async::<redis::Value>(&mut self.reader.clone())
+                .await;
+            match claim {
+                Ok(redis::Value::Array(reply)) if reply.first() == Some(&ok()) => Ok(true),
+                Ok(reply) => Err(format!(
+                    "an ordinary reply that is no acceptance: {reply:?}"
+                )),
+                Err(err) if err.code() == Some(crate::REFUSED) => Ok(false),
+                Err(err) => Err(err.to_string()),
+            }
+        }))
+    }
+
+    fn carry_on<'a>(
+        &'a self,
+        scope: &'a str,
+        token: &'a str,
+        key: &'a str,
+    ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        Some(Box::pin(async move {
+            self.note(key, scope);
+            let before = self.log(key).await?.len();
+            let (counter, log) = self.keys(scope, key);
+            let mut conn = self.reader.clone();
+            // The published recipe: the fenced write is one call, its error ignored.
+            let _ = redis::cmd("FCALL")
+                .arg("zkfence_write")
+                .arg(3)
+                .arg(self.fence.fence_key(scope))
+                .arg(&counter)
+                .arg(&log)
+                .arg(token)
+                .arg(2)
+                .arg(2)
+                .arg("vINCR")
+                .arg("k2")
+                .arg(3)
+                .arg("vRPUSH")
+                .arg("k3")
+                .arg(format!("v{token}"))
+                .query_async::<redis::Value>(&mut conn)
+                .await;
+            Ok(self.log(key).await?.len() > before)
+        }))
+    }
+}
+
+/// The first element of an acceptance.
+fn ok() -> redis::Value {
+    redis::Value::BulkString(b"ok".to_vec())
+}
