@@ -7,7 +7,7 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
-use zkfence::fence::conformance::{self, FenceStore, Outcome};
+use zkfence::fence::conformance::{self, FenceStore, Outcome, Setup};
 use zkfence::fence::{Fence, FenceState};
 
 use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
@@ -114,9 +114,11 @@ token in every text form, a refusal read as an error; a client that carries on a
 refusal commits nothing. An object store runs the first three (its read-modify-write cases
 need a versioned bucket of their own: zkfence's tests run them).
 
-It catches what only a deployment shows: a pooler in statement mode, a proxy that passes no
-scripts, an emulator that ignores If-Match, missing privileges. Needs the privileges of
-install, in a scratch schema, database, key prefix, object prefix or node it creates.
+It checks the fence as installed (zkfence fence install first), on scopes of its own under
+/zkfence-verify/, and catches what only a deployment shows: a pooler in statement mode, a
+proxy that passes no scripts, an emulator that ignores If-Match, an old or edited install,
+missing privileges. Needs to create a scratch schema (PostgreSQL), database (MySQL), keys,
+objects or nodes, and removes them and its scopes' fences afterwards.
 
 Exit status: 0 every case passed; 1 a case failed (the fence is not safe there); 69 the store
 could not be reached; 64 a bad URL.
@@ -511,33 +513,37 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
     let cases = &conformance::DEPLOYMENT[..];
     Ok(match Store::parse(&at.url).map_err(Failed::usage)? {
         Store::Postgres(url) => {
-            let store =
-                zkfence_postgres::ConformanceStore::create(&url, postgres_fence(at)?, &name, None)
-                    .await
-                    .map_err(|e| cannot(&e))?;
+            let fence = postgres_fence(at)?;
+            let setup = Setup::Deployed;
+            let store = zkfence_postgres::ConformanceStore::create(&url, fence, &name, setup, None)
+                .await
+                .map_err(|e| cannot(&e))?;
             let checked = run_cases(&store, cases).await;
-            (store.drop_schema().await)
-                .map_err(|e| Failed::store("cannot remove the scratch schema", e))?;
+            (store.remove().await)
+                .map_err(|e| Failed::store("cannot remove the scratch schema and scopes", e))?;
             checked
         }
         Store::MySql(url) => {
-            let store = zkfence_mysql::ConformanceStore::create(
+            let fence = zkfence_mysql::MySqlFence::new();
+            let setup = Setup::Deployed;
+            let store = zkfence_mysql::ConformanceStore::create(&url, fence, &name, setup, None)
+                .await
+                .map_err(|e| cannot(&e))?;
+            let checked = run_cases(&store, cases).await;
+            (store.remove().await)
+                .map_err(|e| Failed::store("cannot remove the scratch database and scopes", e))?;
+            checked
+        }
+        Store::Redis(url) => {
+            let store = zkfence_redis::ConformanceStore::create(
                 &url,
-                zkfence_mysql::MySqlFence::new(),
+                redis_fence(at),
                 &name,
+                Setup::Deployed,
                 None,
             )
             .await
             .map_err(|e| cannot(&e))?;
-            let checked = run_cases(&store, cases).await;
-            (store.drop_database().await)
-                .map_err(|e| Failed::store("cannot remove the scratch database", e))?;
-            checked
-        }
-        Store::Redis(url) => {
-            let store = zkfence_redis::ConformanceStore::create(&url, redis_fence(at), &name, None)
-                .await
-                .map_err(|e| cannot(&e))?;
             let checked = run_cases(&store, cases).await;
             (store.clear().await)
                 .map_err(|e| Failed::store("cannot remove the scratch keys", e))?;

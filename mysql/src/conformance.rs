@@ -6,32 +6,40 @@ use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
-use zkfence::fence::conformance::{BoxFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::conformance::{
+    rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
+};
 use zkfence::fence::{FenceError, FenceTicket};
 
 use crate::{sql, MySqlFence};
 
-/// The fence in a database of its own (`zkfence_verify_<name>`), with the kit's tables:
-/// `kit_counter` (the counters), `kit_log` (the commit log: a row per accepted increment,
-/// inserted in the same transaction) and `kit_items` (for tests of their own). The fence's connections may go through a proxy, to lose
-/// a commit's reply; reads go direct. [`ConformanceStore::drop_database`] removes it all.
+/// The kit's tables in a database of their own ([`scratch_name`]`(name)`): `kit_counter` (the
+/// counters), `kit_log` (the commit log: a row per accepted increment,
+/// inserted in the same transaction) and `kit_items` (for tests of their own); the fence
+/// installed there afresh ([`Setup::Fresh`]), or the deployment's as installed in the URL's
+/// database, on scopes of its own ([`Setup::Deployed`]). The fence's connections may go through
+/// a proxy, to lose a commit's reply; reads go direct. [`ConformanceStore::remove`] removes it
+/// all (a deployed fence's scratch scopes too).
 ///
 /// # Examples
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use zkfence::fence::conformance;
+/// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_mysql::{ConformanceStore, MySqlFence};
 ///
 /// let url = "mysql://app:secret@db.internal:3306/orders";
-/// let store = ConformanceStore::create(url, MySqlFence::new(), "check", None).await?;
+/// let store = ConformanceStore::create(url, MySqlFence::new(), "check", Setup::Deployed, None).await?;
 /// conformance::order(&store).await?;
-/// store.drop_database().await?;
+/// store.remove().await?;
 /// # Ok(()) }
 /// ```
 pub struct ConformanceStore {
     fence: MySqlFence,
+    /// The database of the kit's tables.
     db: String,
+    /// The prefix of the scopes the store claims (a deployed fence's), or "".
+    scopes: String,
     /// The claims' connections, opened at the start (a claim is sent on one opened before its
     /// replies are dropped); `None` once one broke.
     conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
@@ -88,9 +96,12 @@ fn encode(text: &str) -> String {
 }
 
 impl ConformanceStore {
-    /// Installs `fence` (its database set to [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)`) and the kit's tables on
-    /// the server at `url`. The fence's connections go to `through`'s URL (the same server
-    /// behind a proxy, whose switch drops its replies) when given, else to `url`.
+    /// Creates the kit's tables in the database [`scratch_name`]`(name)` on the server at
+    /// `url` (dropping what a run of that name left), with `fence` installed there afresh
+    /// ([`Setup::Fresh`]), or `fence` as deployed in `url`'s database, claiming scopes under
+    /// [`Setup::scopes`] ([`Setup::Deployed`]). The fence's connections go to `through`'s URL
+    /// (the same server behind a proxy, whose switch drops its replies) when given, else to
+    /// `url`.
     ///
     /// # Errors
     ///
@@ -107,25 +118,37 @@ impl ConformanceStore {
         url: &str,
         fence: MySqlFence,
         name: &str,
+        setup: Setup,
         through: Option<(String, ReplySwitch)>,
     ) -> Result<ConformanceStore, mysql_async::Error> {
-        let db = zkfence::fence::conformance::scratch_name(name, 64);
-        let fence =
-            (fence.with_database(&db)).map_err(|e| mysql_async::Error::Other(Box::new(e)))?;
+        let db = scratch_name(name, 64);
         let mut conn = open(url).await?;
-        conn.query_drop(format!("DROP DATABASE IF EXISTS `{db}`"))
-            .await?;
-        fence.install(&mut conn).await?;
+        conn.query_drop(format!(
+            "DROP DATABASE IF EXISTS `{db}`; CREATE DATABASE `{db}`"
+        ))
+        .await?;
+        let (fence, home) = match setup {
+            Setup::Fresh => {
+                let fence = (fence.with_database(&db))
+                    .map_err(|e| mysql_async::Error::Other(Box::new(e)))?;
+                fence.install(&mut conn).await?;
+                (fence, with_database(url, &db)?)
+            }
+            Setup::Deployed => (fence, url.to_owned()),
+        };
         conn.query_drop(format!(
             "CREATE TABLE `{db}`.kit_counter (k VARCHAR(200) PRIMARY KEY, value BIGINT NOT NULL) ENGINE = InnoDB;
              CREATE TABLE `{db}`.kit_log (seq BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(200) NOT NULL, token BIGINT NOT NULL) ENGINE = InnoDB;
              CREATE TABLE `{db}`.kit_items (k VARCHAR(200) PRIMARY KEY) ENGINE = InnoDB"
         ))
         .await?;
-        let direct = with_database(url, &db)?;
         let (fence_url, switch) = match through {
-            Some((via, switch)) => (with_database(&via, &db)?, Some(switch)),
-            None => (direct.clone(), None),
+            Some((via, switch)) => {
+                let database = Opts::from_url(&home).map_err(mysql_async::Error::Url)?;
+                let database = database.db_name().unwrap_or_default().to_owned();
+                (with_database(&via, &database)?, Some(switch))
+            }
+            None => (home.clone(), None),
         };
         let mut conns = Vec::new();
         for _ in 0..3 {
@@ -133,10 +156,11 @@ impl ConformanceStore {
         }
         Ok(ConformanceStore {
             fence,
+            scopes: setup.scopes(&db),
             db,
             conns,
             fence_url,
-            direct,
+            direct: home,
             switch,
         })
     }
@@ -209,7 +233,7 @@ impl ConformanceStore {
         open(&self.direct).await
     }
 
-    /// Removes the database and everything in it.
+    /// Removes the database and everything in it, and a deployed fence's scratch scopes.
     ///
     /// # Errors
     ///
@@ -217,15 +241,29 @@ impl ConformanceStore {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: one statement.
+    /// Cancel safe: what it removed stays removed.
     ///
     /// # Examples
     ///
     /// See the [type's](ConformanceStore).
-    pub async fn drop_database(self) -> Result<(), mysql_async::Error> {
+    pub async fn remove(self) -> Result<(), mysql_async::Error> {
         let mut conn = open(&self.direct).await?;
+        if !self.scopes.is_empty() {
+            let like = format!("{}/%", self.scopes);
+            let table = sql::qualified(self.fence.database(), "zkfence_fence");
+            conn.exec_drop(
+                format!("DELETE FROM {table} WHERE scope LIKE ?"),
+                (like.as_bytes(),),
+            )
+            .await?;
+        }
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.db))
             .await
+    }
+
+    /// `scope` as this store claims it.
+    fn scope(&self, scope: &str) -> String {
+        format!("{}{scope}", self.scopes)
     }
 
     /// One fenced increment of `key` by `fence` on a connection of its own (the kit runs a
@@ -257,25 +295,26 @@ impl ConformanceStore {
         let hooks = Arc::new(std::sync::Mutex::new(hooks));
         let token = ticket.token().as_i64();
         let mut conn = self.connect().await.map_err(FenceError::Store)?;
+        let ticket = rescoped(ticket, &self.scopes);
+        let db = self.db.clone();
         fence
-            .transaction(&mut conn, ticket, |conn| {
-                let (hooks, key) = (hooks.clone(), key.to_owned());
+            .transaction(&mut conn, &ticket, |conn| {
+                let (hooks, key, db) = (hooks.clone(), key.to_owned(), db.clone());
                 Box::pin(async move {
-                    let value: Option<i64> = conn
-                        .exec_first("SELECT value FROM kit_counter WHERE k = ?", (&key,))
-                        .await?;
+                    let read = format!("SELECT value FROM `{db}`.kit_counter WHERE k = ?");
+                    let value: Option<i64> = conn.exec_first(read, (&key,)).await?;
                     let value = value.unwrap_or(0) + 1;
                     let between = hooks.lock().unwrap_or_else(|e| e.into_inner()).between.take();
                     if let Some(between) = between {
                         between.await;
                     }
                     conn.exec_drop(
-                        "INSERT INTO kit_counter (k, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)",
+                        format!("INSERT INTO `{db}`.kit_counter (k, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)"),
                         (&key, value),
                     )
                     .await?;
-                    conn.exec_drop("INSERT INTO kit_log (k, token) VALUES (?, ?)", (&key, token))
-                        .await?;
+                    let log = format!("INSERT INTO `{db}`.kit_log (k, token) VALUES (?, ?)");
+                    conn.exec_drop(log, (&key, token)).await?;
                     let hook = hooks.lock().unwrap_or_else(|e| e.into_inner()).before_commit.take();
                     if let Some(hook) = hook {
                         hook();
@@ -288,10 +327,15 @@ impl ConformanceStore {
 
     /// The claim as the `mariadb` client sends it, on `conn` (autocommit off): the token a text
     /// literal; refused by SQLSTATE `ZF001`.
-    async fn claim_as_text(conn: &mut Conn, scope: &str, token: &str) -> Result<bool, String> {
+    async fn claim_as_text(
+        &self,
+        conn: &mut Conn,
+        scope: &str,
+        token: &str,
+    ) -> Result<bool, String> {
         let sql = format!(
             "CALL zkfence_claim({}, {})",
-            sql::hex(scope.as_bytes()),
+            sql::hex(self.scope(scope).as_bytes()),
             literal(token)
         );
         match conn.query_drop(sql).await {
@@ -323,7 +367,8 @@ impl FenceStore for ConformanceStore {
                 Some(conn) => conn,
                 None => self.connect().await.map_err(FenceError::Store)?,
             };
-            let outcome = self.fence.claim(&mut conn, ticket).await.map(|_| ());
+            let ticket = rescoped(ticket, &self.scopes);
+            let outcome = self.fence.claim(&mut conn, &ticket).await.map(|_| ());
             if !matches!(outcome, Err(FenceError::InDoubt { .. })) {
                 *slot = Some(conn);
             }
@@ -343,10 +388,9 @@ impl FenceStore for ConformanceStore {
     fn value<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<i64, String>> {
         Box::pin(async move {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
-            let value: Option<i64> = conn
-                .exec_first("SELECT value FROM kit_counter WHERE k = ?", (key,))
-                .await
-                .map_err(|e| e.to_string())?;
+            let read = format!("SELECT value FROM `{}`.kit_counter WHERE k = ?", self.db);
+            let value: Option<i64> =
+                (conn.exec_first(read, (key,)).await).map_err(|e| e.to_string())?;
             Ok(value.unwrap_or(0))
         })
     }
@@ -354,28 +398,38 @@ impl FenceStore for ConformanceStore {
     fn log<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<i64>, String>> {
         Box::pin(async move {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
-            conn.exec("SELECT token FROM kit_log WHERE k = ? ORDER BY seq", (key,))
-                .await
-                .map_err(|e| e.to_string())
+            let read = format!(
+                "SELECT token FROM `{}`.kit_log WHERE k = ? ORDER BY seq",
+                self.db
+            );
+            conn.exec(read, (key,)).await.map_err(|e| e.to_string())
         })
     }
 
     fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
         Box::pin(async move {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
-            (self.fence.seen(&mut conn, scope).await).map_err(|e| e.to_string())
+            let scope = self.scope(scope);
+            (self.fence.seen(&mut conn, &scope).await).map_err(|e| e.to_string())
         })
     }
 
     fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async move {
-            // A lock wait on this store's fence table alone (others may share the server).
+            // A claim waiting for a fence row: this store's alone when its fence is its own
+            // (the database's name is in the statement); any claim of the deployment's
+            // otherwise (a wrong "yes" lets the stale writer go on early, which no verdict
+            // rests on).
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            let marker = match self.scopes.is_empty() {
+                true => self.db.clone(),
+                false => String::new(),
+            };
             let waits: Option<i64> = conn
                 .exec_first(
                     "SELECT COUNT(*) FROM information_schema.INNODB_TRX
                      WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%zkfence_fence%')",
-                    (&self.db,),
+                    (&marker,),
                 )
                 .await
                 .map_err(|e| e.to_string())?;
@@ -395,9 +449,10 @@ impl FenceStore for ConformanceStore {
         Some(Box::pin(async move {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
             (conn.query_drop("SET autocommit = 0").await).map_err(|e| e.to_string())?;
-            let claimed = Self::claim_as_text(&mut conn, scope, token).await?;
-            let seal = format!("CALL zkfence_seal({}); COMMIT", sql::hex(scope.as_bytes()));
+            let claimed = self.claim_as_text(&mut conn, scope, token).await?;
+            let scope = sql::hex(self.scope(scope).as_bytes());
             if claimed {
+                let seal = format!("CALL zkfence_seal({scope}); COMMIT");
                 (conn.query_drop(seal).await).map_err(|e| e.to_string())?;
             }
             Ok(claimed)
@@ -415,12 +470,12 @@ impl FenceStore for ConformanceStore {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
             // `mariadb --force`: each statement sent, each error ignored.
             let _ = conn.query_drop("SET autocommit = 0").await;
-            let _ = Self::claim_as_text(&mut conn, scope, token).await;
-            let (k, t) = (literal(key), literal(token));
+            let _ = self.claim_as_text(&mut conn, scope, token).await;
+            let (k, t, db) = (literal(key), literal(token), &self.db);
             let statements = [
-                format!("INSERT INTO kit_counter (k, value) VALUES ({k}, 1) ON DUPLICATE KEY UPDATE value = value + 1"),
-                format!("INSERT INTO kit_log (k, token) VALUES ({k}, {t})"),
-                format!("CALL zkfence_seal({})", sql::hex(scope.as_bytes())),
+                format!("INSERT INTO `{db}`.kit_counter (k, value) VALUES ({k}, 1) ON DUPLICATE KEY UPDATE value = value + 1"),
+                format!("INSERT INTO `{db}`.kit_log (k, token) VALUES ({k}, {t})"),
+                format!("CALL zkfence_seal({})", sql::hex(self.scope(scope).as_bytes())),
                 "COMMIT".to_owned(),
             ];
             for statement in statements {

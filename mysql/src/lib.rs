@@ -279,6 +279,11 @@ impl MySqlFence {
         self.database.as_deref()
     }
 
+    /// The database the fence lives in (`None`: the connection's).
+    pub(crate) fn database(&self) -> Option<&str> {
+        self.db()
+    }
+
     fn claim_rule(&self) -> sql::Claim {
         match self.flaw {
             Flaw::Claim(claim) => claim,

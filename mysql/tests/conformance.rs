@@ -50,9 +50,15 @@ async fn build(name: &str, fence: MySqlFence) -> MyStore {
         false => proxy.reset(),
     });
     let name = format!("{name}_{}", std::process::id());
-    ConformanceStore::create(&root, fence, &name, Some((proxied, switch)))
-        .await
-        .unwrap_or_else(|e| panic!("the kit's store: {e}"))
+    ConformanceStore::create(
+        &root,
+        fence,
+        &name,
+        conformance::Setup::Fresh,
+        Some((proxied, switch)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the kit's store: {e}"))
 }
 
 async fn new_store(name: &str) -> MyStore {

@@ -7,33 +7,40 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, IsolationLevel, NoTls};
-use zkfence::fence::conformance::{BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::conformance::{
+    rescoped, scratch_name, BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch, Setup,
+};
 use zkfence::fence::{FenceError, FenceTicket};
 
 use crate::PostgresFence;
 
-/// The fence in a schema of its own (`zkfence_verify_<name>`), with the kit's tables:
-/// `kit_counter` (the counters), `kit_log` (the commit log: a row per accepted increment,
-/// inserted in the same transaction), `kit_items` (for a serialization conflict). The fence's
-/// connections may go through a proxy, to lose a commit's reply; reads go direct.
-/// [`ConformanceStore::drop_schema`] removes it all.
+/// The kit's tables in a schema of their own ([`scratch_name`]`(name)`): `kit_counter` (the
+/// counters), `kit_log` (the commit log: a row per accepted increment, inserted in the same
+/// transaction), `kit_items` (for a serialization conflict); the fence installed there afresh
+/// ([`Setup::Fresh`]), or the deployment's as it is installed, on scopes of its own
+/// ([`Setup::Deployed`]). The fence's connections may go through a proxy, to lose a commit's
+/// reply; reads go direct. [`ConformanceStore::remove`] removes it all (a deployed fence's
+/// scratch scopes too).
 ///
 /// # Examples
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use zkfence::fence::conformance;
+/// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_postgres::{ConformanceStore, PostgresFence};
 ///
 /// let url = "postgresql://app@db.internal/orders";
-/// let store = ConformanceStore::create(url, PostgresFence::new(), "check", None).await?;
+/// let store = ConformanceStore::create(url, PostgresFence::new(), "check", Setup::Deployed, None).await?;
 /// conformance::order(&store).await?;
-/// store.drop_schema().await?;
+/// store.remove().await?;
 /// # Ok(()) }
 /// ```
 pub struct ConformanceStore {
     fence: PostgresFence,
+    /// The schema of the kit's tables.
     schema: String,
+    /// The prefix of the scopes the store claims (a deployed fence's), or "".
+    scopes: String,
     conns: Vec<Mutex<Client>>,
     reader: Client,
     side: Arc<Mutex<Client>>,
@@ -54,7 +61,16 @@ impl std::fmt::Debug for ConformanceStore {
 
 /// Opens a connection to `url` (no TLS) and drives it in a task of its own.
 pub(crate) async fn open(url: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    open_as(url, None).await
+}
+
+/// [`open`], the connection named `name` (its `application_name`) when given.
+async fn open_as(url: &str, name: Option<&str>) -> Result<Client, tokio_postgres::Error> {
+    let mut config: tokio_postgres::Config = url.parse()?;
+    if let Some(name) = name {
+        config.application_name(name);
+    }
+    let (client, connection) = config.connect(NoTls).await?;
     tokio::spawn(async move {
         if let Err(err) = connection.await {
             tracing::debug!(cause = %err, "connection ended");
@@ -64,10 +80,12 @@ pub(crate) async fn open(url: &str) -> Result<Client, tokio_postgres::Error> {
 }
 
 impl ConformanceStore {
-    /// Installs `fence` (its schema set to [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)`) and the kit's tables in the
-    /// database at `url`. The fence's connections go to `through`'s URL (the same database
-    /// behind a proxy, whose switch drops its replies: [`FenceStore::reply_switch`]) when
-    /// given, else to `url`.
+    /// Creates the kit's tables in the schema [`scratch_name`]`(name)` of the database at
+    /// `url` (dropping what a run of that name left), with `fence` installed there afresh
+    /// ([`Setup::Fresh`]), or `fence` as deployed, claiming scopes under
+    /// [`Setup::scopes`] ([`Setup::Deployed`]). The fence's connections go to `through`'s URL
+    /// (the same database behind a proxy, whose switch drops its replies:
+    /// [`FenceStore::reply_switch`]) when given, else to `url`.
     ///
     /// # Errors
     ///
@@ -84,17 +102,25 @@ impl ConformanceStore {
         url: &str,
         fence: PostgresFence,
         name: &str,
+        setup: Setup,
         through: Option<(String, ReplySwitch)>,
     ) -> Result<ConformanceStore, tokio_postgres::Error> {
-        let schema = zkfence::fence::conformance::scratch_name(name, 63);
-        let fence = fence
-            .with_schema(&schema)
-            .unwrap_or_else(|_| unreachable!("a plain schema name"));
+        let schema = scratch_name(name, 63);
+        let fence = match setup {
+            Setup::Fresh => fence
+                .with_schema(&schema)
+                .unwrap_or_else(|_| unreachable!("a plain schema name")),
+            Setup::Deployed => fence,
+        };
         let reader = open(url).await?;
         reader
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
             .await?;
-        fence.install(&reader).await?;
+        if setup == Setup::Fresh {
+            fence.install(&reader).await?;
+        }
         reader
             .batch_execute(&format!(
                 "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
@@ -108,10 +134,11 @@ impl ConformanceStore {
         };
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(Mutex::new(open(&fence_url).await?));
+            conns.push(Mutex::new(open_as(&fence_url, Some(&schema)).await?));
         }
         Ok(ConformanceStore {
             fence,
+            scopes: setup.scopes(&schema),
             schema,
             conns,
             reader,
@@ -169,7 +196,7 @@ impl ConformanceStore {
         open(&self.fence_url).await
     }
 
-    /// Removes the schema and everything in it.
+    /// Removes the schema and everything in it, and a deployed fence's scratch scopes.
     ///
     /// # Errors
     ///
@@ -177,14 +204,30 @@ impl ConformanceStore {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: one statement.
+    /// Cancel safe: what it removed stays removed.
     ///
     /// # Examples
     ///
     /// See the [type's](ConformanceStore).
-    pub async fn drop_schema(self) -> Result<(), tokio_postgres::Error> {
+    pub async fn remove(self) -> Result<(), tokio_postgres::Error> {
+        let client = open(&self.direct).await?;
+        if !self.scopes.is_empty() {
+            let table = crate::sql::qualified(self.fence.schema(), "zkfence_fence");
+            let like = format!("{}/%", self.scopes);
+            client
+                .execute(
+                    &format!("DELETE FROM {table} WHERE scope LIKE $1"),
+                    &[&like],
+                )
+                .await?;
+        }
         let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
-        open(&self.direct).await?.batch_execute(&drop).await
+        client.batch_execute(&drop).await
+    }
+
+    /// `scope` as this store claims it.
+    fn scope(&self, scope: &str) -> String {
+        format!("{}{scope}", self.scopes)
     }
 
     /// A free connection of the fence's (a fresh one if the proxy closed it).
@@ -212,8 +255,9 @@ impl ConformanceStore {
         let token = ticket.token().as_i64();
         let side = self.side.clone();
         let mut conn = self.conn().await.map_err(FenceError::Store)?;
+        let ticket = rescoped(ticket, &self.scopes);
         fence
-            .transaction(&mut conn, ticket, |tx| {
+            .transaction(&mut conn, &ticket, |tx| {
                 let (hooks, schema, key, side) =
                     (hooks.clone(), schema.clone(), key.clone(), side.clone());
                 let attempt = conflict
@@ -282,9 +326,9 @@ impl ConformanceStore {
         token: &str,
     ) -> Result<bool, String> {
         let sql = format!(
-            "SELECT {}.zkfence_claim({}, {})",
-            self.schema,
-            literal(scope),
+            "SELECT {}({}, {})",
+            crate::sql::qualified(self.fence.schema(), "zkfence_claim"),
+            literal(&self.scope(scope)),
             literal(token)
         );
         match client.simple_query(&sql).await {
@@ -309,7 +353,8 @@ impl FenceStore for ConformanceStore {
     ) -> BoxFuture<'a, Result<(), FenceError<tokio_postgres::Error>>> {
         Box::pin(async move {
             let conn = self.conn().await.map_err(FenceError::Store)?;
-            self.fence.claim(&*conn, ticket).await.map(|_| ())
+            let ticket = rescoped(ticket, &self.scopes);
+            self.fence.claim(&*conn, &ticket).await.map(|_| ())
         })
     }
 
@@ -345,16 +390,18 @@ impl FenceStore for ConformanceStore {
     }
 
     fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
-        Box::pin(
-            async move { (self.fence.seen(&self.reader, scope).await).map_err(|e| e.to_string()) },
-        )
+        Box::pin(async move {
+            let scope = self.scope(scope);
+            (self.fence.seen(&self.reader, &scope).await).map_err(|e| e.to_string())
+        })
     }
 
     fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async move {
-            // A lock wait of this store's connections alone (others may share the server).
+            // A lock wait of this store's connections alone (others may share the server),
+            // which go by the schema's name.
             let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                       WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%zkfence_claim%'";
+                       WHERE NOT l.granted AND a.application_name = $1";
             let row =
                 (self.reader.query_one(sql, &[&self.schema]).await).map_err(|e| e.to_string())?;
             Ok(row.get::<_, i64>(0) > 0)

@@ -183,6 +183,11 @@ impl PostgresFence {
         Ok(self)
     }
 
+    /// The schema the fence lives in (`None`: the search path's).
+    pub(crate) fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
     /// The isolation level of [`transaction`](Self::transaction)s (READ COMMITTED by default;
     /// see the crate docs for each level).
     ///

@@ -47,9 +47,15 @@ async fn build(name: &str, fence: PostgresFence) -> PgStore {
         false => proxy.reset(),
     });
     let name = format!("{name}_{}", std::process::id());
-    ConformanceStore::create(&direct, fence, &name, Some((proxied, switch)))
-        .await
-        .unwrap_or_else(|e| panic!("the kit's store: {e}"))
+    ConformanceStore::create(
+        &direct,
+        fence,
+        &name,
+        conformance::Setup::Fresh,
+        Some((proxied, switch)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the kit's store: {e}"))
 }
 
 async fn new_store(name: &str) -> PgStore {

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
 use redis::RedisError;
-use zkfence::fence::conformance::{BoxFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::fence::conformance::{
+    rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
+};
 use zkfence::fence::{FenceError, FenceTicket};
 
 use crate::{Commands, RedisFence};
@@ -22,10 +24,10 @@ use crate::{Commands, RedisFence};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use zkfence::fence::conformance;
+/// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_redis::{ConformanceStore, RedisFence};
 ///
-/// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", None).await?;
+/// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", Setup::Deployed, None).await?;
 /// conformance::order(&store).await?;
 /// store.clear().await?;
 /// # Ok(()) }
@@ -33,6 +35,8 @@ use crate::{Commands, RedisFence};
 pub struct ConformanceStore {
     fence: RedisFence,
     ns: String,
+    /// The prefix of the scopes the store claims (a deployed fence's), or "".
+    scopes: String,
     fence_url: String,
     /// The claims' connection, opened at the start (a claim is sent on one opened before its
     /// replies are dropped).
@@ -40,7 +44,7 @@ pub struct ConformanceStore {
     reader: MultiplexedConnection,
     switch: Option<ReplySwitch>,
     /// The scope each key was written under (the kit names keys and scopes apart).
-    scopes: Mutex<HashMap<String, String>>,
+    scopes_of: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for ConformanceStore {
@@ -61,10 +65,12 @@ pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, RedisError>
 }
 
 impl ConformanceStore {
-    /// Loads the function library on the server at `url` and keeps the store's keys under
-    /// its scratch name (deleting any keys left there). The fence's connection goes to
-    /// `through`'s URL (the same server behind a proxy, whose switch drops its replies) when
-    /// given, else to `url`.
+    /// Keeps the store's keys under [`scratch_name`]`(name)` and `:` on the server at `url`
+    /// (deleting any left there), fence keys among them: with `fence`'s function library
+    /// loaded afresh under that name ([`Setup::Fresh`]), or the deployment's as loaded
+    /// (`zkfence fence install`), claiming scopes under [`Setup::scopes`]
+    /// ([`Setup::Deployed`]). The fence's connection goes to `through`'s URL (the same server
+    /// behind a proxy, whose switch drops its replies) when given, else to `url`.
     ///
     /// # Errors
     ///
@@ -82,12 +88,23 @@ impl ConformanceStore {
         url: &str,
         fence: RedisFence,
         name: &str,
+        setup: Setup,
         through: Option<(String, ReplySwitch)>,
     ) -> Result<ConformanceStore, RedisError> {
-        let ns = format!("{}:", zkfence::fence::conformance::scratch_name(name, 200));
+        let scratch = scratch_name(name, 64);
+        let ns = format!("{scratch}:");
         let mut reader = open(url).await?;
         let fence = fence.with_prefix(format!("{ns}fence:"));
-        fence.install(&mut reader).await?;
+        let fence = match setup {
+            Setup::Fresh => {
+                let fence = (fence.with_functions(&scratch)).map_err(|e| {
+                    RedisError::from((redis::ErrorKind::Client, "name", e.to_string()))
+                })?;
+                fence.install(&mut reader).await?;
+                fence
+            }
+            Setup::Deployed => fence,
+        };
         let (fence_url, switch) = match through {
             Some((via, switch)) => (via, Some(switch)),
             None => (url.to_owned(), None),
@@ -96,11 +113,12 @@ impl ConformanceStore {
         let store = ConformanceStore {
             fence,
             ns,
+            scopes: setup.scopes(&scratch),
             fenced,
             fence_url,
             reader,
             switch,
-            scopes: Mutex::default(),
+            scopes_of: Mutex::default(),
         };
         store.delete_keys().await?;
         Ok(store)
@@ -172,7 +190,18 @@ impl ConformanceStore {
     ///
     /// See the [type's](ConformanceStore).
     pub async fn clear(self) -> Result<(), RedisError> {
-        self.delete_keys().await
+        self.delete_keys().await?;
+        if !self.scopes.is_empty() {
+            return Ok(());
+        }
+        // A library of its own, loaded afresh: unload it.
+        let (library, _) = self.fence.functions();
+        let library = library.trim_end_matches("_claim").to_owned();
+        redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg(library)
+            .query_async::<()>(&mut self.reader.clone())
+            .await
     }
 
     async fn delete_keys(&self) -> Result<(), RedisError> {
@@ -187,15 +216,20 @@ impl ConformanceStore {
         Ok(())
     }
 
-    /// Notes that `key` is written under `scope`.
+    /// Notes that `key` is written under `scope` (as the store claims it).
     fn note(&self, key: &str, scope: &str) {
-        let mut scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scopes = self.scopes_of.lock().unwrap_or_else(|e| e.into_inner());
         scopes.insert(key.to_owned(), scope.to_owned());
     }
 
     fn scope_of(&self, key: &str) -> Option<String> {
-        let scopes = self.scopes.lock().unwrap_or_else(|e| e.into_inner());
+        let scopes = self.scopes_of.lock().unwrap_or_else(|e| e.into_inner());
         scopes.get(key).cloned()
+    }
+
+    /// `scope` as this store claims it.
+    fn scope(&self, scope: &str) -> String {
+        format!("{}{scope}", self.scopes)
     }
 }
 
@@ -208,7 +242,8 @@ impl FenceStore for ConformanceStore {
     ) -> BoxFuture<'a, Result<(), FenceError<RedisError>>> {
         Box::pin(async move {
             let mut conn = self.fenced.lock().await;
-            self.fence.claim(&mut *conn, ticket).await.map(|_| ())
+            let ticket = rescoped(ticket, &self.scopes);
+            self.fence.claim(&mut *conn, &ticket).await.map(|_| ())
         })
     }
 
@@ -219,6 +254,7 @@ impl FenceStore for ConformanceStore {
         mut hooks: Hooks,
     ) -> BoxFuture<'a, Result<i64, FenceError<RedisError>>> {
         Box::pin(async move {
+            let ticket = &rescoped(ticket, &self.scopes);
             self.note(key, ticket.scope());
             let (counter, log) = self.keys(ticket.scope(), key);
             // A connection of its own: the kit runs a stale and a current writer at once.
@@ -274,7 +310,8 @@ impl FenceStore for ConformanceStore {
 
     fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
         Box::pin(async move {
-            let outcome = self.fence.seen(&mut self.reader.clone(), scope).await;
+            let scope = self.scope(scope);
+            let outcome = self.fence.seen(&mut self.reader.clone(), &scope).await;
             outcome.map_err(|e| e.to_string())
         })
     }
@@ -295,10 +332,11 @@ impl FenceStore for ConformanceStore {
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
             // As redis-cli and redis-py call the installed function.
+            let (claim, _) = self.fence.functions();
             let claim = redis::cmd("FCALL")
-                .arg("zkfence_claim")
+                .arg(claim)
                 .arg(1)
-                .arg(self.fence.fence_key(scope))
+                .arg(self.fence.fence_key(&self.scope(scope)))
                 .arg(token)
                 .query_async::<redis::Value>(&mut self.reader.clone())
                 .await;
@@ -320,13 +358,15 @@ impl FenceStore for ConformanceStore {
         key: &'a str,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
+            let scope = &self.scope(scope);
             self.note(key, scope);
             let before = self.log(key).await?.len();
             let (counter, log) = self.keys(scope, key);
             let mut conn = self.reader.clone();
             // The published recipe: the fenced write is one call, its error ignored.
+            let (_, write) = self.fence.functions();
             let _ = redis::cmd("FCALL")
-                .arg("zkfence_write")
+                .arg(write)
                 .arg(3)
                 .arg(self.fence.fence_key(scope))
                 .arg(&counter)

@@ -315,6 +315,8 @@ impl Commands {
 #[derive(Debug, Clone)]
 pub struct RedisFence {
     prefix: String,
+    /// The function library's name: its functions are `<name>_claim` and `<name>_write`.
+    library: String,
     flaw: Flaw,
 }
 
@@ -349,6 +351,7 @@ impl RedisFence {
     pub fn new() -> RedisFence {
         RedisFence {
             prefix: "zkfence:fence:".to_owned(),
+            library: "zkfence".to_owned(),
             flaw: Flaw::None,
         }
     }
@@ -364,6 +367,56 @@ impl RedisFence {
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
+    }
+
+    /// Names the function library [`install`](Self::install) loads `library`, its functions
+    /// `<library>_claim` and `<library>_write` (`zkfence`, `zkfence_claim` and `zkfence_write`
+    /// by default): for two fences that must not share one (a test's, a staging copy's).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`](zkfence::fence::ConfigError) for a name that is not 1 to 64 letters,
+    /// digits or `_`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_redis::RedisFence::new().with_functions("orders_fence")?;
+    /// assert_eq!(fence.functions(), ("orders_fence_claim".to_owned(), "orders_fence_write".to_owned()));
+    /// # Ok::<(), zkfence::fence::ConfigError>(())
+    /// ```
+    pub fn with_functions(
+        mut self,
+        library: impl Into<String>,
+    ) -> Result<Self, zkfence::fence::ConfigError> {
+        let library = library.into();
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        if library.is_empty() || library.len() > 64 || !library.chars().all(plain) {
+            let instead = "1 to 64 letters, digits or `_`, e.g. \"zkfence\"";
+            return Err(zkfence::fence::ConfigError::new(
+                "function library name",
+                library,
+                instead,
+            ));
+        }
+        self.library = library;
+        Ok(self)
+    }
+
+    /// The names of the claim and write functions [`install`](Self::install) loads, for
+    /// `FCALL`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (claim, write) = zkfence_redis::RedisFence::new().functions();
+    /// assert_eq!((claim.as_str(), write.as_str()), ("zkfence_claim", "zkfence_write"));
+    /// ```
+    pub fn functions(&self) -> (String, String) {
+        (
+            format!("{}_claim", self.library),
+            format!("{}_write", self.library),
+        )
     }
 
     /// **For zkfence's own tests**: the fence with one of its rules broken.
@@ -490,10 +543,18 @@ impl RedisFence {
     /// # Ok(()) }
     /// ```
     pub async fn install<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), RedisError> {
+        let (claim, write) = self.functions();
+        let library = (self.lua(FUNCTIONS))
+            .replace(
+                "#!lua name=zkfence\n",
+                &format!("#!lua name={}\n", self.library),
+            )
+            .replace("'zkfence_claim'", &format!("'{claim}'"))
+            .replace("'zkfence_write'", &format!("'{write}'"));
         redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")
-            .arg(self.lua(FUNCTIONS).as_ref())
+            .arg(library)
             .query_async::<String>(conn)
             .await
             .map(|_| ())

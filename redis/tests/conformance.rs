@@ -39,6 +39,7 @@ async fn build(name: &str, fence: RedisFence) -> RedisStore {
         &format!("redis://{addr}/"),
         fence,
         &name,
+        conformance::Setup::Fresh,
         Some((proxied, switch)),
     )
     .await
@@ -167,9 +168,10 @@ async fn redis_cli(args: &[&str]) -> std::process::Output {
 async fn redis_cli_is_refused_below_the_fence_in_every_text_form() {
     let store = new_store("cli").await;
     let key = store.fence().fence_key("/locks/cli");
+    let (claim_fn, write_fn) = store.fence().functions();
     let claim = |token: &'static str| {
-        let key = key.clone();
-        async move { redis_cli(&["FCALL", "zkfence_claim", "1", &key, token]).await }
+        let (key, claim_fn) = (key.clone(), claim_fn.clone());
+        async move { redis_cli(&["FCALL", &claim_fn, "1", &key, token]).await }
     };
     assert!(claim("10").await.status.success());
     let nine = claim("9").await;
@@ -190,7 +192,7 @@ async fn redis_cli_is_refused_below_the_fence_in_every_text_form() {
     let (counter, _) = store.keys("/locks/cli", "v");
     let untagged = redis_cli(&[
         "FCALL",
-        "zkfence_write",
+        &write_fn,
         "2",
         &key,
         &counter,

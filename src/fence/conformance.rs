@@ -165,6 +165,56 @@ pub trait FenceStore: Send + Sync {
     }
 }
 
+/// Where a store's [`FenceStore`] finds its fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// A fence installed afresh in the store's own scratch space (a schema, a database, a key
+    /// prefix): zkfence's own tests, mutants included.
+    Fresh,
+    /// The fence as the deployment has it installed (`zkfence fence install`), its scopes
+    /// under `/zkfence-verify/<scratch name>/`, removed afterwards: `zkfence fence verify`,
+    /// which so checks what is deployed (an old version, a hand-edited one, missing
+    /// privileges), not a copy of its own.
+    Deployed,
+}
+
+impl Setup {
+    /// The scopes' prefix of a store named `scratch` set up this way: none for a fresh fence,
+    /// `/zkfence-verify/<scratch>` for a deployed one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::fence::conformance::Setup;
+    /// assert_eq!(Setup::Fresh.scopes("zkfence_verify_a"), "");
+    /// assert_eq!(Setup::Deployed.scopes("zkfence_verify_a"), "/zkfence-verify/zkfence_verify_a");
+    /// ```
+    pub fn scopes(self, scratch: &str) -> String {
+        match self {
+            Setup::Fresh => String::new(),
+            Setup::Deployed => format!("/zkfence-verify/{scratch}"),
+        }
+    }
+}
+
+/// `ticket` with its scope under `prefix` (a [`Setup::Deployed`] store's), detached from any
+/// hold; `ticket` itself when `prefix` is empty.
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::fence::conformance::{rescoped, ticket};
+/// let t = rescoped(&ticket("/kit/order", 5), "/zkfence-verify/x");
+/// assert_eq!(t.scope(), "/zkfence-verify/x/kit/order");
+/// ```
+pub fn rescoped(ticket: &FenceTicket, prefix: &str) -> FenceTicket {
+    if prefix.is_empty() {
+        return ticket.clone();
+    }
+    let scope = format!("{prefix}{}", ticket.scope());
+    FenceTicket::new(scope, ticket.token()).unwrap_or_else(|_| ticket.clone())
+}
+
 /// The cases `zkfence fence verify` runs against a deployment, in order ([`run`] runs one by
 /// name): every case of the store's side, leaving out those that need a proxy in front of the
 /// store or a lock of the test's own.
