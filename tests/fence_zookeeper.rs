@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use zkfence::fence::conformance::{self, ZooKeeperStore};
+use zkfence::fence::{conformance, ZooKeeperStore};
 use zkfence::fence::{FenceError, FenceTicket, ZooKeeperFence};
 use zkfence::{Acquire, Error, FencedLock, LockOptions};
 use zkfence_testkit::harness::{chroot, connect, shared};

@@ -560,7 +560,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
         Store::ZooKeeper { hosts, node } => {
             let client = zk_client(&hosts).await?;
             let store =
-                conformance::ZooKeeperStore::create(client.clone(), client, &node, &name, None)
+                zkfence::fence::ZooKeeperStore::create(client.clone(), client, &node, &name, None)
                     .await
                     .map_err(|e| cannot(&e))?;
             let checked = run_cases(&store, cases).await;

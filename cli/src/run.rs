@@ -17,7 +17,9 @@ use crate::supervise::{self, supervise, OnRevoke};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 The command runs in its own process group with these variables set:
-  ZKFENCE_TOKEN      the fencing token for storage: a BIGINT, strictly increasing across holders
+  ZKFENCE_TOKEN      the fencing token for storage: plain decimal digits, 0 to
+                     9223372036854775807 (a BIGINT), strictly increasing across holders; pass
+                     it as is to the store's claim (docs/fences.md: the recipe per store)
                      (a --permits lease's token orders its work but must never raise a fence)
   ZKFENCE_TICKET     the fence ticket, <sequence>@<token>:<node>:<lock path>, for a service
                      that fences writes on the holder's behalf (none with --permits)
@@ -30,11 +32,14 @@ ZKFENCE_SEQUENCE_<n>, ZKFENCE_LOCK_PATH_<n> and ZKFENCE_NODE_<n>, n from 1 in --
 
 Examples:
   zkfence run --connect zk1:2181,zk2:2181 --lock /locks/nightly -- ./nightly-job.sh
-  # PostgreSQL, fenced by the SQL function `zkfence fence install` put there; update.sql
-  # holds: BEGIN; SELECT zkfence_claim(:'scope', :token); UPDATE t SET v = v + 1; COMMIT;
-  # (the claim raises SQLSTATE ZF001, and psql exits 3, once a newer holder has claimed)
+  # PostgreSQL, fenced by the SQL function `zkfence fence install` put there: the claim
+  # first, in one transaction, psql stopping at the first error (without ON_ERROR_STOP psql
+  # exits 0 after a refusal: nothing is written, but the caller cannot tell)
   zkfence run --connect 127.0.0.1:2181 --lock /locks/db --timeout 30s -- sh -c \\
-      'psql -v ON_ERROR_STOP=1 -v scope=\"$ZKFENCE_LOCK_PATH\" -v token=\"$ZKFENCE_TOKEN\" -f update.sql'")]
+      'psql -v ON_ERROR_STOP=1 --single-transaction \\
+         -c \"SELECT zkfence_claim('\\''$ZKFENCE_LOCK_PATH'\\'', $ZKFENCE_TOKEN)\" \\
+         -c \"UPDATE t SET v = v + 1\"'
+  # (the claim raises SQLSTATE ZF001, and psql exits non-zero, once a newer holder claimed)")]
 pub(crate) struct Args {
     #[command(flatten)]
     connection: Connection,

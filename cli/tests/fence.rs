@@ -202,7 +202,7 @@ async fn psql_in_a_run_command_is_refused_once_a_newer_holder_claimed() {
         .parse()
         .unwrap();
     assert!(
-        late.contains(&format!("refused token {first_token}")),
+        late.contains(&format!("our token {first_token};")),
         "{late}"
     );
     let rows = client.query("SELECT token FROM writes", &[]).await.unwrap();

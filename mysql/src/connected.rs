@@ -100,7 +100,7 @@ impl Connected {
 
 impl Fence for Connected {
     fn store(&self) -> &'static str {
-        crate::STORE
+        crate::fence::STORE
     }
 
     fn claim<'a>(

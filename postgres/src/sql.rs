@@ -51,7 +51,7 @@ pub(crate) fn install(schema: Option<&str>, compare: Compare) -> String {
     };
     let first_claim = match compare {
         Compare::NoUpsert => format!(
-            "RAISE EXCEPTION 'fence % refused token %: it has no fence yet', p_scope, p_token
+            "RAISE EXCEPTION 'zkfence: refused: % has no fence yet; our token %; the fence holds none', p_scope, p_token
           USING ERRCODE = '{REFUSED}', DETAIL = '-1';"
         ),
         _ => format!(
@@ -94,7 +94,7 @@ BEGIN
     SELECT f.token INTO seen FROM {table} AS f WHERE f.scope = p_scope FOR UPDATE;
     IF FOUND THEN
       IF {refuse_if} THEN
-        RAISE EXCEPTION 'fence % refused token %: it has accepted %, a newer holder''s', p_scope, p_token, seen
+        RAISE EXCEPTION 'zkfence: refused: a newer lock holder claimed %; our token %; the fence holds %', p_scope, p_token, seen
           USING ERRCODE = '{REFUSED}', DETAIL = seen::text,
                 HINT = 'stop writing under this hold; if every holder is refused, see zkfence fence show';
       END IF;

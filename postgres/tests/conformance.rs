@@ -210,7 +210,10 @@ async fn psql_calling_the_function_is_refused_below_the_fence() {
     let stale = psql(0x2_0000_0000).await;
     assert!(!stale.status.success(), "psql's stale claim succeeded");
     let stderr = String::from_utf8_lossy(&stale.stderr);
-    assert!(stderr.contains("refused token 8589934592"), "{stderr}");
+    assert!(
+        stderr.contains("zkfence: refused") && stderr.contains("our token 8589934592"),
+        "{stderr}"
+    );
     assert_eq!(store.log("psql").await.unwrap(), vec![0x2_0000_0001]);
     let reader = open(&direct).await;
     let sqlstate = reader

@@ -206,7 +206,7 @@ impl ConformanceStore {
 
     async fn delete_keys(&self) -> Result<(), RedisError> {
         let mut conn = self.reader.clone();
-        let keys = crate::scan(&mut conn, &format!("{}*", self.ns)).await?;
+        let keys = crate::fence::scan(&mut conn, &format!("{}*", self.ns)).await?;
         for chunk in keys.chunks(100) {
             redis::cmd("DEL")
                 .arg(chunk)

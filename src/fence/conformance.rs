@@ -41,7 +41,6 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-pub use super::kit_zookeeper::ZooKeeperStore;
 use super::{FenceError, FenceTicket};
 use crate::{Acquire, FencedLock, FencingToken, LockOptions};
 

@@ -19,7 +19,7 @@ use crate::error::Error;
 ///
 /// ```no_run
 /// # async fn demo(client: zookeeper_client::Client) -> Result<(), Box<dyn std::error::Error>> {
-/// use zkfence::fence::conformance::{self, ZooKeeperStore};
+/// use zkfence::fence::{conformance, ZooKeeperStore};
 /// let store = ZooKeeperStore::create(client.clone(), client, "/", "check", None).await?;
 /// conformance::order(&store).await?;
 /// store.clear().await?;
@@ -107,7 +107,7 @@ impl ZooKeeperStore {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(store: zkfence::fence::conformance::ZooKeeperStore) {
+    /// # fn demo(store: zkfence::fence::ZooKeeperStore) {
     /// let store = store.with_mutant(zkfence::FenceMutant::StringCompare);
     /// # let _ = store; }
     /// ```
@@ -167,7 +167,7 @@ impl ZooKeeperStore {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(store: zkfence::fence::conformance::ZooKeeperStore) {
+    /// # fn demo(store: zkfence::fence::ZooKeeperStore) {
     /// println!("{:?}", store.fence("/locks/a").fence_node());
     /// # }
     /// ```

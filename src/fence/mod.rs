@@ -124,5 +124,6 @@ mod zookeeper;
 pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
 pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, Attempt, Run};
 pub use self::error::FenceError;
+pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
 pub use self::zookeeper::ZooKeeperFence;

@@ -90,6 +90,8 @@ mod mariadb;
 #[cfg(feature = "workspace")]
 mod postgres;
 #[cfg(feature = "workspace")]
+mod python;
+#[cfg(feature = "workspace")]
 mod redis;
 #[cfg(feature = "workspace")]
 mod run_as;
@@ -102,6 +104,8 @@ pub mod stats;
 pub use crate::mariadb::LocalMariaDb;
 #[cfg(feature = "workspace")]
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
+#[cfg(feature = "workspace")]
+pub use crate::python::{python_clients, CLIENTS};
 #[cfg(feature = "workspace")]
 pub use crate::redis::LocalRedis;
 #[cfg(feature = "workspace")]

@@ -352,86 +352,17 @@ fn moto_version(python: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// The Python of the kit's virtual environment with moto `version` (and its server's Flask),
-/// built on first use: in a folder of its own, then renamed into place, so that test processes
-/// that build it at once each end up with a complete one.
+/// The Python of the kit's virtual environment with moto `version` and its server's Flask.
 fn venv(version: &str) -> Result<PathBuf, String> {
-    let cache = cache_dir().join(format!("moto-{version}"));
-    let python = cache.join("bin").join("python");
-    if moto_version(&python).as_deref() == Some(version) {
-        return Ok(python);
-    }
-    let parent = cache_dir();
-    std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let building = parent.join(format!("moto-{version}.building-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
-    let built = build_venv(&building, version);
-    if let Err(err) = built {
-        let _ = std::fs::remove_dir_all(&building);
-        return Err(err);
-    }
-    // A broken one (its python gone) makes way; one another process just built stays.
-    if moto_version(&python).as_deref() != Some(version) {
-        let _ = std::fs::remove_dir_all(&cache);
-    }
-    if std::fs::rename(&building, &cache).is_err() {
-        let _ = std::fs::remove_dir_all(&building);
-    }
-    match moto_version(&python).as_deref() == Some(version) {
-        true => Ok(python),
-        false => Err(format!(
-            "the moto {version} environment at {} does not work: remove it and try again",
-            cache.display()
-        )),
-    }
-}
-
-/// `python3 -m venv DIR`, then pip installs moto `version` with S3 and its server into it.
-fn build_venv(dir: &Path, version: &str) -> Result<(), String> {
     let hint = "the object store tests run moto (PyPI) as their S3 server: they need `python3` with `venv` and `pip` (Debian: `apt-get install -y python3-venv python3-pip`) and PyPI, or an installed moto (`pip install 'moto[server]'`) named by ZKFENCE_MOTO_PYTHON";
-    let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("{what}: {e}; {hint}"))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
-        let tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
-        Err(format!("{what} failed ({}):\n{tail}\n{hint}", out.status))
-    };
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(dir),
-        &format!("python3 -m venv {}", dir.display()),
-    )?;
     let spec = format!("moto[s3]=={version}");
-    run(
-        Command::new(dir.join("bin").join("python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args([spec.as_str(), "flask", "flask-cors"]),
-        &format!("pip install {spec} flask flask-cors"),
+    let works = |python: &Path| moto_version(python).as_deref() == Some(version);
+    crate::python::environment(
+        &format!("moto-{version}"),
+        &[&spec, "flask", "flask-cors"],
+        &works,
+        hint,
     )
-}
-
-/// Where the kit keeps what it builds: `$XDG_CACHE_HOME/zkfence`, `~/.cache/zkfence`, or the
-/// temp dir's `zkfence-cache`.
-fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")));
-    match base {
-        Some(base) => base.join("zkfence"),
-        None => std::env::temp_dir().join("zkfence-cache"),
-    }
 }
 
 #[cfg(test)]
