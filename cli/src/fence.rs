@@ -8,7 +8,7 @@ use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use zkfence::fence::conformance::{self, FenceStore, Outcome, Setup};
-use zkfence::fence::{Fence, FenceState};
+use zkfence::fence::{BoxError, ConfigError, Fence, FenceState};
 
 use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::json::json_string;
@@ -25,6 +25,9 @@ struct At {
     /// The store, by URL: postgresql://user@host/db, mysql://user:password@host/db
     /// (mariadb:// too), redis://host:port/db, s3://bucket/prefix (credentials, region and
     /// endpoint from the usual AWS_* variables), zk://host:port[,host:port]/fence-node.
+    /// TLS: PostgreSQL as libpq's ?sslmode= (verify-full checks the server) and
+    /// &sslrootcert=FILE; MySQL ?ssl-mode=REQUIRED|VERIFY_CA|VERIFY_IDENTITY&ssl-ca=FILE;
+    /// rediss:// (roots from SSL_CERT_FILE or the system's); S3 over https by default.
     #[arg(value_name = "URL", env = "ZKFENCE_FENCE_URL")]
     url: String,
     /// PostgreSQL: the schema of the fence table and function (default: the search path's).
@@ -156,10 +159,7 @@ impl Store {
         Ok(match scheme {
             "postgresql" | "postgres" => Store::Postgres(url.to_owned()),
             "mysql" | "mariadb" => Store::MySql(format!("mysql://{rest}")),
-            "redis" => Store::Redis(url.to_owned()),
-            "rediss" => {
-                return Err("rediss:// (Redis over TLS) is not supported yet: use redis:// over a TLS tunnel".into())
-            }
+            "redis" | "rediss" => Store::Redis(url.to_owned()),
             "s3" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 if bucket.is_empty() {
@@ -200,6 +200,27 @@ impl Failed {
 
     fn store(what: &str, why: impl std::fmt::Display) -> Failed {
         Failed(format!("{what}: {why}"), EXIT_FAILURE)
+    }
+
+    /// The store could not be reached (69), or its URL cannot be used (64: a
+    /// [`ConfigError`] anywhere in the chain); the message names each cause in turn.
+    fn reaching(doing: &str, e: &(dyn std::error::Error + 'static)) -> Failed {
+        let mut why = e.to_string();
+        let mut config = e.is::<ConfigError>();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !why.contains(&text) {
+                why = format!("{why}: {text}");
+            }
+            config |= c.is::<ConfigError>();
+            cause = c.source();
+        }
+        if config {
+            Failed::usage(why)
+        } else {
+            Failed::unavailable(format!("{doing}: {why}"))
+        }
     }
 }
 
@@ -272,24 +293,22 @@ async fn zk_client(hosts: &str) -> Result<zookeeper_client::Client, Failed> {
 
 /// The store's fence on a connection of its own: the fence contract.
 async fn connect(at: &At) -> Result<Box<dyn Fence>, Failed> {
-    let cannot = |e: &dyn std::fmt::Display| {
-        Failed::unavailable(format!("cannot connect to the store: {e}"))
-    };
+    let cannot = |e: BoxError| Failed::reaching("cannot connect to the store", &*e);
     Ok(match Store::parse(&at.url).map_err(Failed::usage)? {
         Store::Postgres(url) => Box::new(
             zkfence_postgres::Connected::connect(&url, postgres_fence(at)?)
                 .await
-                .map_err(|e| cannot(&e))?,
+                .map_err(cannot)?,
         ),
         Store::MySql(url) => Box::new(
             zkfence_mysql::Connected::connect(&url, zkfence_mysql::MySqlFence::new())
                 .await
-                .map_err(|e| cannot(&e))?,
+                .map_err(cannot)?,
         ),
         Store::Redis(url) => Box::new(
             zkfence_redis::Connected::connect(&url, redis_fence(at))
                 .await
-                .map_err(|e| cannot(&e))?,
+                .map_err(cannot)?,
         ),
         Store::S3 { bucket, prefix } => Box::new(zkfence_object_store::Prefixed::new(
             s3(&bucket)?,
@@ -325,14 +344,12 @@ fn script(at: &At, print: bool) -> Result<String, Failed> {
 }
 
 async fn install(at: &At) -> Result<(), Failed> {
-    let cannot = |e: &dyn std::fmt::Display| {
-        Failed::unavailable(format!("cannot connect to the store: {e}"))
-    };
+    let cannot = |e: BoxError| Failed::reaching("cannot connect to the store", &*e);
     let done = match Store::parse(&at.url).map_err(Failed::usage)? {
         Store::Postgres(url) => {
             let fence = zkfence_postgres::Connected::connect(&url, postgres_fence(at)?)
                 .await
-                .map_err(|e| cannot(&e))?;
+                .map_err(cannot)?;
             (fence.fence().install(fence.client()).await)
                 .map_err(|e| Failed::store("cannot install the fence", e))?;
             "the table zkfence_fence and the function zkfence_claim(scope, token)"
@@ -340,14 +357,14 @@ async fn install(at: &At) -> Result<(), Failed> {
         Store::MySql(url) => {
             let fence = zkfence_mysql::Connected::connect(&url, zkfence_mysql::MySqlFence::new())
                 .await
-                .map_err(|e| cannot(&e))?;
+                .map_err(cannot)?;
             (fence.install().await).map_err(|e| Failed::store("cannot install the fence", e))?;
             "the table zkfence_fence and the procedures zkfence_claim(scope, token) and zkfence_seal(scope)"
         }
         Store::Redis(url) => {
             let fence = zkfence_redis::Connected::connect(&url, redis_fence(at))
                 .await
-                .map_err(|e| cannot(&e))?;
+                .map_err(cannot)?;
             (fence.install().await)
                 .map_err(|e| Failed::store("cannot load the function library", e))?;
             "the function library zkfence: FCALL zkfence_claim, FCALL zkfence_write"
@@ -504,10 +521,11 @@ fn scratch() -> String {
 
 /// Runs the deployment's cases on the store; removes the scratch space after.
 async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
-    let cannot = |e: &dyn std::fmt::Display| {
-        Failed::unavailable(format!(
-            "cannot set up a scratch space in the store (connect, privileges): {e}"
-        ))
+    let cannot = |e: BoxError| {
+        Failed::reaching(
+            "cannot set up a scratch space in the store (connect, privileges)",
+            &*e,
+        )
     };
     let name = scratch();
     let cases = &conformance::DEPLOYMENT[..];
@@ -517,7 +535,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
             let setup = Setup::Deployed;
             let store = zkfence_postgres::ConformanceStore::create(&url, fence, &name, setup, None)
                 .await
-                .map_err(|e| cannot(&e))?;
+                .map_err(cannot)?;
             let checked = run_cases(&store, cases).await;
             (store.remove().await)
                 .map_err(|e| Failed::store("cannot remove the scratch schema and scopes", e))?;
@@ -528,7 +546,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
             let setup = Setup::Deployed;
             let store = zkfence_mysql::ConformanceStore::create(&url, fence, &name, setup, None)
                 .await
-                .map_err(|e| cannot(&e))?;
+                .map_err(cannot)?;
             let checked = run_cases(&store, cases).await;
             (store.remove().await)
                 .map_err(|e| Failed::store("cannot remove the scratch database and scopes", e))?;
@@ -543,7 +561,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
                 None,
             )
             .await
-            .map_err(|e| cannot(&e))?;
+            .map_err(cannot)?;
             let checked = run_cases(&store, cases).await;
             (store.clear().await)
                 .map_err(|e| Failed::store("cannot remove the scratch keys", e))?;
@@ -562,7 +580,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
             let store =
                 zkfence::fence::ZooKeeperStore::create(client.clone(), client, &node, &name, None)
                     .await
-                    .map_err(|e| cannot(&e))?;
+                    .map_err(|e| cannot(e.into()))?;
             let checked = run_cases(&store, cases).await;
             (store.clear().await)
                 .map_err(|e| Failed::store("cannot remove the scratch nodes", e))?;

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use mysql_async::Conn;
 use zkfence::fence::conformance::{
     rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
 };
-use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
+use crate::dial::Dial;
 use crate::{sql, MySqlFence};
 
 /// The kit's tables in a database of their own ([`scratch_name`]`(name)`): `kit_counter` (the
@@ -24,7 +25,7 @@ use crate::{sql, MySqlFence};
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
 /// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_mysql::{ConformanceStore, MySqlFence};
 ///
@@ -43,8 +44,10 @@ pub struct ConformanceStore {
     /// The claims' connections, opened at the start (a claim is sent on one opened before its
     /// replies are dropped); `None` once one broke.
     conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
-    fence_url: String,
-    direct: String,
+    /// Where the fence's connections go (through the proxy, if any), in the store's database.
+    fenced: Dial,
+    /// The server itself, in the store's database.
+    direct: Dial,
     switch: Option<ReplySwitch>,
 }
 
@@ -58,43 +61,6 @@ impl std::fmt::Debug for ConformanceStore {
     }
 }
 
-/// A connection to `url` over TCP (never the server's Unix socket, which a proxy in front of
-/// the port would not see).
-pub(crate) async fn open(url: &str) -> Result<Conn, mysql_async::Error> {
-    let opts = Opts::from_url(url).map_err(mysql_async::Error::Url)?;
-    Conn::new(OptsBuilder::from_opts(opts).prefer_socket(false)).await
-}
-
-/// `url` with its database replaced by `db`.
-fn with_database(url: &str, db: &str) -> Result<String, mysql_async::Error> {
-    let opts = Opts::from_url(url).map_err(mysql_async::Error::Url)?;
-    let opts = OptsBuilder::from_opts(opts).db_name(Some(db));
-    let opts = Opts::from(opts);
-    let (user, pass) = (opts.user().unwrap_or_default(), opts.pass());
-    let auth = match pass {
-        Some(pass) => format!("{}:{}@", encode(user), encode(pass)),
-        None if user.is_empty() => String::new(),
-        None => format!("{}@", encode(user)),
-    };
-    Ok(format!(
-        "mysql://{auth}{}:{}/{db}",
-        opts.ip_or_hostname(),
-        opts.tcp_port()
-    ))
-}
-
-/// `text` percent-encoded for a URL's user or password.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 impl ConformanceStore {
     /// Creates the kit's tables in the database [`scratch_name`]`(name)` on the server at
     /// `url` (dropping what a run of that name left), with `fence` installed there afresh
@@ -105,7 +71,8 @@ impl ConformanceStore {
     ///
     /// # Errors
     ///
-    /// The server's error (e.g. no CREATE privilege).
+    /// A URL it cannot use (see [`Connected::connect`](crate::Connected::connect) for its TLS
+    /// parameters), or the server's error (e.g. no CREATE privilege).
     ///
     /// # Cancel safety
     ///
@@ -120,21 +87,21 @@ impl ConformanceStore {
         name: &str,
         setup: Setup,
         through: Option<(String, ReplySwitch)>,
-    ) -> Result<ConformanceStore, mysql_async::Error> {
+    ) -> Result<ConformanceStore, BoxError> {
         let db = scratch_name(name, 64);
-        let mut conn = open(url).await?;
+        let server = Dial::parse(url)?;
+        let mut conn = server.open().await?;
         conn.query_drop(format!(
             "DROP DATABASE IF EXISTS `{db}`; CREATE DATABASE `{db}`"
         ))
         .await?;
         let (fence, home) = match setup {
             Setup::Fresh => {
-                let fence = (fence.with_database(&db))
-                    .map_err(|e| mysql_async::Error::Other(Box::new(e)))?;
+                let fence = fence.with_database(&db)?;
                 fence.install(&mut conn).await?;
-                (fence, with_database(url, &db)?)
+                (fence, server.with_database(&db))
             }
-            Setup::Deployed => (fence, url.to_owned()),
+            Setup::Deployed => (fence, server),
         };
         conn.query_drop(format!(
             "CREATE TABLE `{db}`.kit_counter (k VARCHAR(200) PRIMARY KEY, value BIGINT NOT NULL) ENGINE = InnoDB;
@@ -142,24 +109,27 @@ impl ConformanceStore {
              CREATE TABLE `{db}`.kit_items (k VARCHAR(200) PRIMARY KEY) ENGINE = InnoDB"
         ))
         .await?;
-        let (fence_url, switch) = match through {
+        let (fenced, switch) = match through {
             Some((via, switch)) => {
-                let database = Opts::from_url(&home).map_err(mysql_async::Error::Url)?;
-                let database = database.db_name().unwrap_or_default().to_owned();
-                (with_database(&via, &database)?, Some(switch))
+                let via = Dial::parse(&via)?;
+                let via = match home.database() {
+                    Some(db) => via.with_database(db),
+                    None => via,
+                };
+                (via, Some(switch))
             }
             None => (home.clone(), None),
         };
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(tokio::sync::Mutex::new(Some(open(&fence_url).await?)));
+            conns.push(tokio::sync::Mutex::new(Some(fenced.open().await?)));
         }
         Ok(ConformanceStore {
             fence,
             scopes: setup.scopes(&db),
             db,
             conns,
-            fence_url,
+            fenced,
             direct: home,
             switch,
         })
@@ -209,7 +179,7 @@ impl ConformanceStore {
     /// # let _ = conn; Ok(()) }
     /// ```
     pub async fn connect(&self) -> Result<Conn, mysql_async::Error> {
-        open(&self.fence_url).await
+        self.fenced.open().await
     }
 
     /// A connection to the store's database, not through the proxy.
@@ -230,7 +200,7 @@ impl ConformanceStore {
     /// # let _ = conn; Ok(()) }
     /// ```
     pub async fn direct(&self) -> Result<Conn, mysql_async::Error> {
-        open(&self.direct).await
+        self.direct.open().await
     }
 
     /// Removes the database and everything in it, and a deployed fence's scratch scopes.
@@ -247,7 +217,7 @@ impl ConformanceStore {
     ///
     /// See the [type's](ConformanceStore).
     pub async fn remove(self) -> Result<(), mysql_async::Error> {
-        let mut conn = open(&self.direct).await?;
+        let mut conn = self.direct.open().await?;
         if !self.scopes.is_empty() {
             let like = format!("{}/%", self.scopes);
             let table = sql::qualified(self.fence.database(), "zkfence_fence");

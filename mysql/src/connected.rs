@@ -5,6 +5,7 @@ use mysql_async::Conn;
 use tokio::sync::Mutex;
 use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
 
+use crate::dial::Dial;
 use crate::MySqlFence;
 
 /// A [`MySqlFence`] with a connection of its own: the fence contract every zkfence store
@@ -46,11 +47,16 @@ impl Connected {
     }
 
     /// `fence` on a new connection to `url` (`mysql://user:password@host:port/database`, as
-    /// mysql_async takes it), over TCP.
+    /// mysql_async takes it), over TCP, with TLS as the MySQL client's `ssl-mode` and `ssl-ca`
+    /// ask in the URL's query (`REQUIRED` encrypts without checking the server; `VERIFY_CA`
+    /// checks its certificate's chain, `VERIFY_IDENTITY` its name too; roots from `ssl-ca`, a
+    /// PEM file, else Mozilla's). TLS needs the `tls` feature.
     ///
     /// # Errors
     ///
-    /// The server's error (unreachable, refused, a bad URL).
+    /// A URL it cannot use (an unknown `ssl-mode`, client certificates, TLS without the `tls`
+    /// feature, a missing `ssl-ca`), or the server's error (unreachable, refused, a
+    /// certificate it does not trust).
     ///
     /// # Cancel safety
     ///
@@ -58,9 +64,16 @@ impl Connected {
     ///
     /// # Examples
     ///
-    /// See the [type's](Connected).
-    pub async fn connect(url: &str, fence: MySqlFence) -> Result<Connected, mysql_async::Error> {
-        Ok(Connected::new(fence, crate::conformance::open(url).await?))
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+    /// use zkfence_mysql::{Connected, MySqlFence};
+    /// let url = "mysql://app:secret@db.internal/orders?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/db-ca.pem";
+    /// let fence = Connected::connect(url, MySqlFence::new()).await?;
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, fence: MySqlFence) -> Result<Connected, BoxError> {
+        let conn = Dial::parse(url)?.open().await?;
+        Ok(Connected::new(fence, conn))
     }
 
     /// The fence.

@@ -112,6 +112,7 @@
 
 mod conformance;
 mod connected;
+mod dial;
 mod fence;
 mod sql;
 

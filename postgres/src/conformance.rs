@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Mutex;
-use tokio_postgres::{Client, IsolationLevel, NoTls};
+use tokio_postgres::{Client, IsolationLevel};
 use zkfence::fence::conformance::{
     rescoped, scratch_name, BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch, Setup,
 };
-use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
+use crate::dial::Dial;
 use crate::PostgresFence;
 
 /// The kit's tables in a schema of their own ([`scratch_name`]`(name)`): `kit_counter` (the
@@ -25,7 +26,7 @@ use crate::PostgresFence;
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
 /// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_postgres::{ConformanceStore, PostgresFence};
 ///
@@ -44,8 +45,10 @@ pub struct ConformanceStore {
     conns: Vec<Mutex<Client>>,
     reader: Client,
     side: Arc<Mutex<Client>>,
-    fence_url: String,
-    direct: String,
+    /// Where the fence's connections go (through the proxy, if any).
+    fenced: Dial,
+    /// The database itself.
+    direct: Dial,
     switch: Option<ReplySwitch>,
 }
 
@@ -59,26 +62,6 @@ impl std::fmt::Debug for ConformanceStore {
     }
 }
 
-/// Opens a connection to `url` (no TLS) and drives it in a task of its own.
-pub(crate) async fn open(url: &str) -> Result<Client, tokio_postgres::Error> {
-    open_as(url, None).await
-}
-
-/// [`open`], the connection named `name` (its `application_name`) when given.
-async fn open_as(url: &str, name: Option<&str>) -> Result<Client, tokio_postgres::Error> {
-    let mut config: tokio_postgres::Config = url.parse()?;
-    if let Some(name) = name {
-        config.application_name(name);
-    }
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            tracing::debug!(cause = %err, "connection ended");
-        }
-    });
-    Ok(client)
-}
-
 impl ConformanceStore {
     /// Creates the kit's tables in the schema [`scratch_name`]`(name)` of the database at
     /// `url` (dropping what a run of that name left), with `fence` installed there afresh
@@ -89,7 +72,8 @@ impl ConformanceStore {
     ///
     /// # Errors
     ///
-    /// The database's error (e.g. no CREATE privilege on the database).
+    /// A URL it cannot use (see [`Connected::connect`](crate::Connected::connect) for its TLS
+    /// parameters), or the database's error (e.g. no CREATE privilege on the database).
     ///
     /// # Cancel safety
     ///
@@ -104,7 +88,7 @@ impl ConformanceStore {
         name: &str,
         setup: Setup,
         through: Option<(String, ReplySwitch)>,
-    ) -> Result<ConformanceStore, tokio_postgres::Error> {
+    ) -> Result<ConformanceStore, BoxError> {
         let schema = scratch_name(name, 63);
         let fence = match setup {
             Setup::Fresh => fence
@@ -112,7 +96,8 @@ impl ConformanceStore {
                 .unwrap_or_else(|_| unreachable!("a plain schema name")),
             Setup::Deployed => fence,
         };
-        let reader = open(url).await?;
+        let direct = Dial::parse(url)?;
+        let reader = direct.open(None).await?;
         reader
             .batch_execute(&format!(
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
@@ -128,13 +113,13 @@ impl ConformanceStore {
                  CREATE TABLE {schema}.kit_items (k text NOT NULL);"
             ))
             .await?;
-        let (fence_url, switch) = match through {
-            Some((via, switch)) => (via, Some(switch)),
-            None => (url.to_owned(), None),
+        let (fenced, switch) = match through {
+            Some((via, switch)) => (Dial::parse(&via)?, Some(switch)),
+            None => (direct.clone(), None),
         };
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(Mutex::new(open_as(&fence_url, Some(&schema)).await?));
+            conns.push(Mutex::new(fenced.open(Some(&schema)).await?));
         }
         Ok(ConformanceStore {
             fence,
@@ -142,9 +127,9 @@ impl ConformanceStore {
             schema,
             conns,
             reader,
-            side: Arc::new(Mutex::new(open(url).await?)),
-            fence_url,
-            direct: url.to_owned(),
+            side: Arc::new(Mutex::new(direct.open(None).await?)),
+            fenced,
+            direct,
             switch,
         })
     }
@@ -193,7 +178,7 @@ impl ConformanceStore {
     /// # let _ = client; Ok(()) }
     /// ```
     pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        open(&self.fence_url).await
+        self.fenced.open(None).await
     }
 
     /// Removes the schema and everything in it, and a deployed fence's scratch scopes.
@@ -210,7 +195,7 @@ impl ConformanceStore {
     ///
     /// See the [type's](ConformanceStore).
     pub async fn remove(self) -> Result<(), tokio_postgres::Error> {
-        let client = open(&self.direct).await?;
+        let client = self.direct.open(None).await?;
         if !self.scopes.is_empty() {
             let table = crate::sql::qualified(self.fence.schema(), "zkfence_fence");
             let like = format!("{}/%", self.scopes);
@@ -237,7 +222,7 @@ impl ConformanceStore {
             None => self.conns[0].lock().await,
         };
         if guard.is_closed() {
-            *guard = open(&self.fence_url).await?;
+            *guard = self.fenced.open(Some(&self.schema)).await?;
         }
         Ok(guard)
     }
@@ -433,7 +418,7 @@ impl FenceStore for ConformanceStore {
         token: &'a str,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
-            let client = open(&self.direct).await.map_err(|e| e.to_string())?;
+            let client = self.direct.open(None).await.map_err(|e| e.to_string())?;
             self.claim_as_text(&client, scope, token).await
         }))
     }
@@ -446,7 +431,7 @@ impl FenceStore for ConformanceStore {
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
             let before = self.log(key).await?.len();
-            let client = open(&self.direct).await.map_err(|e| e.to_string())?;
+            let client = self.direct.open(None).await.map_err(|e| e.to_string())?;
             let schema = &self.schema;
             // psql without ON_ERROR_STOP: each statement sent, each error ignored.
             let _ = client.simple_query("BEGIN").await;

@@ -4,6 +4,7 @@
 use tokio_postgres::Client;
 use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
 
+use crate::dial::Dial;
 use crate::PostgresFence;
 
 /// A [`PostgresFence`] with a connection of its own: the fence contract every zkfence store
@@ -42,12 +43,17 @@ impl Connected {
         Connected { fence, client }
     }
 
-    /// `fence` on a new connection to `url` (a `postgresql://` URL or `key=value` pairs, as
-    /// tokio-postgres takes them; no TLS).
+    /// `fence` on a new connection to `url`: a `postgresql://` URL or `key=value` pairs, as
+    /// tokio-postgres takes them, with TLS as libpq's `sslmode` and `sslrootcert` ask
+    /// (`disable`; `prefer`, the default, and `require` encrypt without checking the server;
+    /// `verify-ca` checks its certificate's chain, `verify-full` its name too; roots from
+    /// `sslrootcert`, a PEM file, else the system's). TLS needs the `tls` feature.
     ///
     /// # Errors
     ///
-    /// The database's error (unreachable, refused, a bad URL).
+    /// A URL it cannot use (an unknown `sslmode`, client certificates, TLS without the `tls`
+    /// feature, an unreadable `sslrootcert`), or the database's error (unreachable, refused,
+    /// a certificate it does not trust).
     ///
     /// # Cancel safety
     ///
@@ -55,12 +61,16 @@ impl Connected {
     ///
     /// # Examples
     ///
-    /// See the [type's](Connected).
-    pub async fn connect(
-        url: &str,
-        fence: PostgresFence,
-    ) -> Result<Connected, tokio_postgres::Error> {
-        Ok(Connected::new(fence, crate::conformance::open(url).await?))
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+    /// use zkfence_postgres::{Connected, PostgresFence};
+    /// let url = "postgresql://app@db.internal/orders?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem";
+    /// let fence = Connected::connect(url, PostgresFence::new()).await?;
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, fence: PostgresFence) -> Result<Connected, BoxError> {
+        let client = Dial::parse(url)?.open(None).await?;
+        Ok(Connected::new(fence, client))
     }
 
     /// The fence.

@@ -78,6 +78,7 @@
 
 mod conformance;
 mod connected;
+mod dial;
 mod fence;
 mod sql;
 

@@ -10,7 +10,7 @@ use redis::RedisError;
 use zkfence::fence::conformance::{
     rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
 };
-use zkfence::fence::{FenceError, FenceTicket};
+use zkfence::fence::{BoxError, ConfigError, FenceError, FenceTicket};
 
 use crate::{Commands, RedisFence};
 
@@ -23,7 +23,7 @@ use crate::{Commands, RedisFence};
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
 /// use zkfence::fence::conformance::{self, Setup};
 /// use zkfence_redis::{ConformanceStore, RedisFence};
 ///
@@ -37,7 +37,8 @@ pub struct ConformanceStore {
     ns: String,
     /// The prefix of the scopes the store claims (a deployed fence's), or "".
     scopes: String,
-    fence_url: String,
+    /// Where the fence's connections go (through the proxy, if any).
+    fence_client: redis::Client,
     /// The claims' connection, opened at the start (a claim is sent on one opened before its
     /// replies are dropped).
     fenced: tokio::sync::Mutex<MultiplexedConnection>,
@@ -57,11 +58,34 @@ impl std::fmt::Debug for ConformanceStore {
     }
 }
 
-/// A connection to `url`.
-pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, RedisError> {
-    redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await
+/// A connection to `url`: `redis://`, or `rediss://` (TLS, the server's certificate checked
+/// against the system's roots, which honour `SSL_CERT_FILE`; `#insecure` at the end checks
+/// nothing) with the `tls` feature.
+pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, BoxError> {
+    Ok(client(url)?.get_multiplexed_async_connection().await?)
+}
+
+/// The client of `url`, or what to give instead.
+fn client(url: &str) -> Result<redis::Client, ConfigError> {
+    if url.starts_with("rediss://") {
+        #[cfg(feature = "tls")]
+        // redis's rustls takes the process's crypto provider: aws-lc-rs unless the process
+        // chose one.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        #[cfg(not(feature = "tls"))]
+        return Err(ConfigError::new(
+            "URL scheme",
+            "rediss://",
+            "redis://: TLS needs zkfence-redis's `tls` feature, which this build leaves out (the zkfence CLI has it)",
+        ));
+    }
+    redis::Client::open(url).map_err(|e| {
+        ConfigError::new(
+            "Redis URL",
+            e.to_string(),
+            "redis://host:port/db or rediss://host:port/db",
+        )
+    })
 }
 
 impl ConformanceStore {
@@ -90,7 +114,7 @@ impl ConformanceStore {
         name: &str,
         setup: Setup,
         through: Option<(String, ReplySwitch)>,
-    ) -> Result<ConformanceStore, RedisError> {
+    ) -> Result<ConformanceStore, BoxError> {
         let scratch = scratch_name(name, 64);
         let ns = format!("{scratch}:");
         let mut reader = open(url).await?;
@@ -109,13 +133,15 @@ impl ConformanceStore {
             Some((via, switch)) => (via, Some(switch)),
             None => (url.to_owned(), None),
         };
-        let fenced = tokio::sync::Mutex::new(open(&fence_url).await?);
+        let fence_client = client(&fence_url)?;
+        let fenced =
+            tokio::sync::Mutex::new(fence_client.get_multiplexed_async_connection().await?);
         let store = ConformanceStore {
             fence,
             ns,
             scopes: setup.scopes(&scratch),
             fenced,
-            fence_url,
+            fence_client,
             reader,
             switch,
             scopes_of: Mutex::default(),
@@ -155,7 +181,7 @@ impl ConformanceStore {
     /// # let _ = conn; Ok(()) }
     /// ```
     pub async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
-        open(&self.fence_url).await
+        self.fence_client.get_multiplexed_async_connection().await
     }
 
     /// The counter and log keys of `key` under `scope`.

@@ -49,11 +49,14 @@ impl Connected {
         Connected { fence, conn }
     }
 
-    /// `fence` on a new connection to `url` (`redis://host:port/db`).
+    /// `fence` on a new connection to `url`: `redis://host:port/db`, or with the `tls`
+    /// feature `rediss://host:port/db` (the server's certificate checked against the system's
+    /// roots, which honour `SSL_CERT_FILE`; `#insecure` at the end checks nothing).
     ///
     /// # Errors
     ///
-    /// Redis's error (unreachable, refused, a bad URL).
+    /// Redis's error (unreachable, refused, a bad URL, a certificate it does not trust,
+    /// `rediss://` without the `tls` feature).
     ///
     /// # Cancel safety
     ///
@@ -61,8 +64,13 @@ impl Connected {
     ///
     /// # Examples
     ///
-    /// See the [type's](Connected).
-    pub async fn connect(url: &str, fence: RedisFence) -> Result<Connected, redis::RedisError> {
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+    /// use zkfence_redis::{Connected, RedisFence};
+    /// let fence = Connected::connect("rediss://cache.internal:6380/0", RedisFence::new()).await?;
+    /// # let _ = fence; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str, fence: RedisFence) -> Result<Connected, BoxError> {
         Ok(Connected::new(fence, crate::conformance::open(url).await?))
     }
 

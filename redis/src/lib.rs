@@ -4,10 +4,14 @@
 //! # How it is kept
 //!
 //! Each **scope** (a lock path) has a fence key, `zkfence:fence:{<scope>}`, holding the highest
-//! token accepted as a **zero-padded 19-digit decimal string**. Lua's numbers are doubles: above
-//! 2⁵³ two neighbouring tokens compare equal, so the scripts never call `tonumber` on a token;
-//! equal-length decimal strings compare as the integers they spell. The scripts
-//! ([`CLAIM_SCRIPT`], [`WRITE_SCRIPT`]) are published for users of other clients.
+//! token accepted, kept as a **zero-padded 19-digit decimal string**. A caller may send a token
+//! in any decimal text form (`42`, `+42`, `0000000042`, as `ZKFENCE_TOKEN` gives it or padded);
+//! anything else is a `ZF002` error reply. Lua's numbers are doubles: above 2⁵³ two
+//! neighbouring tokens compare equal, so the scripts never call `tonumber` on a token; they
+//! strip the sign and leading zeros and compare digits by length, then as text. A refusal is a
+//! `ZF001` error reply. The scripts ([`CLAIM_SCRIPT`], [`WRITE_SCRIPT`]) and the function
+//! library ([`RedisFence::install`]) are published for users of other clients; their protocol
+//! is in the repository's `docs/fences.md`.
 //!
 //! - [`RedisFence::claim`] raises the fence (refusing a lower token);
 //! - [`RedisFence::write`] runs your [`Commands`] in the same script, after the compare, and

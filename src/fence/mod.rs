@@ -121,6 +121,13 @@ mod kit_zookeeper;
 mod ticket;
 mod zookeeper;
 
+/// Each store's fence protocol for clients in other languages: the statement, script or
+/// header to send, the token forms accepted, the error a refusal raises, and the traps (the
+/// repository's `docs/fences.md`, included here).
+pub mod protocol {
+    #![doc = include_str!("../../docs/fences.md")]
+}
+
 pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
 pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, Attempt, Run};
 pub use self::error::FenceError;

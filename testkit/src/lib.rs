@@ -99,6 +99,8 @@ mod run_as;
 mod s3;
 #[cfg(feature = "workspace")]
 pub mod stats;
+#[cfg(feature = "workspace")]
+mod tls;
 
 #[cfg(feature = "workspace")]
 pub use crate::mariadb::LocalMariaDb;
@@ -110,6 +112,8 @@ pub use crate::python::{python_clients, CLIENTS};
 pub use crate::redis::LocalRedis;
 #[cfg(feature = "workspace")]
 pub use crate::s3::{LocalS3, Preconditions};
+#[cfg(feature = "workspace")]
+pub use crate::tls::TestCa;
 
 /// One `#[tokio::test]` per case, each on a fresh store from `$new(test_name)` (an async
 /// constructor): `conformance_tests!(MyStore::new);` for every case that needs nothing but the

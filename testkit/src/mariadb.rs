@@ -50,6 +50,28 @@ impl LocalMariaDb {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start(log_dir: &Path) -> Result<LocalMariaDb, String> {
+        LocalMariaDb::start_with(log_dir, None)
+    }
+
+    /// [`start`](LocalMariaDb::start), with TLS (`ca`'s server certificate) and
+    /// `require_secure_transport`: a connection in the clear is refused.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_testkit::TestCa::new()?;
+    /// let db = zkfence_testkit::LocalMariaDb::start_tls(std::path::Path::new("/tmp"), &ca)?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_tls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalMariaDb, String> {
+        LocalMariaDb::start_with(log_dir, Some(ca))
+    }
+
+    fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalMariaDb, String> {
         let install = "install Debian's mariadb-server package (`sudo apt-get install -y mariadb-server`; scripts/test does it)";
         if !Path::new(SERVER).exists() || !Path::new(INSTALL_DB).exists() {
             return Err(format!("{SERVER} is missing: {install}"));
@@ -89,6 +111,12 @@ impl LocalMariaDb {
             .args(["--innodb-buffer-pool-size=32M", "--max-connections=100"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if let Some(ca) = tls {
+            let (key, cert) = ca.server_files(&dir, who)?;
+            cmd.arg(format!("--ssl-cert={}", cert.display()))
+                .arg(format!("--ssl-key={}", key.display()))
+                .arg("--require-secure-transport=ON");
+        }
         as_user(&mut cmd, who);
         // SIGTERM: a clean shutdown; the server goes with us however we die.
         let (child, _keeper) =

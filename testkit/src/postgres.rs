@@ -59,6 +59,28 @@ impl LocalPostgres {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start(log_dir: &Path) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_with(log_dir, None)
+    }
+
+    /// [`start`](LocalPostgres::start), serving TLS only on its TCP port (`ssl=on` with
+    /// `ca`'s server certificate; `hostnossl` connections rejected).
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_testkit::TestCa::new()?;
+    /// let pg = zkfence_testkit::LocalPostgres::start_tls(std::path::Path::new("/tmp"), &ca)?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_tls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_with(log_dir, Some(ca))
+    }
+
+    fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalPostgres, String> {
         let bin = bin_dir()?;
         let who = identity("postgres", "postgresql")?;
         let dir = crate::server::temp_dir("pg").map_err(|e| format!("temp dir: {e}"))?;
@@ -105,6 +127,23 @@ impl LocalPostgres {
             "max_connections=50",
         ] {
             cmd.args(["-c", setting]);
+        }
+        if let Some(ca) = tls {
+            let (key, cert) = ca.server_files(&dir, who)?;
+            let hba = dir.join("pg_hba.conf");
+            std::fs::write(
+                &hba,
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .map_err(|e| format!("{}: {e}", hba.display()))?;
+            give(&hba, who);
+            cmd.args(["-c", "ssl=on"])
+                .arg("-c")
+                .arg(format!("ssl_cert_file={}", cert.display()))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", key.display()))
+                .arg("-c")
+                .arg(format!("hba_file={}", hba.display()));
         }
         cmd.stdout(Stdio::null()).stderr(log);
         as_user(&mut cmd, who);

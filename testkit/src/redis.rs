@@ -48,13 +48,49 @@ impl LocalRedis {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start() -> Result<LocalRedis, String> {
+        LocalRedis::start_with(None)
+    }
+
+    /// [`start`](LocalRedis::start), serving TLS only (`ca`'s server certificate on its port,
+    /// no plain port; clients need no certificate of their own): `rediss://127.0.0.1:<port>`.
+    /// Waits (up to 10 s) until the port accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_testkit::TestCa::new()?;
+    /// let redis = zkfence_testkit::LocalRedis::start_tls(&ca)?;
+    /// println!("rediss://{}", redis.addr());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_tls(ca: &crate::TestCa) -> Result<LocalRedis, String> {
+        LocalRedis::start_with(Some(ca))
+    }
+
+    fn start_with(tls: Option<&crate::TestCa>) -> Result<LocalRedis, String> {
         if !std::path::Path::new(REDIS_SERVER).exists() {
             return Err(format!("{REDIS_SERVER} is missing: install Debian's redis-server package (`sudo apt-get install -y redis-server`; scripts/bench and scripts/test do it)"));
         }
         let dir = crate::server::temp_dir("redis").map_err(|e| format!("temp dir: {e}"))?;
         let port = crate::server::free_port().map_err(|e| format!("no free port: {e}"))?;
         let mut cmd = Command::new(REDIS_SERVER);
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        match tls {
+            None => cmd.args(["--port", &port.to_string()]),
+            Some(ca) => cmd
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(ca.server_cert())
+                .arg("--tls-key-file")
+                .arg(ca.server_key())
+                .arg("--tls-ca-cert-file")
+                .arg(ca.ca_cert())
+                .args(["--tls-auth-clients", "no"]),
+        };
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&dir)
@@ -72,10 +108,15 @@ impl LocalRedis {
             _keeper,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis.answers_ping() {
+        // A TLS port is only checked to accept connections: PING would need a handshake.
+        let ready = |redis: &LocalRedis| match tls {
+            None => redis.answers_ping(),
+            Some(_) => TcpStream::connect(("127.0.0.1", redis.port)).is_ok(),
+        };
+        while !ready(&redis) {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "redis-server did not answer PING on port {port} within 10 s; see {}",
+                    "redis-server did not answer on port {port} within 10 s; see {}",
                     redis.dir.join("redis.log").display()
                 ));
             }

@@ -1,0 +1,432 @@
+//! [`Dial`]: how to reach a database named by a URL, TLS included, parsed once and opened as
+//! often as needed ([`Connected::connect`](crate::Connected::connect), the conformance store).
+//!
+//! TLS follows libpq's `sslmode` (tokio-postgres alone knows only `disable`, `prefer` and
+//! `require`, and verifies nothing by itself):
+//!
+//! | `sslmode`            | encrypted          | the server's certificate checked                    |
+//! |----------------------|--------------------|-----------------------------------------------------|
+//! | `disable`            | no                 | -                                                   |
+//! | `allow`, `prefer`    | if the server can  | no (as `require`)                                   |
+//! | `require`            | yes                | no; with `sslrootcert`, its chain (libpq's rule)    |
+//! | `verify-ca`          | yes                | its chain, to a root of `sslrootcert` or the system |
+//! | `verify-full`        | yes                | its chain and that it names the host                |
+//!
+//! `sslrootcert` is a file of PEM certificates, or `system` for the system's roots (which
+//! honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); without it the system's roots are used.
+//! Client certificates (`sslcert`, `sslkey`) are not supported: a clear error says so.
+
+use tokio_postgres::{Client, Config};
+use zkfence::fence::{BoxError, ConfigError};
+
+/// libpq's `sslmode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Result<SslMode, ConfigError> {
+        Ok(match value {
+            "disable" => SslMode::Disable,
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(ConfigError::new(
+                    "sslmode",
+                    other,
+                    "disable, allow, prefer, require, verify-ca or verify-full",
+                ))
+            }
+        })
+    }
+
+    /// The mode tokio-postgres is told: it only negotiates, [`Dial`]'s connector checks.
+    fn negotiated(self) -> tokio_postgres::config::SslMode {
+        match self {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                tokio_postgres::config::SslMode::Require
+            }
+        }
+    }
+}
+
+/// What a URL asks of TLS, taken out of it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Asked {
+    mode: Option<SslMode>,
+    root: Option<String>,
+}
+
+/// `url` without the TLS parameters tokio-postgres cannot parse, and what they asked.
+fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
+    let mut asked = Asked::default();
+    let mut take = |key: &str, value: &str| -> Result<bool, ConfigError> {
+        const UNSUPPORTED: [&str; 5] = ["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
+        if let Some(name) = UNSUPPORTED.iter().find(|name| **name == key) {
+            return Err(ConfigError::new(
+                name,
+                value,
+                "none: client certificates and CRLs are not supported (authenticate with a password; sslmode=verify-full with sslrootcert checks the server)",
+            ));
+        }
+        match key {
+            "sslmode" => asked.mode = Some(SslMode::parse(value)?),
+            "sslrootcert" => asked.root = Some(value.to_owned()),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    };
+    if url.contains("://") {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok((url.to_owned(), asked));
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if !take(key, &percent_decode(value)?)? {
+                kept.push(pair);
+            }
+        }
+        let rest = if kept.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", kept.join("&"))
+        };
+        Ok((format!("{base}{rest}"), asked))
+    } else {
+        // key=value pairs; quoted values are left to tokio-postgres (and so are not TLS's).
+        let mut kept = Vec::new();
+        for pair in url.split_whitespace() {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if !take(key.trim(), value.trim())? {
+                kept.push(pair);
+            }
+        }
+        Ok((kept.join(" "), asked))
+    }
+}
+
+/// A URL component's `%XX` escapes decoded.
+fn percent_decode(text: &str) -> Result<String, ConfigError> {
+    let decoded = percent_encoding::percent_decode_str(text).decode_utf8();
+    let decoded = decoded.map_err(|_| {
+        ConfigError::new("URL parameter", text, "text that is UTF-8 once %-decoded")
+    })?;
+    Ok(decoded.into_owned())
+}
+
+/// A database to connect to: tokio-postgres's configuration and the TLS connector the URL
+/// asked for.
+#[derive(Clone)]
+pub(crate) struct Dial {
+    config: Config,
+    #[cfg(feature = "tls")]
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dial")
+            .field("hosts", &self.config.get_hosts())
+            .field("ssl_mode", &self.config.get_ssl_mode())
+            .finish()
+    }
+}
+
+impl Dial {
+    /// The database `url` names (a `postgresql://` URL or `key=value` pairs).
+    pub(crate) fn parse(url: &str) -> Result<Dial, BoxError> {
+        let (plain, asked) = take_tls(url)?;
+        let mut config: Config = plain.parse().map_err(|e: tokio_postgres::Error| {
+            ConfigError::new(
+                "PostgreSQL URL",
+                e.to_string(),
+                "postgresql://user@host:port/database?param=value or key=value pairs",
+            )
+        })?;
+        let mode = asked.mode.unwrap_or(SslMode::Prefer);
+        config.ssl_mode(mode.negotiated());
+        #[cfg(feature = "tls")]
+        {
+            let tls = match mode {
+                SslMode::Disable => None,
+                _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(
+                    tls::client_config(mode, asked.root.as_deref())?,
+                )),
+            };
+            Ok(Dial { config, tls })
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            if matches!(
+                mode,
+                SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
+            ) || asked.root.is_some()
+            {
+                return Err(ConfigError::new(
+                    "sslmode",
+                    format!("{mode:?}"),
+                    "disable or prefer: TLS needs zkfence-postgres's `tls` feature, which this build leaves out (the zkfence CLI has it)",
+                )
+                .into());
+            }
+            Ok(Dial { config })
+        }
+    }
+
+    /// A new connection, driven in a task of its own; named `name` (its `application_name`)
+    /// when given.
+    pub(crate) async fn open(&self, name: Option<&str>) -> Result<Client, tokio_postgres::Error> {
+        let mut config = self.config.clone();
+        if let Some(name) = name {
+            config.application_name(name);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let (client, connection) = config.connect(tls.clone()).await?;
+            drive(connection);
+            return Ok(client);
+        }
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        drive(connection);
+        Ok(client)
+    }
+}
+
+/// Runs a connection's I/O until it ends.
+fn drive<F>(connection: F)
+where
+    F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(cause = %err, "connection ended");
+        }
+    });
+}
+
+#[cfg(feature = "tls")]
+mod tls {
+    //! rustls's client configuration for each `sslmode`.
+
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
+    use zkfence::fence::{BoxError, ConfigError};
+
+    use super::SslMode;
+
+    pub(super) fn client_config(
+        mode: SslMode,
+        root: Option<&str>,
+    ) -> Result<ClientConfig, BoxError> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        // libpq's rule: `require` checks the chain when a root certificate is given.
+        let check = match (mode, root) {
+            (SslMode::Prefer | SslMode::Require, None) => None,
+            (SslMode::Prefer | SslMode::Require | SslMode::VerifyCa, _) => Some(false),
+            (SslMode::VerifyFull, _) => Some(true),
+            (SslMode::Disable, _) => unreachable!("no TLS for sslmode=disable"),
+        };
+        let verifier: Arc<dyn ServerCertVerifier> = match check {
+            None => Arc::new(Unverified(provider)),
+            Some(names) => {
+                let roots = Arc::new(roots(root)?);
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(roots, provider).build()?;
+                if names {
+                    webpki
+                } else {
+                    Arc::new(ChainOnly(webpki))
+                }
+            }
+        };
+        Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth())
+    }
+
+    /// The roots `sslrootcert` names: a PEM file, or `system` (the default).
+    fn roots(root: Option<&str>) -> Result<RootCertStore, BoxError> {
+        let mut store = RootCertStore::empty();
+        match root {
+            Some(path) if path != "system" => {
+                let unusable = |why: String| {
+                    ConfigError::new(
+                        "sslrootcert",
+                        format!("{path} ({why})"),
+                        "a readable file of PEM certificates, or system",
+                    )
+                };
+                let certs = CertificateDer::pem_file_iter(path)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| unusable(e.to_string()))?;
+                let (added, _) = store.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(unusable("no certificate in it".into()).into());
+                }
+            }
+            _ => {
+                let found = rustls_native_certs::load_native_certs();
+                store.add_parsable_certificates(found.certs);
+                if store.is_empty() {
+                    return Err(ConfigError::new(
+                        "sslrootcert",
+                        "system",
+                        "a file of PEM certificates: the system has no root certificates (install ca-certificates, or set SSL_CERT_FILE)",
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// `verify-ca`: the chain checked, the name not (the server may be reached by any name).
+    #[derive(Debug)]
+    struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+    impl ServerCertVerifier for ChainOnly {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp: &[u8],
+            now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            // The verifier checks the chain first and the name last: a name error means the
+            // chain held.
+            match self
+                .0
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            {
+                Err(rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. },
+                )) => Ok(ServerCertVerified::assertion()),
+                other => other,
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.0.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.0.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.supported_verify_schemes()
+        }
+    }
+
+    /// `prefer` and `require` without a root: encrypted, the certificate taken as it comes
+    /// (libpq's meaning; the handshake's signatures are still checked).
+    #[derive(Debug)]
+    struct Unverified(Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for Unverified {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_parameters_come_out_of_urls() {
+        let (url, asked) =
+            take_tls("postgresql://app@db/orders?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&connect_timeout=5")
+                .unwrap();
+        assert_eq!(url, "postgresql://app@db/orders?connect_timeout=5");
+        assert_eq!(asked.mode, Some(SslMode::VerifyFull));
+        assert_eq!(asked.root.as_deref(), Some("/etc/ca.pem"));
+        let (url, asked) = take_tls("host=db sslmode=require user=app").unwrap();
+        assert_eq!(url, "host=db user=app");
+        assert_eq!(asked.mode, Some(SslMode::Require));
+        let (url, asked) = take_tls("postgresql://db/orders").unwrap();
+        assert_eq!(url, "postgresql://db/orders");
+        assert_eq!(asked, Asked::default());
+    }
+
+    #[test]
+    fn tls_parameters_it_cannot_honour_are_errors() {
+        for url in [
+            "postgresql://db/x?sslmode=verify",
+            "postgresql://db/x?sslcert=/c.pem",
+        ] {
+            assert!(take_tls(url).is_err(), "{url}");
+        }
+    }
+}
