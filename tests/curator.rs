@@ -10,14 +10,15 @@ use std::time::Duration;
 use zkfence::Acquire;
 
 use zkfence::{FencedLock, FencedRwLock, LockOptions};
-use zkfence_testkit::harness::{chroot, connect, shared};
+use zkfence_harness::{chroot, connect, shared};
 
-/// Compiles a Curator worker (`tests/curator/<name>.java`) into target/curator-classes-<name>;
-/// the class path that runs it.
+/// Compiles a Curator worker (`tests/curator/<name>.java`) once per process; the class path
+/// that runs it.
 fn compile_worker(name: &str) -> String {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("curator-classes-{name}"));
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/curator/{name}.java"));
-    zkfence_testkit::curator::compile(&source, &out).unwrap_or_else(|err| panic!("{err}"))
+    let text =
+        std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    zkfence_harness::curator::worker(name, &text).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// Runs a compiled Curator worker; its output once it exits.

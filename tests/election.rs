@@ -3,14 +3,14 @@
 //! see (across a reconnect), `lead` campaigning again after an expired session, and a mixed
 //! fleet with Curator's `LeaderLatch` with one leader at a time.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use zkfence::{Error, FencedElection, LockOptions};
-use zkfence_testkit::harness::{chroot, connect, expire_session, shared, wait_until};
+use zkfence_harness::{chroot, connect, expire_session, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
 const ELECTION: &str = "/elections/singleton";
@@ -35,12 +35,7 @@ async fn candidates_lead_in_campaign_order_with_increasing_epochs_and_resign_han
         wait_until(
             Duration::from_secs(10),
             "the candidate to queue",
-            || async {
-                zkfence_testkit::harness::children(&hosts, ELECTION)
-                    .await
-                    .len()
-                    == queued
-            },
+            || async { zkfence_harness::children(&hosts, ELECTION).await.len() == queued },
         )
         .await;
     }
@@ -159,12 +154,7 @@ async fn an_observer_sees_every_leader_a_watch_can_see_across_a_reconnect() {
     wait_until(
         Duration::from_secs(10),
         "four candidates to queue",
-        || async {
-            zkfence_testkit::harness::children(&hosts, ELECTION)
-                .await
-                .len()
-                == 5
-        },
+        || async { zkfence_harness::children(&hosts, ELECTION).await.len() == 5 },
     )
     .await;
     assert_eq!((asked(&proxy), proxy.notifications()), (requests, notified));
@@ -172,12 +162,7 @@ async fn an_observer_sees_every_leader_a_watch_can_see_across_a_reconnect() {
     wait_until(
         Duration::from_secs(10),
         "the queued candidates to leave",
-        || async {
-            zkfence_testkit::harness::children(&hosts, ELECTION)
-                .await
-                .len()
-                == 1
-        },
+        || async { zkfence_harness::children(&hosts, ELECTION).await.len() == 1 },
     )
     .await;
     // The leader changes three times while the observer is cut off and reconnects: it
@@ -342,10 +327,9 @@ async fn lead_campaigns_again_after_a_loss_and_ends_with_the_works_own_error() {
 }
 
 fn curator_worker() -> String {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("curator-classes-latch");
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator/CuratorLatchWorker.java");
-    zkfence_testkit::curator::compile(&source, &out).unwrap_or_else(|err| panic!("{err}"))
+    let source = include_str!("curator/CuratorLatchWorker.java");
+    zkfence_harness::curator::worker("CuratorLatchWorker", source)
+        .unwrap_or_else(|err| panic!("{err}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

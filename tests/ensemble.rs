@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
-use zkfence_testkit::harness::{connect, wait_until};
+use zkfence_harness::{connect, wait_until};
 use zkfence_testkit::{EnsembleOptions, LocalEnsemble};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

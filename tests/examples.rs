@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use zkfence_testkit::harness::{chroot, shared};
+use zkfence_harness::{chroot, shared};
 
 /// `target/<profile>/examples/<name>`, beside this test binary's `deps/` folder.
 fn example(name: &str) -> Command {
@@ -67,7 +67,7 @@ async fn secured_runs_on_an_open_server_without_credentials() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_postgres_refuses_the_stale_write() {
     let logs = std::env::temp_dir();
-    let pg = tokio::task::spawn_blocking(move || zkfence_testkit::LocalPostgres::start(&logs))
+    let pg = tokio::task::spawn_blocking(move || zkfence_harness::LocalPostgres::start(&logs))
         .await
         .unwrap()
         .unwrap_or_else(|err| panic!("{err}"));
@@ -85,7 +85,7 @@ async fn fenced_postgres_refuses_the_stale_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn singleton_leaders_take_turns_and_a_deposed_leaders_write_is_refused() {
     let logs = std::env::temp_dir();
-    let pg = tokio::task::spawn_blocking(move || zkfence_testkit::LocalPostgres::start(&logs))
+    let pg = tokio::task::spawn_blocking(move || zkfence_harness::LocalPostgres::start(&logs))
         .await
         .unwrap()
         .unwrap_or_else(|err| panic!("{err}"));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use zkfence::fence::{conformance, ZooKeeperStore};
 use zkfence::fence::{FenceError, FenceTicket, ZooKeeperFence};
 use zkfence::{Acquire, Error, FencedLock, LockOptions};
-use zkfence_testkit::harness::{chroot, connect, shared};
+use zkfence_harness::{chroot, connect, shared};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
-use zkfence_testkit::harness::{chroot, connect, shared, wait_until};
+use zkfence_harness::{chroot, connect, shared, wait_until};
 use zkfence_testkit::{CountingProxy, LocalEnsemble};
 
 const LOCK: &str = "/locks/grace";

@@ -8,7 +8,7 @@ use zkfence::Acquire;
 
 use tokio::time::Instant;
 use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions};
-use zkfence_testkit::harness::{children, chroot, connect, expire_session, shared, wait_until};
+use zkfence_harness::{children, chroot, connect, expire_session, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
 const T: Duration = Duration::from_secs(10);
@@ -502,7 +502,7 @@ async fn a_successor_inherits_the_lock_delay_when_the_delayed_one_gives_up() {
 
 /// Whether `session` watches `node`, a queue node under `PATH` on `hosts`.
 fn watches(hosts: &str, session: zookeeper_client::SessionId, node: &str) -> bool {
-    zkfence_testkit::harness::watches(hosts, session, &format!("{PATH}/{node}"))
+    zkfence_harness::watches(hosts, session, &format!("{PATH}/{node}"))
 }
 
 /// The queue's node names in queue order (no sequence wrap in these tests).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions};
-use zkfence_testkit::harness::{
+use zkfence_harness::{
     children, chroot, connect, expire_session, shared, wait_until, watches, ZooKeeper,
 };
 use zkfence_testkit::CountingProxy;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, FencedMultiLock, LockOptions, LossReason};
-use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};
+use zkfence_harness::{children, chroot, connect, shared, wait_until};
 
 const T: Duration = Duration::from_secs(10);
 const A: &str = "/locks/multi/a";

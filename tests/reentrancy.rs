@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, FencedRwLock, FencedSemaphore, LockOptions, LossReason};
-use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};
+use zkfence_harness::{children, chroot, connect, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
 const LOCK: &str = "/locks/again";

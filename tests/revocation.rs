@@ -3,14 +3,13 @@
 //! revocation cancels the holder, the asker writes only into holders, and Apache Curator's
 //! `Revoker` and revocable `InterProcessMutex` reach zkfence and are reached by it.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 use zkfence::Acquire;
 
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
-use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until, watches};
+use zkfence_harness::{children, chroot, connect, shared, wait_until, watches};
 use zkfence_testkit::CountingProxy;
 
 const LOCK: &str = "/locks/revoked";
@@ -168,10 +167,9 @@ async fn the_asker_writes_only_into_holders_and_only_of_its_lock() {
 
 /// Compiles the Curator revocation worker; its class path.
 fn curator_worker() -> String {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("curator-classes-revoke");
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/curator/CuratorRevokeWorker.java");
-    zkfence_testkit::curator::compile(&source, &out).unwrap_or_else(|err| panic!("{err}"))
+    let source = include_str!("curator/CuratorRevokeWorker.java");
+    zkfence_harness::curator::worker("CuratorRevokeWorker", source)
+        .unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// The worker's next line, within 30 s.

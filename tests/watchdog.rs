@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
-use zkfence_testkit::harness::{chroot, connect, expire_session, shared, wait_until, ZooKeeper};
+use zkfence_harness::{chroot, connect, expire_session, shared, wait_until, ZooKeeper};
 use zkfence_testkit::CountingProxy;
 use zookeeper_client as zk;
 

@@ -20,7 +20,7 @@ fn stats(mut xs: Vec<f64>) -> Value {
         return json!({"n": 0});
     }
     // The one percentile definition (nearest rank), shared with the bench.
-    let percentile = |p| zkfence_testkit::stats::percentile(&xs, p);
+    let percentile = |p| zkfence_harness::stats::percentile(&xs, p);
     json!({"n": xs.len(), "p50_ms": percentile(0.5), "p95_ms": percentile(0.95), "max_ms": xs[xs.len() - 1], "min_ms": xs[0]})
 }
 

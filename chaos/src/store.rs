@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 use zkfence::fence::{FenceError, FenceTicket};
+use zkfence_harness::LocalPostgres;
 use zkfence_postgres::{PostgresFence, TxFuture};
-use zkfence_testkit::LocalPostgres;
 
 /// The suite's PostgreSQL server (the test kit's), living as long as this value.
 pub(crate) struct Postgres(LocalPostgres);

@@ -1,8 +1,9 @@
 //! `zkfence demo`: worker processes increment a counter in a SQLite store under the lock; the
 //! holder is frozen (SIGSTOP) in the middle of its write for twice its session timeout. With
 //! fencing, its late write is refused and no increment is lost; without, one is. With
-//! `--redis`, a third run does the same under a Redis lock (its TTL the session timeout): no
-//! token to fence with, no watchdog to tell the frozen holder, and an increment is lost.
+//! `--redis HOST:PORT`, a third run does the same under a Redis lock on that server (its TTL the
+//! session timeout): no token to fence with, no watchdog to tell the frozen holder, and an
+//! increment is lost.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,7 +25,7 @@ use crate::local::start_local_zookeeper;
 Examples:
   zkfence demo                              # starts a throwaway local ZooKeeper itself
   zkfence demo --connect 127.0.0.1:2181     # uses yours (it creates /zkfence-demo)
-  zkfence demo --redis                      # and the same under a Redis lock (Debian's redis-server)")]
+  zkfence demo --redis 127.0.0.1:6379       # and the same under a Redis lock on that server")]
 pub(crate) struct Args {
     /// ZooKeeper hosts; without it, a throwaway local ZooKeeper is started (Debian's package).
     #[arg(long, env = "ZKFENCE_DEMO_CONNECT")]
@@ -38,10 +39,11 @@ pub(crate) struct Args {
     /// The workers' ZooKeeper session timeout (and the Redis lock's TTL).
     #[arg(long, value_parser = parse_duration, default_value = "2s", env = "ZKFENCE_DEMO_SESSION_TIMEOUT")]
     session_timeout: Duration,
-    /// Then the same under a Redis lock (`SET NX PX` with the session timeout as its TTL, a
-    /// compare-and-delete release, as Redis lock libraries do), on a throwaway redis-server.
-    #[arg(long, env = "ZKFENCE_DEMO_REDIS")]
-    redis: bool,
+    /// Then the same under a Redis lock on this server, HOST:PORT (`SET NX PX` with the session
+    /// timeout as its TTL, a compare-and-delete release, as Redis lock libraries do; it uses
+    /// the key `zkfence-demo:lock`).
+    #[arg(long, value_name = "HOST:PORT", env = "ZKFENCE_DEMO_REDIS")]
+    redis: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -138,17 +140,11 @@ async fn runs(
         "\n== Run 2: the same, with fencing switched off (UPDATE ... without the fence check) =="
     );
     let unfenced = scenario(args, hosts, dir, Locking::Unfenced).await?;
-    if !args.redis {
+    let Some(redis) = &args.redis else {
         return Ok((fenced, unfenced, None));
-    }
-    println!("\n== Run 3: the same under a Redis lock (SET key value NX PX {}ms, compare-and-delete release): no token to fence with, no watchdog ==", args.session_timeout.as_millis());
-    println!(
-        "Starting a throwaway redis-server (Debian's redis-server package) on a loopback port..."
-    );
-    let redis = tokio::task::spawn_blocking(zkfence_testkit::LocalRedis::start)
-        .await
-        .map_err(|e| e.to_string())??;
-    let outcome = scenario(args, hosts, dir, Locking::Redis(redis.addr())).await?;
+    };
+    println!("\n== Run 3: the same under a Redis lock on {redis} (SET key value NX PX {}ms, compare-and-delete release): no token to fence with, no watchdog ==", args.session_timeout.as_millis());
+    let outcome = scenario(args, hosts, dir, Locking::Redis(redis.clone())).await?;
     Ok((fenced, unfenced, Some(outcome)))
 }
 
@@ -601,10 +597,7 @@ async fn zkfence_worker(args: &WorkerArgs, mut db: Connection) -> u8 {
 /// compare-and-delete. No token, so its writes go unfenced; no watchdog, so nothing tells it
 /// that its key expired while it was stalled.
 async fn redis_worker(args: &WorkerArgs, addr: &str, mut db: Connection) -> u8 {
-    let waiting = crate::redis_lock::Waiting::Pubsub;
-    let connected =
-        crate::redis_lock::Contender::connect(addr, &args.lock, waiting, args.session_timeout);
-    let mut lock = match connected.await {
+    let mut lock = match RedisLock::connect(addr, args.session_timeout).await {
         Ok(lock) => lock,
         Err(err) => {
             println!("error message=cannot reach Redis at {addr}: {err}");
@@ -718,4 +711,54 @@ fn store_write(
     };
     tx.commit()?;
     Ok(result)
+}
+
+/// The Redis lock Redis lock libraries use (Redlock on one server): `SET key value NX PX ttl` to
+/// acquire, retried every 50 ms while another holds it; release deletes the key only if it
+/// still holds our value.
+struct RedisLock {
+    conn: redis::aio::MultiplexedConnection,
+    ttl: Duration,
+}
+
+impl RedisLock {
+    /// The demo's key on the server at `addr`.
+    const KEY: &'static str = "zkfence-demo:lock";
+
+    async fn connect(addr: &str, ttl: Duration) -> redis::RedisResult<RedisLock> {
+        let client = redis::Client::open(format!("redis://{addr}/"))?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        Ok(RedisLock { conn, ttl })
+    }
+
+    /// Waits for the lock; the value that marks it ours.
+    async fn acquire(&mut self) -> redis::RedisResult<String> {
+        let value = uuid::Uuid::new_v4().to_string();
+        loop {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(Self::KEY)
+                .arg(&value)
+                .arg("NX")
+                .arg("PX")
+                .arg(self.ttl.as_millis() as u64)
+                .query_async(&mut self.conn)
+                .await?;
+            if set.is_some() {
+                return Ok(value);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Deletes the key if it still holds `value`; whether it did.
+    async fn release(&mut self, value: &str) -> redis::RedisResult<bool> {
+        let deleted: i64 = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
+        )
+        .key(Self::KEY)
+        .arg(value)
+        .invoke_async(&mut self.conn)
+        .await?;
+        Ok(deleted == 1)
+    }
 }

@@ -1,5 +1,5 @@
-//! A throwaway local ZooKeeper (Debian's package, through the test kit) for the commands that
-//! run without `--connect`: the demo and the bench.
+//! A throwaway local ZooKeeper (Debian's package, through the test kit) for `zkfence demo`
+//! without `--connect`.
 
 use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE};
 

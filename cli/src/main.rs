@@ -1,7 +1,6 @@
 //! `zkfence`: run a command under a fenced ZooKeeper lock, inspect a lock's queue, and see the
 //! whole idea work in one command (`zkfence demo`).
 
-mod bench;
 mod connect;
 mod demo;
 mod duration;
@@ -12,7 +11,6 @@ mod holders;
 mod json;
 mod lifeline;
 mod local;
-mod redis_lock;
 mod revoke;
 mod run;
 mod supervise;
@@ -57,8 +55,6 @@ enum Command {
     Fence(fence::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
     Demo(demo::Args),
-    /// Measure acquire/release cycles and handoffs against zookeeper-client's lock and raw ZooKeeper.
-    Bench(bench::Args),
     /// Print a shell completion script, e.g. `zkfence completions bash > /etc/bash_completion.d/zkfence`.
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
@@ -70,9 +66,6 @@ enum Command {
     /// The process that kills a command's group if zkfence dies (started by `run`).
     #[command(hide = true)]
     Lifeline,
-    /// One candidate process of `bench --failover` (started by the bench).
-    #[command(hide = true)]
-    BenchCandidate(bench::failover::CandidateArgs),
 }
 
 /// `zookeeper-client` 0.11 unwraps a closed watch channel (`session/watch.rs`) when a client
@@ -109,13 +102,12 @@ fn main() -> ExitCode {
     if let Command::Lifeline = cli.command {
         return ExitCode::from(lifeline::main());
     }
-    // Two workers are plenty for a lock's supervisor; the bench measures what a service gets
-    // from tokio's default (a worker per core), as its peers' users would run them.
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if !matches!(cli.command, Command::Bench(_)) {
-        builder.worker_threads(2);
-    }
-    let runtime = match builder.enable_all().build() {
+    // Two workers are plenty for a lock's supervisor.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("zkfence: cannot start the async runtime: {err}");
@@ -130,9 +122,7 @@ fn main() -> ExitCode {
             Command::Revoke(args) => revoke::revoke(args).await,
             Command::Fence(args) => fence::fence(args).await,
             Command::Demo(args) => demo::demo(args).await,
-            Command::Bench(args) => bench::bench(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
-            Command::BenchCandidate(args) => bench::failover::candidate(args).await,
             Command::Lifeline => lifeline::main(),
             Command::Completions { shell } => {
                 clap_complete::generate(

@@ -14,7 +14,7 @@ use common::{
     exited, go, run, run_line, run_on, run_sh, started, temp, text, zkfence, BIN, EXIT_0_ON_GO,
 };
 use zkfence::{FencedLock, LockOptions};
-use zkfence_testkit::harness::{chroot, connect, free_port, shared, wait_until, ZooKeeper};
+use zkfence_harness::{chroot, connect, free_port, shared, wait_until, ZooKeeper};
 use zkfence_testkit::{CountingProxy, LocalZooKeeper};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +53,7 @@ async fn exit_code_passes_through_and_the_lock_is_released() {
         .unwrap();
     assert_eq!(output.status.code(), Some(7));
     assert!(
-        zkfence_testkit::harness::children(&hosts, "/locks/cli")
+        zkfence_harness::children(&hosts, "/locks/cli")
             .await
             .is_empty(),
         "the lock node outlived the command"
@@ -307,9 +307,7 @@ async fn timeout_exits_75_and_leaves_no_node() {
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(text(&output).1.contains("timed out"));
     assert_eq!(
-        zkfence_testkit::harness::children(&hosts, "/locks/cli")
-            .await
-            .len(),
+        zkfence_harness::children(&hosts, "/locks/cli").await.len(),
         1,
         "the timed-out run left its node"
     );
@@ -334,10 +332,7 @@ async fn holders_json_lists_the_queue_holder_first() {
     .unwrap();
     let queued = tokio::spawn(async move { waiter.acquire().await.map(|g| g.token()) });
     wait_until(Duration::from_secs(10), "the waiter to queue", || async {
-        zkfence_testkit::harness::children(&hosts, "/locks/cli")
-            .await
-            .len()
-            == 2
+        zkfence_harness::children(&hosts, "/locks/cli").await.len() == 2
     })
     .await;
     let output = zkfence(&["holders", "--connect", &hosts, "/locks/cli", "--json"])
@@ -373,8 +368,11 @@ async fn holders_json_lists_the_queue_holder_first() {
 
 #[test]
 fn demo_runs_to_its_verdict() {
-    // With its third run: the same under a Redis lock (a throwaway redis-server).
-    let output = zkfence(&["demo", "--redis"]).output().unwrap();
+    // With its third run: the same under a Redis lock (on a throwaway redis-server).
+    let redis = zkfence_harness::LocalRedis::start().unwrap();
+    let output = zkfence(&["demo", "--redis", &redis.addr()])
+        .output()
+        .unwrap();
     let (stdout, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     let verdict = stdout.lines().last().unwrap_or("");
@@ -385,157 +383,9 @@ fn demo_runs_to_its_verdict() {
     assert!(stdout.contains("Redis expired frozen worker"), "{stdout}");
 }
 
-/// The bench tool's output is functional, not timed: one JSON line with every field, no
-/// violations, for each impl and mode.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bench_prints_one_json_line_per_run_for_every_impl() {
-    let hosts = chroot(shared(), "cli-bench").await;
-    for (implementation, mode, contenders) in [
-        ("zkfence", "contended", "3"),
-        ("zkclient", "contended", "3"),
-        ("curator", "contended", "3"),
-        ("raw", "contended", "2"),
-        ("zkfence", "uncontended", "1"),
-        ("raw", "uncontended", "1"),
-    ] {
-        let args = [
-            "bench",
-            "--connect",
-            &hosts,
-            "--lock",
-            "/bench",
-            "--impl",
-            implementation,
-            "--mode",
-            mode,
-            "--contenders",
-            contenders,
-            "--seconds",
-            "0.5",
-            "--warmup",
-            "0.1",
-        ];
-        let output = zkfence(&args).output().unwrap();
-        let (stdout, stderr) = text(&output);
-        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
-        let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
-        for field in [
-            "impl",
-            "mode",
-            "contenders",
-            "seconds",
-            "acquisitions",
-            "acq_per_s",
-            "cycle_p50_us",
-            "cycle_p99_us",
-            "handoff_p50_us",
-            "handoff_p99_us",
-            "writes_per_acq",
-            "violations",
-            "errors",
-        ] {
-            assert!(report.get(field).is_some(), "{field} missing in {stdout}");
-        }
-        assert_eq!(report["impl"], implementation);
-        assert_eq!(report["violations"], 0, "{stdout}");
-        assert!(report["acquisitions"].as_u64().unwrap() > 0, "{stdout}");
-        // Every acquisition commits at least its create (and its delete).
-        assert!(
-            report["writes_per_acq"].as_f64().unwrap() >= 1.0,
-            "{stdout}"
-        );
-        assert_eq!(
-            report["handoff_p50_us"].is_null(),
-            mode == "uncontended",
-            "{stdout}"
-        );
-    }
-}
-
 /// `demo --connect` on a server with the stock tickTime (2 s) grants 4 s sessions for the
 /// requested 2 s: the demo freezes its holder for twice what was granted and ends with the
 /// readable verdict (it used the requested timeout, and failed).
-/// `bench --rounds`: a JSON line per run with its round, the counted lines, and the summary
-/// of ratios with their spread; `--count` adds requests and notifications to a single run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bench_rounds_interleave_the_peers_and_summarise_the_ratios() {
-    let hosts = chroot(shared(), "cli-bench-rounds").await;
-    let args = [
-        "bench",
-        "--connect",
-        &hosts,
-        "--lock",
-        "/bench",
-        "--rounds",
-        "2",
-        "--configs",
-        "1,2",
-        "--peers",
-        "zkclient",
-        "--seconds",
-        "0.3",
-        "--warmup",
-        "0.1",
-        "--server-warmup",
-        "0",
-    ];
-    let output = zkfence(&args).output().unwrap();
-    let (stdout, stderr) = text(&output);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let lines: Vec<serde_json::Value> = (stdout.lines())
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    // 2 rounds x 2 configurations x (zkfence, zkclient, raw), then 2 x 2 counted runs.
-    let timed: Vec<_> = lines.iter().filter(|l| l.get("round").is_some()).collect();
-    assert_eq!(timed.len(), 12, "{stdout}");
-    let firsts: Vec<&str> = (timed.iter())
-        .filter(|l| l["contenders"] == 2)
-        .map(|l| l["impl"].as_str().unwrap())
-        .collect();
-    assert_eq!(firsts[0], "zkfence");
-    assert_eq!(
-        firsts[3], "zkclient",
-        "the second round starts with the next peer"
-    );
-    let counted: Vec<_> = lines.iter().filter(|l| l["counted"] == true).collect();
-    assert_eq!(counted.len(), 4, "{stdout}");
-    assert!(counted
-        .iter()
-        .all(|l| l["requests_per_acq"].as_f64().unwrap() >= 3.0));
-    assert!(
-        stdout.contains("| N=2 |") && stdout.contains("throughput ÷ zkclient"),
-        "{stdout}"
-    );
-
-    let single = [
-        "bench",
-        "--connect",
-        &hosts,
-        "--lock",
-        "/bench",
-        "--mode",
-        "contended",
-        "--contenders",
-        "2",
-        "--seconds",
-        "0.3",
-        "--warmup",
-        "0",
-        "--count",
-    ];
-    let output = zkfence(&single).output().unwrap();
-    let report: serde_json::Value = serde_json::from_str(text(&output).0.trim()).unwrap();
-    assert!(
-        report["requests_by_op"]["create2"].as_f64().unwrap() > 0.9,
-        "{report}"
-    );
-    assert!(
-        report["notifications_per_acq"].as_f64().is_some(),
-        "{report}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_on_a_stock_server_freezes_for_the_granted_timeout() {
     let server = tokio::task::spawn_blocking(|| {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{exited, temp, text, zkfence};
 use tokio::io::AsyncBufReadExt as _;
 use zkfence::{FencedElection, LockOptions};
-use zkfence_testkit::harness::{children, chroot, connect, shared, wait_until};
+use zkfence_harness::{children, chroot, connect, shared, wait_until};
 
 const ELECTION: &str = "/elections/cli";
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_postgres::NoTls;
 use zkfence::fence::{FenceError, FenceTicket};
+use zkfence_harness::{chroot, shared, shared_postgres, wait_until};
 use zkfence_postgres::PostgresFence;
-use zkfence_testkit::harness::{chroot, shared, shared_postgres, wait_until};
 
 use common::{exited, run, temp, zkfence};
 

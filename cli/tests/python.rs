@@ -15,10 +15,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use tokio_postgres::NoTls;
-use zkfence_testkit::harness::{
-    chroot, connect, shared, shared_mariadb, shared_postgres, wait_until,
-};
-use zkfence_testkit::{python_clients, LocalRedis, LocalS3, Preconditions};
+use zkfence_harness::{chroot, connect, shared, shared_mariadb, shared_postgres, wait_until};
+use zkfence_harness::{python_clients, LocalRedis, LocalS3, Preconditions};
 
 use common::BIN;
 

@@ -6,8 +6,8 @@
 mod common;
 
 use tokio_postgres::NoTls;
-use zkfence_testkit::harness::{chroot, shared, shared_mariadb, shared_postgres};
-use zkfence_testkit::LocalRedis;
+use zkfence_harness::LocalRedis;
+use zkfence_harness::{chroot, shared, shared_mariadb, shared_postgres};
 
 use common::{run_with, zkfence};
 

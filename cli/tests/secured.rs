@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use common::{run, run_line, run_with, temp, zkfence};
-use zkfence_testkit::harness::{chroot, connect, shared};
+use zkfence_harness::{chroot, connect, shared};
 use zkfence_testkit::LocalZooKeeper;
 use zookeeper_client as zk;
 

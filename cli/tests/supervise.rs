@@ -9,7 +9,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 use common::{exited, go, run_sh, started, temp, EXIT_0_ON_GO};
-use zkfence_testkit::harness::{chroot, shared, wait_until};
+use zkfence_harness::{chroot, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
 /// The processes of group `pgid` that are alive (zombies, already dead, left out).

@@ -7,7 +7,7 @@
 
 mod common;
 
-use zkfence_testkit::{LocalMariaDb, LocalPostgres, LocalRedis, TestCa, POSTGRES_USER};
+use zkfence_harness::{LocalMariaDb, LocalPostgres, LocalRedis, TestCa, POSTGRES_USER};
 
 use common::{run, run_with, temp, zkfence};
 

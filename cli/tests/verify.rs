@@ -10,8 +10,8 @@ use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
 use tokio_postgres::NoTls;
-use zkfence_testkit::harness::{chroot, shared, shared_mariadb, shared_postgres};
-use zkfence_testkit::{LocalRedis, LocalS3, Preconditions};
+use zkfence_harness::{chroot, shared, shared_mariadb, shared_postgres};
+use zkfence_harness::{LocalRedis, LocalS3, Preconditions};
 
 use common::{run, run_with, zkfence};
 

@@ -1,5 +1,5 @@
 //! [`Dial`]: how to reach a server named by a URL, TLS included, parsed once and opened as
-//! often as needed ([`Connected::connect`](crate::Connected::connect), the conformance store).
+//! often as needed (`Connected::connect`, the conformance store).
 //!
 //! TLS follows the MySQL client's `ssl-mode` (given in the URL's query, as are `ssl-ca` and
 //! mysql_async's own parameters):

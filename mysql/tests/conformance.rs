@@ -11,8 +11,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel};
 use zkfence::fence::conformance::{self, FenceStore};
 use zkfence::fence::FenceError;
+use zkfence_harness::{chroot, connect, shared, shared_mariadb};
 use zkfence_mysql::{ConformanceStore, MySqlFence};
-use zkfence_testkit::harness::{chroot, connect, shared, shared_mariadb};
 use zkfence_testkit::RawProxy;
 
 type MyStore = ConformanceStore;

@@ -19,9 +19,9 @@ use object_store::path::Path;
 use object_store::{Attribute, GetOptions, ObjectStore};
 use serde_json::{json, Value};
 use zkfence::fence::{FenceError, FenceTicket};
+use zkfence_harness::{chroot, connect, shared};
 use zkfence_object_store::{Error, ObjectFence};
 use zkfence_testkit::conformance::{self, BoxFuture, FenceStore, Hooks, ReplySwitch};
-use zkfence_testkit::harness::{chroot, connect, shared};
 use zkfence_testkit::RawProxy;
 
 use support::{enforcing, enforcing_server, s3, BUCKET};

@@ -1,5 +1,5 @@
 //! [`Dial`]: how to reach a database named by a URL, TLS included, parsed once and opened as
-//! often as needed ([`Connected::connect`](crate::Connected::connect), the conformance store).
+//! often as needed (`Connected::connect`, the conformance store).
 //!
 //! TLS follows libpq's `sslmode` (tokio-postgres alone knows only `disable`, `prefer` and
 //! `require`, and verifies nothing by itself):
@@ -228,7 +228,7 @@ mod tls {
     use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
     use zkfence::fence::{BoxError, ConfigError};
 
-    use super::SslMode;
+    use crate::dial::SslMode;
 
     pub(super) fn client_config(
         mode: SslMode,

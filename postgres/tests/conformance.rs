@@ -9,8 +9,8 @@ use tokio_postgres::{Client, IsolationLevel, NoTls};
 use zkfence::fence::conformance::{self, FenceStore};
 use zkfence::fence::FenceError;
 use zkfence::{Acquire, FencedLock, LockOptions};
+use zkfence_harness::{chroot, connect, shared, shared_postgres};
 use zkfence_postgres::{ConformanceStore, PostgresFence};
-use zkfence_testkit::harness::{chroot, connect, shared, shared_postgres};
 use zkfence_testkit::RawProxy;
 
 type PgStore = ConformanceStore;

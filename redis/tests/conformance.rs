@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use zkfence::fence::conformance::{self, FenceStore};
 use zkfence::fence::FenceError;
+use zkfence_harness::LocalRedis;
+use zkfence_harness::{chroot, connect, shared};
 use zkfence_redis::{Commands, ConformanceStore, RedisFence};
-use zkfence_testkit::harness::{chroot, connect, shared};
-use zkfence_testkit::{LocalRedis, RawProxy};
+use zkfence_testkit::RawProxy;
 
 type RedisStore = ConformanceStore;
 

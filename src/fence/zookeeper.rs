@@ -31,7 +31,7 @@ const MAX_RACES: u32 = 32;
 ///   (or version-checked, for an equal token) in the same `multi`, so a fence moved by someone
 ///   else between the read and the commit fails the commit, which is then read and compared
 ///   again. The fence remembers the node as its last commit left it and writes without reading
-///   first (one round trip: 0.94× a plain `set_data` in `zkfence bench --fences`); the version
+///   first (one round trip: 0.94× a plain `set_data` in `zkfence-bench --fences`); the version
 ///   check makes a stale memory cost a retry, never a stale write. A ticket rebuilt from its
 ///   text without its node is fenced by the fence node alone.
 ///

@@ -26,9 +26,8 @@
 //! `bash` wrapper that kills it when a pipe from us closes, and children get the kernel's
 //! parent-death signal (Linux).
 //!
-//! With the `workspace` feature: what zkfence's own tests, demo, bench and chaos suite use
-//! (Debian's PostgreSQL, MariaDB and Redis servers, S3-compatible `moto` servers from PyPI, Apache Curator's jars, shared per-binary
-//! servers, percentiles). Not part of the kit's stable API.
+//! For servers of your own: [`spawn_tied`] (a child that dies with the test), [`free_port`],
+//! [`temp_dir`].
 //!
 //! # Examples
 //!
@@ -78,42 +77,8 @@ pub use crate::process::{
 };
 pub use crate::proxy::CountingProxy;
 pub use crate::raw_proxy::RawProxy;
-pub use crate::server::{four_letter, LocalZooKeeper};
-
-// What zkfence's own tests, demo, bench and chaos suite use: not the kit's stable API.
-#[cfg(feature = "workspace")]
-pub mod curator;
-#[cfg(feature = "workspace")]
-pub mod harness;
-#[cfg(feature = "workspace")]
-mod mariadb;
-#[cfg(feature = "workspace")]
-mod postgres;
-#[cfg(feature = "workspace")]
-mod python;
-#[cfg(feature = "workspace")]
-mod redis;
-#[cfg(feature = "workspace")]
-mod run_as;
-#[cfg(feature = "workspace")]
-mod s3;
-#[cfg(feature = "workspace")]
-pub mod stats;
-#[cfg(feature = "workspace")]
-mod tls;
-
-#[cfg(feature = "workspace")]
-pub use crate::mariadb::LocalMariaDb;
-#[cfg(feature = "workspace")]
-pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
-#[cfg(feature = "workspace")]
-pub use crate::python::{python_clients, CLIENTS};
-#[cfg(feature = "workspace")]
-pub use crate::redis::LocalRedis;
-#[cfg(feature = "workspace")]
-pub use crate::s3::{LocalS3, Preconditions};
-#[cfg(feature = "workspace")]
-pub use crate::tls::TestCa;
+pub use crate::server::{four_letter, free_port, temp_dir, LocalZooKeeper};
+pub use crate::tied::{die_with_spawner, spawn_tied, Keeper};
 
 /// One `#[tokio::test]` per case, each on a fresh store from `$new(test_name)` (an async
 /// constructor): `conformance_tests!(MyStore::new);` for every case that needs nothing but the

@@ -122,11 +122,42 @@ pub(crate) struct Node {
     pub(crate) jvm: Mutex<Option<Jvm>>,
 }
 
-pub(crate) fn free_port() -> std::io::Result<u16> {
+/// A free loopback port: bound on `127.0.0.1:0`, read and released, for a server you start
+/// (another process may take it in between; a server that fails to bind is started again on
+/// another).
+///
+/// # Errors
+///
+/// The socket's error.
+///
+/// # Examples
+///
+/// ```
+/// let port = zkfence_testkit::free_port()?;
+/// assert!(port > 0);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-pub(crate) fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
+/// A fresh directory of this process's own under the system's temp dir,
+/// `zkfence-<kind>-<pid>-<n>`, with an empty `data` folder in it, for a server's files; never
+/// one a crashed process with the same pid left. Removing it is the caller's.
+///
+/// # Errors
+///
+/// The file system's error.
+///
+/// # Examples
+///
+/// ```
+/// let dir = zkfence_testkit::temp_dir("mystore")?;
+/// assert!(dir.join("data").is_dir());
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn temp_dir(kind: &str) -> std::io::Result<PathBuf> {
     loop {
         let name = format!(
             "zkfence-{kind}-{}-{}",

@@ -13,26 +13,74 @@ use std::sync::mpsc;
 
 /// Keeps the thread that started a tied child alive; the child's owner holds it (and drops it
 /// after stopping the child).
+///
+/// # Examples
+///
+/// See [`spawn_tied`].
 #[derive(Debug)]
-pub(crate) struct Keeper {
+pub struct Keeper {
     _alive: mpsc::Sender<()>,
 }
 
-/// Spawns `cmd` so that the kernel sends the child `signal` when this process dies, from a
-/// thread that lives until the returned [`Keeper`] is dropped.
-pub(crate) fn spawn_tied(mut cmd: Command, signal: i32) -> std::io::Result<(Child, Keeper)> {
-    // SAFETY: prctl in the child before exec; the death signal survives the exec of a
-    // non-setuid binary. (Elsewhere than Linux there is no such signal: the child's owner
-    // stops it when dropped, and a crash of this process leaves it running.)
+/// Makes the child `cmd` spawns get `signal` when the thread that spawns it ends (Linux's
+/// parent-death signal, which follows the forking thread, not the process): spawned from a
+/// thread that lives as long as the process (the main thread, or [`spawn_tied`]'s), the child
+/// dies with the process, a stopped child too. A child whose parent died before it was tied is
+/// not started. Elsewhere than Linux it does nothing: the child's owner must stop it.
+///
+/// # Examples
+///
+/// ```no_run
+/// let mut cmd = std::process::Command::new("sleep");
+/// cmd.arg("600");
+/// zkfence_testkit::die_with_spawner(&mut cmd, libc::SIGKILL);
+/// let child = cmd.spawn()?; // from the main thread: it dies with the process
+/// # let _ = child; Ok::<(), std::io::Error>(())
+/// ```
+pub fn die_with_spawner(cmd: &mut Command, signal: i32) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, signal);
-            Ok(())
-        });
+    {
+        // SAFETY: getpid only reads the process's identity.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: prctl and getppid are async-signal-safe, as between fork and exec they must
+        // be; the death signal survives the exec of a non-setuid binary.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, signal);
+                // The parent died between the fork and the prctl: the signal will never come.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let _ = signal;
+    let _ = (cmd, signal);
+}
+
+/// Spawns `cmd` so that the kernel sends the child `signal` when this process dies (Linux:
+/// the parent-death signal), from a thread that lives until the returned [`Keeper`] is
+/// dropped: a server your test starts goes with the test, however the test dies.
+///
+/// # Errors
+///
+/// The spawn's error.
+///
+/// # Examples
+///
+/// ```no_run
+/// let mut cmd = std::process::Command::new("redis-server");
+/// cmd.args(["--port", "6390", "--save", ""]);
+/// let (mut child, keeper) = zkfence_testkit::spawn_tied(cmd, libc::SIGKILL)?;
+/// // ... the test ...
+/// child.kill()?;
+/// child.wait()?;
+/// drop(keeper);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn spawn_tied(mut cmd: Command, signal: i32) -> std::io::Result<(Child, Keeper)> {
+    die_with_spawner(&mut cmd, signal);
     let (spawned_tx, spawned_rx) = mpsc::channel();
     let (alive, until_dropped) = mpsc::channel::<()>();
     std::thread::Builder::new()

@@ -6,7 +6,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use zkfence_testkit::harness::wait_until;
+use zkfence_harness::wait_until;
 
 /// The `zkfence` binary this build made.
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_zkfence");

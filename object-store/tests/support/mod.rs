@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{ObjectStore, RetryConfig};
+use zkfence_harness::{LocalS3, Preconditions};
 use zkfence_object_store::ObjectFence;
-use zkfence_testkit::{LocalS3, Preconditions};
 
 /// The bucket every test writes to, each under a prefix of its own (versioned: the store's
 /// version history is the conformance kit's commit log).

@@ -1,0 +1,45 @@
+//! zkfence's own test harness: what its tests, bench and chaos suite share, and users do not
+//! need (they get [`zkfence_testkit`], whose API this builds on).
+//!
+//! - [`shared`]: one ZooKeeper server per test binary, a fresh chroot per test ([`chroot`]),
+//!   connections ([`connect`]), conditions waited on with deadlines ([`wait_until`]), and the
+//!   same for PostgreSQL and MariaDB ([`shared_postgres`], [`shared_mariadb`]).
+//! - Throwaway stores from Debian's packages and PyPI: [`LocalPostgres`], [`LocalMariaDb`],
+//!   [`LocalRedis`], [`LocalS3`] (`moto`), each with TLS from a [`TestCa`] where the store
+//!   serves it; [`python_clients`], the Python clients of the cross-language tests.
+//! - [`curator`]: Apache Curator's jars and `javac`, for the interop tests and the bench's
+//!   Curator peers; [`stats`]: one definition of a percentile.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use zkfence_harness::{chroot, connect, shared};
+//! let hosts = chroot(shared(), "my-test").await; // "127.0.0.1:port/zkfence-tests/my-test-…"
+//! let client = connect(&hosts, std::time::Duration::from_secs(10)).await;
+//! # let _ = client; }
+//! ```
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+pub mod curator;
+mod mariadb;
+mod postgres;
+mod python;
+mod redis;
+mod run_as;
+mod s3;
+mod shared;
+pub mod stats;
+mod tls;
+
+pub use crate::mariadb::LocalMariaDb;
+pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
+pub use crate::python::{python_clients, CLIENTS};
+pub use crate::redis::LocalRedis;
+pub use crate::s3::{LocalS3, Preconditions};
+pub use crate::shared::{
+    children, chroot, connect, expire_session, free_port, shared, shared_mariadb, shared_postgres,
+    wait_until, watchers_of, watches, ZooKeeper,
+};
+pub use crate::tls::TestCa;

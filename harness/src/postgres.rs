@@ -1,0 +1,228 @@
+//! [`LocalPostgres`]: a throwaway PostgreSQL server from Debian's package, for the stores the
+//! examples and the chaos suite fence: `initdb` in a temp dir, one loopback port, fsync on,
+//! stopped (and its files removed) when dropped or when this process dies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::run_as::{as_user, give, identity};
+use zkfence_testkit::{spawn_tied, Keeper};
+
+/// The superuser `initdb` creates; it trusts loopback connections.
+pub const POSTGRES_USER: &str = "zkfence";
+
+/// A PostgreSQL server that lives as long as this value.
+///
+/// # Examples
+///
+/// ```no_run
+/// let pg = zkfence_harness::LocalPostgres::start(&std::env::temp_dir())?;
+/// println!("tokio_postgres::connect({:?}, NoTls)", pg.conninfo("postgres"));
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalPostgres {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+    /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
+    _keeper: Keeper,
+}
+
+/// Debian's newest installed PostgreSQL `bin` folder.
+fn bin_dir() -> Result<PathBuf, String> {
+    let install = "install Debian's postgresql package (`sudo apt-get install -y postgresql`; scripts/test and chaos/run do it)";
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map_err(|_| format!("PostgreSQL is not installed: {install}"))?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("postgres").exists())
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .ok_or_else(|| format!("no /usr/lib/postgresql/*/bin/postgres: {install}"))
+}
+
+impl LocalPostgres {
+    /// Runs `initdb` in a fresh temp dir and starts the server on a free loopback port; its
+    /// log goes to `log_dir/postgres.log`. Waits (up to 30 s) until it accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start(log_dir: &Path) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_with(log_dir, None)
+    }
+
+    /// [`start`](LocalPostgres::start), serving TLS only on its TCP port (`ssl=on` with
+    /// `ca`'s server certificate; `hostnossl` connections rejected).
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_harness::TestCa::new()?;
+    /// let pg = zkfence_harness::LocalPostgres::start_tls(std::path::Path::new("/tmp"), &ca)?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_tls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_with(log_dir, Some(ca))
+    }
+
+    fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalPostgres, String> {
+        let bin = bin_dir()?;
+        let who = identity("postgres", "postgresql")?;
+        let dir = zkfence_testkit::temp_dir("pg").map_err(|e| format!("temp dir: {e}"))?;
+        give(&dir, who);
+        let data = dir.join("pgdata");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                POSTGRES_USER,
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        as_user(&mut initdb, who);
+        let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let port = zkfence_testkit::free_port().map_err(|e| format!("no free port: {e}"))?;
+        let log_path = log_dir.join("postgres.log");
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+        give(&log_path, who);
+        let mut cmd = Command::new(bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(&dir);
+        for setting in [
+            "listen_addresses=127.0.0.1",
+            "fsync=on",
+            "synchronous_commit=on",
+            "shared_buffers=32MB",
+            "max_connections=50",
+        ] {
+            cmd.args(["-c", setting]);
+        }
+        if let Some(ca) = tls {
+            let (key, cert) = ca.server_files(&dir, who)?;
+            let hba = dir.join("pg_hba.conf");
+            std::fs::write(
+                &hba,
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .map_err(|e| format!("{}: {e}", hba.display()))?;
+            give(&hba, who);
+            cmd.args(["-c", "ssl=on"])
+                .arg("-c")
+                .arg(format!("ssl_cert_file={}", cert.display()))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", key.display()))
+                .arg("-c")
+                .arg(format!("hba_file={}", hba.display()));
+        }
+        cmd.stdout(Stdio::null()).stderr(log);
+        as_user(&mut cmd, who);
+        // Postgres stops (a fast shutdown) with us however we die, whichever thread started it.
+        let (child, _keeper) =
+            spawn_tied(cmd, libc::SIGINT).map_err(|e| format!("start postgres: {e}"))?;
+        let pg = LocalPostgres {
+            child,
+            dir,
+            port,
+            _keeper,
+        };
+        // Listening is not serving: during startup postgres accepts connections and refuses
+        // them ("the database system is starting up"). pg_isready asks the server itself.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready(&bin, port) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "postgres did not accept connections on port {port} within 30 s; see {}",
+                    log_path.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(pg)
+    }
+
+    /// The port it listens on, on 127.0.0.1.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// assert!(pg.port() > 0);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A `tokio-postgres` connection string for database `db` as [`POSTGRES_USER`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// assert!(pg.conninfo("postgres").contains("dbname=postgres"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn conninfo(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={POSTGRES_USER} dbname={db} connect_timeout=5",
+            self.port
+        )
+    }
+}
+
+impl Drop for LocalPostgres {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child (SIGINT: a fast shutdown).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether the server on `port` accepts connections (`pg_isready`, exit status 0), not only
+/// its port.
+fn ready(bin: &Path, port: u16) -> bool {
+    Command::new(bin.join("pg_isready"))
+        .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}

@@ -1,0 +1,395 @@
+//! [`LocalS3`]: a throwaway S3-compatible server, `moto` in server mode (from PyPI), for the
+//! object store fence: one that enforces conditional writes, and one that ignores them.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zkfence_testkit::{spawn_tied, Keeper};
+
+/// The moto a kit-built environment gets for [`Preconditions::Enforced`]: it answers a failed
+/// `If-Match` or `If-None-Match` on PutObject with 412.
+const MOTO_ENFORCING: &str = "5.2.1";
+
+/// The moto of [`Preconditions::Ignored`]: from before S3 had conditional writes (2024), it
+/// accepts a PutObject whatever its `If-Match` or `If-None-Match` say.
+const MOTO_IGNORING: &str = "4.2.14";
+
+/// What a fake `Authorization` header says: moto checks no signature, but answers a request
+/// without one as an anonymous user's.
+const AUTHORIZATION: &str = "AWS4-HMAC-SHA256 Credential=zkfence/20250101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0";
+
+/// How long a server may take to answer its first request (moto imports a lot).
+const STARTUP: Duration = Duration::from_secs(60);
+
+/// Whether a [`LocalS3`] enforces the preconditions of a conditional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preconditions {
+    /// `If-None-Match: *` and `If-Match` on PutObject fail with 412 when they do not hold
+    /// (moto 5.2.1, or the `python3`'s moto from 5.1 on).
+    Enforced,
+    /// Both are ignored: every PutObject succeeds (moto 4.2.14, in a virtual environment the
+    /// kit builds on first use).
+    Ignored,
+}
+
+/// An S3-compatible server (moto) that lives as long as this value, on a free loopback port,
+/// with no buckets: create them with [`create_bucket`](LocalS3::create_bucket). Any access
+/// key and secret are accepted; use region `us-east-1` and path-style requests.
+///
+/// The moto for [`Preconditions::Enforced`] is `$ZKFENCE_MOTO_PYTHON`'s when set, else
+/// `python3`'s when it has moto 5.1 or later, else moto 5.2.1 in a virtual environment the kit
+/// builds; the one for [`Preconditions::Ignored`] is moto 4.2.14, always in a virtual
+/// environment of the kit's. Those are built once, from PyPI (`python3 -m venv`, then pip),
+/// under `$XDG_CACHE_HOME/zkfence` (or `~/.cache/zkfence`), and reused.
+///
+/// # Examples
+///
+/// ```no_run
+/// use zkfence_harness::{LocalS3, Preconditions};
+/// let s3 = LocalS3::start(Preconditions::Enforced)?;
+/// s3.create_bucket("fenced", false)?;
+/// println!("S3 at {}", s3.endpoint());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug)]
+pub struct LocalS3 {
+    child: Child,
+    port: u16,
+    preconditions: Preconditions,
+    /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
+    _keeper: Keeper,
+}
+
+impl LocalS3 {
+    /// Starts moto on a free loopback port (see [`LocalS3`] for which), and waits (up to 60 s)
+    /// until it answers; its log is kept until then, for the error when it does not (nothing
+    /// is left behind in the temp dir, even by a server kept in a `static`). The first start
+    /// of a kit-built moto builds its environment first (about 10 s, from PyPI).
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let s3 = zkfence_harness::LocalS3::start(zkfence_harness::Preconditions::Ignored)?;
+    /// assert!(s3.endpoint().starts_with("http://127.0.0.1:"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start(preconditions: Preconditions) -> Result<LocalS3, String> {
+        let python = python_for(preconditions)?;
+        let mut last = String::new();
+        // A free port can be taken between our look and moto's bind: try another.
+        for _ in 0..3 {
+            match LocalS3::start_on(&python, preconditions) {
+                Ok(s3) => return Ok(s3),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on(python: &Path, preconditions: Preconditions) -> Result<LocalS3, String> {
+        let dir = zkfence_testkit::temp_dir("s3").map_err(|e| format!("temp dir: {e}"))?;
+        let started = LocalS3::spawn(python, preconditions, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        started
+    }
+
+    /// Starts moto with its log in `dir` and waits until it answers.
+    fn spawn(python: &Path, preconditions: Preconditions, dir: &Path) -> Result<LocalS3, String> {
+        let port = zkfence_testkit::free_port().map_err(|e| format!("no free port: {e}"))?;
+        let log = std::fs::File::create(dir.join("moto.log")).map_err(|e| format!("log: {e}"))?;
+        let err_log = log.try_clone().map_err(|e| format!("log: {e}"))?;
+        let mut cmd = Command::new(python);
+        cmd.args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err_log);
+        // The server stops with us however we die, whichever thread started it.
+        let (child, _keeper) = spawn_tied(cmd, libc::SIGKILL)
+            .map_err(|e| format!("start {} -m moto.server: {e}", python.display()))?;
+        let mut s3 = LocalS3 {
+            child,
+            port,
+            preconditions,
+            _keeper,
+        };
+        let deadline = Instant::now() + STARTUP;
+        while !s3.answers() {
+            let exited = s3.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join("moto.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(8).collect();
+                let why = match exited {
+                    Some(status) => format!("exited ({status})"),
+                    None => format!("did not answer within {} s", STARTUP.as_secs()),
+                };
+                return Err(format!(
+                    "{} -m moto.server on port {port} {why}; the end of its log:\n{}\n(the S3 server of the object store tests is moto from PyPI: `pip install 'moto[server]'` for python3, or ZKFENCE_MOTO_PYTHON naming a Python that has it)",
+                    python.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(s3)
+    }
+
+    /// Whether the server answers a ListBuckets with 200.
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let request = raw_request("GET", "/", self.port, b"");
+        let mut reply = Vec::new();
+        stream.write_all(&request).is_ok()
+            && stream.read_to_end(&mut reply).is_ok()
+            && status(&reply) == Some(200)
+    }
+
+    /// `http://127.0.0.1:<port>`, the endpoint for an S3 client (path-style, plain HTTP).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let s3 = zkfence_harness::LocalS3::start(zkfence_harness::Preconditions::Enforced)?;
+    /// println!("{}", s3.endpoint());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// `127.0.0.1:<port>` (for a proxy in front of it).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let s3 = zkfence_harness::LocalS3::start(zkfence_harness::Preconditions::Enforced)?;
+    /// assert!(s3.addr().starts_with("127.0.0.1:"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Whether this server enforces conditional writes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use zkfence_harness::{LocalS3, Preconditions};
+    /// let s3 = LocalS3::start(Preconditions::Ignored)?;
+    /// assert_eq!(s3.preconditions(), Preconditions::Ignored);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn preconditions(&self) -> Preconditions {
+        self.preconditions
+    }
+
+    /// Creates bucket `name` (3 to 63 lowercase letters, digits, `-`), with versioning on when
+    /// `versioned` (every write then keeps its version: see
+    /// [`object_versions`](Self::object_versions)).
+    ///
+    /// # Errors
+    ///
+    /// The server's status and reply when it refused.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(s3: zkfence_harness::LocalS3) -> Result<(), String> {
+    /// s3.create_bucket("history", true)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn create_bucket(&self, name: &str, versioned: bool) -> Result<(), String> {
+        self.expect_ok("PUT", &format!("/{name}"), b"")?;
+        if versioned {
+            let body = br#"<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Status>Enabled</Status></VersioningConfiguration>"#;
+            self.expect_ok("PUT", &format!("/{name}?versioning"), body)?;
+        }
+        Ok(())
+    }
+
+    /// The version ids of object `key` in a versioned `bucket`, oldest first: the store's own
+    /// record of every write it accepted, in the order it accepted them. `key` must need no
+    /// URL encoding (letters, digits, `/`, `-`, `_`, `.`). It blocks (briefly, on loopback):
+    /// from async code, call it through `spawn_blocking`.
+    ///
+    /// # Errors
+    ///
+    /// The server's status and reply when it refused; a key that needs encoding.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(s3: zkfence_harness::LocalS3) -> Result<(), String> {
+    /// for id in s3.object_versions("history", "a/manifest")? {
+    ///     println!("{id}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn object_versions(&self, bucket: &str, key: &str) -> Result<Vec<String>, String> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.".contains(c);
+        if !key.chars().all(plain) {
+            return Err(format!(
+                "{key:?} needs URL encoding, which object_versions does not do"
+            ));
+        }
+        let xml = self.expect_ok("GET", &format!("/{bucket}?versions&prefix={key}"), b"")?;
+        if xml.contains("<IsTruncated>true</IsTruncated>") {
+            return Err(format!("more than one page of versions of {key}"));
+        }
+        let mut ids = Vec::new();
+        for version in xml.split("<Version>").skip(1) {
+            let field = |name: &str| {
+                let open = format!("<{name}>");
+                let start = version.find(&open)? + open.len();
+                let end = version[start..].find('<')? + start;
+                Some(version[start..end].to_owned())
+            };
+            if field("Key").as_deref() == Some(key) {
+                ids.extend(field("VersionId"));
+            }
+        }
+        // S3 lists the newest first.
+        ids.reverse();
+        Ok(ids)
+    }
+
+    /// One request, its reply's body; an error unless the status is 200.
+    fn expect_ok(&self, method: &str, target: &str, body: &[u8]) -> Result<String, String> {
+        let what = format!("{method} {target}");
+        let failed = |e: std::io::Error| format!("{what}: {e}");
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(failed)?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(failed)?;
+        let request = raw_request(method, target, self.port, body);
+        stream.write_all(&request).map_err(failed)?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).map_err(failed)?;
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .to_owned();
+        match status(&reply) {
+            Some(200) => Ok(body),
+            other => Err(format!("{what}: status {other:?}: {body}")),
+        }
+    }
+}
+
+impl Drop for LocalS3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP/1.0 request (so that the reply is never chunked, and the server closes after it).
+fn raw_request(method: &str, target: &str, port: u16, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {AUTHORIZATION}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// The status code of an HTTP reply.
+fn status(reply: &[u8]) -> Option<u16> {
+    let line = reply.split(|&b| b == b'\r').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    line.split(' ').nth(1)?.parse().ok()
+}
+
+/// The Python whose moto serves `preconditions`.
+fn python_for(preconditions: Preconditions) -> Result<PathBuf, String> {
+    match preconditions {
+        Preconditions::Enforced => {
+            if let Some(python) = std::env::var_os("ZKFENCE_MOTO_PYTHON") {
+                return Ok(PathBuf::from(python));
+            }
+            if let Some(version) = moto_version(Path::new("python3")) {
+                let parts: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+                if parts.as_slice() >= [5, 1].as_slice() {
+                    return Ok(PathBuf::from("python3"));
+                }
+            }
+            venv(MOTO_ENFORCING)
+        }
+        Preconditions::Ignored => venv(MOTO_IGNORING),
+    }
+}
+
+/// The moto version `python` imports, if it has one with its server.
+fn moto_version(python: &Path) -> Option<String> {
+    let out = Command::new(python)
+        .args(["-c", "import moto, moto.server; print(moto.__version__)"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The Python of the kit's virtual environment with moto `version` and its server's Flask.
+fn venv(version: &str) -> Result<PathBuf, String> {
+    let hint = "the object store tests run moto (PyPI) as their S3 server: they need `python3` with `venv` and `pip` (Debian: `apt-get install -y python3-venv python3-pip`) and PyPI, or an installed moto (`pip install 'moto[server]'`) named by ZKFENCE_MOTO_PYTHON";
+    let spec = format!("moto[s3]=={version}");
+    let works = |python: &Path| moto_version(python).as_deref() == Some(version);
+    crate::python::environment(
+        &format!("moto-{version}"),
+        &[&spec, "flask", "flask-cors"],
+        &works,
+        hint,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_s3_answers_keeps_versions_and_goes_with_its_value() {
+        let s3 = LocalS3::start(Preconditions::Enforced).unwrap_or_else(|err| panic!("{err}"));
+        assert!(s3.answers());
+        s3.create_bucket("kit-check", true).unwrap();
+        assert_eq!(
+            s3.object_versions("kit-check", "none").unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(s3.object_versions("kit-check", "needs encoding?").is_err());
+        let pid = s3.child.id();
+        drop(s3);
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_reply_status_is_read() {
+        assert_eq!(
+            status(b"HTTP/1.0 412 PRECONDITION FAILED\r\n\r\n"),
+            Some(412)
+        );
+        assert_eq!(status(b"garbage"), None);
+    }
+}
