@@ -74,8 +74,9 @@ impl Counted {
 const OP_CLOSE_SESSION: i32 = -11;
 
 /// ZooKeeper's opcodes by name, as the counted runs report them.
-fn opcode_name(op: i32) -> String {
+pub(crate) fn opcode_name(op: i32) -> String {
     let name = match op {
+        OP_CLOSE_SESSION => "closeSession",
         1 => "create",
         2 => "delete",
         3 => "exists",
@@ -87,7 +88,9 @@ fn opcode_name(op: i32) -> String {
         13 => "check",
         14 => "multi",
         15 => "create2",
+        17 => "checkWatches",
         18 => "removeWatches",
+        19 => "createContainer",
         22 => "multiRead",
         101 => "setWatches",
         105 => "setWatches2",

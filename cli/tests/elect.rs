@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{exited, temp, text, zkfence};
+use common::{alive_in_group, exited, temp, text, zkfence};
 use tokio::io::AsyncBufReadExt as _;
 use zkfence::{FencedElection, LockOptions};
 use zkfence_harness::{children, chroot, connect, shared, wait_until};
@@ -200,22 +200,6 @@ async fn next(
         .unwrap()
         .expect("the observer runs on");
     serde_json::from_str(&line).unwrap()
-}
-
-/// The processes of group `pgid` that are alive.
-fn alive_in_group(pgid: i32) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
-            pids.push(head.split_whitespace().next().unwrap().parse().unwrap());
-        }
-    }
-    pids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

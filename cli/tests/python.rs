@@ -312,18 +312,5 @@ async fn check_stores(env: &[(String, String)]) {
 
 /// An S3 client of this binary's moto's bucket.
 fn s3_client() -> std::sync::Arc<dyn object_store::ObjectStore> {
-    use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
-    let s3 = &servers().1;
-    let store = AmazonS3Builder::new()
-        .with_endpoint(s3.endpoint())
-        .with_bucket_name("python")
-        .with_region("us-east-1")
-        .with_access_key_id("zkfence")
-        .with_secret_access_key("zkfence")
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .build()
-        .unwrap();
-    std::sync::Arc::new(store)
+    zkfence_harness::s3_client(&servers().1.endpoint(), "python", 10).unwrap()
 }

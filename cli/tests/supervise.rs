@@ -8,28 +8,9 @@ mod common;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::{exited, go, run_sh, started, temp, EXIT_0_ON_GO};
+use common::{alive_in_group, exited, go, run_sh, started, temp, EXIT_0_ON_GO};
 use zkfence_harness::{chroot, shared, wait_until};
 use zkfence_testkit::CountingProxy;
-
-/// The processes of group `pgid` that are alive (zombies, already dead, left out).
-fn alive_in_group(pgid: i32) -> Vec<i32> {
-    let mut alive = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
-            alive.push(pid);
-        }
-    }
-    alive
-}
 
 /// The state letter of process `pid` (`T` when stopped), if it exists.
 fn state(pid: i32) -> Option<char> {

@@ -23,6 +23,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod curator;
+mod database;
 mod mariadb;
 mod postgres;
 mod python;
@@ -37,9 +38,9 @@ pub use crate::mariadb::LocalMariaDb;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::python::{python_clients, CLIENTS};
 pub use crate::redis::LocalRedis;
-pub use crate::s3::{LocalS3, Preconditions};
+pub use crate::s3::{s3_client, LocalS3, Preconditions};
 pub use crate::shared::{
-    children, chroot, connect, expire_session, free_port, shared, shared_mariadb, shared_postgres,
-    wait_until, watchers_of, watches, ZooKeeper,
+    children, chroot, connect, expire_session, free_port, output, shared, shared_mariadb,
+    shared_postgres, text, wait_until, watchers_of, watches, ZooKeeper,
 };
 pub use crate::tls::TestCa;

@@ -3,12 +3,11 @@
 //! with a small buffer pool, stopped (and its files removed) when dropped or when this process
 //! dies.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::run_as::{as_user, give, identity};
-use zkfence_testkit::{spawn_tied, Keeper};
+use crate::database::{Server, Setup};
 
 const SERVER: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
@@ -26,11 +25,7 @@ const ADMIN: &str = "/usr/bin/mariadb-admin";
 /// ```
 #[derive(Debug)]
 pub struct LocalMariaDb {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-    /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
-    _keeper: Keeper,
+    server: Server,
 }
 
 impl LocalMariaDb {
@@ -76,68 +71,35 @@ impl LocalMariaDb {
         if !Path::new(SERVER).exists() || !Path::new(INSTALL_DB).exists() {
             return Err(format!("{SERVER} is missing: {install}"));
         }
-        let who = identity("mysql", "mariadb-server")?;
-        let dir = zkfence_testkit::temp_dir("mariadb").map_err(|e| format!("temp dir: {e}"))?;
-        give(&dir, who);
-        let data = dir.join("data");
+        let setup = Setup::new("mariadb", "mysql", "mariadb-server", log_dir)?;
+        let data = setup.dir.join("data");
         let mut init = Command::new(INSTALL_DB);
         init.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
-            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if who.is_some() {
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+        if setup.who.is_some() {
             init.arg("--user=mysql");
         }
-        let out = init.output().map_err(|e| format!("{INSTALL_DB}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "mariadb-install-db failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let port = zkfence_testkit::free_port().map_err(|e| format!("no free port: {e}"))?;
-        let log_path = log_dir.join("mariadb.log");
-        std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        give(&log_path, who);
+        setup.init(init)?;
         let mut cmd = Command::new(SERVER);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", dir.join("sock").display()))
-            .arg(format!("--pid-file={}", dir.join("pid").display()))
-            .arg(format!("--log-error={}", log_path.display()))
-            .args([&format!("--port={port}"), "--bind-address=127.0.0.1"])
+            .arg(format!("--socket={}", setup.dir.join("sock").display()))
+            .arg(format!("--pid-file={}", setup.dir.join("pid").display()))
+            .arg(format!("--log-error={}", setup.log.display()))
+            .args([&format!("--port={}", setup.port), "--bind-address=127.0.0.1"])
             .args(["--skip-name-resolve", "--skip-log-bin"])
             .args(["--innodb-buffer-pool-size=32M", "--max-connections=100"])
-            .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(ca) = tls {
-            let (key, cert) = ca.server_files(&dir, who)?;
+            let (key, cert) = ca.server_files(&setup.dir, setup.who)?;
             cmd.arg(format!("--ssl-cert={}", cert.display()))
                 .arg(format!("--ssl-key={}", key.display()))
                 .arg("--require-secure-transport=ON");
         }
-        as_user(&mut cmd, who);
-        // SIGTERM: a clean shutdown; the server goes with us however we die.
-        let (child, _keeper) =
-            spawn_tied(cmd, libc::SIGTERM).map_err(|e| format!("start mariadbd: {e}"))?;
-        let db = LocalMariaDb {
-            child,
-            dir,
-            port,
-            _keeper,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ready(port) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "mariadbd did not answer on port {port} within 60 s; see {}",
-                    log_path.display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(db)
+        // SIGTERM: a clean shutdown.
+        let server = setup.launch(cmd, libc::SIGTERM, Duration::from_secs(60), ready)?;
+        Ok(LocalMariaDb { server })
     }
 
     /// The port it listens on, on 127.0.0.1.
@@ -150,7 +112,7 @@ impl LocalMariaDb {
     /// # Ok::<(), String>(())
     /// ```
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port
     }
 
     /// A `mysql://` URL for database `db` as `root` (`mysql_async::Opts::from_url`). The
@@ -164,24 +126,7 @@ impl LocalMariaDb {
     /// # Ok::<(), String>(())
     /// ```
     pub fn url(&self, db: &str) -> String {
-        format!("mysql://root@127.0.0.1:{}/{db}", self.port)
-    }
-}
-
-impl Drop for LocalMariaDb {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child (SIGTERM: a clean shutdown).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        format!("mysql://root@127.0.0.1:{}/{db}", self.server.port)
     }
 }
 

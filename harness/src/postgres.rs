@@ -3,11 +3,11 @@
 //! stopped (and its files removed) when dropped or when this process dies.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use crate::run_as::{as_user, give, identity};
-use zkfence_testkit::{spawn_tied, Keeper};
+use crate::database::{Server, Setup};
+use crate::run_as::give;
 
 /// The superuser `initdb` creates; it trusts loopback connections.
 pub const POSTGRES_USER: &str = "zkfence";
@@ -23,11 +23,7 @@ pub const POSTGRES_USER: &str = "zkfence";
 /// ```
 #[derive(Debug)]
 pub struct LocalPostgres {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-    /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
-    _keeper: Keeper,
+    server: Server,
 }
 
 /// Debian's newest installed PostgreSQL `bin` folder.
@@ -82,43 +78,29 @@ impl LocalPostgres {
 
     fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalPostgres, String> {
         let bin = bin_dir()?;
-        let who = identity("postgres", "postgresql")?;
-        let dir = zkfence_testkit::temp_dir("pg").map_err(|e| format!("temp dir: {e}"))?;
-        give(&dir, who);
-        let data = dir.join("pgdata");
+        let setup = Setup::new("postgres", "postgres", "postgresql", log_dir)?;
+        let data = setup.dir.join("pgdata");
         let mut initdb = Command::new(bin.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(&data)
-            .args([
-                "-U",
-                POSTGRES_USER,
-                "-A",
-                "trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        as_user(&mut initdb, who);
-        let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let port = zkfence_testkit::free_port().map_err(|e| format!("no free port: {e}"))?;
-        let log_path = log_dir.join("postgres.log");
-        let log =
-            std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        give(&log_path, who);
+        initdb.arg("-D").arg(&data).args([
+            "-U",
+            POSTGRES_USER,
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]);
+        setup.init(initdb)?;
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&setup.log)
+            .map_err(|e| format!("{}: {e}", setup.log.display()))?;
         let mut cmd = Command::new(bin.join("postgres"));
         cmd.arg("-D")
             .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(&dir);
+            .args(["-p", &setup.port.to_string(), "-k"])
+            .arg(&setup.dir)
+            .stderr(log);
         for setting in [
             "listen_addresses=127.0.0.1",
             "fsync=on",
@@ -129,46 +111,15 @@ impl LocalPostgres {
             cmd.args(["-c", setting]);
         }
         if let Some(ca) = tls {
-            let (key, cert) = ca.server_files(&dir, who)?;
-            let hba = dir.join("pg_hba.conf");
-            std::fs::write(
-                &hba,
-                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
-            )
-            .map_err(|e| format!("{}: {e}", hba.display()))?;
-            give(&hba, who);
-            cmd.args(["-c", "ssl=on"])
-                .arg("-c")
-                .arg(format!("ssl_cert_file={}", cert.display()))
-                .arg("-c")
-                .arg(format!("ssl_key_file={}", key.display()))
-                .arg("-c")
-                .arg(format!("hba_file={}", hba.display()));
+            serve_tls_only(&mut cmd, &setup, ca)?;
         }
-        cmd.stdout(Stdio::null()).stderr(log);
-        as_user(&mut cmd, who);
-        // Postgres stops (a fast shutdown) with us however we die, whichever thread started it.
-        let (child, _keeper) =
-            spawn_tied(cmd, libc::SIGINT).map_err(|e| format!("start postgres: {e}"))?;
-        let pg = LocalPostgres {
-            child,
-            dir,
-            port,
-            _keeper,
-        };
-        // Listening is not serving: during startup postgres accepts connections and refuses
-        // them ("the database system is starting up"). pg_isready asks the server itself.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready(&bin, port) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "postgres did not accept connections on port {port} within 30 s; see {}",
-                    log_path.display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(pg)
+        // SIGINT: a fast shutdown. Listening is not serving: during startup postgres accepts
+        // connections and refuses them ("the database system is starting up"); pg_isready
+        // asks the server itself.
+        let server = setup.launch(cmd, libc::SIGINT, Duration::from_secs(30), |port| {
+            ready(&bin, port)
+        })?;
+        Ok(LocalPostgres { server })
     }
 
     /// The port it listens on, on 127.0.0.1.
@@ -181,7 +132,7 @@ impl LocalPostgres {
     /// # Ok::<(), String>(())
     /// ```
     pub fn port(&self) -> u16 {
-        self.port
+        self.server.port
     }
 
     /// A `tokio-postgres` connection string for database `db` as [`POSTGRES_USER`].
@@ -196,26 +147,30 @@ impl LocalPostgres {
     pub fn conninfo(&self, db: &str) -> String {
         format!(
             "host=127.0.0.1 port={} user={POSTGRES_USER} dbname={db} connect_timeout=5",
-            self.port
+            self.server.port
         )
     }
 }
 
-impl Drop for LocalPostgres {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child (SIGINT: a fast shutdown).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// TLS on `cmd`'s server with `ca`'s certificate, and connections in the clear rejected.
+fn serve_tls_only(cmd: &mut Command, setup: &Setup, ca: &crate::TestCa) -> Result<(), String> {
+    let (key, cert) = ca.server_files(&setup.dir, setup.who)?;
+    let hba = setup.dir.join("pg_hba.conf");
+    std::fs::write(
+        &hba,
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+    )
+    .map_err(|e| format!("{}: {e}", hba.display()))?;
+    give(&hba, setup.who);
+    for setting in [
+        "ssl=on".to_owned(),
+        format!("ssl_cert_file={}", cert.display()),
+        format!("ssl_key_file={}", key.display()),
+        format!("hba_file={}", hba.display()),
+    ] {
+        cmd.arg("-c").arg(setting);
     }
+    Ok(())
 }
 
 /// Whether the server on `port` accepts connections (`pg_isready`, exit status 0), not only

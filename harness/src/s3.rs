@@ -393,3 +393,46 @@ mod tests {
         assert_eq!(status(b"garbage"), None);
     }
 }
+
+/// An S3 client of `bucket` at `endpoint` (a [`LocalS3`]'s, or a proxy in front of it):
+/// path-style requests over plain HTTP, the credentials moto takes, conditional puts by ETag,
+/// and at most `retries` retries (0: a request whose connection broke fails at once, which a
+/// lost-reply test needs).
+///
+/// # Errors
+///
+/// The client's complaint about its configuration.
+///
+/// # Examples
+///
+/// ```no_run
+/// use zkfence_harness::{s3_client, LocalS3, Preconditions};
+/// let s3 = LocalS3::start(Preconditions::Enforced)?;
+/// s3.create_bucket("demo", false)?;
+/// let store = s3_client(&s3.endpoint(), "demo", 10)?;
+/// # let _ = store; Ok::<(), String>(())
+/// ```
+pub fn s3_client(
+    endpoint: &str,
+    bucket: &str,
+    retries: usize,
+) -> Result<std::sync::Arc<dyn object_store::ObjectStore>, String> {
+    use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+    let retry = object_store::RetryConfig {
+        max_retries: retries,
+        ..object_store::RetryConfig::default()
+    };
+    let store = AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("zkfence")
+        .with_secret_access_key("zkfence")
+        .with_allow_http(true)
+        .with_virtual_hosted_style_request(false)
+        .with_conditional_put(S3ConditionalPut::ETagMatch)
+        .with_retry(retry)
+        .build()
+        .map_err(|e| format!("an S3 client for {endpoint}: {e}"))?;
+    Ok(std::sync::Arc::new(store))
+}

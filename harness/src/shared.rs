@@ -245,3 +245,42 @@ pub async fn children(hosts: &str, path: &str) -> Vec<String> {
         Err(e) => panic!("list {path}: {e}"),
     }
 }
+
+/// Runs `command` off the async runtime (it blocks until the process ends): its exit code
+/// (`None` when a signal ended it), stdout and stderr as text.
+///
+/// # Panics
+///
+/// When the command cannot be started.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() {
+/// let (code, out, _) = zkfence_harness::output(std::process::Command::new("true")).await;
+/// assert_eq!((code, out.as_str()), (Some(0), ""));
+/// # }
+/// ```
+pub async fn output(mut command: std::process::Command) -> (Option<i32>, String, String) {
+    let done = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the command's thread")
+        .unwrap_or_else(|e| panic!("cannot run the command: {e}"));
+    let (stdout, stderr) = text(&done);
+    (done.status.code(), stdout, stderr)
+}
+
+/// A finished process's (stdout, stderr) as text.
+///
+/// # Examples
+///
+/// ```no_run
+/// let done = std::process::Command::new("echo").arg("hi").output().unwrap();
+/// assert_eq!(zkfence_harness::text(&done).0, "hi\n");
+/// ```
+pub fn text(output: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

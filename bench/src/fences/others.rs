@@ -5,7 +5,6 @@ use std::path::Path as FsPath;
 use std::sync::Arc;
 
 use mysql_async::prelude::Queryable as _;
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 use zkfence::fence::FenceTicket;
@@ -75,7 +74,7 @@ impl Others {
             .get_multiplexed_async_connection()
             .await
             .map_err(|e| format!("redis: {e}"))?;
-        let s3 = s3_client(&s3_server.endpoint())?;
+        let s3 = zkfence_harness::s3_client(&s3_server.endpoint(), BUCKET, 10)?;
         Ok(Others {
             _mariadb: mariadb,
             _redis: redis_server,
@@ -167,18 +166,3 @@ async fn mysql(db: &LocalMariaDb) -> Result<mysql_async::Conn, String> {
     Ok(conn)
 }
 
-/// An S3 client of the bench bucket at `endpoint` (path-style, plain HTTP, conditional puts).
-fn s3_client(endpoint: &str) -> Result<Arc<dyn ObjectStore>, String> {
-    let store = AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_bucket_name(BUCKET)
-        .with_region("us-east-1")
-        .with_access_key_id("zkfence")
-        .with_secret_access_key("zkfence")
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .build()
-        .map_err(|e| format!("an S3 client for {endpoint}: {e}"))?;
-    Ok(Arc::new(store))
-}

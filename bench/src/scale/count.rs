@@ -109,7 +109,7 @@ impl Counts {
         let mut ops: Vec<(&i32, &u64)> = self.by_op.iter().collect();
         ops.sort();
         let fields: Vec<String> = (ops.iter())
-            .map(|(op, n)| format!("\"{}\":{:.3}", opcode_name(**op), **n as f64 / per))
+            .map(|(op, n)| format!("\"{}\":{:.3}", crate::measure::opcode_name(**op), **n as f64 / per))
             .collect();
         // The object's braces as escapes, so that brace counting tools see balanced source.
         let mut json = String::from('\u{7b}');
@@ -117,33 +117,6 @@ impl Counts {
         json.push('\u{7d}');
         json
     }
-}
-
-/// ZooKeeper's opcodes by name.
-fn opcode_name(op: i32) -> String {
-    let name = match op {
-        -11 => "closeSession",
-        1 => "create",
-        2 => "delete",
-        3 => "exists",
-        4 => "getData",
-        5 => "setData",
-        8 => "getChildren",
-        9 => "sync",
-        12 => "getChildren2",
-        13 => "check",
-        14 => "multi",
-        15 => "create2",
-        17 => "checkWatches",
-        18 => "removeWatches",
-        19 => "createContainer",
-        22 => "multiRead",
-        101 => "setWatches",
-        105 => "setWatches2",
-        106 => "addWatch",
-        op => return format!("op{op}"),
-    };
-    name.to_owned()
 }
 
 /// A counted stretch of time: opened, then closed into what it saw.

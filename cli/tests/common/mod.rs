@@ -32,21 +32,32 @@ pub(crate) async fn run_line(line: &str) -> (Option<i32>, String, String) {
 }
 
 /// Runs `command` off the async runtime and returns (exit code, stdout, stderr).
-pub(crate) async fn run_with(mut command: Command) -> (Option<i32>, String, String) {
-    let output: Output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .unwrap();
-    let (stdout, stderr) = text(&output);
-    (output.status.code(), stdout, stderr)
+pub(crate) async fn run_with(command: Command) -> (Option<i32>, String, String) {
+    zkfence_harness::output(command).await
 }
 
 /// An output's (stdout, stderr) as text.
 pub(crate) fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    zkfence_harness::text(output)
+}
+
+/// The processes of group `pgid` that are alive (zombies, already dead, left out).
+pub(crate) fn alive_in_group(pgid: i32) -> Vec<i32> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            alive.push(pid);
+        }
+    }
+    alive
 }
 
 /// A fresh directory for one test, named after the test file (`cli-<name>-<pid>`).

@@ -5,9 +5,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
-use object_store::{ObjectStore, RetryConfig};
+use object_store::ObjectStore;
 use zkfence_harness::{LocalS3, Preconditions};
 use zkfence_object_store::ObjectFence;
 
@@ -50,23 +49,8 @@ pub(crate) async fn ignoring() -> &'static LocalS3 {
 /// connection closed before the reply (a conditional put too), which turns the kit's lost
 /// reply into a failed condition; the fence's own tests cover that path.
 pub(crate) fn s3(endpoint: &str, resend: bool) -> Arc<dyn ObjectStore> {
-    let retry = RetryConfig {
-        max_retries: if resend { 10 } else { 0 },
-        ..RetryConfig::default()
-    };
-    let store = AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_bucket_name(BUCKET)
-        .with_region("us-east-1")
-        .with_access_key_id("zkfence")
-        .with_secret_access_key("zkfence")
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .with_retry(retry)
-        .build()
-        .unwrap_or_else(|e| panic!("an S3 client for {endpoint}: {e}"));
-    Arc::new(store)
+    let retries = if resend { 10 } else { 0 };
+    zkfence_harness::s3_client(endpoint, BUCKET, retries).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A fence straight to the enforcing moto.
