@@ -1,13 +1,12 @@
-//! The model for `stateright`: its initial states, the actions each state allows, and the
-//! properties checked in every state.
+//! The model for `stateright`: its initial states (built here, the creates sent through the
+//! clients' side), the properties checked in every state, and each state's actions and next
+//! states, which are the world's steps' (`step`).
 
 use stateright::{Model, Property};
 use zkfence::model_api::{Reply, Watchdog};
 
 use crate::config::{Config, EXACT, FAST, SESSION_TICKS, SLOW};
-use crate::state::{
-    Client, Ghost, Message, Phase, Request, Role, Server, Session, State, CLIENTS, SERVERS,
-};
+use crate::state::{Client, Ghost, Message, Phase, Request, Role, Server, Session, State, CLIENTS};
 use crate::step::Action;
 
 /// The lease model under one [`Config`].
@@ -85,7 +84,7 @@ impl LeaseModel {
             ghost: Ghost::default(),
         };
         for client in 0..CLIENTS {
-            state.touch(client);
+            state.send(client);
             let reply = Message::Reply {
                 request: Request::Create,
                 sent: 0,
@@ -102,70 +101,6 @@ impl LeaseModel {
         let mut watchdog = Watchdog::start(&self.config.settings, 0);
         watchdog.ran(-SESSION_TICKS * rate, 0);
         watchdog
-    }
-
-    /// The client actions `state` allows.
-    fn client_actions(&self, state: &State, actions: &mut Vec<Action>) {
-        let faults_left = state.faults < self.config.faults;
-        for client in 0..CLIENTS {
-            let c = &state.clients[client];
-            if c.paused {
-                actions.push(Action::Unpause(client));
-                continue;
-            }
-            if state.over(client) {
-                continue;
-            }
-            if c.inbox.first().is_some_and(|&(due, _)| due <= state.now) {
-                actions.push(Action::Deliver(client));
-            }
-            let live_guard = c.phase == Phase::Holding;
-            let wants_proofs = live_guard || c.phase == Phase::Proving;
-            let can_probe = c.server.is_some()
-                && c.in_flight.is_none()
-                && c.last_probe < state.now
-                && c.probes < self.config.probes[client];
-            if wants_proofs && can_probe {
-                actions.push(Action::Probe(client, false));
-                actions.push(Action::Probe(client, true));
-            }
-            if c.server.is_none() {
-                let working = (0..SERVERS).filter(|&s| state.working(s));
-                actions.extend(working.map(|s| Action::Reconnect(client, s)));
-            }
-            if faults_left {
-                if c.server.is_some() {
-                    actions.push(Action::CutClient(client));
-                }
-                let warm_holder = live_guard && !c.watchdog.cold();
-                if warm_holder || self.config.pause_anywhere {
-                    actions.push(Action::Pause(client));
-                }
-            }
-        }
-    }
-
-    /// The ensemble's actions `state` allows.
-    fn ensemble_actions(&self, state: &State, actions: &mut Vec<Action>) {
-        let faults_left = state.faults < self.config.faults;
-        for server in 0..SERVERS {
-            let s = &state.servers[server];
-            if s.role == Role::Follower && s.pending_since.is_some() {
-                actions.push(Action::Relay(server));
-            }
-            match s.role {
-                Role::Follower if faults_left => {
-                    actions.push(Action::CutFollower(server, false));
-                    actions.push(Action::CutFollower(server, true));
-                }
-                Role::Leader if faults_left => {
-                    actions.push(Action::IsolateLeader(false));
-                    actions.push(Action::IsolateLeader(true));
-                }
-                Role::Looking if state.electable(server) => actions.push(Action::Elect(server)),
-                _ => {}
-            }
-        }
     }
 }
 
@@ -187,11 +122,7 @@ impl Model for LeaseModel {
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        if state.may_tick(&self.config) {
-            actions.push(Action::Tick);
-        }
-        self.client_actions(state, actions);
-        self.ensemble_actions(state, actions);
+        state.actions(&self.config, actions);
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {

@@ -8,14 +8,34 @@
 //!
 //! # Layout
 //!
+//! Split by what each module models. Every side of the world is a set of methods of one
+//! [`State`], each module with its own `impl State`:
+//!
 //! - [`config`]: the lease settings in ticks, the search's bounds, the mutant under test;
-//! - [`state`]: servers, the leader's session tracker, the lock's nodes, two clients, each with
-//!   the library's watchdog as a value;
-//! - [`step`]: the actions and how the ensemble and time move; `ensemble` (faults,
-//!   elections) and `client` (replies, grants, reconnects) beside it;
-//! - [`checker`]: the `stateright` model, its initial states and properties;
+//! - [`state`]: the state as data (servers, the leader's session tracker, the lock's nodes,
+//!   two clients each with the library's watchdog as a value, what the properties watch) and
+//!   the queries every side reads (the leader, whether a server works, a client's clock);
+//! - `ensemble`: the servers' side: touches, relays, answers (commits and syncs), expiry,
+//!   revalidation on a reconnect, what a partition does to the servers' roles, elections;
+//! - `client`: the clients' side: connections (sends, messages in order, breaks, reconnects),
+//!   each process's tick, the acquire, and the watchdog's decisions through
+//!   [`zkfence::model_api`];
+//! - [`step`]: the world's steps: the [`Action`]s, which are enabled, and applying each (a
+//!   tick, the servers' and the clients' actions, the faults) by calling the two sides;
+//! - [`checker`]: the `stateright` model: its initial states and properties, its actions and
+//!   next states taken from [`step`];
 //! - [`trace`]: counterexamples as readable traces;
-//! - [`run`]: one search, with its counts and time.
+//! - [`run`] (here): one search, with its counts and time.
+//!
+//! Calls go one way, down the order `checker` → `step` → `client` → `ensemble` → `state` →
+//! `config`: a module calls those below it, never one above. The steps call both sides. A
+//! client calls the servers' side where its request reaches its server (a send touches the
+//! session, a probe is answered, a reconnect revalidates). The servers' side calls neither:
+//! what the clients must hear of a change there (an expiry, a server's clients dropped) the
+//! steps pass on. The checker calls the steps, and the clients' `send` for the initial
+//! creates. `trace` and this file sit above them all (a search and its traces). As every
+//! side is a method of [`State`], the compiler does not keep this order: `tests/calls.rs`
+//! checks it on the source.
 
 pub mod checker;
 mod client;

@@ -1,5 +1,7 @@
-//! The model's state: three servers, the leader's session tracker, the lock's nodes, and two
-//! clients, each with the library's watchdog as a value.
+//! The model's state as data: three servers, the leader's session tracker, the lock's nodes,
+//! two clients, each with the library's watchdog as a value, and what the properties watch;
+//! with the queries every side of the model reads (the leader, whether a server works, a
+//! client's lease clock). The bottom of the model's calls: it calls none of the other modules.
 
 use zkfence::model_api::{Reply, Watchdog};
 
