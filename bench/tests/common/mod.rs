@@ -1,6 +1,6 @@
 //! What the bench's test files share: the `zkfence-bench` binary this build made, quiet, and
 //! its exit code and output.
-#![allow(dead_code)] // each test file uses its own part
+#![allow(dead_code, unused_imports)] // each test file uses its own part
 
 use std::process::Command;
 
@@ -16,4 +16,4 @@ pub(crate) async fn run(args: &[&str]) -> (Option<i32>, String, String) {
     run_with(bench(args)).await
 }
 
-pub(crate) use zkfence_harness::output as run_with;
+pub(crate) use zkfence_harness::{output as run_with, text};
