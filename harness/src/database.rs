@@ -51,11 +51,13 @@ impl Setup {
         })
     }
 
-    /// Runs `init` (which makes the data directory) as the server's user; its complaint on
-    /// failure.
-    pub(crate) fn init(&self, mut init: Command) -> Result<(), String> {
+    /// Runs `init` (which makes the data directory), as the server's user when `as_server`
+    /// (else as ourselves: an init that switches user itself); its complaint on failure.
+    pub(crate) fn init(&self, mut init: Command, as_server: bool) -> Result<(), String> {
         init.stdout(Stdio::null()).stderr(Stdio::piped());
-        as_user(&mut init, self.who);
+        if as_server {
+            as_user(&mut init, self.who);
+        }
         let program = init.get_program().to_string_lossy().into_owned();
         let out = init.output().map_err(|e| format!("{program}: {e}"))?;
         if !out.status.success() {

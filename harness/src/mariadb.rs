@@ -78,16 +78,19 @@ impl LocalMariaDb {
             .arg(format!("--datadir={}", data.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
         if setup.who.is_some() {
-            init.arg("--user=mysql");
+            init.arg("--user=mysql"); // it switches to that user itself
         }
-        setup.init(init)?;
+        setup.init(init, false)?;
         let mut cmd = Command::new(SERVER);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--socket={}", setup.dir.join("sock").display()))
             .arg(format!("--pid-file={}", setup.dir.join("pid").display()))
             .arg(format!("--log-error={}", setup.log.display()))
-            .args([&format!("--port={}", setup.port), "--bind-address=127.0.0.1"])
+            .args([
+                &format!("--port={}", setup.port),
+                "--bind-address=127.0.0.1",
+            ])
             .args(["--skip-name-resolve", "--skip-log-bin"])
             .args(["--innodb-buffer-pool-size=32M", "--max-connections=100"])
             .stderr(Stdio::null());

@@ -90,7 +90,7 @@ impl LocalPostgres {
             "-E",
             "UTF8",
         ]);
-        setup.init(initdb)?;
+        setup.init(initdb, true)?;
         let log = std::fs::OpenOptions::new()
             .append(true)
             .open(&setup.log)

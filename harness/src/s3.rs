@@ -365,35 +365,6 @@ fn venv(version: &str) -> Result<PathBuf, String> {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_local_s3_answers_keeps_versions_and_goes_with_its_value() {
-        let s3 = LocalS3::start(Preconditions::Enforced).unwrap_or_else(|err| panic!("{err}"));
-        assert!(s3.answers());
-        s3.create_bucket("kit-check", true).unwrap();
-        assert_eq!(
-            s3.object_versions("kit-check", "none").unwrap(),
-            Vec::<String>::new()
-        );
-        assert!(s3.object_versions("kit-check", "needs encoding?").is_err());
-        let pid = s3.child.id();
-        drop(s3);
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
-    }
-
-    #[test]
-    fn a_reply_status_is_read() {
-        assert_eq!(
-            status(b"HTTP/1.0 412 PRECONDITION FAILED\r\n\r\n"),
-            Some(412)
-        );
-        assert_eq!(status(b"garbage"), None);
-    }
-}
-
 /// An S3 client of `bucket` at `endpoint` (a [`LocalS3`]'s, or a proxy in front of it):
 /// path-style requests over plain HTTP, the credentials moto takes, conditional puts by ETag,
 /// and at most `retries` retries (0: a request whose connection broke fails at once, which a
@@ -435,4 +406,33 @@ pub fn s3_client(
         .build()
         .map_err(|e| format!("an S3 client for {endpoint}: {e}"))?;
     Ok(std::sync::Arc::new(store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_s3_answers_keeps_versions_and_goes_with_its_value() {
+        let s3 = LocalS3::start(Preconditions::Enforced).unwrap_or_else(|err| panic!("{err}"));
+        assert!(s3.answers());
+        s3.create_bucket("kit-check", true).unwrap();
+        assert_eq!(
+            s3.object_versions("kit-check", "none").unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(s3.object_versions("kit-check", "needs encoding?").is_err());
+        let pid = s3.child.id();
+        drop(s3);
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_reply_status_is_read() {
+        assert_eq!(
+            status(b"HTTP/1.0 412 PRECONDITION FAILED\r\n\r\n"),
+            Some(412)
+        );
+        assert_eq!(status(b"garbage"), None);
+    }
 }

@@ -49,81 +49,30 @@ impl TestCa {
             "subjectAltName = IP:127.0.0.1, DNS:localhost\nextendedKeyUsage = serverAuth\n",
         )
         .map_err(|e| format!("{}: {e}", ext.display()))?;
-        let steps: [&[&str]; 4] = [
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=zkfence test CA",
-                "-keyout",
-                &d("ca.key"),
-                "-out",
-                &d("ca.pem"),
-            ],
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=zkfence other CA",
-                "-keyout",
-                &d("other-ca.key"),
-                "-out",
-                &d("other-ca.pem"),
-            ],
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                "/CN=localhost",
-                "-keyout",
-                &d("server.key"),
-                "-out",
-                &d("server.csr"),
-            ],
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &d("server.csr"),
-                "-CA",
-                &d("ca.pem"),
-                "-CAkey",
-                &d("ca.key"),
-                "-CAcreateserial",
-                "-days",
-                "1",
-                "-extfile",
-                &d("server.ext"),
-                "-out",
-                &d("server.pem"),
-            ],
-        ];
-        for args in steps {
-            let out = Command::new("openssl")
-                .args(args)
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("openssl: {e}: install Debian's openssl package"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "openssl {}: {}",
-                    args[0],
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-        }
+        let new_ca = "req -x509 -newkey rsa:2048 -nodes -days 1";
+        openssl(&format!(
+            "{new_ca} -subj /CN=zkfence-test-CA -keyout {} -out {}",
+            d("ca.key"),
+            d("ca.pem")
+        ))?;
+        openssl(&format!(
+            "{new_ca} -subj /CN=zkfence-other-CA -keyout {} -out {}",
+            d("other-ca.key"),
+            d("other-ca.pem")
+        ))?;
+        openssl(&format!(
+            "req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout {} -out {}",
+            d("server.key"),
+            d("server.csr")
+        ))?;
+        openssl(&format!(
+            "x509 -req -in {} -CA {} -CAkey {} -CAcreateserial -days 1 -extfile {} -out {}",
+            d("server.csr"),
+            d("ca.pem"),
+            d("ca.key"),
+            d("server.ext"),
+            d("server.pem")
+        ))?;
         Ok(ca)
     }
 
@@ -193,6 +142,22 @@ impl TestCa {
             .map_err(|e| format!("{}: {e}", key.display()))?;
         Ok((key, cert))
     }
+}
+
+/// Runs `openssl` with `args` (split at spaces); its complaint on failure.
+fn openssl(args: &str) -> Result<(), String> {
+    let out = Command::new("openssl")
+        .args(args.split(' '))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("openssl: {e}: install Debian's openssl package"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "openssl {args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for TestCa {

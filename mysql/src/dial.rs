@@ -44,41 +44,29 @@ impl SslMode {
     }
 }
 
+/// The TLS parameters mysql_async does not know, under MySQL's names and with underscores.
+const TLS_PARAMETERS: [&str; 8] = [
+    "ssl-mode", "ssl_mode", "ssl-ca", "ssl_ca", "ssl-cert", "ssl_cert", "ssl-key", "ssl_key",
+];
+
 /// `url` without `ssl-mode` and `ssl-ca` (which mysql_async does not know), and their values.
 fn take_tls(url: &str) -> Result<(String, Option<SslMode>, Option<String>), ConfigError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None, None));
-    };
-    let (mut mode, mut ca, mut kept) = (None, None, Vec::new());
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("ssl-mode" | "ssl_mode", value)) => mode = Some(SslMode::parse(value)?),
-            Some(("ssl-ca" | "ssl_ca", value)) => ca = Some(percent_decode(value)?),
-            Some(("ssl-cert" | "ssl-key" | "ssl_cert" | "ssl_key", value)) => {
+    let (rest, taken) = zkfence::fence::take_url_parameters(url, &TLS_PARAMETERS)?;
+    let (mut mode, mut ca) = (None, None);
+    for (name, value) in taken {
+        match name.replace('_', "-").as_str() {
+            "ssl-mode" => mode = Some(SslMode::parse(&value)?),
+            "ssl-ca" => ca = Some(value),
+            _ => {
                 return Err(ConfigError::new(
                     "ssl-cert or ssl-key",
                     value,
                     "none: client certificates are not supported (authenticate with a password; ssl-mode=VERIFY_IDENTITY with ssl-ca checks the server)",
                 ))
             }
-            _ => kept.push(pair),
         }
     }
-    let rest = if kept.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", kept.join("&"))
-    };
-    Ok((format!("{base}{rest}"), mode, ca))
-}
-
-/// A URL component's `%XX` escapes decoded.
-fn percent_decode(text: &str) -> Result<String, ConfigError> {
-    let decoded = percent_encoding::percent_decode_str(text).decode_utf8();
-    let decoded = decoded.map_err(|_| {
-        ConfigError::new("URL parameter", text, "text that is UTF-8 once %-decoded")
-    })?;
-    Ok(decoded.into_owned())
+    Ok((rest, mode, ca))
 }
 
 /// A server to connect to, over TCP (never the server's Unix socket, which a proxy in front

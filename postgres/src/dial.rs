@@ -66,62 +66,50 @@ struct Asked {
     root: Option<String>,
 }
 
+/// The TLS parameters tokio-postgres cannot parse (or zkfence does not support).
+const TLS_PARAMETERS: [&str; 7] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslcrl",
+    "sslcrldir",
+];
+
 /// `url` without the TLS parameters tokio-postgres cannot parse, and what they asked.
 fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
-    let mut asked = Asked::default();
-    let mut take = |key: &str, value: &str| -> Result<bool, ConfigError> {
-        const UNSUPPORTED: [&str; 5] = ["sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir"];
-        if let Some(name) = UNSUPPORTED.iter().find(|name| **name == key) {
-            return Err(ConfigError::new(
-                name,
-                value,
-                "none: client certificates and CRLs are not supported (authenticate with a password; sslmode=verify-full with sslrootcert checks the server)",
-            ));
-        }
-        match key {
-            "sslmode" => asked.mode = Some(SslMode::parse(value)?),
-            "sslrootcert" => asked.root = Some(value.to_owned()),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    };
-    if url.contains("://") {
-        let Some((base, query)) = url.split_once('?') else {
-            return Ok((url.to_owned(), asked));
-        };
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if !take(key, &percent_decode(value)?)? {
-                kept.push(pair);
-            }
-        }
-        let rest = if kept.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", kept.join("&"))
-        };
-        Ok((format!("{base}{rest}"), asked))
+    let (rest, taken) = if url.contains("://") {
+        zkfence::fence::take_url_parameters(url, &TLS_PARAMETERS)?
     } else {
         // key=value pairs; quoted values are left to tokio-postgres (and so are not TLS's).
-        let mut kept = Vec::new();
+        let (mut kept, mut taken) = (Vec::new(), Vec::new());
         for pair in url.split_whitespace() {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if !take(key.trim(), value.trim())? {
-                kept.push(pair);
+            let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+            match TLS_PARAMETERS.iter().find(|name| **name == key) {
+                Some(name) => {
+                    taken.push((*name, pair[key.len()..].trim_start_matches('=').to_owned()))
+                }
+                None => kept.push(pair),
             }
         }
-        Ok((kept.join(" "), asked))
+        (kept.join(" "), taken)
+    };
+    let mut asked = Asked::default();
+    for (name, value) in taken {
+        match name {
+            "sslmode" => asked.mode = Some(SslMode::parse(&value)?),
+            "sslrootcert" => asked.root = Some(value),
+            _ => {
+                return Err(ConfigError::new(
+                    name,
+                    value,
+                    "none: client certificates and CRLs are not supported (authenticate with a password; sslmode=verify-full with sslrootcert checks the server)",
+                ))
+            }
+        }
     }
-}
-
-/// A URL component's `%XX` escapes decoded.
-fn percent_decode(text: &str) -> Result<String, ConfigError> {
-    let decoded = percent_encoding::percent_decode_str(text).decode_utf8();
-    let decoded = decoded.map_err(|_| {
-        ConfigError::new("URL parameter", text, "text that is UTF-8 once %-decoded")
-    })?;
-    Ok(decoded.into_owned())
+    Ok((rest, asked))
 }
 
 /// A database to connect to: tokio-postgres's configuration and the TLS connector the URL

@@ -371,7 +371,7 @@ impl FenceStore for ConformanceStore {
                 Ok(reply) => Err(format!(
                     "an ordinary reply that is no acceptance: {reply:?}"
                 )),
-                Err(err) if err.code() == Some(crate::REFUSED) => Ok(false),
+                Err(err) if err.code() == Some(zkfence::fence::REFUSED) => Ok(false),
                 Err(err) => Err(err.to_string()),
             }
         }))

@@ -119,6 +119,7 @@ mod driver;
 mod error;
 mod kit_zookeeper;
 mod ticket;
+mod url;
 mod zookeeper;
 
 /// Each store's fence protocol for clients in other languages: the statement, script or
@@ -133,4 +134,5 @@ pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, A
 pub use self::error::FenceError;
 pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
+pub use self::url::{take_url_parameters, Taken};
 pub use self::zookeeper::ZooKeeperFence;

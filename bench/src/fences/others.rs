@@ -165,4 +165,3 @@ async fn mysql(db: &LocalMariaDb) -> Result<mysql_async::Conn, String> {
     MySqlFence::new().install(&mut conn).await.map_err(my)?;
     Ok(conn)
 }
-

@@ -109,7 +109,13 @@ impl Counts {
         let mut ops: Vec<(&i32, &u64)> = self.by_op.iter().collect();
         ops.sort();
         let fields: Vec<String> = (ops.iter())
-            .map(|(op, n)| format!("\"{}\":{:.3}", crate::measure::opcode_name(**op), **n as f64 / per))
+            .map(|(op, n)| {
+                format!(
+                    "\"{}\":{:.3}",
+                    crate::measure::opcode_name(**op),
+                    **n as f64 / per
+                )
+            })
             .collect();
         // The object's braces as escapes, so that brace counting tools see balanced source.
         let mut json = String::from('\u{7b}');

@@ -1,0 +1,176 @@
+//! The architecture map, `ARCHITECTURE.md`, checked against the tree: its package table (between
+//! `<!-- packages -->` and `<!-- /packages -->`) lists every package of the workspace with its
+//! folder, whether it is published and the packages it depends on, as `cargo metadata` says;
+//! every top-level module of the library (`src/x.rs`, `src/x/`) is named in it; and every path
+//! it writes in backticks exists.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::packages::Package;
+
+/// The map's file, from the workspace root.
+pub(crate) const MAP: &str = "ARCHITECTURE.md";
+
+/// The package table's rows as the map should have them (for `zkfence-lint graph`): package,
+/// folder, published, depends on.
+pub(crate) fn rows(packages: &BTreeMap<String, Package>) -> Vec<[String; 4]> {
+    packages
+        .values()
+        .map(|p| {
+            let uses = if p.uses.is_empty() {
+                "-".to_string()
+            } else {
+                p.uses
+                    .iter()
+                    .map(|u| format!("`{u}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            [
+                format!("`{}`", p.name),
+                format!("`{}`", p.folder),
+                if p.published { "yes" } else { "no" }.to_string(),
+                uses,
+            ]
+        })
+        .collect()
+}
+
+/// The first four cells of each row of the table between the `packages` markers of `map`.
+fn table(map: &str) -> Option<Vec<[String; 4]>> {
+    let start = map.find("<!-- packages -->")?;
+    let end = map.find("<!-- /packages -->")?;
+    let rows = map[start..end]
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.contains("---"))
+        .skip(1)
+        .filter_map(|l| {
+            let cells: Vec<String> = l.split('|').map(|c| c.trim().to_string()).collect();
+            (cells.len() > 4).then(|| {
+                [
+                    cells[1].clone(),
+                    cells[2].clone(),
+                    cells[3].clone(),
+                    cells[4].clone(),
+                ]
+            })
+        })
+        .collect();
+    Some(rows)
+}
+
+/// The paths `map` writes in backticks: a word with a `/` or a `.rs`/`.md` ending, no spaces,
+/// no placeholders.
+fn paths(map: &str) -> BTreeSet<String> {
+    map.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| !w.contains(char::is_whitespace) && !w.contains(['<', '*', '{', ':', '$']))
+        .filter(|w| w.contains('/') || w.ends_with(".rs") || w.ends_with(".md"))
+        .filter(|w| !w.starts_with('/') && !w.contains("//"))
+        .map(|w| w.trim_end_matches('/').to_string())
+        .collect()
+}
+
+/// The library's top-level modules, as the map must name them: `src/x.rs` or `src/x/`.
+fn library_modules(root: &Path) -> Vec<String> {
+    let mut modules = Vec::new();
+    for entry in std::fs::read_dir(root.join("src"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() {
+            modules.push(format!("src/{name}/"));
+        } else if name.ends_with(".rs") && name != "lib.rs" {
+            modules.push(format!("src/{name}"));
+        }
+    }
+    modules.sort();
+    modules
+}
+
+/// One line per place the map and the tree disagree.
+pub(crate) fn check(root: &Path, packages: &BTreeMap<String, Package>) -> Vec<String> {
+    let Ok(map) = std::fs::read_to_string(root.join(MAP)) else {
+        return vec![format!(
+            "{MAP} is missing: the map of packages, layers and concerns"
+        )];
+    };
+    let mut problems = Vec::new();
+    match table(&map) {
+        None => problems.push(format!(
+            "{MAP}: no package table between <!-- packages --> and <!-- /packages --> (zkfence-lint graph prints it)"
+        )),
+        Some(found) => {
+            let want = rows(packages);
+            for row in &want {
+                if !found.contains(row) {
+                    problems.push(format!("{MAP}: the package table lacks or differs from the row {}", row.join(" | ")));
+                }
+            }
+            for row in &found {
+                if !want.contains(row) {
+                    problems.push(format!("{MAP}: the package table has a row the workspace does not: {}", row.join(" | ")));
+                }
+            }
+        }
+    }
+    for module in library_modules(root) {
+        if !map.contains(&format!("`{module}`")) {
+            problems.push(format!(
+                "{MAP}: the library's module `{module}` is not on the map"
+            ));
+        }
+    }
+    for path in paths(&map) {
+        if !root.join(&path).exists() {
+            problems.push(format!("{MAP}: `{path}` does not exist"));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_and_the_paths_are_read() {
+        let map = "intro `src/lock.rs` and `cli/` but not `cargo run -p x` or `<dir>/x.rs`\n\
+                   <!-- packages -->\n| package | folder | published | depends on | what |\n|---|---|---|---|---|\n\
+                   | `a` | `.` | yes | - | the library |\n<!-- /packages -->\n";
+        assert_eq!(
+            table(map).unwrap(),
+            vec![["`a`".to_string(), "`.`".into(), "yes".into(), "-".into()]]
+        );
+        assert_eq!(
+            paths(map),
+            BTreeSet::from(["src/lock.rs".to_string(), "cli".into()])
+        );
+    }
+
+    #[test]
+    fn rows_say_what_cargo_says() {
+        let packages = BTreeMap::from([(
+            "cli".to_string(),
+            Package {
+                name: "cli".into(),
+                folder: "cli".into(),
+                published: true,
+                uses: BTreeSet::from(["a".to_string(), "b".into()]),
+            },
+        )]);
+        assert_eq!(
+            rows(&packages),
+            vec![[
+                "`cli`".to_string(),
+                "`cli`".into(),
+                "yes".into(),
+                "`a`, `b`".into()
+            ]]
+        );
+    }
+}

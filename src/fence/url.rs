@@ -1,0 +1,98 @@
+//! Store URLs: the query parameters a fence package reads itself (TLS's, which the store's
+//! driver does not know), taken out of the URL it hands on.
+
+use super::ConfigError;
+
+/// What [`take_url_parameters`] returns: the URL without the parameters it took, and each
+/// parameter taken (its name, its decoded value).
+pub type Taken<'n> = (String, Vec<(&'n str, String)>);
+
+/// The query parameters of `url` named in `names`, taken out (percent-decoded), and the URL
+/// without them, its other parameters in their order: for a fence package that reads some
+/// parameters itself and hands the rest to its store's driver. A parameter given twice keeps
+/// its last value.
+///
+/// # Errors
+///
+/// A [`ConfigError`] for a value that is not UTF-8 once decoded, or a `%` not followed by two
+/// hex digits.
+///
+/// # Examples
+///
+/// ```
+/// let (rest, taken) = zkfence::fence::take_url_parameters(
+///     "postgresql://db/orders?sslmode=verify-full&application_name=x&sslrootcert=%2Fca.pem",
+///     &["sslmode", "sslrootcert"],
+/// )?;
+/// assert_eq!(rest, "postgresql://db/orders?application_name=x");
+/// assert_eq!(taken, [("sslmode", "verify-full".to_string()), ("sslrootcert", "/ca.pem".to_string())]);
+/// # Ok::<(), zkfence::fence::ConfigError>(())
+/// ```
+pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<Taken<'n>, ConfigError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), Vec::new()));
+    };
+    let (mut taken, mut kept): (Vec<(&'n str, String)>, Vec<&str>) = (Vec::new(), Vec::new());
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match names.iter().find(|n| **n == key) {
+            Some(name) => {
+                taken.retain(|(n, _)| n != name);
+                taken.push((name, decode(value)?));
+            }
+            None => kept.push(pair),
+        }
+    }
+    let rest = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    Ok((rest, taken))
+}
+
+/// `text` with its `%XX` escapes decoded.
+fn decode(text: &str) -> Result<String, ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            "URL parameter",
+            text,
+            "text whose % escapes are two hex digits each and spell UTF-8",
+        )
+    };
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' {
+            let hex = text.get(at + 1..at + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            at += 3;
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_come_out_decoded_and_the_rest_stays() {
+        let (rest, taken) =
+            take_url_parameters("mysql://db/x?a=1&ssl-ca=%2Fc%20a.pem&b=2", &["ssl-ca"]).unwrap();
+        assert_eq!(rest, "mysql://db/x?a=1&b=2");
+        assert_eq!(taken, [("ssl-ca", "/c a.pem".to_string())]);
+        let (rest, taken) = take_url_parameters("mysql://db/x?ssl-ca=x", &["ssl-ca"]).unwrap();
+        assert_eq!((rest.as_str(), taken.len()), ("mysql://db/x", 1));
+        assert_eq!(
+            take_url_parameters("redis://h/0", &["x"]).unwrap().0,
+            "redis://h/0"
+        );
+        for bad in ["s://h?x=%zz", "s://h?x=%4", "s://h?x=%ff"] {
+            assert!(take_url_parameters(bad, &["x"]).is_err(), "{bad}");
+        }
+    }
+}
