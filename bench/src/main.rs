@@ -17,6 +17,7 @@
 //! measurements against the peers (`--scale`) in `scale`; failovers (`--failover`) in
 //! `failover`; what the commands share in `support`.
 
+mod apart;
 mod chart;
 mod contention;
 mod cpu;
@@ -67,6 +68,9 @@ enum Command {
     /// One candidate process of `--failover` (started by the bench).
     #[command(hide = true)]
     Candidate(failover::CandidateArgs),
+    /// One timed run in a process of its own (started by the bench).
+    #[command(hide = true)]
+    Run(apart::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(async move {
         match cli.command {
             Some(Command::Candidate(args)) => failover::candidate(args).await,
+            Some(Command::Run(args)) => apart::run(args).await,
             None => bench(cli.args).await,
         }
     }))

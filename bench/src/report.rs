@@ -106,6 +106,42 @@ impl Report {
     }
 }
 
+impl Report {
+    /// A run's JSON line ([`Report::json`]) read back.
+    pub(super) fn parse(line: &str) -> Result<Report, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("a run's line {line:?}: {e}"))?;
+        let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();
+        let number = |key: &str| value[key].as_f64();
+        let count = |key: &str| value[key].as_u64().unwrap_or(0);
+        let implementation = <Impl as clap::ValueEnum>::from_str(&text("impl"), false)
+            .map_err(|_| format!("a run's line without a known impl: {line}"))?
+            .name();
+        let mode = <Mode as clap::ValueEnum>::from_str(&text("mode"), false)
+            .map_err(|_| format!("a run's line without a known mode: {line}"))?
+            .name();
+        Ok(Report {
+            implementation,
+            mode,
+            contenders: count("contenders") as usize,
+            seconds: number("seconds").unwrap_or(0.0),
+            acquisitions: count("acquisitions"),
+            cycle_p50_us: number("cycle_p50_us").unwrap_or(0.0),
+            cycle_p99_us: number("cycle_p99_us").unwrap_or(0.0),
+            handoff_p50_us: number("handoff_p50_us"),
+            handoff_p99_us: number("handoff_p99_us"),
+            read_p50_us: number("read_p50_us"),
+            listed_cycle_p50_us: number("listed_cycle_p50_us"),
+            writes_per_acq: number("writes_per_acq"),
+            violations: count("violations"),
+            errors: count("errors"),
+            client_cpu_us: number("client_cpu_us_per_acq"),
+            server_cpu_us: number("server_cpu_us_per_acq"),
+            max_share: number("max_share"),
+        })
+    }
+}
+
 /// The report of `implementation` in the configuration (`mode`, `contenders`), if it ran.
 pub(super) fn find(
     reports: &[Report],

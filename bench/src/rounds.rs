@@ -222,7 +222,7 @@ async fn timed(
         mode.name()
     );
     let run = servers.run(args, implementation, mode, n);
-    let mut report = run.execute(servers.hosts, &args.lock).await?;
+    let mut report = run.execute_apart(servers.hosts, &args.lock).await?;
     // Filed under the configuration it was measured for.
     report.contenders = contenders;
     report.mode = mode_of(contenders).name();
