@@ -16,7 +16,7 @@
 //!    could expire the session and hand the lock to someone else, also when the ensemble itself
 //!    is partitioned. `check()`
 //!    compares the deadline with the monotonic clock synchronously, so after a pause it fails
-//!    at once.
+//!    at once, even before the watchdog task has run.
 //! 3. **Nothing inside a process can stop a write already in flight** when the process stalls
 //!    (GC pause, SIGSTOP, swap, a slow disk) past its lease. The fencing token makes such a
 //!    write harmless, *if storage checks it*: every later holder has a strictly greater
@@ -24,7 +24,8 @@
 //!    refuses smaller ones refuses the stale holder. [`fence`] gives storage that check: an
 //!    exclusive hold's [`FenceTicket`] goes to a [`fence::ZooKeeperFence`], or to the
 //!    `zkfence-postgres` package's fenced transactions (a SQL function any client can call).
-//!    Guarantee 3 needs the storage's help; without it, guarantees 1 and 2 are all there is.
+//!    Guarantee 3 needs the storage's help; without it, guarantees 1 and 2 are all there is,
+//!    which is also all that any other ZooKeeper lock gives.
 //!
 //! # The lease, in short
 //!
@@ -33,22 +34,40 @@
 //! timeout) after it last heard from one, so only a **committed write** proves anything: a read
 //! reply does not (a follower cut off from the leader still answers reads), nor does a `sync`
 //! reply (a leader answers its own clients' syncs without a quorum; zkfence's first lease rule
-//! trusted them and gave two holders valid leases for seconds when the leader was cut off).
+//! trusted them and gave two holders valid leases for 3.6–8.8 s when the leader was cut off
+//! from its followers).
 //! A committed write, paired with a reply of ours that came back at least a gap `G` before it
 //! was sent (`G`: how long a follower may wait before relaying our activity to the leader,
 //! `tickTime/2` plus slack), proves that the leader heard from the session no earlier than that
 //! reply's send time, the lease's **anchor**. The lease ends at `anchor + T·(1 − drift) −
-//! margin`. The watchdog keeps proofs coming with a write that changes nothing (a `multi`
+//! margin`: by default a drift of 1% and a margin of `T/20`, kept between 20 and 500 ms. The
+//! watchdog keeps proofs coming with a write that changes nothing (a `multi`
 //! holding one `check` of a held node), about once per `G` per session, whatever the number of
 //! locks it holds.
 //!
 //! The argument, reply by reply with the ZooKeeper 3.8 code each step rests on, and its stated
-//! assumptions (clock drift of at most 1%; leader pings reaching a follower at most `G` apart;
-//! a tickTime of at most `T/2` unless declared with [`LockOptions::with_tick_time`], refused
+//! assumptions (clock drift of at most 1%; leader pings reaching a follower at most `G` apart,
+//! so that a leader pause longer than `G` is covered only by declaring a longer tickTime; a
+//! tickTime of at most `T/2` unless declared with [`LockOptions::with_tick_time`], refused
 //! with [`Error::LeaseTooShort`] when no lease fits; one session timeout negotiated by every
 //! server; the client's keepalive for the first proof after the watchdog starts) are written
-//! once, in the lease module (`src/watchdog/lease.rs`). The chaos suite (`chaos/run
-//! partition`) attacks it with the partitions it must survive.
+//! once, in the lease module (`src/watchdog/lease.rs`).
+//!
+//! The lease model (the `zkfence-model` package, `model/` in the repository) checks the rule
+//! exhaustively at small bounds, with the library's own lease code. It found one gap in the
+//! rule as it was: the first proof of a session's watchdog (a first acquire, or a grant after
+//! a long wait) leaned on the client's keepalive in the `G + T/5` before it, so a process
+//! paused right there, past its session's expiry, got a lease up to that long after the server
+//! had expired the session. The rule now leans only across a stretch that a ticker shows the
+//! process ran through (any session's watchdog's, recorded process-wide), and the model pauses
+//! clients anywhere. The cost falls on a process's first acquire: nothing shows that the
+//! process ran before it, so it waits for a paired proof, about `G` longer, unless its session
+//! was made by [`connect()`], whose creation the leader committed after the connect was sent, a
+//! proof in itself. The `zkfence` command connects that way.
+//!
+//! The chaos suite's `chaos/run partition` runs the faults the lease must survive with
+//! ZooKeeper's stock settings (tickTime 2000, syncLimit 5, T = 4 s), with the earlier sync rule
+//! as a mutant that it must catch; its figures are in the chaos suite's README.
 //!
 //! # The fencing token
 //!
@@ -59,7 +78,9 @@
 //! holder to holder for the life of the ensemble's data, including when the lock's parent is
 //! deleted and recreated (the sequence restarts at 0) and past the sequence's 2³¹ wrap (it
 //! goes negative). Queue order itself is computed with serial-number arithmetic, so it too
-//! survives the wrap.
+//! survives the wrap. Every token is in `0..=i64::MAX` (checked when it is built): store it as
+//! a `BIGINT`. [`FencingToken::sequence`] is for people; storage compares
+//! [`FencingToken::as_i64`].
 //!
 //! The lease is measured on a clock that counts a suspend of the machine (`CLOCK_BOOTTIME`'s
 //! lead over `CLOCK_MONOTONIC`), so a laptop or host that sleeps through its lease wakes up
@@ -137,22 +158,65 @@
 //! # Protocol and interoperability
 //!
 //! Nodes are named `_c_<uuid>-lock-<seq>` (Apache Curator's protected mode), so zkfence and
-//! Curator's `InterProcessMutex` on one path exclude each other. After a ConnectionLoss on
-//! create, our node is found by its UUID **and** our session as its `ephemeralOwner`. The
-//! uncontended acquire pipelines the children listing behind the create (one round trip plus
-//! one commit); a waiter watches only its predecessor, with a child watch (it fires on the
-//! node's deletion, never on a write into it such as a revocation request), and takes the lock
-//! with no further request when that predecessor was the only node ahead.
+//! Curator's `InterProcessMutex` on one path exclude each other (tested against Debian's
+//! Curator 5.4). After a ConnectionLoss on create, our node is found by its UUID **and** our
+//! session as its `ephemeralOwner`; another session's node is never taken for ours. The
+//! uncontended acquire pipelines the children listing behind the create (ZooKeeper answers a
+//! session's requests in order): one round trip plus one commit.
 //!
-//! **The handoff.** A mutex or writer that had to queue releases with a marker: one `multi`
-//! that sets its node's data and deletes it (one transaction). A successor that queued behind
-//! several nodes also watches its predecessor's data, and sees the data change and then the
-//! deletion, which only a holder's release writes together (a waiter that gives up deletes its
-//! node plainly), and a holder held alone: so the successor takes the lock with no further
-//! request however many nodes it queued behind. A plain deletion (a Curator holder, a waiter
-//! giving up, a session ending) sends the successor to list the queue again. Server writes per
-//! acquisition: the create and the release, contended or not. The argument, node by node, is
-//! in `src/queue/mod.rs` ("The handoff").
+//! A waiter watches only its immediate predecessor (no herd), with a child watch: an ephemeral
+//! node has no children, so the watch fires only when the node is deleted, never when someone
+//! writes into it. When that node goes and it was the only node ahead in the waiter's last
+//! listing, the waiter holds the lock with no further request. A revocation request (the data
+//! Curator's `Revoker` writes into the holder's node) wakes nobody. An exists watch, which
+//! fires on data writes too, would let the waiter take such a request for a release and walk
+//! in beside the holder, Curator's `Revoker` included (the `DataChangeAdmits` mutant, caught
+//! by `tests/revocation.rs`).
+//!
+//! **The handoff.** A deletion alone does not say whether the predecessor held the lock or
+//! gave up waiting, so a waiter that queued behind several nodes would have to list the queue
+//! again: a read on the critical path of every handoff. Instead, a mutex or writer that waited
+//! in a crowded queue (its listing showed two other nodes or more, or it waited 10 ms or longer)
+//! releases with a marker: one `multi` that sets its node's data and deletes it (one
+//! transaction). Two contenders passing the lock back and forth release with a plain delete:
+//! each queued behind the holder alone, which needs no marker. The marker is only ever an
+//! optimisation: a successor that finds none lists again.
+//!
+//! A successor that queued behind several nodes also sets a data watch on its predecessor, and
+//! a release fires it (the data change) and then the child watch (the deletion). Only a
+//! holder's release writes the marker (a waiter that gives up deletes its node plainly), and a
+//! holder took the lock only once everything before it was gone; so on both events the
+//! successor takes the lock with no further request, however many nodes it queued behind. A
+//! data change alone (a revocation request) keeps it waiting. A reader's or a semaphore
+//! holder's release proves nothing about the nodes ahead of it, and a plain deletion (a
+//! Curator holder, a waiter giving up, an expired session) sends the successor to list the
+//! queue again. On ZooKeeper 3.9 and later both events carry the transaction's zxid, which must
+//! match. On 3.8, a write of someone else's into a *waiting* node followed by that waiter's
+//! failure would pass for a release: zkfence's own requests go only to holders, so do not aim
+//! Curator's `Revoker` at the waiters of a mixed fleet. A Curator waiter woken by a marked
+//! release lists the queue, finds the node gone and proceeds as usual. The argument, node by
+//! node, is in `src/queue/mod.rs` ("The handoff").
+//!
+//! **Costs.** Server writes per acquisition: 2 (the create and the release), contended or not.
+//! Requests per contended acquisition: the create, the listing, the watches (a child watch on
+//! the predecessor, plus a data watch on it behind several nodes or with lock-delay,
+//! pipelined), and the release. A waiter watches its own node (an administrator deleting it
+//! fails the acquire) only once it has waited 10 ms; a shorter wait leaves that to the holder's
+//! watchdog, which arms its watch on a node held for 10 ms. Either way a deletion by someone
+//! else is found within 10 ms plus a round trip; session expiry needs no watch (the lease
+//! covers it). With 1,000 waiters released one after the other (`zkfence-bench --scale`), the
+//! measured cost was 1.00 request per handoff.
+//!
+//! **Mutants of the handoff**, built with the `mutants` feature, must each produce a second
+//! holder in the test suite: a waiter that marks its withdrawal
+//! (`tests/lock.rs::the_marked_withdrawal_mutant_is_caught`), a successor admitted by any
+//! marked release, a reader's included (`tests/kinds.rs::the_any_release_admits_mutant_is_caught`),
+//! and a successor admitted by a data change alone
+//! (`tests/revocation.rs::the_data_change_admits_mutant_is_caught`).
+//!
+//! A cancelled, timed-out or failed acquire deletes its node from a task of its own. A release
+//! is one delete or one marked `multi`, awaited and retried across ConnectionLoss. Queue order
+//! uses serial-number arithmetic, so it stays right across the 2³¹ sequence wrap.
 //!
 //! One limit of mixing with Curator: Curator orders the queue by comparing sequence suffixes as
 //! strings, which breaks when a parent's sequence wraps past 2³¹ (after about a billion lock
@@ -297,3 +361,18 @@ pub use crate::semaphore::FencedSemaphore;
 #[cfg(feature = "model")]
 #[doc(hidden)]
 pub use crate::watchdog::model as model_api;
+
+/// The README's Rust example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// The Rust examples of `docs/locks.md`, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/locks.md")]
+pub struct LocksDoctests;
+
+/// The Rust examples of `docs/fences-rust.md`, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/fences-rust.md")]
+pub struct FencesRustDoctests;

@@ -2,7 +2,8 @@
 //! `zkfence` command users install. Acquire/release cycles and handoffs of zkfence,
 //! `zookeeper-client`'s own `Client::lock`, Apache Curator (a JVM worker) and two Redis locks,
 //! and the raw ZooKeeper limits, measured in one process on one server; the failover, scale
-//! and fence benches. `scripts/bench`, `scripts/bench-scale` and the README's tables run it.
+//! and fence benches. `scripts/bench`, `scripts/bench-scale` and the tables of
+//! `docs/performance.md` run it.
 //!
 //! - cycle: one contender's acquire call start to its release call return;
 //! - handoff: the holder's release call start to the next holder's acquire return;

@@ -87,8 +87,8 @@ Examples:
   zkfence-bench --fences --rounds 5          # fenced writes vs unfenced ones: PostgreSQL, ZooKeeper
   zkfence-bench --scale --rounds 2           # holds, waiters, semaphore, rwlock, election at scale
   zkfence-bench --scale --scale-what holds --locks 100000 --hold-sessions 10
-  scripts/bench                              # the same, as in the README
-  scripts/bench-scale                        # the scale bench, as in the README")]
+  scripts/bench                              # the same, as in docs/performance.md
+  scripts/bench-scale                        # the scale bench, as in docs/performance.md")]
 pub(crate) struct Args {
     /// ZooKeeper hosts. Required for single runs; `--matrix` starts a local server without it.
     #[arg(long, env = "ZKFENCE_BENCH_CONNECT")]

@@ -406,7 +406,8 @@ async fn demo_on_a_stock_server_freezes_for_the_granted_timeout() {
     assert!(stdout.contains("VERDICT: with fencing"), "{stdout}");
 }
 
-/// Each bad input exits with the code the README's table gives, one clear line, no panic.
+/// Each bad input exits with the code the exit-code table gives (`zkfence --help`,
+/// cli/README.md), one clear line, no panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_exits_with_the_documented_code() {
     let hosts = chroot(shared(), "cli-input").await;

@@ -1,7 +1,7 @@
-//! The README's shell recipes (between its `<!-- recipes -->` markers), run exactly as written:
-//! each under `zkfence run` for two holders in turn, then as a stale holder with the first
-//! holder's token (plain, then zero-padded, as another client might send it): the stale run
-//! exits non-zero and changes nothing.
+//! The shell recipes of `docs/fences.md` (between its `<!-- recipes -->` markers), run exactly
+//! as written: each under `zkfence run` for two holders in turn, then as a stale holder with
+//! the first holder's token (plain, then zero-padded, as another client might send it): the
+//! stale run exits non-zero and changes nothing.
 
 mod common;
 
@@ -13,10 +13,10 @@ use common::{run_with, zkfence};
 
 const LOCK: &str = "/locks/orders";
 
-/// The README's recipes, in order: (the store its first comment names, the script).
+/// The recipes of `docs/fences.md`, in order: (the store its first comment names, the script).
 fn recipes() -> Vec<(String, String)> {
-    let readme = include_str!("../../README.md");
-    let (_, rest) = readme
+    let page = include_str!("../../docs/fences.md");
+    let (_, rest) = page
         .split_once("<!-- recipes -->")
         .expect("the recipes' marker");
     let (recipes, _) = rest
@@ -115,7 +115,7 @@ async fn holders_then_stale(store: &str, script: &str, env: &[(&str, String)], r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_recipes_refuse_a_stale_holder_in_every_store() {
+async fn the_documented_recipes_refuse_a_stale_holder_in_every_store() {
     let recipes = recipes();
     let names: Vec<&str> = recipes.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(names, ["PostgreSQL", "MySQL/MariaDB", "Redis"]);
