@@ -60,17 +60,29 @@ fn table(map: &str) -> Option<Vec<[String; 4]>> {
     Some(rows)
 }
 
-/// The paths `map` writes in backticks: a word with a `/` or a `.rs`/`.md` ending, no spaces,
-/// no placeholders.
+/// The paths `map` writes in backticks (a word with a `/` or a `.rs`/`.md` ending, no spaces,
+/// no placeholders), from the workspace root: a bare file name (`lease.rs`) is read in the
+/// folder its line names (`src/watchdog/`), or at the root when its line names none.
 fn paths(map: &str) -> BTreeSet<String> {
-    map.split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|w| !w.contains(char::is_whitespace) && !w.contains(['<', '*', '{', ':', '$']))
-        .filter(|w| w.contains('/') || w.ends_with(".rs") || w.ends_with(".md"))
-        .filter(|w| !w.starts_with('/') && !w.contains("//"))
-        .map(|w| w.trim_end_matches('/').to_string())
-        .collect()
+    let mut found = BTreeSet::new();
+    for line in map.lines() {
+        let words: Vec<&str> = line
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|w| !w.contains(char::is_whitespace) && !w.contains(['<', '*', '{', ':', '$']))
+            .filter(|w| w.contains('/') || w.ends_with(".rs") || w.ends_with(".md"))
+            .filter(|w| !w.starts_with('/') && !w.contains("//"))
+            .collect();
+        let folders: Vec<&str> = words.iter().copied().filter(|w| w.ends_with('/')).collect();
+        for word in words {
+            match (word.contains('/'), folders.first()) {
+                (false, Some(folder)) => found.insert(format!("{folder}{word}")),
+                _ => found.insert(word.trim_end_matches('/').to_string()),
+            };
+        }
+    }
+    found
 }
 
 /// The library's top-level modules, as the map must name them: `src/x.rs` or `src/x/`.
@@ -140,6 +152,7 @@ mod tests {
     #[test]
     fn the_table_and_the_paths_are_read() {
         let map = "intro `src/lock.rs` and `cli/` but not `cargo run -p x` or `<dir>/x.rs`\n\
+                   `src/queue/`: `kind.rs`\n\
                    <!-- packages -->\n| package | folder | published | depends on | what |\n|---|---|---|---|---|\n\
                    | `a` | `.` | yes | - | the library |\n<!-- /packages -->\n";
         assert_eq!(
@@ -148,7 +161,12 @@ mod tests {
         );
         assert_eq!(
             paths(map),
-            BTreeSet::from(["src/lock.rs".to_string(), "cli".into()])
+            BTreeSet::from([
+                "src/lock.rs".to_string(),
+                "cli".into(),
+                "src/queue".into(),
+                "src/queue/kind.rs".into()
+            ])
         );
     }
 

@@ -60,8 +60,9 @@ pub(crate) fn functions(text: &str) -> Vec<Function> {
         };
         let (mut depth, mut opened, mut last) = (0i64, false, i);
         for (j, l) in lines.iter().enumerate().skip(i) {
-            depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
-            opened |= l.contains('{');
+            let (opens, closes) = braces(l);
+            depth += opens - closes;
+            opened |= opens > 0;
             last = j;
             if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
                 break;
@@ -74,6 +75,34 @@ pub(crate) fn functions(text: &str) -> Vec<Function> {
         });
     }
     found
+}
+
+/// The braces of a line that are code: none inside a string or a character literal, and none
+/// after a `//` comment.
+fn braces(line: &str) -> (i64, i64) {
+    let (mut opens, mut closes) = (0, 0);
+    let chars: Vec<char> = line.chars().collect();
+    let (mut i, mut in_string) = (0, false);
+    while i < chars.len() {
+        match (chars[i], in_string) {
+            ('\\', true) => i += 1,
+            ('"', _) => in_string = !in_string,
+            ('/', false) if chars.get(i + 1) == Some(&'/') => break,
+            // A character literal: 'x' or '\x' (a lifetime has no closing quote).
+            ('\'', false) if chars.get(i + 2) == Some(&'\'') => i += 2,
+            ('\'', false) if chars.get(i + 1) == Some(&'\\') => {
+                while i + 1 < chars.len() && chars[i + 1] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            ('{', false) => opens += 1,
+            ('}', false) => closes += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    (opens, closes)
 }
 
 /// The name of the function a line declares, if it declares one (any visibility, `const`,
@@ -139,5 +168,8 @@ mod tests {
             Some("c")
         );
         assert_eq!(function_name("let f = 1;"), None);
+        assert_eq!(braces(r#"if x == '{' { let s = "}}"; // }"#), (1, 0));
+        assert_eq!(braces(r"match c { '\'' => {} }"), (2, 2));
+        assert_eq!(braces("fn f<'a>(x: &'a str) {"), (1, 0));
     }
 }
