@@ -480,7 +480,7 @@ fn electors(n: u32, ms: u64, lead: bool) -> Vec<WorkerMode> {
 ///   lease rule, two elected leaders on a ZooKeeper leader cut off from its followers: two
 ///   leaders passing their checks at once;
 /// - with `multi`, `mutant-multi-fencing-off` (on the partition ensemble): multi-lock workers
-///   without the fence, two holders paused past T in their write phase: a stale token
+///   without the fence, four holders paused for 3T in their write phase: a stale token
 ///   accepted on a lock path.
 fn recipe_mutants(n: u32, ms: u64, multi: bool, sync_lease: bool) -> Vec<ScenarioPlan> {
     let elected = |name, mutant, lead, faults| {
@@ -527,7 +527,10 @@ fn recipe_mutants(n: u32, ms: u64, multi: bool, sync_lease: bool) -> Vec<Scenari
         });
     }
     if multi {
-        let faults = Plan::Fixed(write_pauses());
+        // Four pauses of 3T, not two of 2T: a multi-lock worker writes one of three paths, so a successor
+        // may not write the paused holder's path before it wakes (the stale write then lands
+        // in order, and the mutant goes uncaught: seed 707274, one smoke run in eight).
+        let faults = Plan::Fixed(vec![pause(3.0, Phase::Write); 4]);
         plans.push(ScenarioPlan {
             mutant: Mutant::FencingOff,
             alongside: true,
@@ -572,7 +575,7 @@ fn multi_plans(args: &RecipeArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let multi = multi_scenario(n, ms, false, Plan::Fixed(faults));
     let mutant = ScenarioPlan {
         mutant: Mutant::FencingOff,
-        ..multi_scenario(n, ms, false, Plan::Fixed(vec![pause(2.0, Phase::Write); 2]))
+        ..multi_scenario(n, ms, false, Plan::Fixed(vec![pause(3.0, Phase::Write); 4]))
     }
     .named("mutant-multi-fencing-off", modes(n, ms, false));
     vec![multi, mutant]

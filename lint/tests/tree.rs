@@ -7,6 +7,10 @@ fn the_workspace_keeps_its_layout_rules_and_its_map() {
         .output()
         .expect("the lint runs");
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(report.contains("no problem"), "{report}");
 }
