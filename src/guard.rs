@@ -13,13 +13,13 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::holds::{Key, Owner, Registry};
 use crate::loss::LossReason;
 use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
 use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
+use crate::reentrancy::{Key, Owner, Owners};
 use crate::requests::Deleted;
 use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
 
@@ -52,8 +52,9 @@ struct Guards {
     release: Option<Release>,
 }
 
-/// The holdings of this process, for reentrancy (see [`crate::holds`]).
-static HOLDINGS: LazyLock<Registry<Holding>> = LazyLock::new(Registry::default);
+/// The holdings of this process and who owns each, for reentrancy (see
+/// [`crate::reentrancy`]).
+static HOLDINGS: LazyLock<Owners<Holding>> = LazyLock::new(Owners::default);
 
 impl Holding {
     fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {

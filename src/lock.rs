@@ -14,12 +14,12 @@ use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{self, Held, Holder, LockGuard};
-use crate::holds::{self, Key, Owner, Reentry};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
+use crate::reentrancy::{self, Key, Owner, Reentry};
 use crate::requests::{child_path, retrying};
 use crate::time::Wait;
 
@@ -483,13 +483,13 @@ impl<M: Mode> FencedLock<M> {
     }
 
     /// What an acquire by the calling task gets, given what it already holds on this lock
-    /// (see [`crate::holds::reentry`]).
+    /// (see [`crate::reentrancy::reentry`]).
     fn reentry(&self) -> Result<Entry<M>> {
         let queue = &self.queue;
         let held = guard::owned_by(&self.key(), Owner::current());
         let kinds: Vec<Kind> = held.iter().map(|(kind, _)| *kind).collect();
         Ok(
-            match holds::reentry(&kinds, queue.kind, queue.options.reentrant) {
+            match reentrancy::reentry(&kinds, queue.kind, queue.options.reentrant) {
                 Reentry::Queue => Entry::Queue(None),
                 Reentry::Nest(i) => LockGuard::<M>::nest(held[i].1.clone())?
                     .map_or(Entry::Queue(None), Entry::Nested),
@@ -498,8 +498,8 @@ impl<M: Mode> FencedLock<M> {
                 Reentry::WouldDeadlock => {
                     return Err(Error::WouldDeadlock {
                         path: queue.path.to_string(),
-                        held: holds::describe(kinds[0]),
-                        asked: holds::describe(queue.kind),
+                        held: reentrancy::describe(kinds[0]),
+                        asked: reentrancy::describe(queue.kind),
                     })
                 }
             },
