@@ -10,14 +10,14 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
 use crate::lock::FencedLock;
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::names::{self, LATCH_NAME};
 use crate::requests::{child_path, retrying, watch_changed};
-use crate::time::Wait;
+use crate::token::FencingToken;
+use crate::wait::Wait;
 
 /// The child of the election path that holds the leader's proclaimed value (it is no candidate:
 /// its name has no `latch-`).

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::loss::LossReason;
 use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
 use crate::mode::{Exclusive, Mode};
@@ -21,6 +20,7 @@ use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
 use crate::reentrancy::{Key, Owner, Owners};
 use crate::requests::Deleted;
+use crate::token::FencingToken;
 use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
 
 /// One acquisition: what its guards and their [`Held`] handles share.

@@ -260,7 +260,6 @@ mod connect;
 mod election;
 mod error;
 pub mod fence;
-mod fencing;
 mod guard;
 mod lock;
 mod loss;
@@ -275,7 +274,8 @@ mod requests;
 mod rwlock;
 mod section;
 mod semaphore;
-mod time;
+mod token;
+mod wait;
 mod watchdog;
 
 pub use crate::acquire::Acquire;
@@ -283,7 +283,6 @@ pub use crate::connect::Connect;
 pub use crate::election::{FencedElection, Leader, Leadership, Observer, Reconnect};
 pub use crate::error::{Error, Result};
 pub use crate::fence::FenceTicket;
-pub use crate::fencing::{FencingToken, TokenError};
 pub use crate::guard::{Held, LockGuard};
 pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
@@ -295,6 +294,7 @@ pub use crate::mutants::{FenceMutant, Mutant};
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
+pub use crate::token::{FencingToken, TokenError};
 /// **For zkfence's lease model only** (`model/`): the watchdog's own lease, jeopardy and
 /// resume code, driven with explicit times. Only built with the `model` feature.
 #[cfg(feature = "model")]

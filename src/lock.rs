@@ -12,7 +12,6 @@ use zookeeper_client as zk;
 
 use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::guard::{self, Held, Holder, LockGuard};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::mode::{Exclusive, Mode};
@@ -21,7 +20,8 @@ use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
 use crate::reentrancy::{self, Key, Owner, Reentry};
 use crate::requests::{child_path, retrying};
-use crate::time::Wait;
+use crate::token::FencingToken;
+use crate::wait::Wait;
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///

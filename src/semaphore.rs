@@ -14,7 +14,7 @@ use crate::options::{LockOptions, ParentMode};
 use crate::queue::kind::Kind;
 use crate::queue::Admission;
 use crate::requests::{create_parents, retrying};
-use crate::time::Wait;
+use crate::wait::Wait;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///

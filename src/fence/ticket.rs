@@ -5,9 +5,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use super::error::FenceError;
-use crate::fencing::FencingToken;
 use crate::guard::Held;
 use crate::mode::Exclusive;
+use crate::token::FencingToken;
 
 /// What a fence needs from a hold: the **scope** its fence is kept for (the lock path), the
 /// **token** it compares, and a [`check`](FenceTicket::check) of the hold that a fence runs just

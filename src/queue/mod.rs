@@ -66,13 +66,13 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
 use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::requests::{child_path, watch_changed, NodeWatch};
-use crate::time::{sleep_until_opt, Wait};
+use crate::token::FencingToken;
+use crate::wait::{sleep_until_opt, Wait};
 use crate::watchdog::clock;
 use crate::watchdog::lease::LeaseCell;
 use crate::watchdog::{self, Creating, Event, Interest};

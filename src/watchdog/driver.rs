@@ -17,7 +17,7 @@ use super::lease::{LeaseCell, RunRecord};
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
 use crate::requests::CatchUnwind;
-use crate::time::sleep_until_opt;
+use crate::wait::sleep_until_opt;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
