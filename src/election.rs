@@ -15,9 +15,11 @@ use crate::lock::FencedLock;
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::names::{self, LATCH_NAME};
-use crate::requests::{child_path, retrying, watch_changed};
 use crate::token::FencingToken;
 use crate::wait::Wait;
+use crate::zk::nodes::child_path;
+use crate::zk::retry::{is_connection_error, retrying};
+use crate::zk::watch::{watch_changed, NodeWatch};
 
 /// The child of the election path that holds the leader's proclaimed value (it is no candidate:
 /// its name has no `latch-`).
@@ -635,7 +637,7 @@ async fn fenced_write(
         }),
         Err(err) => {
             let err = zk::Error::from(err);
-            if crate::requests::is_connection_error(&err) {
+            if is_connection_error(&err) {
                 return Err(err);
             }
             Err(Fenced::Other(err))
@@ -723,7 +725,7 @@ pub struct Observer {
     started: bool,
     /// The watches set by the last look: on the leader's node and the value (or, with no
     /// leader, on the election path's children).
-    armed: Vec<crate::requests::NodeWatch>,
+    armed: Vec<NodeWatch>,
     /// The leader's node as the last look read it (name, sequence, data, stat), while it
     /// leads: a new proclamation is read against it, without listing the candidates again.
     head: Option<(String, i32, Vec<u8>, zk::Stat)>,

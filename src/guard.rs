@@ -19,9 +19,9 @@ use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
 use crate::reentrancy::{Key, Owner, Owners};
-use crate::requests::Deleted;
 use crate::token::FencingToken;
 use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
+use crate::zk::nodes::Deleted;
 
 /// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]

@@ -19,9 +19,11 @@ use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
 use crate::reentrancy::{self, Key, Owner, Reentry};
-use crate::requests::{child_path, retrying};
 use crate::token::FencingToken;
 use crate::wait::Wait;
+use crate::watchdog::REVOKE;
+use crate::zk::nodes::{child_path, delete_node, Deleted};
+use crate::zk::retry::retrying;
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///
@@ -257,7 +259,7 @@ impl<M: Mode> FencedLock<M> {
             return Ok(false);
         }
         // A repeat after a lost reply writes the same marker again: harmless.
-        let write = || client.set_data(node, crate::requests::REVOKE, None);
+        let write = || client.set_data(node, REVOKE, None);
         match retrying(client, write).await? {
             Ok(_) => Ok(true),
             Err(zk::Error::NoNode) => Ok(false),
@@ -294,8 +296,8 @@ impl<M: Mode> FencedLock<M> {
     pub async fn force_revocation(&self, node: &str) -> Result<bool> {
         self.node_name(node)?;
         let client = &self.queue.client;
-        match crate::requests::delete_node(client, node, false).await? {
-            crate::requests::Deleted::Absent => Ok(false),
+        match delete_node(client, node, None).await? {
+            Deleted::Absent => Ok(false),
             _ => Ok(true),
         }
     }
