@@ -1,5 +1,5 @@
 //! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
-//! gets from [`Acquire::run`](crate::Acquire::run)(crate::Acquire::run); and the holding they share: one
+//! gets from [`Acquire::run`](crate::Acquire::run); and the holding they share: one
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
 
@@ -248,10 +248,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(|halt| match halt {
-            Halt::Jeopardy => Error::Jeopardy,
-            Halt::Lost(reason) => Error::LockLost(reason),
-        })
+        self.halt().map_err(Error::from)
     }
 
     /// Whether the hold is in jeopardy, as a watch: `true` while its lease has lapsed with no
@@ -310,8 +307,8 @@ impl<M: Mode> Held<M> {
         loop {
             match self.halt() {
                 Ok(()) => return Ok(()),
-                Err(Halt::Lost(reason)) => return Err(Error::LockLost(reason)),
                 Err(Halt::Jeopardy) => {}
+                Err(lost) => return Err(lost.into()),
             }
             tokio::select! {
                 _ = jeopardy.changed() => {}

@@ -282,10 +282,7 @@ impl MultiHeld {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(|halt| match halt {
-            Halt::Jeopardy => Error::Jeopardy,
-            Halt::Lost(reason) => Error::LockLost(reason),
-        })
+        self.halt().map_err(Error::from)
     }
 
     fn halt(&self) -> std::result::Result<(), Halt> {
