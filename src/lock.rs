@@ -366,7 +366,7 @@ impl<M: Mode> FencedLock<M> {
     /// The data and `Stat` of `nodes` (in queue order), read in multi-reads of a few hundred
     /// (replies far below the server's 1 MiB `jute.maxbuffer`); a node gone meanwhile is left
     /// out (it is no longer queued).
-    async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
+    pub(crate) async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
         let client = &self.queue.client;
         let path = &*self.queue.path;
         let session = client.session_id();
@@ -416,13 +416,18 @@ impl<M: Mode> FencedLock<M> {
     /// # Ok(()) }
     /// ```
     pub async fn holders(&self) -> Result<Vec<Contender>> {
-        // One pass over the listing in queue order, and only the holders' nodes read: linear
-        // in the queue's length, whatever the number of waiters.
-        let ordered = self.queue_in_order().await?;
-        let holding: Vec<(String, i32)> = (Kind::holders(&ordered, self.permits()).into_iter())
-            .map(|i| ordered[i].clone())
-            .collect();
+        let holding = self.holding_nodes().await?;
         self.read_contenders(&holding).await
+    }
+
+    /// The nodes that hold the lock now, as one listing shows them (see
+    /// [`holders`](Self::holders)), in queue order with their sequences: one pass over the
+    /// listing in queue order, linear in the queue's length, whatever the number of waiters.
+    /// [`read_contenders`](Self::read_contenders) reads them.
+    pub(crate) async fn holding_nodes(&self) -> Result<Vec<(String, i32)>> {
+        let ordered = self.queue_in_order().await?;
+        let holding = Kind::holders(&ordered, self.permits()).into_iter();
+        Ok(holding.map(|i| ordered[i].clone()).collect())
     }
 
     /// A semaphore's count, when this is one.
