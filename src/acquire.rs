@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::section::{self, Guarded};
-use crate::time::Wait;
+use crate::wait::Wait;
 
 /// Taking a lock, and running a critical section under it: what [`FencedLock`],
 /// [`FencedMultiLock`], [`FencedSemaphore`] and the two sides of a [`FencedRwLock`]

@@ -10,14 +10,16 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
-use crate::lock::FencedLock;
+use crate::lock::{Contender, FencedLock};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::names::{self, LATCH_NAME};
-use crate::requests::{child_path, retrying, watch_changed};
-use crate::time::Wait;
+use crate::token::FencingToken;
+use crate::wait::Wait;
+use crate::zk::nodes::child_path;
+use crate::zk::retry::{is_connection_error, retrying};
+use crate::zk::watch::{watch_changed, NodeWatch};
 
 /// The child of the election path that holds the leader's proclaimed value (it is no candidate:
 /// its name has no `latch-`).
@@ -248,7 +250,7 @@ impl FencedElection {
     /// # Ok(()) }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        read_leader(self.lock.client(), self.path(), &self.value).await
+        read_leader(&self.lock, &self.value).await
     }
 
     /// Leader changes, as a watch sees them: the first [`Observer::next`] gives the current
@@ -635,7 +637,7 @@ async fn fenced_write(
         }),
         Err(err) => {
             let err = zk::Error::from(err);
-            if crate::requests::is_connection_error(&err) {
+            if is_connection_error(&err) {
                 return Err(err);
             }
             Err(Fenced::Other(err))
@@ -643,43 +645,48 @@ async fn fenced_write(
     })
 }
 
-/// The leader of `path`: its first candidate, with the proclaimed value if it wrote one.
-async fn read_leader(client: &zk::Client, path: &str, value: &str) -> Result<Option<Leader>> {
-    let session = client.session_id();
+/// The leader of `election`'s path, read as [`FencedLock::holders`] reads a lock's holders
+/// (one listing, then the holder's node), with the proclaimed value, read beside the holder's
+/// node, if the leader wrote it.
+async fn read_leader(election: &FencedLock, value: &str) -> Result<Option<Leader>> {
+    let client = election.client();
     loop {
-        let children = match retrying(client, || client.list_children(path)).await? {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => return Ok(None),
-            Err(err) => return Err(Error::from_request("list", path, session, err)),
+        let holding = match election.holding_nodes().await {
+            Ok(holding) => holding,
+            Err(Error::NoParent { .. }) => return Ok(None),
+            Err(err) => return Err(err),
         };
-        let Some((name, sequence)) = head(children) else {
+        let Some(head) = candidate(holding) else {
             return Ok(None);
         };
-        let node = child_path(path, &name);
-        let reads = || async {
-            let (head, proclaimed) = (client.get_data(&node), client.get_data(value));
-            let head = head.await?;
-            Ok((head, proclaimed.await.ok()))
-        };
-        match retrying(client, reads).await? {
-            Ok(((data, stat), proclaimed)) => {
-                return Ok(Some(leader(name, sequence, data, stat, proclaimed)));
-            }
+        let (holder, proclaimed) = futures_util::future::join(
+            election.read_contenders(std::slice::from_ref(&head)),
+            retrying(client, || client.get_data(value)),
+        )
+        .await;
+        match holder?.pop() {
+            Some(holder) => return Ok(Some(leader_of(holder, proclaimed?.ok()))),
             // Gone between the listing and the read: look again.
-            Err(zk::Error::NoNode) => continue,
-            Err(err) => return Err(Error::from_request("get", &node, session, err)),
+            None => continue,
         }
     }
 }
 
-/// The first candidate of a listing, with its sequence.
+/// The leader in a listing: the candidate that holds by the queue's own rule (nothing queued
+/// ahead of it: [`Kind::holders`], which [`FencedLock::holders`] applies), with its sequence.
 fn head(children: Vec<String>) -> Option<(String, i32)> {
-    let candidates = children
-        .into_iter()
-        .filter(|c| names::marker_of(c) == Some(LATCH_NAME));
-    names::queue_order(candidates.collect()).into_iter().next()
+    let ordered = names::queue_order(children);
+    let holding = Kind::holders(&ordered, None).into_iter();
+    candidate(holding.map(|i| ordered[i].clone()).collect())
 }
 
+/// The election candidate (`latch-`) among the holders of a listing.
+fn candidate(holding: Vec<(String, i32)>) -> Option<(String, i32)> {
+    (holding.into_iter()).find(|(name, _)| names::marker_of(name) == Some(LATCH_NAME))
+}
+
+/// The leader whose node a listing and a read found (`sequence`, and `data` and `stat` of the
+/// node `node`), with the value it proclaimed if the read found one.
 fn leader(
     node: String,
     sequence: i32,
@@ -687,12 +694,23 @@ fn leader(
     stat: zk::Stat,
     proclaimed: Option<(Vec<u8>, zk::Stat)>,
 ) -> Leader {
-    let epoch = FencingToken::of_node(sequence, stat.czxid);
-    Leader {
-        epoch,
-        data: proclaimed_for(epoch, proclaimed).unwrap_or(data),
-        session_id: zk::SessionId(stat.ephemeral_owner),
+    let holder = Contender {
         node,
+        token: FencingToken::of_node(sequence, stat.czxid),
+        session_id: zk::SessionId(stat.ephemeral_owner),
+        data,
+        created_ms: stat.ctime,
+    };
+    leader_of(holder, proclaimed)
+}
+
+/// The leader that `holder` is, with the value it proclaimed if `proclaimed` is its.
+fn leader_of(holder: Contender, proclaimed: Option<(Vec<u8>, zk::Stat)>) -> Leader {
+    Leader {
+        epoch: holder.token,
+        data: proclaimed_for(holder.token, proclaimed).unwrap_or(holder.data),
+        session_id: holder.session_id,
+        node: holder.node,
     }
 }
 
@@ -723,7 +741,7 @@ pub struct Observer {
     started: bool,
     /// The watches set by the last look: on the leader's node and the value (or, with no
     /// leader, on the election path's children).
-    armed: Vec<crate::requests::NodeWatch>,
+    armed: Vec<NodeWatch>,
     /// The leader's node as the last look read it (name, sequence, data, stat), while it
     /// leads: a new proclamation is read against it, without listing the candidates again.
     head: Option<(String, i32, Vec<u8>, zk::Stat)>,
@@ -901,5 +919,23 @@ impl Observer {
                 Err(err) => return Err(Error::from_request("exists", value, session, err)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leader_of_a_listing_is_the_candidate_nothing_is_queued_ahead_of() {
+        let latch = |seq: i32| format!("_c_0f-{LATCH_NAME}{seq:010}");
+        let listing = vec![latch(12), VALUE_NAME.to_owned(), latch(7), latch(9)];
+        assert_eq!(head(listing), Some((latch(7), 7)));
+        assert_eq!(head(vec![VALUE_NAME.to_owned()]), None);
+        // A node of another kind queued ahead holds, so no candidate leads (as a campaign
+        // would wait for it).
+        let mut mixed = names::mutex_names(&[3]);
+        mixed.push(latch(5));
+        assert_eq!(head(mixed), None);
     }
 }

@@ -1,5 +1,5 @@
 //! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
-//! gets from [`Acquire::run`](crate::Acquire::run)(crate::Acquire::run); and the holding they share: one
+//! gets from [`Acquire::run`](crate::Acquire::run); and the holding they share: one
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
 
@@ -12,16 +12,16 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
-use crate::holds::{Key, Owner, Registry};
 use crate::loss::LossReason;
 use crate::metrics::{HELD_LOCKS, HOLD_DURATION_SECONDS, RELEASE_ERRORS_TOTAL};
 use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
-use crate::requests::Deleted;
+use crate::reentrancy::{Key, Owner, Owners};
+use crate::token::FencingToken;
 use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
+use crate::zk::nodes::Deleted;
 
 /// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]
@@ -52,8 +52,9 @@ struct Guards {
     release: Option<Release>,
 }
 
-/// The holdings of this process, for reentrancy (see [`crate::holds`]).
-static HOLDINGS: LazyLock<Registry<Holding>> = LazyLock::new(Registry::default);
+/// The holdings of this process and who owns each, for reentrancy (see
+/// [`crate::reentrancy`]).
+static HOLDINGS: LazyLock<Owners<Holding>> = LazyLock::new(Owners::default);
 
 impl Holding {
     fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
@@ -247,10 +248,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(|halt| match halt {
-            Halt::Jeopardy => Error::Jeopardy,
-            Halt::Lost(reason) => Error::LockLost(reason),
-        })
+        self.halt().map_err(Error::from)
     }
 
     /// Whether the hold is in jeopardy, as a watch: `true` while its lease has lapsed with no
@@ -309,8 +307,8 @@ impl<M: Mode> Held<M> {
         loop {
             match self.halt() {
                 Ok(()) => return Ok(()),
-                Err(Halt::Lost(reason)) => return Err(Error::LockLost(reason)),
                 Err(Halt::Jeopardy) => {}
+                Err(lost) => return Err(lost.into()),
             }
             tokio::select! {
                 _ = jeopardy.changed() => {}

@@ -226,8 +226,9 @@
 //! # Secured ensembles: authentication, TLS, and the ACLs a lock needs
 //!
 //! zkfence takes the [`zookeeper_client::Client`] you built, so authentication and TLS are
-//! set up on its `Connector` (TLS needs `zookeeper-client`'s `tls` feature in your
-//! `Cargo.toml`; `examples/secured.rs` does both). A lock's requests need, per node:
+//! set up where it is connected: on [`Connect`] (TLS with zkfence's `tls` feature, SASL with its
+//! `sasl` feature), or on `zookeeper-client`'s `Connector` (TLS with its `tls` feature;
+//! `examples/secured.rs` does both there). A lock's requests need, per node:
 //!
 //! | node | permissions | for |
 //! | --- | --- | --- |
@@ -244,12 +245,12 @@
 //!
 //! ```no_run
 //! use zkfence::{FencedLock, LockOptions};
-//! use zookeeper_client::{Acls, Client};
+//! use zookeeper_client::Acls;
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::connector()
+//! let client = zkfence::Connect::new("zk1:2181,zk2:2181,zk3:2181")
 //!     .with_auth("digest", b"orders-service:s3cret")
-//!     .connect("zk1:2181,zk2:2181,zk3:2181")
+//!     .connect()
 //!     .await?;
 //! let options = LockOptions::default().with_acls(&Acls::creator_all());
 //! let lock = FencedLock::new(client, "/locks/orders", options)?;
@@ -263,6 +264,8 @@
 //!
 //! # Layout
 //!
+//! - [`Connect`]: connects a new session whose creation anchors its first lease (its first
+//!   acquire is granted at once).
 //! - [`Acquire`]: acquire, try_acquire, acquire_timeout, run, run_timeout, written once for
 //!   every lock kind (`use zkfence::Acquire;` to call them).
 //! - [`FencedLock`]: the mutex; contenders, holders, revocation; clones share an in-process
@@ -321,9 +324,7 @@ mod connect;
 mod election;
 mod error;
 pub mod fence;
-mod fencing;
 mod guard;
-mod holds;
 mod lock;
 mod loss;
 pub mod metrics;
@@ -332,19 +333,20 @@ mod multi;
 mod mutants;
 mod options;
 mod queue;
-mod requests;
+mod reentrancy;
 mod rwlock;
 mod section;
 mod semaphore;
-mod time;
+mod token;
+mod wait;
 mod watchdog;
+mod zk;
 
 pub use crate::acquire::Acquire;
-pub use crate::connect::connect;
+pub use crate::connect::Connect;
 pub use crate::election::{FencedElection, Leader, Leadership, Observer, Reconnect};
 pub use crate::error::{Error, Result};
 pub use crate::fence::FenceTicket;
-pub use crate::fencing::{FencingToken, TokenError};
 pub use crate::guard::{Held, LockGuard};
 pub use crate::lock::{Contender, FencedLock};
 pub use crate::loss::LossReason;
@@ -356,6 +358,7 @@ pub use crate::mutants::{FenceMutant, Mutant};
 pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
+pub use crate::token::{FencingToken, TokenError};
 /// **For zkfence's lease model only** (`model/`): the watchdog's own lease, jeopardy and
 /// resume code, driven with explicit times. Only built with the `model` feature.
 #[cfg(feature = "model")]

@@ -12,16 +12,18 @@ use zookeeper_client as zk;
 
 use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::guard::{self, Held, Holder, LockGuard};
-use crate::holds::{self, Key, Owner, Reentry};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
-use crate::requests::{child_path, retrying};
-use crate::time::Wait;
+use crate::reentrancy::{self, Key, Owner, Reentry};
+use crate::token::FencingToken;
+use crate::wait::Wait;
+use crate::watchdog::REVOKE;
+use crate::zk::nodes::{child_path, delete_node, Deleted};
+use crate::zk::retry::retrying;
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///
@@ -257,7 +259,7 @@ impl<M: Mode> FencedLock<M> {
             return Ok(false);
         }
         // A repeat after a lost reply writes the same marker again: harmless.
-        let write = || client.set_data(node, crate::requests::REVOKE, None);
+        let write = || client.set_data(node, REVOKE, None);
         match retrying(client, write).await? {
             Ok(_) => Ok(true),
             Err(zk::Error::NoNode) => Ok(false),
@@ -294,8 +296,8 @@ impl<M: Mode> FencedLock<M> {
     pub async fn force_revocation(&self, node: &str) -> Result<bool> {
         self.node_name(node)?;
         let client = &self.queue.client;
-        match crate::requests::delete_node(client, node, false).await? {
-            crate::requests::Deleted::Absent => Ok(false),
+        match delete_node(client, node, None).await? {
+            Deleted::Absent => Ok(false),
             _ => Ok(true),
         }
     }
@@ -364,7 +366,7 @@ impl<M: Mode> FencedLock<M> {
     /// The data and `Stat` of `nodes` (in queue order), read in multi-reads of a few hundred
     /// (replies far below the server's 1 MiB `jute.maxbuffer`); a node gone meanwhile is left
     /// out (it is no longer queued).
-    async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
+    pub(crate) async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
         let client = &self.queue.client;
         let path = &*self.queue.path;
         let session = client.session_id();
@@ -414,13 +416,18 @@ impl<M: Mode> FencedLock<M> {
     /// # Ok(()) }
     /// ```
     pub async fn holders(&self) -> Result<Vec<Contender>> {
-        // One pass over the listing in queue order, and only the holders' nodes read: linear
-        // in the queue's length, whatever the number of waiters.
-        let ordered = self.queue_in_order().await?;
-        let holding: Vec<(String, i32)> = (Kind::holders(&ordered, self.permits()).into_iter())
-            .map(|i| ordered[i].clone())
-            .collect();
+        let holding = self.holding_nodes().await?;
         self.read_contenders(&holding).await
+    }
+
+    /// The nodes that hold the lock now, as one listing shows them (see
+    /// [`holders`](Self::holders)), in queue order with their sequences: one pass over the
+    /// listing in queue order, linear in the queue's length, whatever the number of waiters.
+    /// [`read_contenders`](Self::read_contenders) reads them.
+    pub(crate) async fn holding_nodes(&self) -> Result<Vec<(String, i32)>> {
+        let ordered = self.queue_in_order().await?;
+        let holding = Kind::holders(&ordered, self.permits()).into_iter();
+        Ok(holding.map(|i| ordered[i].clone()).collect())
     }
 
     /// A semaphore's count, when this is one.
@@ -483,13 +490,13 @@ impl<M: Mode> FencedLock<M> {
     }
 
     /// What an acquire by the calling task gets, given what it already holds on this lock
-    /// (see [`crate::holds::reentry`]).
+    /// (see [`crate::reentrancy::reentry`]).
     fn reentry(&self) -> Result<Entry<M>> {
         let queue = &self.queue;
         let held = guard::owned_by(&self.key(), Owner::current());
         let kinds: Vec<Kind> = held.iter().map(|(kind, _)| *kind).collect();
         Ok(
-            match holds::reentry(&kinds, queue.kind, queue.options.reentrant) {
+            match reentrancy::reentry(&kinds, queue.kind, queue.options.reentrant) {
                 Reentry::Queue => Entry::Queue(None),
                 Reentry::Nest(i) => LockGuard::<M>::nest(held[i].1.clone())?
                     .map_or(Entry::Queue(None), Entry::Nested),
@@ -498,8 +505,8 @@ impl<M: Mode> FencedLock<M> {
                 Reentry::WouldDeadlock => {
                     return Err(Error::WouldDeadlock {
                         path: queue.path.to_string(),
-                        held: holds::describe(kinds[0]),
-                        asked: holds::describe(queue.kind),
+                        held: reentrancy::describe(kinds[0]),
+                        asked: reentrancy::describe(queue.kind),
                     })
                 }
             },

@@ -10,13 +10,13 @@ use zookeeper_client as zk;
 use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
 use crate::fence::FenceTicket;
-use crate::fencing::FencingToken;
 use crate::guard::{Held, LockGuard};
 use crate::lock::FencedLock;
 use crate::loss::LossReason;
 use crate::options::LockOptions;
 use crate::section::{Fenceable, Guarded};
-use crate::time::Wait;
+use crate::token::FencingToken;
+use crate::wait::Wait;
 use crate::watchdog::Halt;
 
 /// Several fenced locks held together, like Apache Curator's `InterProcessMultiLock`, but
@@ -282,10 +282,7 @@ impl MultiHeld {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(|halt| match halt {
-            Halt::Jeopardy => Error::Jeopardy,
-            Halt::Lost(reason) => Error::LockLost(reason),
-        })
+        self.halt().map_err(Error::from)
     }
 
     fn halt(&self) -> std::result::Result<(), Halt> {

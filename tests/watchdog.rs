@@ -10,7 +10,7 @@ use zkfence::Acquire;
 
 use zkfence::{Error, FencedLock, LockOptions, LossReason};
 use zkfence_harness::{chroot, connect, expire_session, shared, wait_until, ZooKeeper};
-use zkfence_testkit::CountingProxy;
+use zkfence_testkit::{is_service, CountingProxy, Service, ServiceOptions};
 use zookeeper_client as zk;
 
 const T: Duration = Duration::from_secs(2);
@@ -470,6 +470,77 @@ async fn child_holder_process() {
         })
         .await;
     println!("RESULT {result:?}");
+}
+
+/// A session made by `zkfence::Connect` anchors its first lease at its creation: a process's
+/// first acquire on it, a second after the connect, is granted on a lease that began before
+/// the connect returned. A session connected with `zookeeper-client` directly anchors nothing:
+/// the same acquire waits for a paired proof, and its lease begins no earlier than its create.
+/// Each case runs in a process of its own (this test binary, re-run as `child_first_acquire`):
+/// in one process, the record of the first case's ticker would let the second lean on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_by_connect_anchors_its_first_lease_at_its_creation() {
+    let hosts = chroot(shared(), "connect-anchor").await;
+    let mut lease_after_acquire = Vec::new();
+    for how in ["connect", "plain"] {
+        let options = ServiceOptions::new("child_first_acquire")
+            .env("ZKFENCE_CHILD_HOSTS", &hosts)
+            .env("ZKFENCE_CHILD_CONNECT", how);
+        let mut child = Service::spawn(options).unwrap();
+        let line = child
+            .wait_line(|l| l.starts_with("LEASE "), Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{how}: {e}"));
+        let ms: u64 = line["LEASE ".len()..].trim().parse().unwrap();
+        eprintln!(
+            "FIRST ACQUIRE on a {how} session: the lease ends {ms} ms after the acquire began"
+        );
+        lease_after_acquire.push(Duration::from_millis(ms));
+        let status = child.wait_exit(Duration::from_secs(30)).await.unwrap();
+        assert!(status.success(), "{how}: the child failed ({status})");
+    }
+    // The connect's anchor lies a second (the child's sleep) before the acquire began; a
+    // paired proof's no earlier than the create, after it began.
+    let (anchored, paired) = (lease_after_acquire[0], lease_after_acquire[1]);
+    assert!(
+        anchored + Duration::from_millis(800) < paired,
+        "the connect's session was not anchored at its creation: its lease ended {anchored:?} \
+         after the acquire began, a plain session's {paired:?}"
+    );
+}
+
+/// The child side of the first-acquire test: connects as told, waits a second, acquires once
+/// and prints how long after the acquire began its lease ends, as the grant found it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by a_session_made_by_connect_anchors_its_first_lease_at_its_creation"]
+async fn child_first_acquire() {
+    if !is_service("child_first_acquire") {
+        return;
+    }
+    let hosts = std::env::var("ZKFENCE_CHILD_HOSTS").unwrap();
+    // A long session: the connect's anchor must outlast the wait and a slow create.
+    let t = Duration::from_secs(10);
+    let client = match std::env::var("ZKFENCE_CHILD_CONNECT").as_deref() {
+        Ok("connect") => connect(&hosts, t).await,
+        _ => zk::Client::connector()
+            .with_session_timeout(t)
+            .connect(&hosts)
+            .await
+            .unwrap(),
+    };
+    // A declared tickTime of 2 s puts the first paired proof a second or more after the
+    // create's reply: it cannot move the anchor before the grant's lease is read.
+    let options = LockOptions::default()
+        .with_create_parents(true)
+        .with_tick_time(Duration::from_secs(2));
+    let lock = FencedLock::new(client, "/locks/first", options).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let began = tokio::time::Instant::now();
+    let guard = lock.acquire().await.unwrap();
+    let lease = guard.lease_deadline().saturating_duration_since(began);
+    println!("LEASE {}", lease.as_millis());
+    guard.check().unwrap();
+    guard.release().await.unwrap();
 }
 
 /// What the lease costs: while a lock is held, the watchdog's only requests are its probes, one

@@ -63,13 +63,12 @@ pub(crate) fn parse_session_timeout(text: &str) -> Result<Duration, String> {
     Ok(timeout)
 }
 
-/// A session to `hosts` with `session_timeout`, failing eagerly, through `zkfence::connect`
+/// A session to `hosts` with `session_timeout`, failing eagerly, through `zkfence::Connect`
 /// (its creation anchors its first lease, so the first acquire is not held back).
 pub(crate) async fn session(hosts: &str, session_timeout: Duration) -> Result<zk::Client, String> {
-    let connector = zk::Client::connector()
-        .with_session_timeout(session_timeout)
-        .with_fail_eagerly();
-    zkfence::connect(connector, |c| c.connect(hosts))
+    (zkfence::Connect::new(hosts).with_session_timeout(session_timeout))
+        .with_fail_eagerly()
+        .connect()
         .await
         .map_err(|e| format!("cannot reach ZooKeeper at {hosts}: {e}"))
 }

@@ -24,10 +24,10 @@ const OP_CREATE2: i32 = 15;
 
 /// A session to `hosts` for one contender (or the bench's admin work): 10 s, failing eagerly.
 pub(super) async fn connect_raw(hosts: &str) -> Result<zk::Client, String> {
-    let connector = zk::Client::connector()
+    zkfence::Connect::new(hosts)
         .with_session_timeout(Duration::from_secs(10))
-        .with_fail_eagerly();
-    zkfence::connect(connector, |c| c.connect(hosts))
+        .with_fail_eagerly()
+        .connect()
         .await
         .map_err(|e| format!("cannot reach ZooKeeper at {hosts}: {e}"))
 }

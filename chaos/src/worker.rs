@@ -332,8 +332,9 @@ async fn node_survived(client: &zk::Client, node: &str, wait: Duration) -> Optio
 /// session).
 pub(crate) async fn connect(hosts: &str, timeout: Duration, log: &Log) -> zk::Client {
     loop {
-        let connector = zk::Client::connector().with_session_timeout(timeout);
-        let attempt = zkfence::connect(connector, |c| c.connect(hosts));
+        let attempt = zkfence::Connect::new(hosts)
+            .with_session_timeout(timeout)
+            .connect();
         match tokio::time::timeout(timeout * 2, attempt).await {
             Ok(Ok(client)) => {
                 log.now(Ev::Session {

@@ -60,20 +60,20 @@ pub(crate) struct Credential {
 }
 
 impl Credential {
-    /// Adds this credential to `connector`: SASL DIGEST-MD5 for the `sasl` scheme (the
-    /// server's `SASLAuthenticationProvider` and a JAAS `Server` section), an `addauth`
-    /// packet for any other (`digest`, …).
-    fn apply(&self, connector: zk::Connector) -> zk::Connector {
+    /// Adds this credential to `connect`: SASL DIGEST-MD5 for the `sasl` scheme (the server's
+    /// `SASLAuthenticationProvider` and a JAAS `Server` section), an `addauth` packet for any
+    /// other (`digest`, …).
+    fn apply(&self, connect: zkfence::Connect) -> zkfence::Connect {
         if self.scheme == "sasl" {
             let secret = String::from_utf8_lossy(&self.secret);
             if let Some((user, password)) = secret.split_once(':') {
-                return connector.with_sasl(zk::SaslOptions::digest_md5(
+                return connect.with_sasl(zk::SaslOptions::digest_md5(
                     user.to_owned(),
                     password.to_owned(),
                 ));
             }
         }
-        connector.with_auth(&self.scheme, &self.secret)
+        connect.with_auth(&self.scheme, &self.secret)
     }
 }
 
@@ -172,29 +172,21 @@ impl Connection {
         let mut backoff = Duration::from_millis(100);
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            let mut connector = zk::Client::connector()
+            // Through zkfence::Connect: the session's creation anchors the first lease, so
+            // the command starts without waiting for a paired proof.
+            let mut connect = zkfence::Connect::new(self.connect.as_str())
                 .with_session_timeout(session_timeout)
                 .with_connection_timeout(
                     left.clamp(Duration::from_millis(100), Duration::from_secs(5)),
                 )
                 .with_fail_eagerly();
             if let Some(credential) = &credential {
-                connector = credential.apply(connector);
+                connect = credential.apply(connect);
             }
-            // Through zkfence::connect: the session's creation anchors the first lease, so
-            // the command starts without waiting for a paired proof.
-            let hosts = self.connect.as_str();
-            let attempt = match tls.clone() {
-                Some(tls) => {
-                    let connecting =
-                        zkfence::connect(connector.with_tls(tls), |c| c.secure_connect(hosts));
-                    tokio::time::timeout(left, connecting).await
-                }
-                None => {
-                    let connecting = zkfence::connect(connector, |c| c.connect(hosts));
-                    tokio::time::timeout(left, connecting).await
-                }
-            };
+            if let Some(tls) = tls.clone() {
+                connect = connect.with_tls(tls);
+            }
+            let attempt = tokio::time::timeout(left, connect.connect()).await;
             let err = match attempt {
                 Ok(Ok(client)) => return Ok(client),
                 Ok(Err(zk::Error::AuthFailed)) => {

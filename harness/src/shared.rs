@@ -194,12 +194,13 @@ pub fn shared_mariadb() -> &'static str {
         .1
 }
 
-/// Connects a new session with the given session timeout, through [`zkfence::connect`], as
+/// Connects a new session with the given session timeout, through [`zkfence::Connect`], as
 /// a service would: the session's creation anchors its first lease, so a lock's first acquire
 /// on it is granted at once rather than after a paired proof.
 pub async fn connect(hosts: &str, session_timeout: Duration) -> zk::Client {
-    let connector = zk::Client::connector().with_session_timeout(session_timeout);
-    zkfence::connect(connector, |c| c.connect(hosts))
+    zkfence::Connect::new(hosts)
+        .with_session_timeout(session_timeout)
+        .connect()
         .await
         .unwrap_or_else(|e| panic!("connect to {hosts}: {e}"))
 }

@@ -91,7 +91,7 @@ impl ZooKeeperStore {
         let acls = zk::Acls::anyone_all().to_vec();
         for rest in ["counters", "logs", "fences"] {
             let path = store.path(rest);
-            crate::requests::create_parents(
+            crate::zk::nodes::create_parents(
                 &store.reader,
                 &path,
                 zk::CreateMode::Persistent,

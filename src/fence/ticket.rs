@@ -1,13 +1,14 @@
-//! [`FenceTicket`]: what a fence needs from a hold, and its text form.
+//! [`FenceTicket`]: what a fence needs from a hold, how a hold hands one out
+//! ([`Held::ticket`], built in one place: `FenceTicket::of_hold`), and its text form.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use super::error::FenceError;
-use crate::fencing::FencingToken;
 use crate::guard::Held;
-use crate::mode::Exclusive;
+use crate::mode::{Exclusive, Mode};
+use crate::token::FencingToken;
 
 /// What a fence needs from a hold: the **scope** its fence is kept for (the lock path), the
 /// **token** it compares, and a [`check`](FenceTicket::check) of the hold that a fence runs just
@@ -58,14 +59,16 @@ pub struct FenceTicket {
 }
 
 impl FenceTicket {
-    /// The ticket of a hold of this process.
-    pub(crate) fn held(held: Held) -> FenceTicket {
+    /// The ticket of a hold of this process: its lock path, token and node, and, for an
+    /// exclusive hold, the hold itself to check (`check` is `None` for the shared-ticket mutant,
+    /// whose hold a ticket cannot carry).
+    fn of_hold<M: Mode>(held: &Held<M>, check: Option<Held>) -> FenceTicket {
         let node = held.node_path().rsplit('/').next().map(Arc::from);
         FenceTicket {
             scope: held.lock_path().into(),
             token: held.token(),
             node,
-            held: Some(held),
+            held: check,
         }
     }
 
@@ -130,7 +133,7 @@ impl FenceTicket {
     /// ```
     pub fn node_path(&self) -> Option<String> {
         let node = self.node.as_deref()?;
-        Some(crate::requests::child_path(&self.scope, node))
+        Some(crate::zk::nodes::child_path(&self.scope, node))
     }
 
     /// The hold's check, as [`Held::check`]: fails once the hold is lost, released, in
@@ -355,7 +358,7 @@ impl Held<Exclusive> {
     /// # Ok(()) }
     /// ```
     pub fn ticket(&self) -> FenceTicket {
-        FenceTicket::held(self.clone())
+        FenceTicket::of_hold(self, Some(self.clone()))
     }
 }
 
@@ -367,7 +370,7 @@ impl Held<crate::mode::Shared> {
     #[doc(hidden)]
     #[allow(missing_docs)]
     pub fn ticket(&self) -> FenceTicket {
-        FenceTicket::new(self.lock_path(), self.token()).expect("a lock path is a scope")
+        FenceTicket::of_hold(self, None)
     }
 }
 

@@ -9,7 +9,8 @@ use super::ticket::FenceTicket;
 use crate::error::Error;
 use crate::loss::LossReason;
 use crate::mutants::{FenceFlaw, FenceMutant};
-use crate::requests::{create_parents, is_connection_error, retrying};
+use crate::zk::nodes::create_parents;
+use crate::zk::retry::{is_connection_error, retrying};
 
 /// How often a fenced write re-reads the fence node when other writers keep moving it between
 /// its read and its commit, before it gives up.

@@ -1,6 +1,7 @@
 //! Removing our node on every way out: the [`PendingNode`] until the acquire succeeds (a
 //! timeout, a refusal, the acquire future dropped), then the [`Release`] that a grant carries
-//! (the holder's release, awaited or in the background when the guard is dropped).
+//! (the holder's release, awaited or in the background when the guard is dropped), with the
+//! release marker ([`RELEASED`]) when the delete must say "released".
 
 use std::future::Future;
 use std::sync::Arc;
@@ -10,7 +11,16 @@ use zookeeper_client as zk;
 use crate::error::Result;
 use crate::metrics::BACKGROUND_CLEANUPS_TOTAL;
 use crate::queue::in_process::InProcessTurn;
-use crate::requests::{child_path, delete_node, find_own_node, Deleted};
+use crate::zk::nodes::{child_path, delete_node, find_own_node, Deleted};
+
+/// The data a marked release writes into its node in the transaction that deletes it
+/// (lock-delay, and the handoff: see `crate::queue`).
+pub(crate) const RELEASED: &[u8] = b"released";
+
+/// The marker a delete writes: [`RELEASED`] when `mark`, else none (a plain delete).
+fn marker(mark: bool) -> Option<&'static [u8]> {
+    mark.then_some(RELEASED)
+}
 
 /// What of ours may exist in the queue while an acquire runs.
 #[derive(Debug)]
@@ -84,7 +94,7 @@ impl PendingNode {
         match &self.ours {
             Ours::Nothing => {}
             Ours::Node(node) => {
-                delete_node(&self.client, node, self.mark).await?;
+                delete_node(&self.client, node, marker(self.mark)).await?;
             }
             Ours::Unnamed => {
                 remove_by_prefix(&self.client, &self.parent, &self.prefix, self.mark).await?
@@ -163,7 +173,7 @@ impl Release {
     /// be ours: the drop keeps trying in the background (with the turn). If this future is
     /// dropped before the delete is confirmed, the drop deletes in the background too.
     pub(crate) async fn now(&mut self) -> Result<Deleted> {
-        let deleted = delete_node(&self.client, &self.node, self.mark).await;
+        let deleted = delete_node(&self.client, &self.node, marker(self.mark)).await;
         self.pending = matches!(&deleted, Err(err) if !err.is_session_terminal());
         if !self.pending {
             self.turn = None;
@@ -190,7 +200,7 @@ async fn remove_by_prefix(
     mark: bool,
 ) -> Result<()> {
     while let Some((name, _)) = find_own_node(client, parent, prefix).await? {
-        delete_node(client, &child_path(parent, &name), mark).await?;
+        delete_node(client, &child_path(parent, &name), marker(mark)).await?;
     }
     Ok(())
 }
@@ -200,7 +210,7 @@ async fn remove_by_prefix(
 fn spawn_cleanup(client: zk::Client, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
     spawn_task(async move {
         let _turn = turn;
-        let outcome = match delete_node(&client, &node, mark).await {
+        let outcome = match delete_node(&client, &node, marker(mark)).await {
             Ok(Deleted::Confirmed) => "deleted",
             Ok(Deleted::Absent) => "absent",
             Ok(Deleted::Unconfirmed) => "unconfirmed",

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::metrics::InProcessWaiter;
-use crate::time::Wait;
+use crate::wait::Wait;
 
 /// The queue itself, shared by the clones of one lock.
 pub(crate) type InProcessQueue = Arc<tokio::sync::Mutex<()>>;

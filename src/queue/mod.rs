@@ -21,7 +21,7 @@
 //!   watch would fire on that write, and a waiter that took it for a release would walk in
 //!   beside the holder (the `DataChangeAdmits` mutant).
 //! - **A holder marks its release** when a successor is likely to need it: it deletes its node
-//!   in a `multi` that first sets the node's data (`crate::requests::RELEASED`). Only holders of
+//!   in a `multi` that first sets the node's data (`cleanup::RELEASED`). Only holders of
 //!   the kinds that hold alone mark (mutex, writer; `Kind::marks_release`), and only if they
 //!   waited in a crowded queue: their listing showed two other nodes or more, or the wait
 //!   lasted long enough (`OWN_WATCH_DELAY`) for others to queue behind them. Two contenders
@@ -66,16 +66,18 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
 use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
-use crate::requests::{child_path, watch_changed, NodeWatch};
-use crate::time::{sleep_until_opt, Wait};
+use crate::token::FencingToken;
+use crate::wait::{sleep_until_opt, Wait};
 use crate::watchdog::clock;
 use crate::watchdog::lease::LeaseCell;
 use crate::watchdog::{self, Creating, Event, Interest};
+use crate::zk::nodes::{child_path, create_parents, delete_node, find_own_node};
+use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error, retrying};
+use crate::zk::watch::{watch_changed, NodeWatch};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
@@ -377,14 +379,12 @@ impl<'a> Attempt<'a> {
                         path: path.to_owned(),
                     });
                 }
-                err if crate::requests::is_connection_error(&err) => {
+                err if is_connection_error(&err) => {
                     // Its own loop rather than `retrying`: after a lost reply our node may
                     // exist, and is found rather than created twice.
-                    crate::requests::await_reconnect(client, &mut attempt).await?;
+                    await_reconnect(client, &mut attempt).await?;
                     let prefix = self.pending.prefix();
-                    if let Some((name, stat)) =
-                        crate::requests::find_own_node(client, path, prefix).await?
-                    {
+                    if let Some((name, stat)) = find_own_node(client, path, prefix).await? {
                         return Ok(Some(Created {
                             name,
                             stat,
@@ -407,9 +407,7 @@ impl<'a> Attempt<'a> {
             // A committed write: a proof for the lease (see `crate::watchdog::lease`).
             Ok(_) => self.lease().committed(sent, clock::now()),
             // Refused by a server, which so saw the session: a reply for the lease.
-            Err(err) if crate::requests::answered_by_server(err) => {
-                self.lease().replied(sent, clock::now())
-            }
+            Err(err) if answered_by_server(err) => self.lease().replied(sent, clock::now()),
             Err(_) => {}
         }
     }
@@ -421,7 +419,7 @@ impl<'a> Attempt<'a> {
             ParentMode::Container => zk::CreateMode::Container,
             ParentMode::Persistent => zk::CreateMode::Persistent,
         };
-        crate::requests::create_parents(self.client, self.path, mode, &options.acls).await
+        create_parents(self.client, self.path, mode, &options.acls).await
     }
 
     /// Our node's sequence and token, checked; then the kind's admission (a semaphore's
@@ -702,7 +700,7 @@ impl<'a> Attempt<'a> {
     /// answers: it proves nothing for the lease (committed writes do).
     async fn list(&self, node: &Queued) -> Result<Vec<String>> {
         let (client, path) = (self.client, self.path);
-        match crate::requests::retrying(client, || client.list_children(path)).await? {
+        match retrying(client, || client.list_children(path)).await? {
             Ok(children) => Ok(children),
             Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
             Err(err) => Err(Error::from_request("list", path, self.session, err)),
@@ -721,7 +719,7 @@ impl<'a> Attempt<'a> {
         for duplicate in &duplicates {
             let path = child_path(self.path, duplicate);
             // A waiter's node: never marked as a release (see "The handoff").
-            crate::requests::delete_node(self.client, &path, false).await?;
+            delete_node(self.client, &path, None).await?;
         }
         Ok(!duplicates.is_empty())
     }
@@ -798,8 +796,8 @@ impl<'a> Attempt<'a> {
     /// A watch that could not be set: after a reconnect the queue is listed again (its
     /// outcome is unknown: a repeat would set it twice); anything else is an error.
     async fn watch_failed(&self, target: &str, err: zk::Error) -> Result<Armed> {
-        if crate::requests::is_connection_error(&err) {
-            crate::requests::await_reconnect(self.client, &mut 0).await?;
+        if is_connection_error(&err) {
+            await_reconnect(self.client, &mut 0).await?;
             return Ok(Armed::Retry);
         }
         Err(Error::from_request("watch", target, self.session, err))
@@ -847,11 +845,17 @@ impl<'a> Attempt<'a> {
 
     /// The error for our queue node gone while waiting: the session's own error if the
     /// deletion was its expiry, [`Error::NodeDeletedWhileWaiting`] if someone deleted it.
+    ///
+    /// A session closed from outside deletes its ephemeral nodes, and fires their watches,
+    /// before its connection is closed, so a node's deletion can be the first sign of an
+    /// expiry. One `sync` tells the two apart.
     async fn node_deleted(&self, node: &Queued) -> Error {
-        match crate::requests::session_alive(self.client, self.path).await {
-            Ok(()) => Error::NodeDeletedWhileWaiting {
+        let (client, path) = (self.client, self.path);
+        match retrying(client, || client.sync(path)).await {
+            Ok(Ok(()) | Err(zk::Error::NoNode)) => Error::NodeDeletedWhileWaiting {
                 node: node.path.clone(),
             },
+            Ok(Err(err)) => Error::from_request("sync", path, client.session_id(), err),
             Err(err) => err,
         }
     }

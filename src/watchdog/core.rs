@@ -23,7 +23,7 @@ pub(crate) enum Event {
         id: u64,
         node: Arc<str>,
         state: Arc<GuardState>,
-        watch: Option<crate::requests::NodeWatch>,
+        watch: Option<crate::zk::watch::NodeWatch>,
     },
     /// The guard was released or dropped.
     Unregister { id: u64 },
@@ -84,7 +84,7 @@ pub(crate) struct NodeToWatch {
     /// The guard's state: a guard released before the watch is armed needs none, and a
     /// revocation request found in the node's data is told to it.
     pub(super) state: Arc<GuardState>,
-    pub(super) pending: Option<crate::requests::NodeWatch>,
+    pub(super) pending: Option<crate::zk::watch::NodeWatch>,
 }
 
 impl fmt::Debug for NodeToWatch {
@@ -170,7 +170,7 @@ impl Core {
         id: u64,
         node: Arc<str>,
         state: Arc<GuardState>,
-        watch: Option<crate::requests::NodeWatch>,
+        watch: Option<crate::zk::watch::NodeWatch>,
         now: Instant,
     ) -> NodeToWatch {
         *self.budgets.entry(state.terms.budget).or_default() += 1;

@@ -16,13 +16,20 @@ use super::core::{Answer, Core, Event, NodeToWatch};
 use super::lease::{LeaseCell, RunRecord};
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
-use crate::requests::CatchUnwind;
-use crate::time::sleep_until_opt;
+use crate::wait::sleep_until_opt;
+use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error};
+use crate::zk::watch::{watch_changed, CatchUnwind};
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
 /// handle, which would keep the session open, is let go.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// What a revocation request writes into a holder's node: Apache Curator's marker
+/// (`LockInternals.REVOKE_MESSAGE`), so that Curator's `Revoker` and zkfence reach each other's
+/// holders. A guard's node watch reads it ([`watch_node`]); `FencedLock::request_revocation`
+/// writes it.
+pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
 
 /// The most probes in flight at once: one, but for the cold phase's extra probes.
 const MOST_IN_FLIGHT: usize = 4;
@@ -691,7 +698,7 @@ async fn probe_session(client: zk::Client, targets: Vec<Check>, sync: bool) -> V
 fn refused_or_none(err: &zk::Error, index: Option<usize>) -> Answer {
     match err {
         zk::Error::NoNode => Answer::Refused(index.or(Some(0))),
-        err if crate::requests::answered_by_server(err) => Answer::Refused(None),
+        err if answered_by_server(err) => Answer::Refused(None),
         _ => Answer::None,
     }
 }
@@ -745,17 +752,14 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
             // creation watch that we would then have to remove).
             None => match client.get_and_watch_data(&node).await {
                 Ok((data, _, watcher)) => {
-                    if data == crate::requests::REVOKE {
+                    if data == REVOKE {
                         state.revocation_requested();
                     }
-                    crate::requests::watch_changed(watcher).await
+                    watch_changed(watcher).await
                 }
                 Err(zk::Error::NoNode) => return (id, true),
-                Err(err) if crate::requests::is_connection_error(&err) => {
-                    if crate::requests::await_reconnect(&client, &mut attempt)
-                        .await
-                        .is_err()
-                    {
+                Err(err) if is_connection_error(&err) => {
+                    if await_reconnect(&client, &mut attempt).await.is_err() {
                         return (id, false);
                     }
                     continue;

@@ -107,13 +107,13 @@
 //! cold proof cannot lean waits for a paired proof, about `G` and a round trip more. That is
 //! the grant right after a detected pause, and the first acquire of a process (or the first
 //! after every watchdog of it stopped: nothing shows that the process ran before it) on a
-//! session that [`crate::connect`] did not create (below); every other acquire leans as
-//! before.
+//! session that [`Connect`](crate::Connect) did not create (below); every other acquire leans
+//! as before.
 //!
 //! # A new session's first lease
 //!
-//! A session that [`crate::connect`] created needs neither: its creation is a proof. The
-//! client sends the connect request at `c` (read on the lease clock before the connect
+//! A session that [`Connect`](crate::Connect) created needs neither: its creation is a proof.
+//! The client sends the connect request at `c` (read on the lease clock before the connect
 //! starts); the server it reaches forwards a `createSession` to the leader, whose
 //! `PrepRequestProcessor` starts tracking the session (`SessionTrackerImpl.trackSession`, its
 //! expiry `T` from then); the connect's reply comes only after that transaction committed
@@ -122,10 +122,10 @@
 //! the lease. (A leader elected later touches every session when it starts, point 3.) This
 //! holds only for a new read-write session: a resumed one (`Connector::with_session`) is
 //! revalidated by whichever server it reaches, a leader cut off from its quorum included, and a
-//! read-only server commits nothing; `connect` reads the connector and anchors nothing for
-//! those. A pause after the connect only lets that anchor age: the lease lapses on time. With
-//! it a process's first acquire, soon after its connect, is granted at once, where it would
-//! otherwise wait for a paired proof (about `G`).
+//! read-only server commits nothing; [`Connect`](crate::Connect) cannot ask for either, and a
+//! session connected otherwise anchors nothing. A pause after the connect only lets that anchor
+//! age: the lease lapses on time. With it a process's first acquire, soon after its connect, is
+//! granted at once, where it would otherwise wait for a paired proof (about `G`).
 //!
 //! # Only holds probe
 //!
@@ -251,7 +251,7 @@
 //!   lacks (scheduling, ping jitter, the time between `check()` and a write);
 //! - leader pauses and stalls longer than `G`, misconfigured ensembles, two-server ensembles:
 //!   outside the assumptions above;
-//! - a session's creation and the anchor [`crate::connect`] takes from it
+//! - a session's creation and the anchor [`Connect`](crate::Connect) takes from it
 //!   ([`LeaseCell::began`]): the model's sessions exist before its first tick. That anchor is
 //!   a request's send time that a committing leader processed after, which is the paired
 //!   proof's arithmetic the model does check; what is not checked is the ZooKeeper fact it

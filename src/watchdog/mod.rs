@@ -35,6 +35,7 @@ use crate::metrics::WATCHED_SESSIONS;
 
 pub(crate) use self::core::Event;
 use self::driver::Driver;
+pub(crate) use self::driver::REVOKE;
 use self::lease::LeasePolicy;
 pub(crate) use self::registry::{session_began, Creating, Interest};
 pub(crate) use self::state::{GuardState, Halt, Terms};

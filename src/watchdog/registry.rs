@@ -158,8 +158,8 @@ pub(super) fn join(
     (interest, Some(rx))
 }
 
-/// Sessions that [`crate::connect`] created, with when their connect began (on the lease
-/// clock) and their timeout, until the session's watch starts and takes its entry.
+/// Sessions that [`Connect`](crate::Connect) created, with when their connect began (on the
+/// lease clock) and their timeout, until the session's watch starts and takes its entry.
 static BEGAN: LazyLock<Mutex<Vec<(i64, Instant, Duration)>>> = LazyLock::new(Mutex::default);
 
 /// A new session was created by a connect sent no earlier than `at` (the lease module's "A new

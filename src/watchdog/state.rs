@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock;
 use super::lease::LeaseCell;
+use crate::error::Error;
 use crate::loss::LossReason;
 
 /// How a guard holds: what its owner chose, per guard.
@@ -37,6 +38,16 @@ pub enum Halt {
     Jeopardy,
     /// Over, for this reason (`Released` once its owner let go).
     Lost(LossReason),
+}
+
+/// What `check()` reports for a halt, for every kind of hold alike.
+impl From<Halt> for Error {
+    fn from(halt: Halt) -> Error {
+        match halt {
+            Halt::Jeopardy => Error::Jeopardy,
+            Halt::Lost(reason) => Error::LockLost(reason),
+        }
+    }
 }
 
 /// A jeopardy spell: since when (on the lease clock) and why.
@@ -227,5 +238,19 @@ impl GuardState {
             state.token.cancel();
         }
         state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_halt_is_the_error_check_reports() {
+        assert_eq!(Error::from(Halt::Jeopardy), Error::Jeopardy);
+        assert_eq!(
+            Error::from(Halt::Lost(LossReason::NodeDeleted)),
+            Error::LockLost(LossReason::NodeDeleted)
+        );
     }
 }

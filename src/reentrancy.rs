@@ -1,6 +1,7 @@
-//! The holds of this process, by session and lock path, and which task owns each: what lets a
-//! task that already holds a lock re-enter it (reentrancy), downgrade a write lock to a read
-//! lock, or be told at once that waiting would deadlock it.
+//! Reentrancy: the holds of this process, by session and lock path, and which task owns each
+//! ([`Owners`]); and the rule ([`reentry`]) by which a task that already holds a lock
+//! re-enters it, downgrades a write lock to a read lock, or is told at once that waiting would
+//! deadlock it.
 //!
 //! "The task" is the tokio task that acquired the hold (the async counterpart of Curator's
 //! thread), or the thread when the acquire ran outside any task (inside `block_on`). A guard
@@ -47,7 +48,7 @@ impl Key {
     }
 }
 
-/// One hold in the registry: its kind, its owner (which the hold's guards share, so that an
+/// One hold in [`Owners`]: its kind, its owner (which the hold's guards share, so that an
 /// adoption moves it), and the hold itself.
 #[derive(Debug)]
 struct Entry<T> {
@@ -56,21 +57,21 @@ struct Entry<T> {
     hold: Weak<T>,
 }
 
-/// The holds of this process (of one type `T`), by lock.
+/// The holds of this process (of one type `T`), by lock, with who owns each.
 #[derive(Debug)]
-pub(crate) struct Registry<T> {
+pub(crate) struct Owners<T> {
     holds: Mutex<HashMap<Key, Vec<Entry<T>>>>,
 }
 
-impl<T> Default for Registry<T> {
+impl<T> Default for Owners<T> {
     fn default() -> Self {
-        Registry {
+        Owners {
             holds: Mutex::new(HashMap::new()),
         }
     }
 }
 
-impl<T> Registry<T> {
+impl<T> Owners<T> {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Vec<Entry<T>>>> {
         self.holds.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -224,8 +225,8 @@ mod tests {
     }
 
     #[test]
-    fn the_registry_finds_only_the_owners_live_holds() {
-        let registry: Registry<u32> = Registry::default();
+    fn only_the_owners_live_holds_are_found() {
+        let owners: Owners<u32> = Owners::default();
         let key = Key::new(7, "/", "/locks/a");
         assert_eq!(key, Key::new(7, "", "/locks/a"));
         let me = Owner::Thread(std::thread::current().id());
@@ -234,17 +235,17 @@ mod tests {
             .unwrap();
         let mine = Arc::new(1);
         let theirs = Arc::new(2);
-        registry.insert(&key, Kind::Mutex, Arc::new(Mutex::new(me)), &mine);
+        owners.insert(&key, Kind::Mutex, Arc::new(Mutex::new(me)), &mine);
         let their_owner = Arc::new(Mutex::new(Owner::Thread(other)));
-        registry.insert(&key, Kind::Read, their_owner.clone(), &theirs);
-        let found = registry.owned_by(&key, me);
+        owners.insert(&key, Kind::Read, their_owner.clone(), &theirs);
+        let found = owners.owned_by(&key, me);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].0, *found[0].1), (Kind::Mutex, 1));
         // An adoption moves the owner.
         *their_owner.lock().unwrap() = me;
-        assert_eq!(registry.owned_by(&key, me).len(), 2);
-        registry.remove(&key, &mine);
+        assert_eq!(owners.owned_by(&key, me).len(), 2);
+        owners.remove(&key, &mine);
         drop(theirs);
-        assert!(registry.owned_by(&key, me).is_empty());
+        assert!(owners.owned_by(&key, me).is_empty());
     }
 }
