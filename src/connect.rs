@@ -58,6 +58,7 @@ struct Settings {
     session_timeout: Option<Duration>,
     connection_timeout: Option<Duration>,
     fail_eagerly: bool,
+    detached: bool,
     server_version: Option<(u32, u32, u32)>,
     /// The scheme of each credential given with `with_auth`, in order.
     auth_schemes: Vec<String>,
@@ -68,7 +69,8 @@ struct Settings {
 
 impl Connect {
     /// A connect to `hosts` (`zk1:2181,zk2:2181`, optionally with a chroot:
-    /// `zk1:2181/app`; a host written `tcp+tls://host:port` takes TLS) with `zookeeper-client`'s
+    /// `zk1:2181/app`; a host written `tcp+tls://host:port` needs [`with_tls`](Connect::with_tls),
+    /// without which the connect cannot reach it) with `zookeeper-client`'s
     /// defaults: a session timeout of 6 s, no credentials, plain TCP.
     ///
     /// # Examples
@@ -129,6 +131,22 @@ impl Connect {
     pub fn with_fail_eagerly(mut self) -> Connect {
         self.connector = self.connector.with_fail_eagerly();
         self.settings.fail_eagerly = true;
+        self
+    }
+
+    /// A detached session: dropping the last client leaves it to expire on the servers rather
+    /// than closing it (see [`Connector::with_detached`](zk::Connector::with_detached)). It is
+    /// still a new session, so its first lease anchors at its creation as any other's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let connect = zkfence::Connect::new("127.0.0.1:2181").with_detached();
+    /// assert!(format!("{connect:?}").contains("detached: true"));
+    /// ```
+    pub fn with_detached(mut self) -> Connect {
+        self.connector = self.connector.with_detached();
+        self.settings.detached = true;
         self
     }
 
@@ -245,6 +263,7 @@ impl fmt::Debug for Connect {
             session_timeout,
             connection_timeout,
             fail_eagerly,
+            detached,
             server_version,
             auth_schemes,
             tls,
@@ -255,6 +274,7 @@ impl fmt::Debug for Connect {
             .field("session_timeout", session_timeout)
             .field("connection_timeout", connection_timeout)
             .field("fail_eagerly", fail_eagerly)
+            .field("detached", detached)
             .field("server_version", server_version)
             .field("auth_schemes", auth_schemes)
             .field("tls", tls)

@@ -33,7 +33,11 @@ pub type Reconnect =
 ///
 /// Candidates queue as ephemeral sequential nodes named as Apache Curator's `LeaderLatch` names
 /// its participants (`_c_<uuid>-latch-<seq>`), so a mixed fleet of `LeaderLatch` and zkfence
-/// candidates on one path has exactly one leader at a time; the leader is the first node. The
+/// candidates on one path has exactly one leader at a time; the leader is the first node. (A
+/// node of another kind on the path, a mutex's, say, sorts among them by its sequence: a
+/// zkfence candidate behind it waits, and [`leader`](FencedElection::leader) reports none,
+/// where Curator's latch, which looks at `latch-` nodes only, would lead. Keep elections and
+/// locks on paths of their own.) The
 /// leader's [`Leadership`] is a guard like a lock's: its [`epoch`](Leadership::epoch) is the
 /// fencing token (strictly increasing from leader to leader), its lease watchdog cancels it as
 /// soon as leadership may be lost, and storage that keeps the highest epoch it has seen refuses
@@ -229,8 +233,9 @@ impl FencedElection {
         }
     }
 
-    /// The current leader, if there is one: the first candidate, its epoch, session and data
-    /// (its proclaimed value if it proclaimed one).
+    /// The current leader, if there is one: the first candidate, when nothing of another kind
+    /// is queued ahead of it (as a campaign would wait for such a node), with its epoch,
+    /// session and data (its proclaimed value if it proclaimed one).
     ///
     /// # Errors
     ///
@@ -675,9 +680,7 @@ async fn read_leader(election: &FencedLock, value: &str) -> Result<Option<Leader
 /// The leader in a listing: the candidate that holds by the queue's own rule (nothing queued
 /// ahead of it: [`Kind::holders`], which [`FencedLock::holders`] applies), with its sequence.
 fn head(children: Vec<String>) -> Option<(String, i32)> {
-    let ordered = names::queue_order(children);
-    let holding = Kind::holders(&ordered, None).into_iter();
-    candidate(holding.map(|i| ordered[i].clone()).collect())
+    candidate(Kind::holders(names::queue_order(children), None))
 }
 
 /// The election candidate (`latch-`) among the holders of a listing.

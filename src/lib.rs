@@ -62,7 +62,7 @@
 //! process ran through (any session's watchdog's, recorded process-wide), and the model pauses
 //! clients anywhere. The cost falls on a process's first acquire: nothing shows that the
 //! process ran before it, so it waits for a paired proof, about `G` longer, unless its session
-//! was made by [`connect()`], whose creation the leader committed after the connect was sent, a
+//! was made by [`Connect`], whose creation the leader committed after the connect was sent, a
 //! proof in itself. The `zkfence` command connects that way.
 //!
 //! The chaos suite's `chaos/run partition` runs the faults the lease must survive with

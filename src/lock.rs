@@ -365,7 +365,9 @@ impl<M: Mode> FencedLock<M> {
 
     /// The data and `Stat` of `nodes` (in queue order), read in multi-reads of a few hundred
     /// (replies far below the server's 1 MiB `jute.maxbuffer`); a node gone meanwhile is left
-    /// out (it is no longer queued).
+    /// out (it is no longer queued). A node that cannot be read for another reason (its ACL
+    /// refuses us) is an error naming that node: leaving it out would report a holder as gone
+    /// and send the election's leader read round again without end.
     pub(crate) async fn read_contenders(&self, nodes: &[(String, i32)]) -> Result<Vec<Contender>> {
         let client = &self.queue.client;
         let path = &*self.queue.path;
@@ -380,14 +382,23 @@ impl<M: Mode> FencedLock<M> {
                 Err(err) => return Err(Error::from_request("get", path, session, err)),
             };
             for ((name, seq), result) in chunk.iter().zip(results) {
-                if let zk::MultiReadResult::Data { data, stat } = result {
-                    out.push(Contender {
+                match result {
+                    zk::MultiReadResult::Data { data, stat } => out.push(Contender {
                         node: name.clone(),
                         token: FencingToken::of_node(*seq, stat.czxid),
                         session_id: zk::SessionId(stat.ephemeral_owner),
                         data,
                         created_ms: stat.ctime,
-                    });
+                    }),
+                    zk::MultiReadResult::Error {
+                        err: zk::Error::NoNode,
+                    } => {}
+                    zk::MultiReadResult::Error { err } => {
+                        let node = child_path(path, name);
+                        return Err(Error::from_request("get", &node, session, err));
+                    }
+                    // A children reply, which a get of data never gets.
+                    _ => {}
                 }
             }
         }
@@ -425,9 +436,7 @@ impl<M: Mode> FencedLock<M> {
     /// listing in queue order, linear in the queue's length, whatever the number of waiters.
     /// [`read_contenders`](Self::read_contenders) reads them.
     pub(crate) async fn holding_nodes(&self) -> Result<Vec<(String, i32)>> {
-        let ordered = self.queue_in_order().await?;
-        let holding = Kind::holders(&ordered, self.permits()).into_iter();
-        Ok(holding.map(|i| ordered[i].clone()).collect())
+        Ok(Kind::holders(self.queue_in_order().await?, self.permits()))
     }
 
     /// A semaphore's count, when this is one.

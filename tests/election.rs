@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use zkfence::{Error, FencedElection, LockOptions};
 use zkfence_harness::{chroot, connect, expire_session, shared, wait_until};
 use zkfence_testkit::CountingProxy;
+use zookeeper_client as zk;
 
 const ELECTION: &str = "/elections/singleton";
 const T: Duration = Duration::from_secs(10);
@@ -431,4 +432,39 @@ async fn a_proclamation_costs_an_observer_one_read_and_no_listing() {
     );
     assert_eq!(delta(4), 1, "{after:?} after {before:?}");
     leader.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_node_we_may_not_read_is_an_access_error_not_a_hang() {
+    let hosts = chroot(shared(), "election-acl").await;
+    let path = "/elections/secret";
+    let open = connect(&hosts, T).await;
+    let anyone = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for parent in ["/elections", path] {
+        open.create(parent, &[], &anyone).await.unwrap();
+    }
+    // The leader's node readable by its creator alone.
+    let owner = zkfence::Connect::new(hosts.as_str())
+        .with_auth("digest", b"owner:secret")
+        .connect()
+        .await
+        .unwrap();
+    let options = LockOptions::default().with_acls(&zk::Acls::creator_all());
+    let leading = FencedElection::new(owner, path, options).unwrap();
+    let leadership = leading.campaign("owner").await.unwrap();
+    assert_eq!(
+        leading.leader().await.unwrap().unwrap().epoch,
+        leadership.epoch()
+    );
+
+    let outsider = FencedElection::new(open, path, LockOptions::default()).unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(10), outsider.leader())
+        .await
+        .expect("the read ends rather than listing again without end");
+    assert!(
+        matches!(&read, Err(Error::AccessDenied { op: "get", path: node })
+            if node.starts_with("/elections/secret/")),
+        "{read:?}"
+    );
+    leadership.resign().await.unwrap();
 }

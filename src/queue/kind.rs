@@ -68,27 +68,29 @@ impl Kind {
         position.present && position.blocking == 0
     }
 
-    /// The indexes, in `ordered` (a listing in queue order, see `names::queue_order`), of the
-    /// nodes that hold: each judged by its own kind as [`Kind::holds`] judges it, in one pass
+    /// The nodes of `ordered` (a listing in queue order, see `names::queue_order`) that hold,
+    /// in that order: each judged by its own kind as [`Kind::holds`] judges it, in one pass
     /// (nodes ahead of each, exclusive nodes ahead of each), so linear in the queue's length.
-    pub(crate) fn holders(ordered: &[(String, i32)], permits: Option<u32>) -> Vec<usize> {
+    pub(crate) fn holders(ordered: Vec<(String, i32)>, permits: Option<u32>) -> Vec<(String, i32)> {
         let (mut ahead, mut exclusive_ahead) = (0usize, 0usize);
         let mut holding = Vec::new();
-        for (i, (name, _)) in ordered.iter().enumerate() {
+        for node in ordered {
+            let name = &node.0;
             let (Some(kind), Some((_, role))) = (Kind::of_node(name, permits), parse_node(name))
             else {
                 continue;
             };
+            let exclusive = role == Role::Exclusive;
             let blocking = match kind {
                 Kind::Mutex | Kind::Write | Kind::Latch => ahead,
                 Kind::Read => exclusive_ahead,
                 Kind::Semaphore(n) => (ahead + 1).saturating_sub(n.max(1) as usize),
             };
             if blocking == 0 {
-                holding.push(i);
+                holding.push(node);
             }
             ahead += 1;
-            exclusive_ahead += usize::from(role == Role::Exclusive);
+            exclusive_ahead += usize::from(exclusive);
         }
         holding
     }
@@ -225,11 +227,11 @@ mod tests {
                 .collect();
             let permits = (next(2) == 0).then(|| next(4) as u32 + 1);
             let ordered = crate::queue::names::queue_order(children.clone());
-            let fast: Vec<&str> = (Kind::holders(&ordered, permits).into_iter())
-                .map(|i| ordered[i].0.as_str())
+            let fast: Vec<String> = (Kind::holders(ordered.clone(), permits).into_iter())
+                .map(|(name, _)| name)
                 .collect();
-            let slow: Vec<&str> = (ordered.iter())
-                .map(|(name, _)| name.as_str())
+            let slow: Vec<String> = (ordered.iter())
+                .map(|(name, _)| name.clone())
                 .filter(|name| Kind::holds(&children, name, permits))
                 .collect();
             assert_eq!(fast, slow, "{children:?} permits {permits:?}");
