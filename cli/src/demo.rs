@@ -17,8 +17,17 @@ use zkfence::{FencedLock, LockOptions};
 
 use crate::connect::Connection as ZkConnection;
 use crate::duration::parse_duration;
+#[cfg(not(feature = "redis"))]
+use crate::exit::EXIT_USAGE;
 use crate::exit::{fail, EXIT_FAILURE};
 use crate::local::start_local_zookeeper;
+
+#[cfg(feature = "redis")]
+mod redis_lock;
+
+/// What `demo --redis` says in a `zkfence` built without the Redis lock.
+#[cfg(not(feature = "redis"))]
+const WITHOUT_REDIS: &str = "this zkfence was built without the redis feature, which --redis needs: cargo install zkfence-cli --features redis (it is on by default)";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
@@ -94,6 +103,11 @@ struct Outcome {
 }
 
 pub(crate) async fn demo(args: Args) -> u8 {
+    #[cfg(not(feature = "redis"))]
+    if args.redis.is_some() {
+        eprintln!("zkfence: {WITHOUT_REDIS}");
+        return EXIT_USAGE;
+    }
     println!("zkfence demo: a lock holder freezes in the middle of a write, longer than its session timeout.");
     println!("Does its late write corrupt the data? {} workers each add {} to a counter in a SQLite store.\n", args.workers, args.increments);
     let local;
@@ -538,7 +552,13 @@ pub(crate) async fn worker(args: WorkerArgs) -> u8 {
         }
     };
     match &args.redis {
+        #[cfg(feature = "redis")]
         Some(addr) => redis_worker(&args, addr, db).await,
+        #[cfg(not(feature = "redis"))]
+        Some(_) => {
+            println!("error message={WITHOUT_REDIS}");
+            EXIT_USAGE
+        }
         None => zkfence_worker(&args, db).await,
     }
 }
@@ -593,11 +613,12 @@ async fn zkfence_worker(args: &WorkerArgs, mut db: Connection) -> u8 {
     0
 }
 
+#[cfg(feature = "redis")]
 /// A worker under a Redis lock (its TTL the session timeout): acquire, write, release with a
 /// compare-and-delete. No token, so its writes go unfenced; no watchdog, so nothing tells it
 /// that its key expired while it was stalled.
 async fn redis_worker(args: &WorkerArgs, addr: &str, mut db: Connection) -> u8 {
-    let mut lock = match RedisLock::connect(addr, args.session_timeout).await {
+    let mut lock = match redis_lock::RedisLock::connect(addr, args.session_timeout).await {
         Ok(lock) => lock,
         Err(err) => {
             println!("error message=cannot reach Redis at {addr}: {err}");
@@ -711,54 +732,4 @@ fn store_write(
     };
     tx.commit()?;
     Ok(result)
-}
-
-/// The Redis lock Redis lock libraries use (Redlock on one server): `SET key value NX PX ttl` to
-/// acquire, retried every 50 ms while another holds it; release deletes the key only if it
-/// still holds our value.
-struct RedisLock {
-    conn: redis::aio::MultiplexedConnection,
-    ttl: Duration,
-}
-
-impl RedisLock {
-    /// The demo's key on the server at `addr`.
-    const KEY: &'static str = "zkfence-demo:lock";
-
-    async fn connect(addr: &str, ttl: Duration) -> redis::RedisResult<RedisLock> {
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
-        let conn = client.get_multiplexed_async_connection().await?;
-        Ok(RedisLock { conn, ttl })
-    }
-
-    /// Waits for the lock; the value that marks it ours.
-    async fn acquire(&mut self) -> redis::RedisResult<String> {
-        let value = uuid::Uuid::new_v4().to_string();
-        loop {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(Self::KEY)
-                .arg(&value)
-                .arg("NX")
-                .arg("PX")
-                .arg(self.ttl.as_millis() as u64)
-                .query_async(&mut self.conn)
-                .await?;
-            if set.is_some() {
-                return Ok(value);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Deletes the key if it still holds `value`; whether it did.
-    async fn release(&mut self, value: &str) -> redis::RedisResult<bool> {
-        let deleted: i64 = redis::Script::new(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
-        )
-        .key(Self::KEY)
-        .arg(value)
-        .invoke_async(&mut self.conn)
-        .await?;
-        Ok(deleted == 1)
-    }
 }

@@ -7,7 +7,7 @@
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
-use zkfence::fence::conformance::{self, FenceStore, Outcome, Setup};
+use zkfence::fence::conformance::{self, FenceStore, Outcome};
 use zkfence::fence::{BoxError, ConfigError, Fence, FenceState};
 
 use crate::exit::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
@@ -32,9 +32,11 @@ struct At {
     url: String,
     /// PostgreSQL: the schema of the fence table and function (default: the search path's).
     #[arg(long, env = "ZKFENCE_FENCE_SCHEMA")]
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     schema: Option<String>,
     /// Redis: the fence keys' prefix (default: zkfence:fence:).
     #[arg(long, env = "ZKFENCE_FENCE_PREFIX")]
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     prefix: Option<String>,
 }
 
@@ -141,11 +143,27 @@ Examples:
 /// A store, as its URL names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Store {
+    #[cfg(feature = "postgres")]
     Postgres(String),
+    #[cfg(feature = "mysql")]
     MySql(String),
+    #[cfg(feature = "redis")]
     Redis(String),
-    S3 { bucket: String, prefix: String },
-    ZooKeeper { hosts: String, node: String },
+    #[cfg(feature = "s3")]
+    S3 {
+        bucket: String,
+        prefix: String,
+    },
+    ZooKeeper {
+        hosts: String,
+        node: String,
+    },
+}
+
+/// The error for a store whose feature this build left out.
+#[allow(dead_code)] // with every feature on
+fn without(store: &str, feature: &str) -> String {
+    format!("this zkfence was built without the {feature} feature, which {store} needs: cargo install zkfence-cli --features {feature} (every store's is on by default)")
 }
 
 impl Store {
@@ -157,9 +175,21 @@ impl Store {
             ));
         };
         Ok(match scheme {
+            #[cfg(feature = "postgres")]
             "postgresql" | "postgres" => Store::Postgres(url.to_owned()),
+            #[cfg(not(feature = "postgres"))]
+            "postgresql" | "postgres" => return Err(without("PostgreSQL", "postgres")),
+            #[cfg(feature = "mysql")]
             "mysql" | "mariadb" => Store::MySql(format!("mysql://{rest}")),
+            #[cfg(not(feature = "mysql"))]
+            "mysql" | "mariadb" => return Err(without("MySQL/MariaDB", "mysql")),
+            #[cfg(feature = "redis")]
             "redis" | "rediss" => Store::Redis(url.to_owned()),
+            #[cfg(not(feature = "redis"))]
+            "redis" | "rediss" => return Err(without("Redis", "redis")),
+            #[cfg(not(feature = "s3"))]
+            "s3" => return Err(without("S3", "s3")),
+            #[cfg(feature = "s3")]
             "s3" => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 if bucket.is_empty() {
@@ -242,6 +272,7 @@ pub(crate) async fn fence(args: Args) -> u8 {
     }
 }
 
+#[cfg(feature = "postgres")]
 fn postgres_fence(at: &At) -> Result<zkfence_postgres::PostgresFence, Failed> {
     let fence = zkfence_postgres::PostgresFence::new();
     match &at.schema {
@@ -252,6 +283,7 @@ fn postgres_fence(at: &At) -> Result<zkfence_postgres::PostgresFence, Failed> {
     }
 }
 
+#[cfg(feature = "redis")]
 fn redis_fence(at: &At) -> zkfence_redis::RedisFence {
     let fence = zkfence_redis::RedisFence::new();
     match &at.prefix {
@@ -260,6 +292,7 @@ fn redis_fence(at: &At) -> zkfence_redis::RedisFence {
     }
 }
 
+#[cfg(feature = "s3")]
 /// An S3 client of `bucket`, configured from the AWS environment (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT` for S3-compatible stores,
 /// `AWS_ALLOW_HTTP`), with conditional puts.
@@ -291,25 +324,34 @@ async fn zk_client(hosts: &str) -> Result<zookeeper_client::Client, Failed> {
     }
 }
 
+/// A store that could not be reached, or whose URL cannot be used.
+#[allow(dead_code)] // with only ZooKeeper's and S3's fences, which connect otherwise
+fn cannot_connect(e: BoxError) -> Failed {
+    Failed::reaching("cannot connect to the store", &*e)
+}
+
 /// The store's fence on a connection of its own: the fence contract.
 async fn connect(at: &At) -> Result<Box<dyn Fence>, Failed> {
-    let cannot = |e: BoxError| Failed::reaching("cannot connect to the store", &*e);
     Ok(match Store::parse(&at.url).map_err(Failed::usage)? {
+        #[cfg(feature = "postgres")]
         Store::Postgres(url) => Box::new(
             zkfence_postgres::Connected::connect(&url, postgres_fence(at)?)
                 .await
-                .map_err(cannot)?,
+                .map_err(cannot_connect)?,
         ),
+        #[cfg(feature = "mysql")]
         Store::MySql(url) => Box::new(
             zkfence_mysql::Connected::connect(&url, zkfence_mysql::MySqlFence::new())
                 .await
-                .map_err(cannot)?,
+                .map_err(cannot_connect)?,
         ),
+        #[cfg(feature = "redis")]
         Store::Redis(url) => Box::new(
             zkfence_redis::Connected::connect(&url, redis_fence(at))
                 .await
-                .map_err(cannot)?,
+                .map_err(cannot_connect)?,
         ),
+        #[cfg(feature = "s3")]
         Store::S3 { bucket, prefix } => Box::new(zkfence_object_store::Prefixed::new(
             s3(&bucket)?,
             prefix.into(),
@@ -325,11 +367,16 @@ async fn connect(at: &At) -> Result<Box<dyn Fence>, Failed> {
 }
 
 /// What the store installs (`print`), or what other languages need (the script, the format).
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))] // `print` is Redis's alone
 fn script(at: &At, print: bool) -> Result<String, Failed> {
     Ok(match Store::parse(&at.url).map_err(Failed::usage)? {
+        #[cfg(feature = "postgres")]
         Store::Postgres(_) => postgres_fence(at)?.install_sql(),
+        #[cfg(feature = "mysql")]
         Store::MySql(_) => zkfence_mysql::MySqlFence::new().install_sql(),
+        #[cfg(feature = "redis")]
         Store::Redis(_) if print => zkfence_redis::FUNCTIONS.to_owned(),
+        #[cfg(feature = "redis")]
         Store::Redis(_) => format!(
             "-- zkfence_claim and zkfence_write, for FUNCTION LOAD (zkfence fence install) and FCALL:\n{}\n\
              -- The claim alone, for EVAL where functions cannot be loaded (before Redis 7):\n{}\n\
@@ -338,37 +385,41 @@ fn script(at: &At, print: bool) -> Result<String, Failed> {
             zkfence_redis::CLAIM_SCRIPT,
             zkfence_redis::WRITE_SCRIPT
         ),
+        #[cfg(feature = "s3")]
         Store::S3 { .. } => zkfence_object_store::PROTOCOL.to_owned(),
         Store::ZooKeeper { .. } => zkfence::fence::ZOOKEEPER_FORMAT.to_owned(),
     })
 }
 
 async fn install(at: &At) -> Result<(), Failed> {
-    let cannot = |e: BoxError| Failed::reaching("cannot connect to the store", &*e);
     let done = match Store::parse(&at.url).map_err(Failed::usage)? {
+        #[cfg(feature = "postgres")]
         Store::Postgres(url) => {
             let fence = zkfence_postgres::Connected::connect(&url, postgres_fence(at)?)
                 .await
-                .map_err(cannot)?;
+                .map_err(cannot_connect)?;
             (fence.fence().install(fence.client()).await)
                 .map_err(|e| Failed::store("cannot install the fence", e))?;
             "the table zkfence_fence and the function zkfence_claim(scope, token)"
         }
+        #[cfg(feature = "mysql")]
         Store::MySql(url) => {
             let fence = zkfence_mysql::Connected::connect(&url, zkfence_mysql::MySqlFence::new())
                 .await
-                .map_err(cannot)?;
+                .map_err(cannot_connect)?;
             (fence.install().await).map_err(|e| Failed::store("cannot install the fence", e))?;
             "the table zkfence_fence and the procedures zkfence_claim(scope, token) and zkfence_seal(scope)"
         }
+        #[cfg(feature = "redis")]
         Store::Redis(url) => {
             let fence = zkfence_redis::Connected::connect(&url, redis_fence(at))
                 .await
-                .map_err(cannot)?;
+                .map_err(cannot_connect)?;
             (fence.install().await)
                 .map_err(|e| Failed::store("cannot load the function library", e))?;
             "the function library zkfence: FCALL zkfence_claim, FCALL zkfence_write"
         }
+        #[cfg(feature = "s3")]
         Store::S3 { bucket, prefix } => {
             let fence = s3(&bucket)?;
             (fence.probe(&prefix.clone().into()).await)
@@ -530,9 +581,10 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
     let name = scratch();
     let cases = &conformance::DEPLOYMENT[..];
     Ok(match Store::parse(&at.url).map_err(Failed::usage)? {
+        #[cfg(feature = "postgres")]
         Store::Postgres(url) => {
             let fence = postgres_fence(at)?;
-            let setup = Setup::Deployed;
+            let setup = conformance::Setup::Deployed;
             let store = zkfence_postgres::ConformanceStore::create(&url, fence, &name, setup, None)
                 .await
                 .map_err(cannot)?;
@@ -541,9 +593,10 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
                 .map_err(|e| Failed::store("cannot remove the scratch schema and scopes", e))?;
             checked
         }
+        #[cfg(feature = "mysql")]
         Store::MySql(url) => {
             let fence = zkfence_mysql::MySqlFence::new();
-            let setup = Setup::Deployed;
+            let setup = conformance::Setup::Deployed;
             let store = zkfence_mysql::ConformanceStore::create(&url, fence, &name, setup, None)
                 .await
                 .map_err(cannot)?;
@@ -552,12 +605,13 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
                 .map_err(|e| Failed::store("cannot remove the scratch database and scopes", e))?;
             checked
         }
+        #[cfg(feature = "redis")]
         Store::Redis(url) => {
             let store = zkfence_redis::ConformanceStore::create(
                 &url,
                 redis_fence(at),
                 &name,
-                Setup::Deployed,
+                conformance::Setup::Deployed,
                 None,
             )
             .await
@@ -567,6 +621,7 @@ async fn check(at: &At) -> Result<Vec<Checked>, Failed> {
                 .map_err(|e| Failed::store("cannot remove the scratch keys", e))?;
             checked
         }
+        #[cfg(feature = "s3")]
         Store::S3 { bucket, prefix } => {
             let store =
                 zkfence_object_store::ConformanceStore::new(s3(&bucket)?, &prefix.into(), &name);
@@ -637,7 +692,7 @@ async fn verify(at: &At, json: bool) -> u8 {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "mysql", feature = "s3"))]
 mod tests {
     use super::*;
 
