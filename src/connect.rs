@@ -69,7 +69,7 @@ struct Settings {
 
 impl Connect {
     /// A connect to `hosts` (`zk1:2181,zk2:2181`, optionally with a chroot:
-    /// `zk1:2181/app`; a host written `tcp+tls://host:port` needs [`with_tls`](Connect::with_tls),
+    /// `zk1:2181/app`; a host written `tcp+tls://host:port` needs `with_tls` (the `tls` feature),
     /// without which the connect cannot reach it) with `zookeeper-client`'s
     /// defaults: a session timeout of 6 s, no credentials, plain TCP.
     ///
