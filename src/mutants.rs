@@ -40,7 +40,7 @@
 //! | [`FenceMutant::UnsealedCommit`] | commit only the transaction that claimed (MySQL/MariaDB) | the MySQL fence's own test: a swallowed deadlock commits the work's second half alone |
 //! | [`FenceMutant::NoFormCheck`] | compare integers, whatever text a client sends (Redis) | `tokens_in_any_text_form`: an unpadded 9 accepted over a padded 10 |
 //! | [`FenceMutant::CommitAfterRefusal`] | a refusal ends what it refused (MySQL/MariaDB) | `carrying_on_after_a_refusal_commits_nothing`: the stale write after a refused claim commits |
-//! | [`FenceMutant::NoProbe`] | check that the store enforces conditional writes (object stores) | `preconditions_enforced`: a store that ignores them passes |
+//! | [`FenceMutant::NoProbe`] | check that the store enforces conditional writes (object stores) | on a store that ignores them, `preconditions_enforced` passes and `stale_writer_paused_before_commit` catches the stale write |
 //!
 //! A shared hold raising the fence (a reader's or a lease's token) cannot be written as a
 //! runtime mutant: a shared guard has no ticket, which the compile-fail examples on

@@ -279,9 +279,6 @@ impl FenceStore for ConformanceStore {
 
     fn preconditions(&self) -> Option<KitFuture<'_, Result<(), String>>> {
         Some(Box::pin(async move {
-            if self.fence.flaw_is_no_probe() {
-                return Ok(());
-            }
             self.fence
                 .probe(&self.scratch)
                 .await

@@ -46,6 +46,9 @@ impl ObjectFence {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn probe(&self, scratch: &Path) -> Result<(), Error> {
+        if self.flaw_is_no_probe() {
+            return Ok(()); // the mutant takes the store on trust
+        }
         let name = format!("zkfence-probe-{}", uuid::Uuid::new_v4().simple());
         let key = scratch.clone().join(name.as_str());
         let outcome = self.probe_at(&key).await;

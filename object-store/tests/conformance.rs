@@ -24,11 +24,14 @@ use zkfence_object_store::{Error, ObjectFence};
 use zkfence_testkit::conformance::{self, BoxFuture, FenceStore, Hooks, ReplySwitch};
 use zkfence_testkit::RawProxy;
 
-use support::{enforcing, enforcing_server, s3, BUCKET};
+use support::{enforcing, s3, BUCKET};
+use zkfence_harness::LocalS3;
 
 /// The kit's store: a fence whose requests go through a proxy that can lose replies, and one
 /// straight to the server for the kit's reads.
 struct S3Store {
+    /// The moto the store is on (the enforcing one, but for the probe's tests).
+    server: &'static LocalS3,
     fence: ObjectFence,
     direct: ObjectFence,
     raw: Arc<dyn ObjectStore>,
@@ -53,10 +56,18 @@ impl S3Store {
     }
 
     async fn build(name: &str, flaw: impl Fn(ObjectFence) -> ObjectFence) -> S3Store {
-        let server = enforcing().await;
+        S3Store::build_on(enforcing().await, name, flaw).await
+    }
+
+    async fn build_on(
+        server: &'static LocalS3,
+        name: &str,
+        flaw: impl Fn(ObjectFence) -> ObjectFence,
+    ) -> S3Store {
         let proxy = Arc::new(RawProxy::start(&server.addr()).await.unwrap());
         let raw = s3(&server.endpoint(), true);
         S3Store {
+            server,
             fence: flaw(ObjectFence::new(s3(
                 &format!("http://{}", proxy.addr()),
                 false,
@@ -201,9 +212,8 @@ impl FenceStore for S3Store {
             };
             let path = self.manifest(&scope);
             let name = path.to_string();
-            let ids = tokio::task::spawn_blocking(move || {
-                enforcing_server().object_versions(BUCKET, &name)
-            });
+            let server = self.server;
+            let ids = tokio::task::spawn_blocking(move || server.object_versions(BUCKET, &name));
             let ids = ids.await.map_err(|e| e.to_string())??;
             let (mut log, mut previous) = (Vec::new(), None);
             for id in ids {
@@ -239,6 +249,14 @@ impl FenceStore for S3Store {
             false => proxy.reset(),
         })
     }
+
+    /// The fence's probe of the store, on a scratch object under this store's prefix.
+    fn preconditions(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let scratch = Path::from(format!("{}/probe", self.ns));
+            (self.direct.probe(&scratch).await).map_err(|e| e.to_string())
+        }))
+    }
 }
 
 zkfence_testkit::conformance_tests!(S3Store::new);
@@ -258,6 +276,7 @@ async fn conformance_lost_hold_writes_nothing() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
+    use crate::support::ignoring;
     use zkfence::FenceMutant;
     use zkfence_testkit::conformance::expect_caught;
 
@@ -288,6 +307,25 @@ mod mutants {
     async fn no_upsert_is_caught_by_order() {
         let store = store("mutant_upsert", FenceMutant::NoUpsert).await;
         expect_caught("NoUpsert", conformance::order(&store).await);
+    }
+
+    /// The probe skipped: on a store that ignores conditional writes (moto 4) the probe's case
+    /// passes, and the stale writer paused before its commit is what the kit catches; the same
+    /// store without the mutant fails the probe's case.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_skipped_probe_is_caught_by_the_paused_stale_writer_on_a_store_that_ignores_conditions(
+    ) {
+        let sound = S3Store::build_on(ignoring().await, "probe_sound", |fence| fence).await;
+        let refused = conformance::preconditions_enforced(&sound).await;
+        assert!(
+            matches!(&refused, Err(f) if f.is_violation() && f.to_string().contains("If-")),
+            "{refused:?}"
+        );
+        let trusting = |fence: ObjectFence| fence.with_mutant(FenceMutant::NoProbe);
+        let store = S3Store::build_on(ignoring().await, "mutant_no_probe", trusting).await;
+        assert_eq!(conformance::preconditions_enforced(&store).await, Ok(()));
+        let outcome = conformance::stale_writer_paused_before_commit(&store).await;
+        expect_caught("NoProbe", outcome);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@
 //! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
 //! | [`tokens_in_any_text_form`] | the claim from another language with the token as text (plain, padded, signed, malformed): compared as integers, a refusal an error | `NoFormCheck` |
 //! | [`carrying_on_after_a_refusal_commits_nothing`] | a client of another language that ignores the refusal and commits | `CommitAfterRefusal` |
-//! | [`preconditions_enforced`] | an object store that ignores conditional writes | the object store's skipped probe (`NoProbe`) |
+//! | [`preconditions_enforced`] | an object store that ignores conditional writes | (a store that ignores them; the skipped probe, `NoProbe`, is caught on such a store by the paused stale writer) |
 //!
 //! # Examples
 //!
