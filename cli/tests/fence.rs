@@ -11,10 +11,10 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_postgres::NoTls;
 use zkfence::fence::{FenceError, FenceTicket};
-use zkfence_harness::{chroot, shared, shared_postgres, wait_until};
+use zkfence_harness::{chroot, shared, wait_until};
 use zkfence_postgres::PostgresFence;
 
-use common::{exited, run, temp, zkfence};
+use common::{exited, postgres_database, run, temp, zkfence};
 
 /// A database of its own for one test, with the fence installed and `table` created.
 async fn fenced_database(name: &str, table: &str) -> (String, tokio_postgres::Client) {
@@ -24,22 +24,10 @@ async fn fenced_database(name: &str, table: &str) -> (String, tokio_postgres::Cl
     (conninfo, client)
 }
 
+/// A database of its own for one test, named after `name`.
 async fn database(name: &str) -> (String, tokio_postgres::Client) {
-    let conninfo = tokio::task::spawn_blocking(shared_postgres)
-        .await
-        .unwrap()
-        .to_owned();
-    let (admin, connection) = tokio_postgres::connect(&conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let db = format!("cli_{name}_{}", std::process::id());
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let conninfo = conninfo.replace("dbname=postgres", &format!("dbname={db}"));
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    (conninfo, client)
+    let db = postgres_database(&format!("cli_{name}_{}", std::process::id())).await;
+    (db.conninfo, db.client)
 }
 
 /// `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE` for `psql`, from a key=value connection string.

@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use tokio_postgres::NoTls;
-use zkfence_harness::{chroot, connect, shared, shared_mariadb, shared_postgres, wait_until};
+use zkfence_harness::{chroot, connect, shared, shared_mariadb, wait_until};
 use zkfence_harness::{python_clients, LocalRedis, LocalS3, Preconditions};
 
-use common::BIN;
+use common::{postgres_database, Database, BIN};
 
 const LOCK: &str = "/locks/python";
 
@@ -44,16 +44,11 @@ fn servers() -> &'static (LocalRedis, LocalS3) {
 async fn stores() -> Vec<(String, String)> {
     let name = format!("python_{}", std::process::id());
     // PostgreSQL: a database of the test's own.
-    let conninfo = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
-    let (admin, connection) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let pg = conninfo.replace("dbname=postgres", &format!("dbname={name}"));
-    let (client, connection) = tokio_postgres::connect(&pg, NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let Database {
+        conninfo: pg,
+        client,
+        ..
+    } = postgres_database(&name).await;
     zkfence_postgres::PostgresFence::new()
         .install(&client)
         .await

@@ -8,10 +8,9 @@ mod common;
 
 use std::path::Path;
 
-use tokio_postgres::NoTls;
-use zkfence_harness::{chroot, shared, shared_postgres};
+use zkfence_harness::{chroot, shared};
 
-use common::{run_with, BIN};
+use common::{postgres_database, run_with, BIN};
 
 /// The ZooKeeper the README's lines connect to; the test puts the shared server's address here.
 const README_HOSTS: &str = "127.0.0.1:2181";
@@ -34,38 +33,6 @@ fn lines() -> Vec<String> {
         .collect()
 }
 
-/// A database of the test's own on the shared PostgreSQL: its `postgresql://` URL, as users
-/// give it, and a client of it.
-async fn database() -> (String, tokio_postgres::Client) {
-    let conninfo = tokio::task::spawn_blocking(shared_postgres)
-        .await
-        .unwrap()
-        .to_owned();
-    let (admin, connection) = tokio_postgres::connect(&conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let db = format!("readme_cli_{}", std::process::id());
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .await
-        .unwrap();
-    let conninfo = conninfo.replace("dbname=postgres", &format!("dbname={db}"));
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let get = |key: &str| {
-        (conninfo.split_whitespace())
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let url = format!(
-        "postgresql://{}@{}:{}/{db}",
-        get("user"),
-        get("host"),
-        get("port")
-    );
-    (url, client)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_command_lines_run_as_written() {
     let lines = lines();
@@ -79,7 +46,8 @@ async fn the_readme_command_lines_run_as_written() {
     );
 
     let hosts = chroot(shared(), "readme-cli").await;
-    let (url, db) = database().await;
+    let database = postgres_database(&format!("readme_cli_{}", std::process::id())).await;
+    let (url, db) = (database.url, database.client);
     let bin_dir = Path::new(BIN).parent().unwrap();
     let path = format!(
         "{}:{}",

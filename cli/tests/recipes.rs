@@ -5,11 +5,10 @@
 
 mod common;
 
-use tokio_postgres::NoTls;
 use zkfence_harness::LocalRedis;
-use zkfence_harness::{chroot, shared, shared_mariadb, shared_postgres};
+use zkfence_harness::{chroot, shared, shared_mariadb};
 
-use common::{run_with, zkfence};
+use common::{postgres_database, run_with, zkfence, Database};
 
 const LOCK: &str = "/locks/orders";
 
@@ -122,16 +121,11 @@ async fn the_documented_recipes_refuse_a_stale_holder_in_every_store() {
     let name = format!("recipes_{}", std::process::id());
 
     // PostgreSQL: a database of the test's own, the fence installed, the order.
-    let conninfo = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
-    let (admin, connection) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let pg = conninfo.replace("dbname=postgres", &format!("dbname={name}"));
-    let (client, connection) = tokio_postgres::connect(&pg, NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let Database {
+        conninfo: pg,
+        client,
+        ..
+    } = postgres_database(&name).await;
     zkfence_postgres::PostgresFence::new()
         .install(&client)
         .await

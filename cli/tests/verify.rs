@@ -9,11 +9,10 @@ mod common;
 use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
-use tokio_postgres::NoTls;
-use zkfence_harness::{chroot, shared, shared_mariadb, shared_postgres};
+use zkfence_harness::{chroot, shared, shared_mariadb};
 use zkfence_harness::{LocalRedis, LocalS3, Preconditions};
 
-use common::{run, run_with, zkfence};
+use common::{postgres_database, run, run_with, zkfence};
 
 /// Asserts that `verify` passed every case.
 fn green((code, out, err): &(Option<i32>, String, String)) {
@@ -34,26 +33,9 @@ fn red((code, out, err): &(Option<i32>, String, String), case: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_installed_by_the_cli_verifies_green() {
-    let conninfo = tokio::task::spawn_blocking(shared_postgres).await.unwrap();
-    let (admin, connection) = tokio_postgres::connect(conninfo, NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let db = format!("verify_{}", std::process::id());
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
+    let url = postgres_database(&format!("verify_{}", std::process::id()))
         .await
-        .unwrap();
-    let get = |key: &str| {
-        (conninfo.split_whitespace())
-            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let url = format!(
-        "postgresql://{}@{}:{}/{db}",
-        get("user"),
-        get("host"),
-        get("port")
-    );
+        .url;
     let (code, out, err) = run(&["fence", "install", &url]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     green(&run(&["fence", "verify", &url]).await);

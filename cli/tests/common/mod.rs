@@ -122,3 +122,47 @@ pub(crate) async fn started(dir: &std::path::Path) {
     })
     .await;
 }
+
+/// A PostgreSQL database of one test's own on the test binary's shared server.
+pub(crate) struct Database {
+    /// Its libpq conninfo (`host=… dbname=<db>`).
+    pub(crate) conninfo: String,
+    /// Its `postgresql://` URL, as users give it to `zkfence fence`.
+    pub(crate) url: String,
+    /// A client of it.
+    pub(crate) client: tokio_postgres::Client,
+}
+
+/// Creates the database `db` on the shared PostgreSQL server.
+pub(crate) async fn postgres_database(db: &str) -> Database {
+    let server = tokio::task::spawn_blocking(zkfence_harness::shared_postgres)
+        .await
+        .unwrap();
+    let (admin, connection) = tokio_postgres::connect(server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    (admin.batch_execute(&format!("CREATE DATABASE {db}")).await).unwrap();
+    let conninfo = server.replace("dbname=postgres", &format!("dbname={db}"));
+    let (client, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let get = |key: &str| {
+        (conninfo.split_whitespace())
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let url = format!(
+        "postgresql://{}@{}:{}/{db}",
+        get("user"),
+        get("host"),
+        get("port")
+    );
+    Database {
+        conninfo,
+        url,
+        client,
+    }
+}
