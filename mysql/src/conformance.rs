@@ -203,6 +203,37 @@ impl ConformanceStore {
         self.direct.open().await
     }
 
+    /// Whether a transaction of the server waits, now, for a lock on `table` of the store's
+    /// database (`kit_items`, say).
+    ///
+    /// It reads `SHOW ENGINE INNODB STATUS`, which InnoDB writes afresh for each call (it needs
+    /// the PROCESS privilege). `information_schema.INNODB_TRX` would not do for a poll: InnoDB
+    /// refreshes its rows only once nobody read them for 100 ms (`CACHE_MIN_IDLE_TIME_NS` in
+    /// `trx0i_s.cc`), so a poll every few milliseconds, or two polls side by side, read the
+    /// rows of the first read for ever and miss a wait that began after it.
+    ///
+    /// # Errors
+    ///
+    /// The server's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(store: zkfence_mysql::ConformanceStore) -> Result<(), mysql_async::Error> {
+    /// while !store.lock_waits_on("kit_items").await? {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_waits_on(&self, table: &str) -> Result<bool, mysql_async::Error> {
+        let mut conn = self.direct.open().await?;
+        waits_on(&mut conn, &format!("table `{}`.`{table}`", self.db)).await
+    }
+
     /// Removes the database and everything in it, and a deployed fence's scratch scopes.
     ///
     /// # Errors
@@ -316,6 +347,27 @@ impl ConformanceStore {
     }
 }
 
+/// Whether a transaction waits for a lock whose description, in `SHOW ENGINE INNODB STATUS`,
+/// contains `table` (`` table `db`.`t` ``, as a record lock's "index PRIMARY of table `db`.`t`"
+/// and a table lock's "TABLE LOCK table `db`.`t`" both name it).
+async fn waits_on(conn: &mut Conn, table: &str) -> Result<bool, mysql_async::Error> {
+    let status: Option<(String, String, String)> =
+        conn.query_first("SHOW ENGINE INNODB STATUS").await?;
+    Ok(status.is_some_and(|(_, _, status)| waiting_for(&status, table)))
+}
+
+/// Whether the status's list of transactions has one in `LOCK WAIT` for a lock on `table`:
+/// the line after its "TO BE GRANTED:" names the lock it waits for.
+fn waiting_for(status: &str, table: &str) -> bool {
+    status.split("---TRANSACTION ").skip(1).any(|trx| {
+        let waits = trx.lines().any(|line| line.starts_with("LOCK WAIT"));
+        let lock = trx
+            .split_once("TO BE GRANTED:")
+            .and_then(|(_, rest)| rest.trim_start().lines().next());
+        waits && lock.is_some_and(|lock| lock.contains(table))
+    })
+}
+
 /// `text` as a MySQL string literal.
 fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
@@ -386,24 +438,15 @@ impl FenceStore for ConformanceStore {
 
     fn waiting(&self) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async move {
-            // A claim waiting for a fence row: this store's alone when its fence is its own
-            // (the database's name is in the statement); any claim of the deployment's
-            // otherwise (a wrong "yes" lets the stale writer go on early, which no verdict
-            // rests on).
-            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
-            let marker = match self.scopes.is_empty() {
-                true => self.db.clone(),
-                false => String::new(),
+            // A claim waiting for a fence row: this store's alone when its fence is its own;
+            // any claim of the deployment's fence table otherwise (a wrong "yes" lets the
+            // stale writer go on early, which no verdict rests on).
+            let table = match self.scopes.is_empty() {
+                true => format!("table `{}`.`zkfence_fence`", self.db),
+                false => "`.`zkfence_fence`".to_owned(),
             };
-            let waits: Option<i64> = conn
-                .exec_first(
-                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX
-                     WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%zkfence_fence%')",
-                    (&marker,),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(waits.unwrap_or(0) > 0)
+            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            (waits_on(&mut conn, &table).await).map_err(|e| e.to_string())
         })
     }
 
@@ -453,5 +496,46 @@ impl FenceStore for ConformanceStore {
             }
             Ok(self.log(key).await?.len() > before)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waiting_for;
+
+    /// The transactions part of MariaDB 10.11's `SHOW ENGINE INNODB STATUS`: one transaction
+    /// waiting for a row of `t2`.`x`, one holding it (which names the table too, in its
+    /// query).
+    const STATUS: &str = "------------
+TRANSACTIONS
+------------
+Trx id counter 120077
+LIST OF TRANSACTIONS FOR EACH SESSION:
+---TRANSACTION 120076, ACTIVE 1 sec inserting
+mysql tables in use 1, locked 1
+LOCK WAIT 2 lock struct(s), heap size 1128, 1 row lock(s)
+MariaDB thread id 9, OS thread handle 140045491959488, query id 18 127.0.0.1 root Update
+INSERT INTO x VALUES (1)
+------- TRX HAS BEEN WAITING 1000795 us FOR THIS LOCK TO BE GRANTED:
+RECORD LOCKS space id 10 page no 3 n bits 320 index PRIMARY of table `t2`.`x` trx id 120076 lock mode S locks rec but not gap waiting
+Record lock, heap no 2 PHYSICAL RECORD: n_fields 3; compact format; info bits 0
+
+------------------
+---TRANSACTION 120075, ACTIVE 2 sec
+2 lock struct(s), heap size 1128, 1 row lock(s), undo log entries 1
+MariaDB thread id 8, OS thread handle 140045492266688, query id 16 127.0.0.1 root User sleep
+SELECT * FROM `t2`.`y`
+--------
+FILE I/O
+";
+
+    #[test]
+    fn a_wait_is_found_by_the_table_of_the_lock_it_waits_for() {
+        assert!(waiting_for(STATUS, "table `t2`.`x`"));
+        // The holder's query names `y`, but nobody waits for a lock there.
+        assert!(!waiting_for(STATUS, "table `t2`.`y`"));
+        assert!(!waiting_for(STATUS, "table `t3`.`x`"));
+        let granted = STATUS.replace("LOCK WAIT 2", "2");
+        assert!(!waiting_for(&granted, "table `t2`.`x`"));
     }
 }

@@ -108,25 +108,37 @@ async fn swallowed_deadlock(store: &MyStore, fence: &MySqlFence) -> AfterDeadloc
     let direct = root()
         .await
         .replace("/mysql", &format!("/{}", store.database()));
-    let outcome = fence
-        .transaction(&mut conn, &ticket, |conn| {
-            let (attempts, direct) = (attempts.clone(), direct.clone());
-            Box::pin(async move {
-                let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
-                conn.query_drop("INSERT INTO kit_items (k) VALUES ('first')")
-                    .await?;
-                if attempt == 1 {
-                    deadlock(conn, &direct).await;
-                }
-                conn.exec_drop(
-                    "INSERT INTO kit_log (k, token) VALUES ('deadlock', ?)",
-                    (7,),
-                )
+    // The deadlock tells the watcher below when the other side is sent off, and goes on once
+    // the watcher saw it wait (the store is not the work's to borrow).
+    let (sent_tx, sent) = tokio::sync::oneshot::channel::<()>();
+    let (waits_tx, waits) = tokio::sync::oneshot::channel::<()>();
+    let handshake = Arc::new(std::sync::Mutex::new(Some((sent_tx, waits))));
+    let transaction = fence.transaction(&mut conn, &ticket, |conn| {
+        let (attempts, direct, handshake) = (attempts.clone(), direct.clone(), handshake.clone());
+        Box::pin(async move {
+            let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
+            conn.query_drop("INSERT INTO kit_items (k) VALUES ('first')")
                 .await?;
-                Ok::<_, mysql_async::Error>(())
-            })
+            if attempt == 1 {
+                let handshake = handshake.lock().unwrap().take();
+                let (sent, waits) = handshake.expect("one deadlock");
+                deadlock(conn, &direct, sent, waits).await;
+            }
+            conn.exec_drop(
+                "INSERT INTO kit_log (k, token) VALUES ('deadlock', ?)",
+                (7,),
+            )
+            .await?;
+            Ok::<_, mysql_async::Error>(())
         })
-        .await;
+    });
+    let watcher = async {
+        if sent.await.is_ok() {
+            wait_for_lock_wait(store).await;
+            let _ = waits_tx.send(());
+        }
+    };
+    let (outcome, ()) = tokio::join!(transaction, watcher);
     outcome.unwrap_or_else(|e| panic!("the fenced transaction: {e}"));
     let mut reader = store.direct().await.unwrap();
     AfterDeadlock {
@@ -142,7 +154,14 @@ async fn swallowed_deadlock(store: &MyStore, fence: &MySqlFence) -> AfterDeadloc
 }
 
 /// Runs `conn` into a deadlock it loses, and swallows the error (as careless work would).
-async fn deadlock(conn: &mut Conn, direct: &str) {
+/// Tells `sent` once the other side is on its way to our row, and goes on once `waits` says
+/// it waits there.
+async fn deadlock(
+    conn: &mut Conn,
+    direct: &str,
+    sent: tokio::sync::oneshot::Sender<()>,
+    waits: tokio::sync::oneshot::Receiver<()>,
+) {
     let mut side = open(direct).await;
     // The other side changes many rows first: InnoDB rolls back the lighter transaction, ours.
     // Both change a non-transactional table (ours, the claim's count in a MEMORY table), which
@@ -176,7 +195,8 @@ async fn deadlock(conn: &mut Conn, direct: &str) {
         side.query_drop("ROLLBACK").await.unwrap();
         outcome
     });
-    wait_for_lock_wait(direct).await;
+    let _ = sent.send(());
+    waits.await.expect("the watcher saw the other side wait");
     let err = conn
         .query_drop("INSERT INTO kit_items (k) VALUES ('b')")
         .await;
@@ -194,20 +214,11 @@ async fn deadlock(conn: &mut Conn, direct: &str) {
     );
 }
 
-/// Until some transaction waits for a lock (the other side, for our row).
-async fn wait_for_lock_wait(direct: &str) {
-    let mut conn = open(direct).await;
+/// Until some transaction waits for a lock on the store's `kit_items` (the other side, for
+/// our row).
+async fn wait_for_lock_wait(store: &MyStore) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waits: Option<i64> = conn
-            .query_first(
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-            )
-            .await
-            .unwrap();
-        if waits.unwrap_or(0) > 0 {
-            return;
-        }
+    while !store.lock_waits_on("kit_items").await.unwrap() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no lock wait within 30 s"
