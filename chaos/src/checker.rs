@@ -176,19 +176,23 @@ fn no_acknowledged_write_lost(
     })
 }
 
-/// 3. No failed write applied: a `fail` whose op is in the store.
+/// 3. No failed write applied: a `fail` (refused, or the hold found lost) or `not-applied`
+///    (the store's error before the commit, which the fences promise applied nothing) whose
+///    op is in the store.
 fn no_failed_write_applied(
     tl: &Timeline<'_>,
     applied: &HashMap<&str, &Row>,
     e: &Event,
 ) -> Option<Violation> {
-    let Ev::Fail { op, .. } = &e.ev else {
-        return None;
+    let (op, how) = match &e.ev {
+        Ev::Fail { op, .. } => (op, "refused to"),
+        Ev::NotApplied { op, .. } => (op, "an error before the commit to"),
+        _ => return None,
     };
     let row = applied.get(op.as_str())?;
     Some(Violation {
         invariant: "no failed write applied",
-        summary: format!("op {op} was refused to w{} but is in the store", e.w),
+        summary: format!("op {op} was {how} w{} but is in the store", e.w),
         evidence: [vec![row_line(row)], tl.evidence(&[e.w], e.t)].concat(),
     })
 }
@@ -709,6 +713,53 @@ mod tests {
         assert!(found.contains(&"no acknowledged write lost"), "{found:?}");
         assert!(found.contains(&"no failed write applied"), "{found:?}");
         assert!(found.contains(&"no stale token accepted"), "{found:?}");
+    }
+
+    /// A write in doubt is resolved by the store's history either way, and counted; one the
+    /// fence reported not applied (its store's error before the commit) and yet is in the
+    /// store fails.
+    #[test]
+    fn writes_in_doubt_are_resolved_by_the_history_and_an_unsent_one_applied_fails() {
+        let mut history = clean_history();
+        let doubt = |t, op: &str| {
+            let (op, error) = (op.into(), "connection closed".into());
+            ev(
+                t,
+                2,
+                Ev::Unknown {
+                    op,
+                    token: 12,
+                    error,
+                },
+            )
+        };
+        history.events.extend([
+            invoke(11, 2, "e", OpKind::Write, 12, 900),
+            doubt(12, "e"),
+            invoke(13, 2, "f", OpKind::Write, 12, 900),
+            doubt(14, "f"),
+        ]);
+        history.rows.push(row(4, "e", "write", 2, 12, 2));
+        history.counters.insert(1, 2);
+        let outcome = check(&history);
+        assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+        let in_doubt = &outcome.figures["writes_in_doubt"];
+        assert_eq!(
+            (in_doubt["count"].as_u64(), in_doubt["committed"].as_u64()),
+            (Some(2), Some(1))
+        );
+
+        let not_applied = Ev::NotApplied {
+            op: "f".into(),
+            token: 12,
+            error: "connection refused".into(),
+        };
+        history.events[13] = ev(14, 2, not_applied);
+        history.rows.push(row(5, "f", "write", 2, 12, 3));
+        history.counters.insert(1, 3);
+        let outcome = check(&history);
+        assert_eq!(invariants(&outcome), ["no failed write applied"]);
+        assert!(outcome.violations[0].summary.contains("before the commit"));
     }
 
     #[test]

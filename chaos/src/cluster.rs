@@ -6,7 +6,7 @@ use crate::clock::now_ns;
 use crate::event::{Ev, Event, OpKind};
 use crate::fault::{Fault, Phase};
 use crate::probe::Probe;
-use crate::store::Postgres;
+use crate::store::{OwnStore, Postgres, StoreKind};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -226,7 +226,12 @@ pub(crate) struct Scenario {
     modes: Vec<WorkerMode>,
     long_ms: u64,
     state: Arc<Mutex<State>>,
+    /// The scenario's database, as the controller reads it.
     pg: String,
+    /// The same as the workers reach it (through the proxy of a store of its own).
+    workers_pg: String,
+    /// The scenario's store of its own, if it has one (the store faults' target).
+    pub own_store: Option<OwnStore>,
     /// An election scenario's availability probe.
     probe: Option<Probe>,
 }
@@ -253,6 +258,8 @@ pub(crate) struct Spec<'a> {
     pub dir: PathBuf,
     pub ensemble: Arc<LocalEnsemble>,
     pub options: EnsembleOptions,
+    /// A store server of its own, behind a proxy, rather than the run's PostgreSQL.
+    pub own_store: Option<StoreKind>,
 }
 
 impl Scenario {
@@ -269,9 +276,20 @@ impl Scenario {
             dir,
             ensemble,
             options,
+            own_store,
         } = spec;
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let pg = cluster.pg.database(name).await?;
+        let own_store = match own_store {
+            Some(kind) => Some(OwnStore::start(kind, &dir, name).await?),
+            None => None,
+        };
+        let (pg, workers_pg) = match &own_store {
+            Some(own) => (own.direct.clone(), own.proxied.clone()),
+            None => {
+                let pg = cluster.pg.database(name).await?;
+                (pg.clone(), pg)
+            }
+        };
         crate::store::reset(&pg, recipe.rows()).await?;
         let mut proxies = Vec::new();
         for _ in &modes {
@@ -320,6 +338,8 @@ impl Scenario {
             proxies,
             state: Arc::new(Mutex::new(state)),
             pg,
+            workers_pg,
+            own_store,
         })
     }
 
@@ -371,7 +391,7 @@ impl Scenario {
         cmd.arg("worker")
             .args(["--id", &id.to_string()])
             .args(["--zk", &zk_hosts.join(",")])
-            .args(["--pg", &self.pg])
+            .args(["--pg", &self.workers_pg])
             .args(["--lock", &self.lock])
             .args(["--session-ms", &mode.session_ms.to_string()])
             .args(["--mutant", self.mutant.name()])
@@ -713,7 +733,10 @@ fn apply(st: &mut State, id: usize, e: &Event) {
         Ev::Extended { token } => slot.extended = Some(*token),
         Ev::Jeopardy { token } => slot.jeopardy = Some(*token),
         Ev::Steady { .. } => slot.jeopardy = None,
-        Ev::Release { .. } | Ev::CheckFailed { .. } | Ev::Unknown { .. } => {
+        Ev::Release { .. }
+        | Ev::CheckFailed { .. }
+        | Ev::Unknown { .. }
+        | Ev::NotApplied { .. } => {
             slot.holding = None;
             slot.long_since = None;
             slot.phase = None;

@@ -49,21 +49,31 @@ pub(crate) async fn run(mode: Mode) -> Result<bool, String> {
     let servers = Servers::start(&dir, &plans, partition_options).await?;
     let mut results = Vec::new();
     if let Mode::Long(_) = mode {
-        // Side by side: the main, read/write and partition scenarios, each with its faults.
+        // Side by side: every long scenario with its faults. Main draws from the run's
+        // generator; read-write and partition from the ones they always had (a seed replays
+        // the same schedules); the others from their own (the seed and their name).
         let mut plans = plans.into_iter();
-        let (Some(main), Some(rw), Some(part)) = (plans.next(), plans.next(), plans.next()) else {
-            return Err("the long run has a main, a read/write and a partition scenario".into());
-        };
-        let mut rw_rng = Rng::new(seed ^ 0x5851_F42D_4C95_7F2D);
-        let mut part_rng = Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15);
-        let (a, b, c) = tokio::join!(
+        let main = plans
+            .next()
+            .ok_or("the long run has a main scenario first")?;
+        let rest: Vec<ScenarioPlan> = plans.collect();
+        let mut rngs: Vec<Rng> = (rest.iter())
+            .map(|p| match p.name {
+                "read-write" => Rng::new(seed ^ 0x5851_F42D_4C95_7F2D),
+                "partition" => Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15),
+                _ => p.own_rng(seed),
+            })
+            .collect();
+        let others = (rest.into_iter().zip(rngs.iter_mut()))
+            .map(|(plan, rng)| servers.scenario(plan, seed, rng, &dir));
+        let (first, others) = tokio::join!(
             servers.scenario(main, seed, &mut rng, &dir),
-            servers.scenario(rw, seed, &mut rw_rng, &dir),
-            servers.scenario(part, seed, &mut part_rng, &dir),
+            futures_util::future::join_all(others),
         );
-        results.push(a?);
-        results.push(b?);
-        results.push(c?);
+        results.push(first?);
+        for other in others {
+            results.push(other?);
+        }
     } else {
         for group in schedule::side_by_side(plans) {
             results.extend(servers.group(group, seed, &mut rng, &dir).await?);
@@ -211,6 +221,7 @@ impl Servers {
             dir: dir.join(name),
             ensemble,
             options,
+            own_store: plan.own_store,
         };
         let sc = Scenario::new(&self.cluster, spec).await?;
         for id in 0..sc.workers() {

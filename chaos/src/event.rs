@@ -123,6 +123,13 @@ pub(crate) enum Ev {
         token: u64,
         error: String,
     },
+    /// The store's error before the commit (`FenceError::Store`), or no connection to send
+    /// it on: by the fence's contract nothing of it applied (the checker holds it to that).
+    NotApplied {
+        op: String,
+        token: u64,
+        error: String,
+    },
     /// A polled lease check passed (a stretched holder).
     Lease { token: u64, lease_left_ms: i64 },
     /// A reader's read of the store, `valid` if the lease checks around it passed.
@@ -180,6 +187,7 @@ impl Ev {
             Ev::Ok { .. } => "ok",
             Ev::Fail { .. } => "fail",
             Ev::Unknown { .. } => "unknown",
+            Ev::NotApplied { .. } => "not-applied",
             Ev::Lease { .. } => "lease",
             Ev::Observe { .. } => "observe",
             Ev::CheckFailed { .. } => "check-failed",
@@ -205,6 +213,7 @@ impl Ev {
             | Ev::Ok { token, .. }
             | Ev::Fail { token, .. }
             | Ev::Unknown { token, .. }
+            | Ev::NotApplied { token, .. }
             | Ev::Lease { token, .. }
             | Ev::Observe { token, .. }
             | Ev::CheckFailed { token, .. }
@@ -224,7 +233,8 @@ impl Ev {
             Ev::Invoke { op, .. }
             | Ev::Ok { op, .. }
             | Ev::Fail { op, .. }
-            | Ev::Unknown { op, .. } => Some(op),
+            | Ev::Unknown { op, .. }
+            | Ev::NotApplied { op, .. } => Some(op),
             _ => None,
         }
     }
@@ -352,6 +362,11 @@ mod tests {
                 why: s(),
             },
             Ev::Unknown {
+                op: s(),
+                token: 1,
+                error: s(),
+            },
+            Ev::NotApplied {
                 op: s(),
                 token: 1,
                 error: s(),

@@ -94,6 +94,20 @@ pub(crate) enum FaultKind {
     /// The holder SIGSTOPped for 1.5 T: what a suspended client machine looks like to the
     /// servers (the lease clock's half of a suspend is the library's time-namespace test).
     ClientSuspend,
+    /// The scenario's own store (PostgreSQL) SIGSTOPped, postmaster and backends, for
+    /// `factor` × T, with a holder in its write phase if one shows: a store that stalls past
+    /// the lock's session timeout.
+    StorePause {
+        factor: f64,
+    },
+    /// The scenario's own store killed (`kill -9`, every process) with a holder in its write
+    /// phase if one shows, and started again at once on its data: open transactions die
+    /// unanswered, crash recovery keeps what committed.
+    StoreRestart,
+    /// A holder's write sent, then the store's replies dropped for 500 ms and every store
+    /// connection cut: the commit may have happened, and the writer cannot know (outcome in
+    /// doubt).
+    StoreCut,
 }
 
 impl FaultKind {
@@ -124,6 +138,9 @@ impl FaultKind {
             FaultKind::LeaderGcPause { .. } => "leader-gc-pause",
             FaultKind::FsyncStall => "fsync-stall",
             FaultKind::ClientSuspend => "client-suspend",
+            FaultKind::StorePause { .. } => "store-pause",
+            FaultKind::StoreRestart => "store-restart",
+            FaultKind::StoreCut => "store-cut-reply",
         }
     }
 }
@@ -138,6 +155,9 @@ pub(crate) const PARTITION_KINDS: [&str; 7] = [
     "stale-leader-reconnect",
     "leader-silent",
 ];
+
+/// The names of the faults of the store itself (a scenario's store of its own).
+pub(crate) const STORE_KINDS: [&str; 3] = ["store-pause", "store-restart", "store-cut-reply"];
 
 /// The failover experiment's fault kinds, in the order its table lists them.
 pub(crate) const FAILOVER_KINDS: [&str; 6] = [

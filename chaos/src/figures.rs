@@ -163,6 +163,21 @@ pub(crate) fn stale_writes(tl: &Timeline<'_>) -> StaleWrites {
     stale
 }
 
+/// Writes whose worker could not learn their outcome (the store's connection died before the
+/// reply), each resolved by the store's history: committed if its op is there, else not. The
+/// invariants hold either way; this says how often the faults left a write in doubt.
+fn in_doubt(tl: &Timeline<'_>) -> Value {
+    let applied: HashSet<&str> = tl.input.rows.iter().map(|r| r.op.as_str()).collect();
+    let ops: Vec<&str> = (tl.events.iter())
+        .filter_map(|e| match &e.ev {
+            Ev::Unknown { op, .. } => Some(op.as_str()),
+            _ => None,
+        })
+        .collect();
+    let committed = ops.iter().filter(|op| applied.contains(*op)).count();
+    json!({"count": ops.len(), "committed": committed, "not_committed": ops.len() - committed})
+}
+
 /// Accepted rows whose token was below the fence at their commit: what fencing-off lets
 /// through (each one also fails invariant 1).
 fn out_of_order_ops(rows: &[Row]) -> HashSet<&str> {
@@ -547,6 +562,7 @@ pub(crate) fn figures(tl: &Timeline<'_>, found: &PathFigures) -> Value {
                           "accepted_out_of_order": stale.out_of_order, "acknowledged_late": stale.late_ack,
                           "unknown": stale.unknown, "stale_rows_in_store": stale.stale_rows},
         "refused_writes_total": stale.refused.len(),
+        "writes_in_doubt": in_doubt(tl),
         "detection_latency_by_fault": stats_by(detect.latency),
         "faults_without_cancel": detect.undetected,
         "lease_margin_by_fault": stats_by(detect.margins),

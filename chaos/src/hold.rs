@@ -391,6 +391,14 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
                 });
                 None
             }
+            Outcome::NotApplied(err) => {
+                self.log.now(Ev::NotApplied {
+                    op,
+                    token,
+                    error: err,
+                });
+                None
+            }
         }
     }
 }

@@ -37,10 +37,12 @@ use mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 enum Cmd {
     /// The CI run (about 8 minutes): every fault kind, partitions inside the ensemble, a short
     /// failover scenario, elected workers and multi-locks, then the nine mutants, which must
-    /// fail.
+    /// fail; last, one store of its own (PostgreSQL, MariaDB or Redis, by the seed) paused,
+    /// killed and cut off under writes.
     Smoke(RunArgs),
     /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
-    /// partition scenario on a second ensemble running alongside.
+    /// partition scenario on a second ensemble, a many-locks scenario and each store of its
+    /// own under its own faults running alongside.
     Long(RunArgs),
     /// The partition experiment behind the lease rule, with realistic server settings: the leader cut
     /// off from its followers (asymmetric and symmetric) and a one-way follower cut, `--runs`

@@ -29,6 +29,13 @@ fn record(kind: &FaultKind, detail: String, start: i64) -> Fault {
     }
 }
 
+/// ", under w… token …'s write" for a store fault that found a writer.
+fn during(writer: Option<&Holder>) -> String {
+    writer.map_or(String::new(), |h| {
+        format!(", under w{} token {}'s write", h.id, h.token)
+    })
+}
+
 /// How long an outage's watch waits, after the fault healed, for a leader to serve.
 const BACK_WAIT: Duration = Duration::from_secs(30);
 
@@ -74,6 +81,9 @@ impl Scenario {
             FaultKind::LeaderGcPause { factor } => self.pause_leader(kind, factor, true).await,
             FaultKind::FsyncStall => self.fsync_stall(kind).await,
             FaultKind::ClientSuspend => self.pause_holder(kind, 1.5, Phase::Any).await,
+            FaultKind::StorePause { factor } => self.pause_store(kind, factor).await,
+            FaultKind::StoreRestart => self.restart_store(kind).await,
+            FaultKind::StoreCut => self.cut_store_replies(kind).await,
         }?;
         self.fault_ended(fault.clone());
         Some(fault)
@@ -120,6 +130,78 @@ impl Scenario {
             victim: Some(h.victim()),
             ..record(kind, detail, start)
         })
+    }
+
+    /// A holder in its write phase, if one shows within 8 s: the store faults land under a
+    /// write when they can. They name it in their detail, not as their victim: its hold is not
+    /// what they attack, and no watchdog is to notice them.
+    async fn writer(&self) -> Option<Holder> {
+        self.holder(Phase::Write, Duration::from_secs(8)).await
+    }
+
+    /// SIGSTOP the scenario's own store, every process of it, for `factor` × T. `None`
+    /// without a store of its own.
+    async fn pause_store(&self, kind: &FaultKind, factor: f64) -> Option<Fault> {
+        let store = self.own_store.as_ref()?;
+        let t = self.timeout();
+        let writer = self.writer().await;
+        let start = now_ns();
+        store.pause();
+        tokio::time::sleep(t.mul_f64(factor)).await;
+        store.resume();
+        let detail = format!(
+            "{} SIGSTOP (every process) {:.1} s ({factor}×T){}",
+            store.kind.name(),
+            t.as_secs_f64() * factor,
+            during(writer.as_ref())
+        );
+        Some(record(kind, detail, start))
+    }
+
+    /// `kill -9` to every process of the scenario's own store, and the store started again at
+    /// once on its data. `None` without a store of its own.
+    async fn restart_store(&self, kind: &FaultKind) -> Option<Fault> {
+        let store = self.own_store.as_ref()?;
+        let writer = self.writer().await;
+        let start = now_ns();
+        let how = match store.crash_and_restart().await {
+            Ok(took) => format!(
+                "serving again after {} ms of crash recovery",
+                took.as_millis()
+            ),
+            Err(err) => format!("restart failed: {err}"),
+        };
+        let detail = format!(
+            "{} kill -9 (every process), {how}{}",
+            store.kind.name(),
+            during(writer.as_ref())
+        );
+        Some(record(kind, detail, start))
+    }
+
+    /// Under a holder's write: its transaction on its way (the worker prepares a write for
+    /// 25 ms after its check, then sends claim, statement and commit), the store's replies
+    /// dropped for 500 ms, then every store connection cut. Depending on where the transaction
+    /// was, nothing or all of it committed, and the writer cannot tell which. `None` without a
+    /// store of its own or a writer.
+    async fn cut_store_replies(&self, kind: &FaultKind) -> Option<Fault> {
+        let store = self.own_store.as_ref()?;
+        let h = self.writer().await?;
+        // Somewhere from the start of its transaction to its commit's reply.
+        let into = 25 + (now_ns() / 1000 % 16) as u64;
+        tokio::time::sleep(Duration::from_millis(into)).await;
+        let start = now_ns();
+        let before = store.drop_replies(true);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let dropped = store.drop_replies(false) - before;
+        let detail = format!(
+            "w{} token {}: {into} ms into its write, {}'s replies dropped for 500 ms \
+             ({dropped} bytes), then every store connection cut",
+            h.id,
+            h.token,
+            store.kind.name()
+        );
+        Some(record(kind, detail, start))
     }
 
     /// Close the holder's session from outside, then wait until the server deleted its node.
@@ -843,6 +925,9 @@ impl Scenario {
         }
         for i in 0..3 {
             self.revive_server(i).await;
+        }
+        if let Some(store) = &self.own_store {
+            store.resume();
         }
     }
 }

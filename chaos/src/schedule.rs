@@ -5,6 +5,7 @@ use crate::cluster::{partition_ensemble, Mutant, Recipe, WorkerMode};
 use crate::fault::{FaultKind, Phase};
 use crate::mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 use crate::rng::Rng;
+use crate::store::StoreKind;
 use std::time::Duration;
 use zkfence_testkit::EnsembleOptions;
 
@@ -127,6 +128,22 @@ pub(crate) fn multi_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     faults
 }
 
+/// Smoke's store scenario, on a PostgreSQL server of its own: the store paused for 2T, killed
+/// and restarted, and cut off between a write and its reply twice, with a holder paused for 2T
+/// in its write phase among them; in seeded order.
+pub(crate) fn store_schedule(rng: &mut Rng) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut faults = vec![
+        StorePause { factor: 2.0 },
+        StoreRestart,
+        StoreCut,
+        StoreCut,
+        pause(2.0, Phase::Write),
+    ];
+    rng.shuffle(&mut faults);
+    faults
+}
+
 /// Every fault kind but clock skew, each once: what `chaos/run election` and `chaos/run
 /// multi` put their scenario through, `--runs` times. Holder faults (pauses of 0.5, 2 and
 /// 4 T, kills, expiries, cut-offs, slow links, suspends, slow commits), server faults (the
@@ -236,6 +253,22 @@ pub(crate) fn long_fault(rng: &mut Rng) -> FaultKind {
     }
 }
 
+/// The long run's store scenarios draw the store's faults (the store paused for 0.5 or 2 T,
+/// killed and restarted, its replies cut under a write) and the holder faults a store meets
+/// with them (a holder paused for 2T in its write phase, or killed).
+pub(crate) fn store_fault(rng: &mut Rng) -> FaultKind {
+    use FaultKind::*;
+    match rng.range(0, 5) {
+        0 => StorePause {
+            factor: [0.5, 2.0][rng.range(0, 1) as usize],
+        },
+        1 => StoreRestart,
+        2 | 3 => StoreCut,
+        4 => pause(2.0, Phase::Write),
+        _ => KillHolder,
+    }
+}
+
 /// A leader GC pause of 0.6–1.0 × T (in tenths).
 fn gc_pause(rng: &mut Rng) -> FaultKind {
     FaultKind::LeaderGcPause {
@@ -297,6 +330,9 @@ pub(crate) struct ScenarioPlan {
     /// Runs side by side with the scenario before it (its gaps drawn from a generator of its
     /// own): see [`side_by_side`].
     pub alongside: bool,
+    /// Writes to a store server of its own, which the store faults pause, crash and cut off;
+    /// to the run's PostgreSQL otherwise.
+    pub own_store: Option<StoreKind>,
 }
 
 impl ScenarioPlan {
@@ -336,6 +372,7 @@ fn scenario(name: &'static str, modes: Vec<WorkerMode>, plan: Plan) -> ScenarioP
         partition: false,
         plan,
         alongside: false,
+        own_store: None,
     }
 }
 
@@ -428,7 +465,32 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     if !args.no_mutants {
         plans.extend(recipe_mutants(3, args.session_ms, true, true));
     }
+    // Last, and drawn last: the other scenarios' schedules and gaps are what they were. One
+    // store of its own, drawn by the seed (or those `--only` names): the smoke run keeps its
+    // time by choosing, the long run has them all.
+    let kinds = [StoreKind::Postgres, StoreKind::MariaDb, StoreKind::Redis];
+    let drawn = kinds[rng.range(0, 2) as usize];
+    let mut named: Vec<StoreKind> = (kinds.into_iter())
+        .filter(|k| args.only.iter().any(|o| o == k.scenario()))
+        .collect();
+    if named.is_empty() {
+        named.push(drawn);
+    }
+    let faults = store_schedule(rng);
+    for kind in named {
+        let plan = Plan::Fixed(faults.clone());
+        plans.push(store_scenario(args.workers, args.session_ms, kind, plan));
+    }
     plans
+}
+
+/// The store scenario: `n` lock workers with T = `ms` on a `kind` server of its own (the store
+/// faults' target), on the main ensemble.
+fn store_scenario(n: u32, ms: u64, kind: StoreKind, plan: Plan) -> ScenarioPlan {
+    ScenarioPlan {
+        own_store: Some(kind),
+        ..scenario(kind.scenario(), modes(n, ms, false), plan)
+    }
 }
 
 /// The election scenario: `n` elected workers with T = `ms` (every other one leading with
@@ -710,6 +772,10 @@ fn long_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
             long_ms: long_hold_ms(&EnsembleOptions::default(), ms),
             ..scenario("many", drawn_modes(n.min(3), ms, rng), timed(long_fault))
         },
+        // Every store of its own, each under its store's faults and holder faults.
+        store_scenario(n.min(3), ms, StoreKind::Postgres, timed(store_fault)),
+        store_scenario(n.min(3), ms, StoreKind::MariaDb, timed(store_fault)),
+        store_scenario(n.min(3), ms, StoreKind::Redis, timed(store_fault)),
     ]
 }
 

@@ -245,6 +245,7 @@ fn ends_hold(ev: &Ev) -> bool {
             | Ev::Release { .. }
             | Ev::Fail { .. }
             | Ev::Unknown { .. }
+            | Ev::NotApplied { .. }
             | Ev::SessionEnded { .. }
     )
 }

@@ -6,7 +6,7 @@
 use crate::checker::{self, Violation};
 use crate::clock;
 use crate::cluster::Mutant;
-use crate::fault::{FAILOVER_TARGET_KINDS, PARTITION_KINDS};
+use crate::fault::{FAILOVER_TARGET_KINDS, PARTITION_KINDS, STORE_KINDS};
 use crate::mode::Mode;
 use crate::report;
 use serde_json::json;
@@ -26,6 +26,11 @@ struct Totals {
     faults: u64,
     pauses: u64,
     partitions: u64,
+    /// Faults of a scenario's own store.
+    store_faults: u64,
+    /// Writes whose outcome the worker could not know, and those of them the store has.
+    in_doubt: u64,
+    in_doubt_committed: u64,
     increments: u64,
     overlaps: u64,
 }
@@ -39,6 +44,17 @@ impl Totals {
                 .map(|r| count(r, "holder_pauses_past_timeout"))
                 .sum(),
             partitions: plain().map(partitions).sum(),
+            store_faults: plain().map(store_faults).sum(),
+            in_doubt: plain()
+                .map(|r| r.figures["writes_in_doubt"]["count"].as_u64().unwrap_or(0))
+                .sum(),
+            in_doubt_committed: plain()
+                .map(|r| {
+                    r.figures["writes_in_doubt"]["committed"]
+                        .as_u64()
+                        .unwrap_or(0)
+                })
+                .sum(),
             increments: plain().map(|r| count(r, "increments_applied")).sum(),
             overlaps: plain()
                 .map(|r| r.figures["lease_overlaps"]["count"].as_u64().unwrap_or(0))
@@ -56,6 +72,15 @@ fn count(r: &ScenarioResult, key: &str) -> u64 {
 fn partitions(r: &ScenarioResult) -> u64 {
     r.faults.as_array().map_or(0, |f| {
         f.iter().filter(|f| is_partition(&f["kind"])).count() as u64
+    })
+}
+
+/// The faults of its own store a scenario injected.
+fn store_faults(r: &ScenarioResult) -> u64 {
+    r.faults.as_array().map_or(0, |f| {
+        let store =
+            |f: &&serde_json::Value| f["kind"].as_str().is_some_and(|k| STORE_KINDS.contains(&k));
+        f.iter().filter(store).count() as u64
     })
 }
 
@@ -245,12 +270,17 @@ fn summary(
         })
         .collect();
     format!(
-        "{} faults ({} holder pauses past T, {} partitions inside the ensemble), {} increments, \
+        "{} faults ({} holder pauses past T, {} partitions inside the ensemble, {} of a store), {} increments, \
+         {} writes in doubt ({} committed, {} not), \
          {} stale writes refused, {} accepted out of order, {} double-holder windows, {} valid-lease overlaps, {losses}{mutants}{:.0} s",
         totals.faults,
         totals.pauses,
         totals.partitions,
+        totals.store_faults,
         totals.increments,
+        totals.in_doubt,
+        totals.in_doubt_committed,
+        totals.in_doubt - totals.in_doubt_committed,
         st["refused"],
         st["accepted_out_of_order"],
         main.figures["double_holder_windows"]["count"],

@@ -116,7 +116,7 @@ impl LocalPostgres {
         // SIGINT: a fast shutdown. Listening is not serving: during startup postgres accepts
         // connections and refuses them ("the database system is starting up"); pg_isready
         // asks the server itself.
-        let server = setup.launch(cmd, libc::SIGINT, Duration::from_secs(30), |port| {
+        let server = setup.launch(cmd, libc::SIGINT, Duration::from_secs(30), move |port| {
             ready(&bin, port)
         })?;
         Ok(LocalPostgres { server })
@@ -133,6 +133,52 @@ impl LocalPostgres {
     /// ```
     pub fn port(&self) -> u16 {
         self.server.port
+    }
+
+    /// Stops the server where it is (`SIGSTOP` to the postmaster and every backend), as a
+    /// machine that stalls: connections stay open and nothing answers until
+    /// [`resume`](LocalPostgres::resume).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// pg.pause();
+    /// std::thread::sleep(std::time::Duration::from_secs(4));
+    /// pg.resume();
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn pause(&self) {
+        self.server.signal_all(libc::SIGSTOP);
+    }
+
+    /// Lets a [paused](LocalPostgres::pause) server go on (`SIGCONT` to each process).
+    ///
+    /// # Examples
+    ///
+    /// See [`pause`](LocalPostgres::pause).
+    pub fn resume(&self) {
+        self.server.signal_all(libc::SIGCONT);
+    }
+
+    /// `kill -9` to the postmaster and every backend at once (a power loss: open transactions
+    /// die unanswered), then the server started again on the same data directory and port;
+    /// returns once it accepts connections again, crash recovery done (what was committed
+    /// stays: fsync and synchronous commit are on).
+    ///
+    /// # Errors
+    ///
+    /// The restart's failure (see the log).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let mut pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
+    /// pg.crash_and_restart()?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn crash_and_restart(&mut self) -> Result<(), String> {
+        self.server.crash_and_restart()
     }
 
     /// A `tokio-postgres` connection string for database `db` as [`POSTGRES_USER`].

@@ -2,6 +2,7 @@
 //! measures zkfence against: one loopback port, no persistence, stopped when dropped or when
 //! this process dies.
 
+use std::ffi::OsString;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ pub struct LocalRedis {
     child: Child,
     dir: PathBuf,
     port: u16,
+    /// The server's arguments, to start it again ([`LocalRedis::crash_and_restart`]).
+    args: Vec<OsString>,
     /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
     _keeper: Keeper,
 }
@@ -48,7 +51,26 @@ impl LocalRedis {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start() -> Result<LocalRedis, String> {
-        LocalRedis::start_with(None)
+        LocalRedis::start_with(None, false)
+    }
+
+    /// [`start`](LocalRedis::start), durable: an append-only file synced on every write
+    /// (`appendonly yes`, `appendfsync always`), so that what Redis acknowledged survives a
+    /// `kill -9` ([`crash_and_restart`](LocalRedis::crash_and_restart)).
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let mut redis = zkfence_harness::LocalRedis::start_durable()?;
+    /// redis.crash_and_restart()?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_durable() -> Result<LocalRedis, String> {
+        LocalRedis::start_with(None, true)
     }
 
     /// [`start`](LocalRedis::start), serving TLS only (`ca`'s server certificate on its port,
@@ -68,10 +90,10 @@ impl LocalRedis {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start_tls(ca: &crate::TestCa) -> Result<LocalRedis, String> {
-        LocalRedis::start_with(Some(ca))
+        LocalRedis::start_with(Some(ca), false)
     }
 
-    fn start_with(tls: Option<&crate::TestCa>) -> Result<LocalRedis, String> {
+    fn start_with(tls: Option<&crate::TestCa>, durable: bool) -> Result<LocalRedis, String> {
         if !std::path::Path::new(REDIS_SERVER).exists() {
             return Err(format!("{REDIS_SERVER} is missing: install Debian's redis-server package (`sudo apt-get install -y redis-server`; scripts/bench and scripts/test do it)"));
         }
@@ -90,14 +112,20 @@ impl LocalRedis {
                 .arg(ca.ca_cert())
                 .args(["--tls-auth-clients", "no"]),
         };
+        let persistence = match durable {
+            true => ["--appendonly", "yes", "--appendfsync", "always"],
+            false => ["--appendonly", "no", "--appendfsync", "everysec"],
+        };
         cmd.args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--save", "", "--daemonize", "no"])
+            .args(persistence)
             .arg("--dir")
             .arg(&dir)
             .arg("--logfile")
             .arg(dir.join("redis.log"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        let args = cmd.get_args().map(ToOwned::to_owned).collect();
         // The server stops with us however we die, whichever thread started it.
         let (child, _keeper) =
             spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
@@ -105,6 +133,7 @@ impl LocalRedis {
             child,
             dir,
             port,
+            args,
             _keeper,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -162,6 +191,72 @@ impl LocalRedis {
         self.port
     }
 
+    /// Stops the server where it is (`SIGSTOP`): connections stay open and nothing answers
+    /// until [`resume`](LocalRedis::resume).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redis = zkfence_harness::LocalRedis::start()?;
+    /// redis.pause();
+    /// redis.resume();
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn pause(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
+    }
+
+    /// Lets a [paused](LocalRedis::pause) server go on (`SIGCONT`).
+    ///
+    /// # Examples
+    ///
+    /// See [`pause`](LocalRedis::pause).
+    pub fn resume(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+    }
+
+    /// `kill -9` to the server, then the server started again on its dir and port; returns
+    /// once it answers `PING` (its append-only file loaded, if [durable](LocalRedis::start_durable):
+    /// else it comes back empty). Not for a TLS server.
+    ///
+    /// # Errors
+    ///
+    /// The restart's failure.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let mut redis = zkfence_harness::LocalRedis::start_durable()?;
+    /// redis.crash_and_restart()?;
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn crash_and_restart(&mut self) -> Result<(), String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut cmd = Command::new(REDIS_SERVER);
+        cmd.args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let (child, keeper) =
+            spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
+        self.child = child;
+        self._keeper = keeper;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.answers_ping() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "redis-server did not come back on port {} within 10 s; see {}",
+                    self.port,
+                    self.dir.join("redis.log").display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// The server's process id (for its CPU time).
     ///
     /// # Examples
@@ -178,6 +273,7 @@ impl LocalRedis {
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
+        self.resume();
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);

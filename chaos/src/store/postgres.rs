@@ -1,25 +1,18 @@
-//! The fenced store: a PostgreSQL server of our own (the test kit's `LocalPostgres`: a temp
-//! dir on a loopback port, fsync on) and what workers do there, through the shipped
-//! PostgreSQL fence (`zkfence-postgres`): its `zkfence_fence` table and `zkfence_claim`
-//! function, and its fenced transactions, exactly as users get them.
-//!
-//! A row per lock path holds its counter (one row for a scenario of one lock, three for the
-//! multi-lock scenario); the fence of each path is the fence table's row for that scope. Every
-//! accepted write also inserts a row into `log` (with the store row it wrote) in the same
-//! fenced transaction, after the claim took the fence row's lock, so per store row `log.seq`
-//! is the commit order of accepted writes.
+//! The store on PostgreSQL: the run's server and a scenario's own, through the shipped
+//! PostgreSQL fence (`zkfence-postgres`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 use zkfence::fence::{FenceError, FenceTicket};
 use zkfence_harness::LocalPostgres;
 use zkfence_postgres::{PostgresFence, TxFuture};
 
+use super::record::{chain, in_doubt, recorded, Op, Outcome, Row, Step};
+
 /// The suite's PostgreSQL server (the test kit's), living as long as this value.
-pub(crate) struct Postgres(LocalPostgres);
+pub(crate) struct Postgres(pub(super) LocalPostgres);
 
 impl Postgres {
     /// initdb in a fresh temp dir, then start the server on a free loopback port; its log goes
@@ -66,28 +59,14 @@ impl Postgres {
     }
 }
 
-/// A row of `log`: one accepted write, in commit order.
-#[derive(Debug, Clone)]
-pub(crate) struct Row {
-    pub seq: i64,
-    /// The store row (lock path) it wrote.
-    pub row: i32,
-    pub op: String,
-    pub kind: String,
-    pub worker: i64,
-    pub token: i64,
-    pub value: i64,
-}
-
 async fn open(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
 
-/// (Re)creates the schema for one run: `rows` store rows (1, 2, …), each with counter 0; an
-/// empty log; a fresh fence table and function.
-pub(crate) async fn reset(conninfo: &str, rows: u32) -> Result<(), String> {
+/// [`super::reset`] on PostgreSQL: the fence's table and function installed afresh.
+pub(super) async fn reset(conninfo: &str, rows: u32) -> Result<(), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
@@ -107,8 +86,8 @@ pub(crate) async fn reset(conninfo: &str, rows: u32) -> Result<(), String> {
         .map_err(|e| format!("install the fence: {e}"))
 }
 
-/// The accepted writes in commit order, and each store row's final counter.
-pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
+/// [`super::dump`] on PostgreSQL.
+pub(super) async fn dump(conninfo: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
     let client = open(conninfo)
         .await
         .map_err(|e| format!("connect to postgres: {e}"))?;
@@ -140,25 +119,8 @@ pub(crate) async fn dump(conninfo: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>
     Ok((rows, counters))
 }
 
-/// A fenced statement's identity: its op id, the worker sending it, the store row it writes.
-pub(crate) struct Op {
-    pub id: String,
-    pub worker: u32,
-    pub row: i32,
-}
-
-pub(crate) enum Outcome {
-    Ok,
-    /// The fence refused the token (a newer holder claimed).
-    Refused,
-    /// The fence's check before the commit found the hold lost: nothing written.
-    LockLost,
-    Unknown(String),
-}
-
-/// A worker's connection, and the fence its writes go through (none in the fencing-off
-/// mutant, whose writes are plain transactions).
-pub(crate) struct Store {
+/// The store on PostgreSQL.
+pub(crate) struct PgStore {
     conninfo: String,
     fence: Option<PostgresFence>,
     conn: Option<Client>,
@@ -182,35 +144,24 @@ where
     work
 }
 
-/// What a fenced step writes: a value into the counter, or (a claim) the counter as it is.
-#[derive(Clone, Copy)]
-enum Step {
-    Write(i64),
-    Fence,
-}
-
-impl Store {
-    pub(crate) async fn connect_retrying(conninfo: &str, fencing: bool) -> Store {
-        let mut store = Store {
+impl PgStore {
+    pub(super) fn new(conninfo: &str, fencing: bool) -> PgStore {
+        PgStore {
             conninfo: conninfo.to_owned(),
             fence: fencing.then(PostgresFence::new),
             conn: None,
-        };
-        while store.ensure().await.is_err() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        store
     }
 
-    async fn ensure(&mut self) -> Result<&mut Client, String> {
+    pub(super) async fn ensure(&mut self) -> Result<&mut Client, String> {
         if self.conn.as_ref().is_none_or(Client::is_closed) {
-            self.conn = Some(open(&self.conninfo).await.map_err(|e| e.to_string())?);
+            self.conn = Some(open(&self.conninfo).await.map_err(|e| chain(&e))?);
         }
         self.conn.as_mut().ok_or_else(|| "no connection".into())
     }
 
     /// Store row `row`'s counter.
-    pub(crate) async fn read(&mut self, row: i32) -> Result<i64, String> {
+    pub(super) async fn read(&mut self, row: i32) -> Result<i64, String> {
         let client = self.ensure().await?;
         let row = client
             .query_one("SELECT counter FROM store WHERE id = $1", &[&row])
@@ -220,7 +171,7 @@ impl Store {
     }
 
     /// Store row `row`'s counter and `scope`'s fence (0 before its first claim), for readers.
-    pub(crate) async fn peek(&mut self, row: i32, scope: &str) -> Result<(i64, i64), String> {
+    pub(super) async fn peek(&mut self, row: i32, scope: &str) -> Result<(i64, i64), String> {
         let client = self.ensure().await?;
         let row = client
             .query_one(
@@ -233,24 +184,13 @@ impl Store {
         Ok((row.get(0), row.get(1)))
     }
 
-    /// Sets store row `row`'s counter to `value`, in a transaction fenced by `ticket`.
-    pub(crate) async fn write(&mut self, op: &Op, ticket: &FenceTicket, value: i64) -> Outcome {
-        self.fenced(op, ticket, Step::Write(value)).await
-    }
-
-    /// Raises `ticket`'s fence (and logs the counter it found): from then on every older
-    /// holder is refused.
-    pub(crate) async fn raise_fence(&mut self, op: &Op, ticket: &FenceTicket) -> Outcome {
-        self.fenced(op, ticket, Step::Fence).await
-    }
-
     /// One fenced transaction: the fence's claim, the step's statement with its `log` row, the
     /// hold's check, the commit (a plain transaction in the fencing-off mutant).
-    async fn fenced(&mut self, op: &Op, ticket: &FenceTicket, step: Step) -> Outcome {
+    pub(super) async fn fenced(&mut self, op: &Op, ticket: &FenceTicket, step: Step) -> Outcome {
         let fence = self.fence.clone();
         let client = match self.ensure().await {
             Ok(client) => client,
-            Err(err) => return Outcome::Unknown(err),
+            Err(err) => return Outcome::NotApplied(err),
         };
         let (id, worker, row) = (op.id.clone(), op.worker as i32, op.row);
         let token = ticket.token().as_i64();
@@ -269,24 +209,21 @@ impl Store {
         });
         let outcome = match fence {
             Some(fence) => fence.transaction(client, ticket, work).await,
-            None => unfenced(client, work).await,
+            None => unfenced(client, ticket, work).await,
         };
-        let outcome = match outcome {
-            Ok(()) => Outcome::Ok,
-            Err(FenceError::Refused { .. }) => Outcome::Refused,
-            Err(FenceError::LockLost { .. }) => Outcome::LockLost,
-            Err(err) => Outcome::Unknown(err.to_string()),
-        };
-        if matches!(outcome, Outcome::Unknown(_)) {
+        let outcome = recorded(outcome);
+        if matches!(outcome, Outcome::Unknown(_) | Outcome::NotApplied(_)) {
             self.conn = None;
         }
         outcome
     }
 }
 
-/// The fencing-off mutant's write: the same statements in a plain transaction.
+/// The fencing-off mutant's write: the same statements in a plain transaction (a failed
+/// commit is in doubt).
 async fn unfenced<F>(
     client: &mut Client,
+    ticket: &FenceTicket,
     mut work: F,
 ) -> Result<(), FenceError<tokio_postgres::Error>>
 where
@@ -296,5 +233,5 @@ where
 {
     let tx = client.transaction().await.map_err(FenceError::Store)?;
     work(&tx).await.map_err(FenceError::Store)?;
-    tx.commit().await.map_err(FenceError::Store)
+    tx.commit().await.map_err(|e| in_doubt(ticket, e))
 }

@@ -1,0 +1,281 @@
+//! The fenced store: a PostgreSQL server of our own (the test kit's `LocalPostgres`: a temp
+//! dir on a loopback port, fsync on) and what workers do there, through the shipped
+//! PostgreSQL fence (`zkfence-postgres`): its `zkfence_fence` table and `zkfence_claim`
+//! function, and its fenced transactions, exactly as users get them. A scenario with a store
+//! of its own ([`OwnStore`]) may have it on MariaDB instead, through the MySQL fence
+//! ([`mysql`]), or on Redis, through the Redis fence ([`redis`]);
+//! [`Store`], [`reset`] and [`dump`] go to each by the URL.
+//!
+//! [`record`] holds what every store shares (the history's rows, a write's outcome);
+//! [`postgres`], [`mysql`] and [`redis`] each store's own.
+//!
+//! A row per lock path holds its counter (one row for a scenario of one lock, three for the
+//! multi-lock scenario); the fence of each path is the fence table's row for that scope. Every
+//! accepted write also inserts a row into `log` (with the store row it wrote) in the same
+//! fenced transaction, after the claim took the fence row's lock, so per store row `log.seq`
+//! is the commit order of accepted writes.
+
+mod mysql;
+mod postgres;
+mod record;
+mod redis;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zkfence::fence::FenceTicket;
+use zkfence_harness::{LocalMariaDb, LocalRedis};
+use zkfence_testkit::RawProxy;
+
+use self::mysql::MyStore;
+use self::postgres::PgStore;
+pub(crate) use self::postgres::Postgres;
+use self::record::Step;
+pub(crate) use self::record::{Op, Outcome, Row};
+use self::redis::RedisStore;
+
+/// Which server a scenario's store of its own runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreKind {
+    Postgres,
+    MariaDb,
+    Redis,
+}
+
+impl StoreKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreKind::Postgres => "PostgreSQL",
+            StoreKind::MariaDb => "MariaDB",
+            StoreKind::Redis => "Redis",
+        }
+    }
+
+    /// The name of the scenario that writes to a store of this kind.
+    pub(crate) fn scenario(self) -> &'static str {
+        match self {
+            StoreKind::Postgres => "stores-postgres",
+            StoreKind::MariaDb => "stores-mariadb",
+            StoreKind::Redis => "stores-redis",
+        }
+    }
+}
+
+/// A store server of a scenario's own.
+enum StoreServer {
+    Postgres(Postgres),
+    MariaDb(LocalMariaDb),
+    Redis(LocalRedis),
+}
+
+/// A scenario's store of its own: a PostgreSQL, MariaDB or Redis server for it alone (the SQL
+/// servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy in front of it,
+/// through which the workers connect and whose replies the nemesis drops. The controller reads
+/// the history directly.
+pub(crate) struct OwnStore {
+    pub kind: StoreKind,
+    server: Arc<Mutex<StoreServer>>,
+    proxy: RawProxy,
+    /// The scenario's database, directly.
+    pub direct: String,
+    /// The same through the proxy, for the workers.
+    pub proxied: String,
+}
+
+impl OwnStore {
+    /// Starts a `kind` server (its files in a temp dir, its log in `dir`), makes database
+    /// `name` there and the proxy.
+    pub(crate) async fn start(kind: StoreKind, dir: &Path, name: &str) -> Result<OwnStore, String> {
+        let logs = dir.to_owned();
+        let (server, direct, port) = match kind {
+            StoreKind::Postgres => {
+                let pg = tokio::task::spawn_blocking(move || Postgres::start(&logs))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                let (direct, port) = (pg.database(name).await?, pg.port());
+                (StoreServer::Postgres(pg), direct, port)
+            }
+            StoreKind::MariaDb => {
+                let db = tokio::task::spawn_blocking(move || LocalMariaDb::start(&logs))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                let direct = mysql::database(&db.url("mysql"), name).await?;
+                let port = db.port();
+                (StoreServer::MariaDb(db), direct, port)
+            }
+            StoreKind::Redis => {
+                let redis = tokio::task::spawn_blocking(LocalRedis::start_durable)
+                    .await
+                    .map_err(|e| e.to_string())??;
+                let port = redis.port();
+                (
+                    StoreServer::Redis(redis),
+                    format!("redis://127.0.0.1:{port}/"),
+                    port,
+                )
+            }
+        };
+        let proxy = RawProxy::start(&format!("127.0.0.1:{port}"))
+            .await
+            .map_err(|e| format!("the store's proxy: {e}"))?;
+        // PostgreSQL's "… port=N …", MySQL's and Redis's "…:N/…".
+        let proxied = direct
+            .replace(&format!("port={port} "), &format!("port={} ", proxy.port()))
+            .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+        Ok(OwnStore {
+            kind,
+            server: Arc::new(Mutex::new(server)),
+            proxy,
+            direct,
+            proxied,
+        })
+    }
+
+    fn server(&self) -> std::sync::MutexGuard<'_, StoreServer> {
+        self.server.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// SIGSTOP to every process of the server.
+    pub(crate) fn pause(&self) {
+        match &*self.server() {
+            StoreServer::Postgres(pg) => pg.0.pause(),
+            StoreServer::MariaDb(db) => db.pause(),
+            StoreServer::Redis(redis) => redis.pause(),
+        }
+    }
+
+    /// SIGCONT to every process of the server.
+    pub(crate) fn resume(&self) {
+        match &*self.server() {
+            StoreServer::Postgres(pg) => pg.0.resume(),
+            StoreServer::MariaDb(db) => db.resume(),
+            StoreServer::Redis(redis) => redis.resume(),
+        }
+    }
+
+    /// `kill -9` to every process of the server, then the server started again on its data;
+    /// how long until it accepted connections again.
+    pub(crate) async fn crash_and_restart(&self) -> Result<Duration, String> {
+        let server = self.server.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut server = server.lock().unwrap_or_else(|e| e.into_inner());
+            let restarted = match &mut *server {
+                StoreServer::Postgres(pg) => pg.0.crash_and_restart(),
+                StoreServer::MariaDb(db) => db.crash_and_restart(),
+                StoreServer::Redis(redis) => redis.crash_and_restart(),
+            };
+            restarted.map(|()| started.elapsed())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    /// Drops the store's replies (`true`), or cuts every connection through the proxy and
+    /// lets replies through again (`false`); the bytes dropped so far.
+    pub(crate) fn drop_replies(&self, on: bool) -> u64 {
+        match on {
+            true => self.proxy.drop_replies(true),
+            false => self.proxy.reset(),
+        }
+        self.proxy.dropped()
+    }
+}
+
+/// Which store `url` names: a `mysql://` or `redis://` URL, else a PostgreSQL conninfo.
+fn kind_of(url: &str) -> StoreKind {
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("mysql") => StoreKind::MariaDb,
+        Some("redis") => StoreKind::Redis,
+        _ => StoreKind::Postgres,
+    }
+}
+
+/// (Re)creates the schema for one run in `url`'s database: `rows` store rows (1, 2, …), each
+/// with counter 0; an empty log; a fresh fence.
+pub(crate) async fn reset(url: &str, rows: u32) -> Result<(), String> {
+    match kind_of(url) {
+        StoreKind::MariaDb => mysql::reset(url, rows).await,
+        // Its keys come with the first fence raised on each path.
+        StoreKind::Redis => redis::reset(url).await,
+        StoreKind::Postgres => postgres::reset(url, rows).await,
+    }
+}
+
+/// The accepted writes in commit order, and each store row's final counter.
+pub(crate) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
+    match kind_of(url) {
+        StoreKind::MariaDb => mysql::dump(url).await,
+        StoreKind::Redis => redis::dump(url).await,
+        StoreKind::Postgres => postgres::dump(url).await,
+    }
+}
+
+/// A worker's store, PostgreSQL's, MySQL's or Redis's (by its URL): its connection, and the fence its
+/// writes go through (none in the fencing-off mutant, whose writes are plain transactions).
+pub(crate) enum Store {
+    Postgres(PgStore),
+    MySql(MyStore),
+    Redis(RedisStore),
+}
+
+impl Store {
+    /// The store at `url`, once a connection to it is made (retrying every 200 ms).
+    pub(crate) async fn connect_retrying(url: &str, fencing: bool) -> Store {
+        let mut store = match kind_of(url) {
+            StoreKind::MariaDb => Store::MySql(MyStore::new(url, fencing)),
+            StoreKind::Redis => Store::Redis(RedisStore::new(url, fencing)),
+            StoreKind::Postgres => Store::Postgres(PgStore::new(url, fencing)),
+        };
+        loop {
+            let connected = match &mut store {
+                Store::Postgres(pg) => pg.ensure().await.is_ok(),
+                Store::MySql(my) => my.ensure().await.is_ok(),
+                Store::Redis(redis) => redis.ensure().await.is_ok(),
+            };
+            if connected {
+                return store;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Store row `row`'s counter.
+    pub(crate) async fn read(&mut self, row: i32) -> Result<i64, String> {
+        match self {
+            Store::Postgres(pg) => pg.read(row).await,
+            Store::MySql(my) => my.read(row).await,
+            Store::Redis(redis) => redis.read(row).await,
+        }
+    }
+
+    /// Store row `row`'s counter and `scope`'s fence (0 before its first claim), for readers.
+    pub(crate) async fn peek(&mut self, row: i32, scope: &str) -> Result<(i64, i64), String> {
+        match self {
+            Store::Postgres(pg) => pg.peek(row, scope).await,
+            Store::MySql(my) => my.peek(row, scope).await,
+            Store::Redis(redis) => redis.peek(row, scope).await,
+        }
+    }
+
+    /// Sets store row `row`'s counter to `value`, in a transaction fenced by `ticket`.
+    pub(crate) async fn write(&mut self, op: &Op, ticket: &FenceTicket, value: i64) -> Outcome {
+        self.fenced(op, ticket, Step::Write(value)).await
+    }
+
+    /// Raises `ticket`'s fence (and logs the counter it found): from then on every older
+    /// holder is refused.
+    pub(crate) async fn raise_fence(&mut self, op: &Op, ticket: &FenceTicket) -> Outcome {
+        self.fenced(op, ticket, Step::Fence).await
+    }
+
+    async fn fenced(&mut self, op: &Op, ticket: &FenceTicket, step: Step) -> Outcome {
+        match self {
+            Store::Postgres(pg) => pg.fenced(op, ticket, step).await,
+            Store::MySql(my) => my.fenced(op, ticket, step).await,
+            Store::Redis(redis) => redis.fenced(op, ticket, step).await,
+        }
+    }
+}
