@@ -236,6 +236,26 @@ impl Server {
     }
 }
 
+/// [`StoreFaults`](crate::StoreFaults) for a store type whose `server` field is its [`Server`].
+macro_rules! store_faults_by_server {
+    ($store:ty) => {
+        impl crate::StoreFaults for $store {
+            fn pause(&self) {
+                self.server.signal_all(libc::SIGSTOP);
+            }
+
+            fn resume(&self) {
+                self.server.signal_all(libc::SIGCONT);
+            }
+
+            fn crash_and_restart(&mut self) -> Result<(), String> {
+                self.server.crash_and_restart()
+            }
+        }
+    };
+}
+pub(crate) use store_faults_by_server;
+
 /// Every live (not zombie) process and its parent, from `/proc`.
 fn live_parents() -> Vec<(i32, i32)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {

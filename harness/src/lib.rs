@@ -6,7 +6,8 @@
 //!   same for PostgreSQL and MariaDB ([`shared_postgres`], [`shared_mariadb`]).
 //! - Throwaway stores from Debian's packages and PyPI: [`LocalPostgres`], [`LocalMariaDb`],
 //!   [`LocalRedis`], [`LocalS3`] (`moto`), each with TLS from a [`TestCa`] where the store
-//!   serves it; [`python_clients`], the Python clients of the cross-language tests.
+//!   serves it, the SQL servers and Redis with [`StoreFaults`] (paused, crashed and restarted
+//!   on their data); [`python_clients`], the Python clients of the cross-language tests.
 //! - [`curator`]: Apache Curator's jars and `javac`, for the interop tests and the bench's
 //!   Curator peers; [`stats`]: one definition of a percentile.
 //!
@@ -24,6 +25,7 @@
 
 pub mod curator;
 mod database;
+mod faults;
 mod mariadb;
 mod postgres;
 mod python;
@@ -34,6 +36,7 @@ mod shared;
 pub mod stats;
 mod tls;
 
+pub use crate::faults::StoreFaults;
 pub use crate::mariadb::LocalMariaDb;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::python::{python_clients, CLIENTS};

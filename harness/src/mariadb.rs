@@ -118,49 +118,6 @@ impl LocalMariaDb {
         self.server.port
     }
 
-    /// Stops the server where it is (`SIGSTOP`): connections stay open and nothing answers
-    /// until [`resume`](LocalMariaDb::resume).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let db = zkfence_harness::LocalMariaDb::start(std::path::Path::new("/tmp"))?;
-    /// db.pause();
-    /// db.resume();
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn pause(&self) {
-        self.server.signal_all(libc::SIGSTOP);
-    }
-
-    /// Lets a [paused](LocalMariaDb::pause) server go on (`SIGCONT`).
-    ///
-    /// # Examples
-    ///
-    /// See [`pause`](LocalMariaDb::pause).
-    pub fn resume(&self) {
-        self.server.signal_all(libc::SIGCONT);
-    }
-
-    /// `kill -9` to the server (open transactions die unanswered), then the server started
-    /// again on the same data directory and port; returns once it answers a ping, InnoDB's
-    /// crash recovery done.
-    ///
-    /// # Errors
-    ///
-    /// The restart's failure (see the log).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let mut db = zkfence_harness::LocalMariaDb::start(std::path::Path::new("/tmp"))?;
-    /// db.crash_and_restart()?;
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn crash_and_restart(&mut self) -> Result<(), String> {
-        self.server.crash_and_restart()
-    }
-
     /// A `mysql://` URL for database `db` as `root` (`mysql_async::Opts::from_url`). The
     /// database is not created.
     ///
@@ -175,6 +132,8 @@ impl LocalMariaDb {
         format!("mysql://root@127.0.0.1:{}/{db}", self.server.port)
     }
 }
+
+crate::database::store_faults_by_server!(LocalMariaDb);
 
 /// Whether the server on `port` answers `mariadb-admin ping` (not only its port).
 fn ready(port: u16) -> bool {

@@ -135,52 +135,6 @@ impl LocalPostgres {
         self.server.port
     }
 
-    /// Stops the server where it is (`SIGSTOP` to the postmaster and every backend), as a
-    /// machine that stalls: connections stay open and nothing answers until
-    /// [`resume`](LocalPostgres::resume).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
-    /// pg.pause();
-    /// std::thread::sleep(std::time::Duration::from_secs(4));
-    /// pg.resume();
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn pause(&self) {
-        self.server.signal_all(libc::SIGSTOP);
-    }
-
-    /// Lets a [paused](LocalPostgres::pause) server go on (`SIGCONT` to each process).
-    ///
-    /// # Examples
-    ///
-    /// See [`pause`](LocalPostgres::pause).
-    pub fn resume(&self) {
-        self.server.signal_all(libc::SIGCONT);
-    }
-
-    /// `kill -9` to the postmaster and every backend at once (a power loss: open transactions
-    /// die unanswered), then the server started again on the same data directory and port;
-    /// returns once it accepts connections again, crash recovery done (what was committed
-    /// stays: fsync and synchronous commit are on).
-    ///
-    /// # Errors
-    ///
-    /// The restart's failure (see the log).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let mut pg = zkfence_harness::LocalPostgres::start(std::path::Path::new("/tmp"))?;
-    /// pg.crash_and_restart()?;
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn crash_and_restart(&mut self) -> Result<(), String> {
-        self.server.crash_and_restart()
-    }
-
     /// A `tokio-postgres` connection string for database `db` as [`POSTGRES_USER`].
     ///
     /// # Examples
@@ -197,6 +151,8 @@ impl LocalPostgres {
         )
     }
 }
+
+crate::database::store_faults_by_server!(LocalPostgres);
 
 /// TLS on `cmd`'s server with `ca`'s certificate, and connections in the clear rejected.
 fn serve_tls_only(cmd: &mut Command, setup: &Setup, ca: &crate::TestCa) -> Result<(), String> {

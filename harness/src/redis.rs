@@ -28,7 +28,7 @@ pub struct LocalRedis {
     child: Child,
     dir: PathBuf,
     port: u16,
-    /// The server's arguments, to start it again ([`LocalRedis::crash_and_restart`]).
+    /// The server's arguments, to start it again after a crash.
     args: Vec<OsString>,
     /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
     _keeper: Keeper,
@@ -56,7 +56,7 @@ impl LocalRedis {
 
     /// [`start`](LocalRedis::start), durable: an append-only file synced on every write
     /// (`appendonly yes`, `appendfsync always`), so that what Redis acknowledged survives a
-    /// `kill -9` ([`crash_and_restart`](LocalRedis::crash_and_restart)).
+    /// `kill -9` ([`StoreFaults::crash_and_restart`](crate::StoreFaults::crash_and_restart)).
     ///
     /// # Errors
     ///
@@ -65,6 +65,7 @@ impl LocalRedis {
     /// # Examples
     ///
     /// ```no_run
+    /// use zkfence_harness::StoreFaults;
     /// let mut redis = zkfence_harness::LocalRedis::start_durable()?;
     /// redis.crash_and_restart()?;
     /// # Ok::<(), String>(())
@@ -191,48 +192,34 @@ impl LocalRedis {
         self.port
     }
 
-    /// Stops the server where it is (`SIGSTOP`): connections stay open and nothing answers
-    /// until [`resume`](LocalRedis::resume).
+    /// The server's process id (for its CPU time).
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # let redis = zkfence_harness::LocalRedis::start()?;
-    /// redis.pause();
-    /// redis.resume();
+    /// assert!(redis.pid() > 0);
     /// # Ok::<(), String>(())
     /// ```
-    pub fn pause(&self) {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+/// Not for a TLS server (the restart waits for a plain `PING`). Without the append-only file
+/// ([`LocalRedis::start`]) a crash loses every key.
+impl crate::StoreFaults for LocalRedis {
+    fn pause(&self) {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
     }
 
-    /// Lets a [paused](LocalRedis::pause) server go on (`SIGCONT`).
-    ///
-    /// # Examples
-    ///
-    /// See [`pause`](LocalRedis::pause).
-    pub fn resume(&self) {
+    fn resume(&self) {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.pid(), libc::SIGCONT) };
     }
 
-    /// `kill -9` to the server, then the server started again on its dir and port; returns
-    /// once it answers `PING` (its append-only file loaded, if [durable](LocalRedis::start_durable):
-    /// else it comes back empty). Not for a TLS server.
-    ///
-    /// # Errors
-    ///
-    /// The restart's failure.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let mut redis = zkfence_harness::LocalRedis::start_durable()?;
-    /// redis.crash_and_restart()?;
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn crash_and_restart(&mut self) -> Result<(), String> {
+    fn crash_and_restart(&mut self) -> Result<(), String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let mut cmd = Command::new(REDIS_SERVER);
@@ -256,24 +243,11 @@ impl LocalRedis {
         }
         Ok(())
     }
-
-    /// The server's process id (for its CPU time).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # let redis = zkfence_harness::LocalRedis::start()?;
-    /// assert!(redis.pid() > 0);
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
 }
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
-        self.resume();
+        crate::StoreFaults::resume(self);
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);

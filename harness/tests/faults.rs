@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use zkfence_harness::{LocalPostgres, POSTGRES_USER};
+use zkfence_harness::{LocalPostgres, StoreFaults, POSTGRES_USER};
 
 /// `psql` on `pg`'s database `postgres`, with `sql` on its command line.
 fn psql(pg: &LocalPostgres, sql: &str) -> Command {
@@ -67,22 +67,26 @@ fn exited(child: &mut Child, within: Duration) -> Option<std::process::ExitStatu
     None
 }
 
+/// Pauses `store`, sends `query` and sees no answer for 2 s; resumes it and sees the answer.
+fn answers_only_once_resumed(store: &dyn StoreFaults, mut query: Command) {
+    store.pause();
+    let mut query = query.spawn().unwrap();
+    assert!(
+        exited(&mut query, Duration::from_secs(2)).is_none(),
+        "a paused server answered"
+    );
+    store.resume();
+    let answered = exited(&mut query, Duration::from_secs(10)).expect("no answer after resume");
+    assert!(answered.success());
+}
+
 #[test]
 fn a_paused_server_answers_once_resumed_and_a_crashed_one_keeps_only_what_committed() {
     let logs = zkfence_testkit::temp_dir("harness-faults").unwrap();
     let mut pg = LocalPostgres::start(&logs).unwrap();
     run(&pg, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)");
 
-    // Paused: a query sent now gets no answer, however long we wait; resumed, it does.
-    pg.pause();
-    let mut query = psql(&pg, "SELECT count(*) FROM t").spawn().unwrap();
-    assert!(
-        exited(&mut query, Duration::from_secs(2)).is_none(),
-        "a paused server answered"
-    );
-    pg.resume();
-    let answered = exited(&mut query, Duration::from_secs(10)).expect("no answer after resume");
-    assert!(answered.success());
+    answers_only_once_resumed(&pg, psql(&pg, "SELECT count(*) FROM t"));
 
     // A transaction left open, then kill -9: its row is gone, the committed one stays, and
     // its client hears the connection die.
@@ -146,15 +150,7 @@ fn a_paused_mariadb_answers_once_resumed_and_a_crashed_one_keeps_only_what_commi
         "CREATE DATABASE f; CREATE TABLE f.t (x INT) ENGINE = InnoDB; INSERT INTO f.t VALUES (1)",
     );
 
-    db.pause();
-    let mut query = mariadb(&db, "SELECT COUNT(*) FROM f.t").spawn().unwrap();
-    assert!(
-        exited(&mut query, Duration::from_secs(2)).is_none(),
-        "a paused server answered"
-    );
-    db.resume();
-    let answered = exited(&mut query, Duration::from_secs(10)).expect("no answer after resume");
-    assert!(answered.success());
+    answers_only_once_resumed(&db, mariadb(&db, "SELECT COUNT(*) FROM f.t"));
 
     let mut open = mariadb(
         &db,
@@ -205,15 +201,7 @@ fn a_paused_redis_answers_once_resumed_and_a_durable_one_keeps_what_it_acknowled
     let mut redis = zkfence_harness::LocalRedis::start_durable().unwrap();
     assert_eq!(run_redis(&redis, &["RPUSH", "log", "a", "b"]), "2");
 
-    redis.pause();
-    let mut query = redis_cli(&redis, &["LLEN", "log"]).spawn().unwrap();
-    assert!(
-        exited(&mut query, Duration::from_secs(2)).is_none(),
-        "a paused server answered"
-    );
-    redis.resume();
-    let answered = exited(&mut query, Duration::from_secs(10)).expect("no answer after resume");
-    assert!(answered.success());
+    answers_only_once_resumed(&redis, redis_cli(&redis, &["LLEN", "log"]));
 
     redis.crash_and_restart().unwrap();
     assert_eq!(run_redis(&redis, &["LRANGE", "log", "0", "-1"]), "a\nb");

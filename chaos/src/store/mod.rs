@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zkfence::fence::FenceTicket;
-use zkfence_harness::{LocalMariaDb, LocalRedis};
+use zkfence_harness::{LocalMariaDb, LocalRedis, StoreFaults};
 use zkfence_testkit::RawProxy;
 
 use self::mysql::MyStore;
@@ -63,20 +63,13 @@ impl StoreKind {
     }
 }
 
-/// A store server of a scenario's own.
-enum StoreServer {
-    Postgres(Postgres),
-    MariaDb(LocalMariaDb),
-    Redis(LocalRedis),
-}
-
 /// A scenario's store of its own: a PostgreSQL, MariaDB or Redis server for it alone (the SQL
 /// servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy in front of it,
 /// through which the workers connect and whose replies the nemesis drops. The controller reads
 /// the history directly.
 pub(crate) struct OwnStore {
     pub kind: StoreKind,
-    server: Arc<Mutex<StoreServer>>,
+    server: Arc<Mutex<Box<dyn StoreFaults>>>,
     proxy: RawProxy,
     /// The scenario's database, directly.
     pub direct: String,
@@ -95,7 +88,7 @@ impl OwnStore {
                     .await
                     .map_err(|e| e.to_string())??;
                 let (direct, port) = (pg.database(name).await?, pg.port());
-                (StoreServer::Postgres(pg), direct, port)
+                (Box::new(pg.0) as Box<dyn StoreFaults>, direct, port)
             }
             StoreKind::MariaDb => {
                 let db = tokio::task::spawn_blocking(move || LocalMariaDb::start(&logs))
@@ -103,18 +96,15 @@ impl OwnStore {
                     .map_err(|e| e.to_string())??;
                 let direct = mysql::database(&db.url("mysql"), name).await?;
                 let port = db.port();
-                (StoreServer::MariaDb(db), direct, port)
+                (Box::new(db) as Box<dyn StoreFaults>, direct, port)
             }
             StoreKind::Redis => {
                 let redis = tokio::task::spawn_blocking(LocalRedis::start_durable)
                     .await
                     .map_err(|e| e.to_string())??;
                 let port = redis.port();
-                (
-                    StoreServer::Redis(redis),
-                    format!("redis://127.0.0.1:{port}/"),
-                    port,
-                )
+                let direct = format!("redis://127.0.0.1:{port}/");
+                (Box::new(redis) as Box<dyn StoreFaults>, direct, port)
             }
         };
         let proxy = RawProxy::start(&format!("127.0.0.1:{port}"))
@@ -133,26 +123,18 @@ impl OwnStore {
         })
     }
 
-    fn server(&self) -> std::sync::MutexGuard<'_, StoreServer> {
+    fn server(&self) -> std::sync::MutexGuard<'_, Box<dyn StoreFaults>> {
         self.server.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// SIGSTOP to every process of the server.
     pub(crate) fn pause(&self) {
-        match &*self.server() {
-            StoreServer::Postgres(pg) => pg.0.pause(),
-            StoreServer::MariaDb(db) => db.pause(),
-            StoreServer::Redis(redis) => redis.pause(),
-        }
+        self.server().pause();
     }
 
     /// SIGCONT to every process of the server.
     pub(crate) fn resume(&self) {
-        match &*self.server() {
-            StoreServer::Postgres(pg) => pg.0.resume(),
-            StoreServer::MariaDb(db) => db.resume(),
-            StoreServer::Redis(redis) => redis.resume(),
-        }
+        self.server().resume();
     }
 
     /// `kill -9` to every process of the server, then the server started again on its data;
@@ -162,12 +144,7 @@ impl OwnStore {
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let mut server = server.lock().unwrap_or_else(|e| e.into_inner());
-            let restarted = match &mut *server {
-                StoreServer::Postgres(pg) => pg.0.crash_and_restart(),
-                StoreServer::MariaDb(db) => db.crash_and_restart(),
-                StoreServer::Redis(redis) => redis.crash_and_restart(),
-            };
-            restarted.map(|()| started.elapsed())
+            server.crash_and_restart().map(|()| started.elapsed())
         })
         .await
         .map_err(|e| e.to_string())?
