@@ -719,7 +719,7 @@ mod tests {
     /// fence reported not applied (its store's error before the commit) and yet is in the
     /// store fails.
     #[test]
-    fn writes_in_doubt_are_resolved_by_the_history_and_an_unsent_one_applied_fails() {
+    fn writes_in_doubt_are_resolved_by_the_history_and_a_not_applied_one_in_the_store_fails() {
         let mut history = clean_history();
         let doubt = |t, op: &str| {
             let (op, error) = (op.into(), "connection closed".into());
