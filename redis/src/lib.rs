@@ -32,6 +32,10 @@
 //! - **Scripts are not rolled back**: a command of yours that errors inside the script stops
 //!   it, and the commands before it stay applied. Write commands that cannot fail (right key
 //!   types) and check the replies.
+//! - **A restart without persistence forgets the fence**: the fence key lives in memory as
+//!   your data does. Without an append-only file synced on every write (`appendonly yes`,
+//!   `appendfsync always`; `everysec` can lose the last second's raises), a restarted server
+//!   accepts any token again, a stale holder's too.
 //!
 //! # Examples
 //!
