@@ -29,6 +29,10 @@ pub(crate) const FAILOVER_INVARIANT: &str =
 /// The grant order's name: tokens (an election's epochs) strictly increase from grant to grant.
 pub(crate) const GRANT_ORDER_INVARIANT: &str = "tokens strictly increase in grant order";
 
+/// The invariant a write reported failed (refused, lost, or not applied) breaks by being in the
+/// store.
+pub(crate) const FAILED_WRITE_INVARIANT: &str = "no failed write applied";
+
 /// A broken invariant and the evidence.
 #[derive(Debug, Clone)]
 pub(crate) struct Violation {
@@ -191,7 +195,7 @@ fn no_failed_write_applied(
     };
     let row = applied.get(op.as_str())?;
     Some(Violation {
-        invariant: "no failed write applied",
+        invariant: FAILED_WRITE_INVARIANT,
         summary: format!("op {op} was {how} w{} but is in the store", e.w),
         evidence: [vec![row_line(row)], tl.evidence(&[e.w], e.t)].concat(),
     })

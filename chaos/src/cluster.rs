@@ -34,6 +34,9 @@ pub(crate) enum Mutant {
     /// Elected workers that fence with their node's sequence number, which restarts when the
     /// election's node is recreated, instead of the epoch.
     EpochSequence,
+    /// Workers that record a write in doubt (`FenceError::InDoubt`) as not applied, as a
+    /// fence that called a lost commit reply a failure would.
+    InDoubtAsFailed,
 }
 
 impl Mutant {
@@ -46,6 +49,7 @@ impl Mutant {
             Mutant::ResumeWithoutProof => "resume-without-proof",
             Mutant::LockDelay => "lock-delay",
             Mutant::EpochSequence => "epoch-sequence",
+            Mutant::InDoubtAsFailed => "in-doubt-as-failed",
         }
     }
 }

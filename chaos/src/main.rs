@@ -36,9 +36,9 @@ use mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 #[command(about = "zkfence's chaos suite: real ZooKeeper ensemble, real PostgreSQL, real faults")]
 enum Cmd {
     /// The CI run (about 8 minutes): every fault kind, partitions inside the ensemble, a short
-    /// failover scenario, elected workers and multi-locks, then the nine mutants, which must
-    /// fail; last, one store of its own (PostgreSQL, MariaDB or Redis, by the seed) paused,
-    /// killed and cut off under writes.
+    /// failover scenario, elected workers and multi-locks, then nine mutants, which must fail;
+    /// last, one store of its own (PostgreSQL, MariaDB or Redis, by the seed) paused, killed
+    /// and cut off under writes, and its mutant.
     Smoke(RunArgs),
     /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
     /// partition scenario on a second ensemble, a many-locks scenario and each store of its

@@ -179,24 +179,29 @@ impl Scenario {
         Some(record(kind, detail, start))
     }
 
-    /// Under a holder's write: its transaction on its way (the worker prepares a write for
-    /// 25 ms after its check, then sends claim, statement and commit), the store's replies
-    /// dropped for 500 ms, then every store connection cut. Depending on where the transaction
-    /// was, nothing or all of it committed, and the writer cannot tell which. `None` without a
-    /// store of its own or a writer.
+    /// Under a holder's write: the store's replies dropped from the next commit on (its
+    /// `COMMIT`, or the fence's script on Redis), which still reaches the store; 500 ms later
+    /// every store connection cut. The commit applied and its writer cannot know: in doubt.
+    /// `None` without a store of its own or a writer.
     async fn cut_store_replies(&self, kind: &FaultKind) -> Option<Fault> {
         let store = self.own_store.as_ref()?;
         let h = self.writer().await?;
-        // Somewhere from the start of its transaction to its commit's reply.
-        let into = 25 + (now_ns() / 1000 % 16) as u64;
-        tokio::time::sleep(Duration::from_millis(into)).await;
         let start = now_ns();
-        let before = store.drop_replies(true);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let dropped = store.drop_replies(false) - before;
+        let before = store.dropped();
+        let sent = store
+            .drop_replies_from_the_next_commit(Duration::from_secs(3))
+            .await;
+        if sent {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        store.cut();
+        let dropped = store.dropped() - before;
+        let what = match sent {
+            true => format!("replies dropped from the next commit on for 500 ms ({dropped} bytes)"),
+            false => "no commit came within 3 s".to_owned(),
+        };
         let detail = format!(
-            "w{} token {}: {into} ms into its write, {}'s replies dropped for 500 ms \
-             ({dropped} bytes), then every store connection cut",
+            "w{} token {}'s write under way: {}'s {what}, then every store connection cut",
             h.id,
             h.token,
             store.kind.name()

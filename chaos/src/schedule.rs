@@ -477,9 +477,21 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
         named.push(drawn);
     }
     let faults = store_schedule(rng);
-    for kind in named {
+    for &kind in &named {
         let plan = Plan::Fixed(faults.clone());
         plans.push(store_scenario(args.workers, args.session_ms, kind, plan));
+    }
+    if !args.no_mutants {
+        // Writes in doubt recorded as not applied: three reply cuts land commits in doubt on
+        // the same store, each applied, and each then fails "no failed write applied".
+        let cuts = Plan::Fixed(vec![FaultKind::StoreCut; 3]);
+        plans.push(ScenarioPlan {
+            mutant: Mutant::InDoubtAsFailed,
+            ..store_scenario(args.workers, args.session_ms, named[0], cuts).named(
+                "mutant-in-doubt-as-failed",
+                modes(args.workers, args.session_ms, false),
+            )
+        });
     }
     plans
 }

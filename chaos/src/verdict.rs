@@ -211,6 +211,7 @@ fn attacked(mutant: Mutant) -> Option<&'static str> {
         Mutant::SyncLease | Mutant::ResumeWithoutProof => Some(checker::LEASE_INVARIANT),
         Mutant::LockDelay => Some(checker::FAILOVER_INVARIANT),
         Mutant::EpochSequence => Some(checker::GRANT_ORDER_INVARIANT),
+        Mutant::InDoubtAsFailed => Some(checker::FAILED_WRITE_INVARIANT),
         Mutant::None | Mutant::FencingOff | Mutant::WatchdogOff => None,
     }
 }

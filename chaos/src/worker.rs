@@ -10,7 +10,7 @@ use crate::clock::now_ns;
 use crate::event::Ev;
 use crate::hold::{listen_for_stretch, role, Hold, Log, Ticketed, EXTEND};
 use crate::rng::Rng;
-use crate::store::Store;
+use crate::store::{Flaws, Store};
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -38,8 +38,9 @@ pub(crate) struct WorkerArgs {
     pub session_ms: u64,
     /// `none`, `fencing-off`, `watchdog-off`, `sync-lease` (the earlier lease rule that trusted
     /// syncs), `resume-without-proof` (jeopardy ends on a sync's answer), `lock-delay` (a
-    /// lock-delay of 2T: a dead leader's successor waits 2T more) or `epoch-sequence` (an
-    /// elected worker fences with its node's sequence number, not its epoch).
+    /// lock-delay of 2T: a dead leader's successor waits 2T more), `epoch-sequence` (an
+    /// elected worker fences with its node's sequence number, not its epoch) or
+    /// `in-doubt-as-failed` (a write in doubt is recorded as not applied).
     #[arg(long, default_value = "none")]
     pub mutant: String,
     /// Ride out disconnects until the lease ends (`LockOptions::with_ride_out_disconnects`).
@@ -120,8 +121,11 @@ impl Worker {
             session_ms: args.session_ms,
             grace_ms: args.grace_ms,
         });
-        let fencing = args.mutant != "fencing-off";
-        let store = Store::connect_retrying(&args.pg, fencing).await;
+        let flaws = Flaws {
+            fencing: args.mutant != "fencing-off",
+            doubt_as_failed: args.mutant == "in-doubt-as-failed",
+        };
+        let store = Store::connect_retrying(&args.pg, flaws).await;
         Worker {
             heed_watchdog: args.mutant != "watchdog-off",
             timeout: Duration::from_millis(args.session_ms),

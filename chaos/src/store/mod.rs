@@ -150,13 +150,38 @@ impl OwnStore {
         .map_err(|e| e.to_string())?
     }
 
-    /// Drops the store's replies (`true`), or cuts every connection through the proxy and
-    /// lets replies through again (`false`); the bytes dropped so far.
-    pub(crate) fn drop_replies(&self, on: bool) -> u64 {
-        match on {
-            true => self.proxy.drop_replies(true),
-            false => self.proxy.reset(),
+    /// The request that commits a write on this store, as its bytes cross the wire (not a
+    /// bare `COMMIT`, which `READ COMMITTED` in a transaction's first statement holds too):
+    /// PostgreSQL's simple query ending `COMMIT` (the fence sends `SELECT 1; COMMIT`), the
+    /// MySQL fence's `CALL zkfence_seal(…); COMMIT; SET autocommit = 1`, Redis's `EVALSHA`
+    /// (or `EVAL`) of the fence's script.
+    fn commit(&self) -> &'static [u8] {
+        match self.kind {
+            StoreKind::Postgres => b"COMMIT\0",
+            StoreKind::MariaDb => b"; COMMIT;",
+            StoreKind::Redis => b"EVAL",
         }
+    }
+
+    /// Drops the store's replies from the next commit on (which still reaches the store),
+    /// and waits up to `within` for one to be sent; whether one was.
+    pub(crate) async fn drop_replies_from_the_next_commit(&self, within: Duration) -> bool {
+        self.proxy.drop_replies_after(self.commit());
+        let deadline = Instant::now() + within;
+        while !self.proxy.replies_dropped() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.proxy.replies_dropped()
+    }
+
+    /// Cuts every connection through the proxy, and lets replies through again (a trigger
+    /// that did not fire is disarmed).
+    pub(crate) fn cut(&self) {
+        self.proxy.reset();
+    }
+
+    /// The store's reply bytes the proxy dropped so far.
+    pub(crate) fn dropped(&self) -> u64 {
         self.proxy.dropped()
     }
 }
@@ -190,30 +215,51 @@ pub(crate) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), St
     }
 }
 
-/// A worker's store, PostgreSQL's, MySQL's or Redis's (by its URL): its connection, and the fence its
-/// writes go through (none in the fencing-off mutant, whose writes are plain transactions).
-pub(crate) enum Store {
+/// A worker's store, PostgreSQL's, MySQL's or Redis's (by its URL): its connection, and the
+/// fence its writes go through (none in the fencing-off mutant, whose writes are plain
+/// transactions).
+pub(crate) struct Store {
+    backend: Backend,
+    /// The in-doubt-as-failed mutant: a write in doubt recorded as not applied.
+    doubt_as_failed: bool,
+}
+
+/// Each store's own side of [`Store`].
+pub(crate) enum Backend {
     Postgres(PgStore),
     MySql(MyStore),
     Redis(RedisStore),
 }
 
+/// What a worker's writes go through: the fence, or (the fencing-off mutant) nothing; and
+/// whether (the in-doubt-as-failed mutant) a write in doubt is recorded as not applied.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Flaws {
+    pub fencing: bool,
+    pub doubt_as_failed: bool,
+}
+
 impl Store {
     /// The store at `url`, once a connection to it is made (retrying every 200 ms).
-    pub(crate) async fn connect_retrying(url: &str, fencing: bool) -> Store {
-        let mut store = match kind_of(url) {
-            StoreKind::MariaDb => Store::MySql(MyStore::new(url, fencing)),
-            StoreKind::Redis => Store::Redis(RedisStore::new(url, fencing)),
-            StoreKind::Postgres => Store::Postgres(PgStore::new(url, fencing)),
+    pub(crate) async fn connect_retrying(url: &str, flaws: Flaws) -> Store {
+        let fencing = flaws.fencing;
+        let mut backend = match kind_of(url) {
+            StoreKind::MariaDb => Backend::MySql(MyStore::new(url, fencing)),
+            StoreKind::Redis => Backend::Redis(RedisStore::new(url, fencing)),
+            StoreKind::Postgres => Backend::Postgres(PgStore::new(url, fencing)),
         };
         loop {
-            let connected = match &mut store {
-                Store::Postgres(pg) => pg.ensure().await.is_ok(),
-                Store::MySql(my) => my.ensure().await.is_ok(),
-                Store::Redis(redis) => redis.ensure().await.is_ok(),
+            let connected = match &mut backend {
+                Backend::Postgres(pg) => pg.ensure().await.is_ok(),
+                Backend::MySql(my) => my.ensure().await.is_ok(),
+                Backend::Redis(redis) => redis.ensure().await.is_ok(),
             };
             if connected {
-                return store;
+                let doubt_as_failed = flaws.doubt_as_failed;
+                return Store {
+                    backend,
+                    doubt_as_failed,
+                };
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -221,19 +267,19 @@ impl Store {
 
     /// Store row `row`'s counter.
     pub(crate) async fn read(&mut self, row: i32) -> Result<i64, String> {
-        match self {
-            Store::Postgres(pg) => pg.read(row).await,
-            Store::MySql(my) => my.read(row).await,
-            Store::Redis(redis) => redis.read(row).await,
+        match &mut self.backend {
+            Backend::Postgres(pg) => pg.read(row).await,
+            Backend::MySql(my) => my.read(row).await,
+            Backend::Redis(redis) => redis.read(row).await,
         }
     }
 
     /// Store row `row`'s counter and `scope`'s fence (0 before its first claim), for readers.
     pub(crate) async fn peek(&mut self, row: i32, scope: &str) -> Result<(i64, i64), String> {
-        match self {
-            Store::Postgres(pg) => pg.peek(row, scope).await,
-            Store::MySql(my) => my.peek(row, scope).await,
-            Store::Redis(redis) => redis.peek(row, scope).await,
+        match &mut self.backend {
+            Backend::Postgres(pg) => pg.peek(row, scope).await,
+            Backend::MySql(my) => my.peek(row, scope).await,
+            Backend::Redis(redis) => redis.peek(row, scope).await,
         }
     }
 
@@ -249,10 +295,14 @@ impl Store {
     }
 
     async fn fenced(&mut self, op: &Op, ticket: &FenceTicket, step: Step) -> Outcome {
-        match self {
-            Store::Postgres(pg) => pg.fenced(op, ticket, step).await,
-            Store::MySql(my) => my.fenced(op, ticket, step).await,
-            Store::Redis(redis) => redis.fenced(op, ticket, step).await,
+        let outcome = match &mut self.backend {
+            Backend::Postgres(pg) => pg.fenced(op, ticket, step).await,
+            Backend::MySql(my) => my.fenced(op, ticket, step).await,
+            Backend::Redis(redis) => redis.fenced(op, ticket, step).await,
+        };
+        match outcome {
+            Outcome::Unknown(err) if self.doubt_as_failed => Outcome::NotApplied(err),
+            outcome => outcome,
         }
     }
 }
