@@ -366,40 +366,26 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
             None => store.raise_fence(&op, &ticket).await,
         };
         let op = op.id;
-        match outcome {
+        let ended = match outcome {
             Outcome::Ok => {
                 self.log.now(Ev::Ok { op, token });
-                Some(())
+                return Some(());
             }
-            Outcome::Refused | Outcome::LockLost => {
-                let why = match outcome {
-                    Outcome::Refused => "refused",
-                    _ => "lock lost",
-                };
-                self.log.now(Ev::Fail {
-                    op,
-                    token,
-                    why: why.into(),
-                });
-                None
-            }
-            Outcome::Unknown(err) => {
-                self.log.now(Ev::Unknown {
-                    op,
-                    token,
-                    error: err,
-                });
-                None
-            }
-            Outcome::NotApplied(err) => {
-                self.log.now(Ev::NotApplied {
-                    op,
-                    token,
-                    error: err,
-                });
-                None
-            }
-        }
+            Outcome::Refused => Ev::Fail {
+                op,
+                token,
+                why: "refused".into(),
+            },
+            Outcome::LockLost => Ev::Fail {
+                op,
+                token,
+                why: "lock lost".into(),
+            },
+            Outcome::Unknown(error) => Ev::Unknown { op, token, error },
+            Outcome::NotApplied(error) => Ev::NotApplied { op, token, error },
+        };
+        self.log.now(ended);
+        None
     }
 }
 

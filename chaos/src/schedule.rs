@@ -128,9 +128,9 @@ pub(crate) fn multi_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     faults
 }
 
-/// Smoke's store scenario, on a PostgreSQL server of its own: the store paused for 2T, killed
-/// and restarted, and cut off between a write and its reply twice, with a holder paused for 2T
-/// in its write phase among them; in seeded order.
+/// Smoke's store scenario, on a store server of its own: the store paused for 2T, killed and
+/// restarted, and its reply to a commit cut twice, with a holder paused for 2T in its write
+/// phase among them; in seeded order.
 pub(crate) fn store_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     use FaultKind::*;
     let mut faults = vec![
@@ -469,7 +469,7 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     // store of its own, drawn by the seed (or those `--only` names): the smoke run keeps its
     // time by choosing, the long run has them all.
     let kinds = [StoreKind::Postgres, StoreKind::MariaDb, StoreKind::Redis];
-    let drawn = kinds[rng.range(0, 2) as usize];
+    let drawn = kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
     let mut named: Vec<StoreKind> = (kinds.into_iter())
         .filter(|k| args.only.iter().any(|o| o == k.scenario()))
         .collect();
@@ -486,11 +486,9 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
         // the same store, each applied, and each then fails "no failed write applied".
         let cuts = Plan::Fixed(vec![FaultKind::StoreCut; 3]);
         plans.push(ScenarioPlan {
+            name: "mutant-in-doubt-as-failed",
             mutant: Mutant::InDoubtAsFailed,
-            ..store_scenario(args.workers, args.session_ms, named[0], cuts).named(
-                "mutant-in-doubt-as-failed",
-                modes(args.workers, args.session_ms, false),
-            )
+            ..store_scenario(args.workers, args.session_ms, named[0], cuts)
         });
     }
     plans

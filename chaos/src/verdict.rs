@@ -43,8 +43,8 @@ impl Totals {
             pauses: plain()
                 .map(|r| count(r, "holder_pauses_past_timeout"))
                 .sum(),
-            partitions: plain().map(partitions).sum(),
-            store_faults: plain().map(store_faults).sum(),
+            partitions: plain().map(|r| faults_of(r, &PARTITION_KINDS)).sum(),
+            store_faults: plain().map(|r| faults_of(r, &STORE_KINDS)).sum(),
             in_doubt: plain()
                 .map(|r| r.figures["writes_in_doubt"]["count"].as_u64().unwrap_or(0))
                 .sum(),
@@ -68,24 +68,13 @@ fn count(r: &ScenarioResult, key: &str) -> u64 {
     r.figures[key].as_u64().unwrap_or(0)
 }
 
-/// The partitions inside the ensemble a scenario injected.
-fn partitions(r: &ScenarioResult) -> u64 {
+/// How many of the faults a scenario injected are of `kinds` (the partitions inside the
+/// ensemble, the store's own faults).
+fn faults_of(r: &ScenarioResult, kinds: &[&str]) -> u64 {
     r.faults.as_array().map_or(0, |f| {
-        f.iter().filter(|f| is_partition(&f["kind"])).count() as u64
+        let of = |f: &&serde_json::Value| f["kind"].as_str().is_some_and(|k| kinds.contains(&k));
+        f.iter().filter(of).count() as u64
     })
-}
-
-/// The faults of its own store a scenario injected.
-fn store_faults(r: &ScenarioResult) -> u64 {
-    r.faults.as_array().map_or(0, |f| {
-        let store =
-            |f: &&serde_json::Value| f["kind"].as_str().is_some_and(|k| STORE_KINDS.contains(&k));
-        f.iter().filter(store).count() as u64
-    })
-}
-
-fn is_partition(kind: &serde_json::Value) -> bool {
-    kind.as_str().is_some_and(|k| PARTITION_KINDS.contains(&k))
 }
 
 /// Whether the run passes: every scenario without a mutant holds every invariant and makes

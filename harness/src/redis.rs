@@ -30,6 +30,8 @@ pub struct LocalRedis {
     port: u16,
     /// The server's arguments, to start it again after a crash.
     args: Vec<OsString>,
+    /// Whether it serves TLS only (then readiness is an accepted connection, not a `PING`).
+    tls: bool,
     /// Dropped after the server is stopped (see [`zkfence_testkit::spawn_tied`]).
     _keeper: Keeper,
 }
@@ -113,9 +115,9 @@ impl LocalRedis {
                 .arg(ca.ca_cert())
                 .args(["--tls-auth-clients", "no"]),
         };
-        let persistence = match durable {
-            true => ["--appendonly", "yes", "--appendfsync", "always"],
-            false => ["--appendonly", "no", "--appendfsync", "everysec"],
+        let persistence: &[&str] = match durable {
+            true => &["--appendonly", "yes", "--appendfsync", "always"],
+            false => &["--appendonly", "no"],
         };
         cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--daemonize", "no"])
@@ -123,36 +125,41 @@ impl LocalRedis {
             .arg("--dir")
             .arg(&dir)
             .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let args = cmd.get_args().map(ToOwned::to_owned).collect();
-        // The server stops with us however we die, whichever thread started it.
-        let (child, _keeper) =
-            spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
+            .arg(dir.join("redis.log"));
+        let args: Vec<OsString> = cmd.get_args().map(ToOwned::to_owned).collect();
+        let (child, _keeper) = spawn(&args)?;
         let redis = LocalRedis {
             child,
             dir,
             port,
             args,
+            tls: tls.is_some(),
             _keeper,
         };
+        redis.wait_ready()?;
+        Ok(redis)
+    }
+
+    /// Waits up to 10 s until it answers `PING` (a TLS port: until it accepts connections,
+    /// as `PING` would need a handshake); a server loading its append-only file answers
+    /// `-LOADING` until it is done.
+    fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        // A TLS port is only checked to accept connections: PING would need a handshake.
-        let ready = |redis: &LocalRedis| match tls {
-            None => redis.answers_ping(),
-            Some(_) => TcpStream::connect(("127.0.0.1", redis.port)).is_ok(),
+        let ready = || match self.tls {
+            false => self.answers_ping(),
+            true => TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
         };
-        while !ready(&redis) {
+        while !ready() {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "redis-server did not answer on port {port} within 10 s; see {}",
-                    redis.dir.join("redis.log").display()
+                    "redis-server did not answer on port {} within 10 s; see {}",
+                    self.port,
+                    self.dir.join("redis.log").display()
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(redis)
+        Ok(())
     }
 
     fn answers_ping(&self) -> bool {
@@ -206,8 +213,7 @@ impl LocalRedis {
     }
 }
 
-/// Not for a TLS server (the restart waits for a plain `PING`). Without the append-only file
-/// ([`LocalRedis::start`]) a crash loses every key.
+/// Without the append-only file ([`LocalRedis::start`]) a crash loses every key.
 impl crate::StoreFaults for LocalRedis {
     fn pause(&self) {
         // SAFETY: kill(2) on our own child.
@@ -222,27 +228,17 @@ impl crate::StoreFaults for LocalRedis {
     fn crash_and_restart(&mut self) -> Result<(), String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let mut cmd = Command::new(REDIS_SERVER);
-        cmd.args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let (child, keeper) =
-            spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
-        self.child = child;
-        self._keeper = keeper;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.answers_ping() {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "redis-server did not come back on port {} within 10 s; see {}",
-                    self.port,
-                    self.dir.join("redis.log").display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+        (self.child, self._keeper) = spawn(&self.args)?;
+        self.wait_ready()
     }
+}
+
+/// Starts `redis-server` with `args`, tied to this process: it stops with us however we die,
+/// whichever thread started it.
+fn spawn(args: &[OsString]) -> Result<(Child, Keeper), String> {
+    let mut cmd = Command::new(REDIS_SERVER);
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+    spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))
 }
 
 impl Drop for LocalRedis {

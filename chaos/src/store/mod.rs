@@ -64,9 +64,9 @@ impl StoreKind {
 }
 
 /// A scenario's store of its own: a PostgreSQL, MariaDB or Redis server for it alone (the SQL
-/// servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy in front of it,
-/// through which the workers connect and whose replies the nemesis drops. The controller reads
-/// the history directly.
+/// servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy
+/// in front of it, through which the workers connect and whose replies the nemesis drops. The
+/// controller reads the history directly.
 pub(crate) struct OwnStore {
     pub kind: StoreKind,
     server: Arc<Mutex<Box<dyn StoreFaults>>>,
