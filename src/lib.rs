@@ -359,11 +359,15 @@ pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_B
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
 pub use crate::token::{FencingToken, TokenError};
-/// **For zkfence's lease model only** (`model/`): the watchdog's own lease, jeopardy and
-/// resume code, driven with explicit times. Only built with the `model` feature.
+/// **For zkfence's models only** (`model/`): the watchdog's own lease, jeopardy and resume
+/// code, driven with explicit times, and ([`model_api::queue`]) the queue's predicates and
+/// handoff as values. Only built with the `model` feature.
 #[cfg(feature = "model")]
 #[doc(hidden)]
-pub use crate::watchdog::model as model_api;
+pub mod model_api {
+    pub use crate::queue::model as queue;
+    pub use crate::watchdog::model::*;
+}
 
 /// The README's Rust example, compiled by `cargo test --doc`.
 #[cfg(doctest)]

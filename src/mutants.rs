@@ -5,9 +5,9 @@
 //!
 //! | mutant | the rule it breaks | what must catch it |
 //! | --- | --- | --- |
-//! | [`Mutant::MarkedWithdrawal`] | a waiter that gives up never writes the release marker (the queue module's "The handoff") | `tests/lock.rs::the_marked_withdrawal_mutant_is_caught`: its successor walks past the holder |
-//! | [`Mutant::AnyReleaseAdmits`] | only the marked release of a node that held alone admits a successor with no request | `tests/kinds.rs::the_any_release_admits_mutant_is_caught`: a writer walks past a reader |
-//! | [`Mutant::DataChangeAdmits`] | only a node's deletion (a child watch) admits its successor; a data change counts only as the marker in front of a deletion (the queue module's "The handoff") | `tests/revocation.rs::the_data_change_admits_mutant_is_caught`: a revocation request lets the waiter in beside the holder |
+//! | [`Mutant::MarkedWithdrawal`] | a waiter that gives up never writes the release marker (the queue module's "The handoff") | `tests/lock.rs::the_marked_withdrawal_mutant_is_caught`: its successor walks past the holder; the queue model: `grants_in_queue_order` |
+//! | [`Mutant::AnyReleaseAdmits`] | only the marked release of a node that held alone admits a successor with no request | `tests/kinds.rs::the_any_release_admits_mutant_is_caught`: a writer walks past a reader; the queue model: `grants_in_queue_order` (lock-delay on) |
+//! | [`Mutant::DataChangeAdmits`] | only a node's deletion (a child watch) admits its successor; a data change counts only as the marker in front of a deletion (the queue module's "The handoff") | `tests/revocation.rs::the_data_change_admits_mutant_is_caught`: a revocation request lets the waiter in beside the holder; the queue model: `one_holder_at_a_time` |
 //! | [`Mutant::UnpinnedDowngrade`] | a downgrade keeps the write lock while writers queued between it and the read lock (`FencedRwLock`'s "Downgrade") | `tests/reentrancy.rs::the_unpinned_downgrade_mutant_is_caught`: the queued writer writes beside our reader |
 //! | [`Mutant::SyncLease`] | only committed writes prove the lease (the lease module's argument); this is the older rule that trusted `sync` replies | the chaos suite's `sync-lease` mutant, caught by its valid-lease-overlap invariant under partitions inside the ensemble |
 //! | [`Mutant::ResumeWithoutProof`] | a guard leaves jeopardy only on a committed probe that finds its node (the lease module's "Jeopardy") | the chaos suite's `resume-without-proof` mutant (with a grace), caught by the same invariant under the same partitions; the lease model's `resume_only_on_a_committed_proof` |
@@ -16,9 +16,15 @@
 //! | [`Mutant::ReceiveAnchor`] | the anchor is a reply's send time, not its arrival (point 4) | the lease model: `one_holder_at_a_time`, a reply that came back late |
 //! | [`Mutant::ColdWithoutKeepalive`] | a cold proof leans on the client's keepalive, `T/5` plus the margin, besides `G` (the cold phase) | the lease model: `one_holder_at_a_time`, a first lease on a session last heard `T/5` before |
 //! | [`Mutant::LeanThroughPause`] | a cold proof leans only across a stretch the watchdog's ticker shows the process ran through (the lease module's "The cold proofs") | the lease model: `one_holder_at_a_time`, a holder paused right after its first acquire whose probe on waking leans |
+//! | [`Mutant::UnmarkedAdmits`] | only a marked release of the node it watches admits a successor that queued behind more than one node (the queue module's "The handoff") | the queue model (`model/`): `grants_in_queue_order`, a waiter between the holder and the successor gives up |
+//! | [`Mutant::GrantWithoutProof`] | a grant the lease cannot vouch for waits for a committed probe of the granted node (the queue's `prove`) | the queue model: `grants_on_a_proven_lease`, a grant after a wait longer than the lease |
+//! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
 //!
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
-//! (`SyncLease` to `LeanThroughPause`) exhaustively and prints each one's counterexample.
+//! (`SyncLease` to `LeanThroughPause`, and `AnchorOnReconnect`) exhaustively and prints each one's counterexample; its
+//! queue model checks the queue's mutants (`MarkedWithdrawal`, `AnyReleaseAdmits`,
+//! `DataChangeAdmits`, `UnmarkedAdmits`, `GrantWithoutProof`) the same way, driving the
+//! library's own queue predicates and handoff (`model_api::queue`).
 //!
 //! The storage fences have mutants of their own, [`FenceMutant`], one per rule of
 //! `crate::fence`'s "What a fence does"; the conformance kit (`zkfence_testkit::conformance`)
@@ -103,6 +109,20 @@ pub enum Mutant {
     /// lean before its write, as the rule did before the watchdog's ticker: a process paused
     /// there sent no keepalive, and its lease outlasts its session.
     LeanThroughPause,
+    /// A successor that queued behind more than one node proceeds on the deletion of the
+    /// node it watches whether or not the deletion carried the release marker: a waiter ahead
+    /// that gave up (or whose session expired) lets it in while the holder further ahead
+    /// still holds.
+    UnmarkedAdmits,
+    /// A grant after a wait takes no proof even when the lease cannot vouch for it (the queue's
+    /// `prove` skipped): after a wait longer than the lease, the guard is handed out on a
+    /// lease that lapsed while the session only waited.
+    GrantWithoutProof,
+    /// A reconnect of the session (resumed on whichever server it reaches) is taken for a new
+    /// session's connect, and the lease anchors where it came back: a leader cut off from its
+    /// quorum revalidates the session on its own, and the lease outlasts the session the
+    /// others expire.
+    AnchorOnReconnect,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

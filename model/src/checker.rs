@@ -30,6 +30,10 @@ pub const WAITER: &str = "waiter_granted_once_holder_gone";
 pub const RESUMES: &str = "a_hold_resumes_from_jeopardy";
 /// An example the search must find: the waiter granted after the holder's session expired.
 pub const HANDOFF: &str = "the_waiter_takes_over_after_an_expiry";
+/// An example the connect world must find: A's first acquire on the session its connect just
+/// created, in a process that just started, granted at once (its lease anchored at the
+/// connect, with no ticker record to lean on).
+pub const FIRST_GRANT: &str = "a_new_sessions_first_acquire_is_granted_at_once";
 
 impl LeaseModel {
     /// The model of `config`.
@@ -47,7 +51,7 @@ impl LeaseModel {
     /// One initial state: the leader is server 0, A and B connected to `servers`, A's clock
     /// at `rate`; both have just sent their creates (A's first), processed at once. Both
     /// sessions were last heard of a keepalive ago, the worst their clients' pings allow.
-    fn initial(&self, servers: [usize; CLIENTS], rate: i64) -> State {
+    fn initial(&self, servers: [usize; CLIENTS], rate: i64, connected_new: bool) -> State {
         let server = |role| Server {
             role,
             isolated: false,
@@ -65,20 +69,32 @@ impl LeaseModel {
             ],
             sessions: [0, 1].map(|c| Session {
                 alive: true,
-                touched: -self.config.keepalive_ticks(rates[c]),
+                touched: match connected_new && c == 0 {
+                    // The leader committed the session's creation at 0.
+                    true => 0,
+                    false => -self.config.keepalive_ticks(rates[c]),
+                },
             }),
             nodes: [true; CLIENTS],
             clients: [0, 1].map(|c| Client {
                 rate: rates[c],
                 server: Some(servers[c]),
+                down_since: 0,
+                connected_new: connected_new && c == 0,
                 paused: false,
-                last_send: -self.config.keepalive_ticks(rates[c]),
+                last_send: match connected_new && c == 0 {
+                    true => 0,
+                    false => -self.config.keepalive_ticks(rates[c]),
+                },
                 last_probe: -1,
                 probes: 0,
                 phase: Phase::Creating,
                 in_flight: Some((Request::Create, 0)),
                 inbox: vec![],
-                watchdog: self.started(rates[c]),
+                watchdog: match connected_new && c == 0 {
+                    true => self.connected(),
+                    false => self.started(rates[c]),
+                },
             }),
             faults: 0,
             ghost: Ghost::default(),
@@ -93,6 +109,15 @@ impl LeaseModel {
             state.clients[client].inbox.push((0, reply));
         }
         state
+    }
+
+    /// A client's watchdog in a process that just started and connected a new session with
+    /// a connect sent at 0 (`Connect::connect`): no ticker run before, the lease anchored at
+    /// the connect.
+    fn connected(&self) -> Watchdog {
+        let mut watchdog = Watchdog::start(&self.config.settings, 0);
+        watchdog.began(0);
+        watchdog
     }
 
     /// A client's watchdog as it starts at 0, its process (on a clock of `rate`) running
@@ -113,9 +138,11 @@ impl Model for LeaseModel {
         // follower is a follower: A on server 2 mirrors A on server 1). A's clock slow or fast.
         let placements = [[0, 0], [0, 1], [1, 0], [1, 1], [1, 2]];
         let mut states = Vec::new();
-        for rate in [SLOW, FAST] {
-            for servers in placements {
-                states.push(self.initial(servers, rate));
+        for &connected_new in self.config.new_sessions {
+            for rate in [SLOW, FAST] {
+                for servers in placements {
+                    states.push(self.initial(servers, rate, connected_new));
+                }
             }
         }
         states
@@ -146,6 +173,9 @@ impl Model for LeaseModel {
             Property::sometimes(RESUMES, |_, state: &State| state.ghost.resumed),
             Property::sometimes(HANDOFF, |model: &LeaseModel, state: &State| {
                 !state.sessions[0].alive && model.passes(state, 1)
+            }),
+            Property::sometimes(FIRST_GRANT, |model: &LeaseModel, state: &State| {
+                state.now == 0 && state.clients[0].connected_new && model.passes(state, 0)
             }),
         ]
     }

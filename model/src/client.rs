@@ -65,10 +65,16 @@ impl State {
         }
     }
 
-    /// The client's connection is gone: what was in flight and on its way is lost.
-    pub(crate) fn disconnect(&mut self, client: usize) {
+    /// The client's connection is gone: what was in flight and on its way is lost. (The
+    /// connect world notes when, for how late a reconnect may come; elsewhere the tick would
+    /// only tell apart states that are the same.)
+    pub(crate) fn disconnect(&mut self, client: usize, config: &Config) {
+        let now = self.now;
         let c = &mut self.clients[client];
         c.server = None;
+        if config.connect {
+            c.down_since = now;
+        }
         c.in_flight = None;
         c.inbox.clear();
         let now = self.clock(client);
@@ -161,7 +167,7 @@ impl State {
                 self.clients[client]
                     .watchdog
                     .session(SessionState::Expired, now);
-                self.disconnect(client);
+                self.disconnect(client, config);
                 if self.clients[client].phase != Phase::Holding {
                     self.clients[client].phase = Phase::Failed;
                 }
@@ -261,7 +267,7 @@ impl State {
     /// their nodes went meanwhile.
     pub(crate) fn reconnect(&mut self, client: usize, server: usize, config: &Config) {
         let now = self.clock(client);
-        if !self.revalidate(client) {
+        if !self.revalidate(client, server) {
             self.clients[client]
                 .watchdog
                 .session(SessionState::Expired, now);
@@ -271,6 +277,7 @@ impl State {
             return;
         }
         self.clients[client].server = Some(server);
+        self.clients[client].down_since = 0;
         self.clients[client].last_send = self.now;
         self.clients[client]
             .watchdog

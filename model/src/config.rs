@@ -60,6 +60,14 @@ pub struct Config {
     /// mutants (their counterexamples need no pause, and the search stays short) and for the
     /// deep run (pauses anywhere multiply the states by about 2.3, past 16 GiB there).
     pub pause_anywhere: bool,
+    /// The connect world: A's session may be one its connect created at tick 0 (its first
+    /// lease anchored there, its process just started), and a client whose connection broke
+    /// reconnects at once or up to the reply delay later, to any working server or to a
+    /// leader cut off from its quorum (which revalidates the session on its own).
+    pub connect: bool,
+    /// Whether A's session is one that existed before the schedule (`false`) or one its
+    /// connect created at tick 0 (`true`): each listed value is a set of initial states.
+    pub new_sessions: &'static [bool],
     /// The lease settings of both clients' locks.
     pub settings: Settings,
 }
@@ -74,17 +82,57 @@ impl Config {
             reply_delay: 3,
             probes: [2, 2],
             pause_anywhere: matches!(mutant, None | Some(Mutant::LeanThroughPause)),
+            connect: false,
+            new_sessions: &[false],
             settings: settings(mutant),
         }
     }
 
-    /// The deep run's bounds, two searches: a long one (one fault, schedules followed to tick
-    /// 24, past a lapse's whole grace, so that jeopardy ends in a loss or a resume) and a wide
-    /// one (two faults in a schedule, to the CI horizon): about 44 and 62 million states for the
-    /// library's rule (two faults to a longer horizon would not fit 16 GiB). `LeanThroughPause`,
-    /// whose schedules pause clients anywhere, gets the long search only: its counterexample
-    /// needs one fault, and two faults with pauses anywhere outgrew 24 GiB before reaching it.
+    /// The connect world at the CI bounds: A's session created by its connect at tick 0, A's
+    /// reconnects late and to a leader cut off from its quorum; one fault, warm holders
+    /// pausing (about 4.9 million states).
+    pub fn connect(mutant: Option<Mutant>) -> Config {
+        Config {
+            connect: true,
+            new_sessions: &[true],
+            pause_anywhere: false,
+            ..Config::ci(mutant)
+        }
+    }
+
+    /// The connect world in the deep run: A's session created by its connect or existing
+    /// before the schedule, to tick 16.
+    fn connect_deep(mutant: Option<Mutant>) -> Config {
+        Config {
+            new_sessions: &[false, true],
+            horizon: 16,
+            ..Config::connect(mutant)
+        }
+    }
+
+    /// The deep run's bounds. For the library's rule three searches: the long and the wide
+    /// (below), and the connect world with both kinds of session for A to tick 16; for
+    /// `AnchorOnReconnect` that connect world; for every other mutant the long and the wide.
     pub fn deep(mutant: Option<Mutant>) -> Vec<Config> {
+        match mutant {
+            None => {
+                let mut configs = Config::deep_of(None);
+                configs.push(Config::connect_deep(None));
+                configs
+            }
+            Some(Mutant::AnchorOnReconnect) => vec![Config::connect_deep(mutant)],
+            Some(_) => Config::deep_of(mutant),
+        }
+    }
+
+    /// The long and the wide search of `mutant` (or of the library's rule): a long one (one
+    /// fault, schedules followed to tick 24, past a lapse's whole grace, so that jeopardy ends
+    /// in a loss or a resume) and a wide one (two faults in a schedule, to the CI horizon):
+    /// about 44 and 62 million states for the library's rule (two faults to a longer horizon
+    /// would not fit 16 GiB). `LeanThroughPause`, whose schedules pause clients anywhere, gets
+    /// the long search only: its counterexample needs one fault, and two faults with pauses
+    /// anywhere outgrew 24 GiB before reaching it.
+    fn deep_of(mutant: Option<Mutant>) -> Vec<Config> {
         let pause_anywhere = mutant == Some(Mutant::LeanThroughPause);
         let ci = Config {
             pause_anywhere,

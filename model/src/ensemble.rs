@@ -116,7 +116,12 @@ impl State {
 
     /// A client reconnecting revalidates `client`'s session with the leader: a touch if it is
     /// alive. Whether it is.
-    pub(crate) fn revalidate(&mut self, client: usize) -> bool {
+    pub(crate) fn revalidate(&mut self, client: usize, server: usize) -> bool {
+        if self.servers[server].role == Role::Stale {
+            // A leader cut off from its quorum revalidates on its own (its tracker, as it was
+            // when cut off), and touches nothing the working leader sees.
+            return true;
+        }
         if !self.sessions[client].alive {
             return false;
         }

@@ -111,6 +111,11 @@ pub struct Client {
     pub rate: i64,
     /// The server it is connected to.
     pub server: Option<usize>,
+    /// When its connection last broke (real tick).
+    pub down_since: i64,
+    /// Its session was created by its connect at tick 0 (`Connect`), which anchored its
+    /// first lease; else it existed before the schedule.
+    pub connected_new: bool,
     /// Its process is paused (or its machine suspended): it takes no step, its clock runs on.
     pub paused: bool,
     /// When it last sent anything to its server (its keepalive pings at least every `T/5`).

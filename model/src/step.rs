@@ -91,8 +91,12 @@ impl State {
                 actions.push(Action::Probe(client, true));
             }
             if c.server.is_none() {
-                let working = (0..SERVERS).filter(|&s| self.working(s));
-                actions.extend(working.map(|s| Action::Reconnect(client, s)));
+                let open = |s: &usize| {
+                    self.working(*s)
+                        || (self.roams(client, config) && self.servers[*s].role == Role::Stale)
+                };
+                let servers = (0..SERVERS).filter(open);
+                actions.extend(servers.map(|s| Action::Reconnect(client, s)));
             }
             if faults_left {
                 if c.server.is_some() {
@@ -149,8 +153,22 @@ impl State {
         }
         let delivery = c.inbox.first().is_some_and(|&(due, _)| due <= self.now);
         let proof = c.phase == Phase::Proving && self.can_probe(client, config);
-        let reconnect = c.server.is_none() && (0..SERVERS).any(|s| self.working(s));
+        // In the connect world, while a leader cut off from its quorum still answers, a
+        // reconnect may take up to the reply delay (and reach that leader): the client tries
+        // the servers one by one. (Elsewhere a reconnect's timing changes nothing a late
+        // probe's does not already cover.)
+        let stale = (0..SERVERS).any(|s| self.servers[s].role == Role::Stale);
+        let late =
+            self.roams(client, config) && stale && self.now < c.down_since + config.reply_delay;
+        let reconnect = c.server.is_none() && !late && (0..SERVERS).any(|s| self.working(s));
         delivery || proof || reconnect
+    }
+
+    /// Whether `client` may reconnect late, and to a leader cut off from its quorum: A, in
+    /// the connect world (B, the waiter, reconnects as elsewhere: what it may do there is
+    /// covered by A's, the holder's, whose lease is what such a reconnect could stretch).
+    fn roams(&self, client: usize, config: &Config) -> bool {
+        config.connect && client == 0
     }
 
     /// Applies `action`.
@@ -164,13 +182,13 @@ impl State {
             Action::Elect(server) => self.elect(server),
             Action::IsolateLeader(noticed) => {
                 let dropped = self.isolate_leader(noticed);
-                self.drop_clients(dropped);
+                self.drop_clients(dropped, config);
             }
             Action::CutFollower(server, noticed) => {
                 let dropped = self.cut_follower(server, noticed);
-                self.drop_clients(dropped);
+                self.drop_clients(dropped, config);
             }
-            Action::CutClient(client) => self.disconnect(client),
+            Action::CutClient(client) => self.disconnect(client, config),
             Action::Pause(client) => self.clients[client].paused = true,
             Action::Unpause(client) => self.clients[client].paused = false,
         }
@@ -196,10 +214,10 @@ impl State {
     }
 
     /// The clients connected to a server that stepped down lose their connections.
-    fn drop_clients(&mut self, dropped: Dropped) {
+    fn drop_clients(&mut self, dropped: Dropped, config: &Config) {
         for client in 0..CLIENTS {
             if self.clients[client].server.is_some_and(|s| dropped[s]) {
-                self.disconnect(client);
+                self.disconnect(client, config);
             }
         }
     }

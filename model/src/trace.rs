@@ -150,7 +150,11 @@ fn setup_line(state: &State) -> String {
         .map(|i| {
             let rate = state.clients[i].rate as f64 / 1e9;
             let server = state.clients[i].server.unwrap_or(9);
-            format!("{} on server {server}, clock rate {rate}", name(i))
+            let new = match state.clients[i].connected_new {
+                true => ", its session created by its connect at 0",
+                false => "",
+            };
+            format!("{} on server {server}, clock rate {rate}{new}", name(i))
         })
         .collect();
     format!("servers {}; {}", roles.join(" "), clients.join("; "))

@@ -5,11 +5,11 @@
 //! The deep run is [`deep_run`], ignored by default.
 
 use zkfence::Mutant;
-use zkfence_model::checker::{ONE_HOLDER, RESUME};
+use zkfence_model::checker::{FIRST_GRANT, ONE_HOLDER, RESUME};
 use zkfence_model::{run, Config, Outcome, EXAMPLES, SAFETY};
 
 /// Each lease mutant, as `mutants.rs` lists them.
-const MUTANTS: [Mutant; 7] = [
+const MUTANTS: [Mutant; 8] = [
     Mutant::SyncLease,
     Mutant::ResumeWithoutProof,
     Mutant::IgnoreDrift,
@@ -17,6 +17,7 @@ const MUTANTS: [Mutant; 7] = [
     Mutant::ReceiveAnchor,
     Mutant::ColdWithoutKeepalive,
     Mutant::LeanThroughPause,
+    Mutant::AnchorOnReconnect,
 ];
 
 fn threads() -> usize {
@@ -67,11 +68,9 @@ fn the_library_rule_keeps_every_property_at_the_ci_bounds() {
 
 #[test]
 fn every_lease_mutant_is_caught_by_a_counterexample() {
-    // `LeanThroughPause` has its own test, below.
-    for mutant in MUTANTS
-        .into_iter()
-        .filter(|&m| m != Mutant::LeanThroughPause)
-    {
+    // `LeanThroughPause` and `AnchorOnReconnect` have tests of their own, below.
+    let own_test = [Mutant::LeanThroughPause, Mutant::AnchorOnReconnect];
+    for mutant in MUTANTS.into_iter().filter(|m| !own_test.contains(m)) {
         caught(Config::ci(Some(mutant)), mutant, ONE_HOLDER);
     }
     // Resuming on a sync's answer breaks the resume rule itself, before any overlap.
@@ -114,6 +113,38 @@ fn every_lease_mutant_of_the_library_is_run() {
 fn a_pause_just_before_a_cold_proof_breaks_its_lean() {
     let mutant = Mutant::LeanThroughPause;
     caught(Config::ci(Some(mutant)), mutant, ONE_HOLDER);
+}
+
+/// The connect world ([`Config::connect`]): A's session is one its connect created at tick 0,
+/// in a process that just started, so its first lease anchors at the connect
+/// (`LeaseCell::began`) and its first acquire is granted at once; and A's reconnects may come
+/// late and reach a leader cut off from its quorum, which revalidates the session on its own.
+/// The library's rule keeps every property there.
+#[test]
+fn the_library_rule_keeps_every_property_in_the_connect_world() {
+    let outcome = search(
+        "the library's rule, connect world",
+        Config::connect(None),
+        None,
+    );
+    for property in SAFETY {
+        if let Some(trace) = outcome.counterexample(property) {
+            panic!("the library's rule breaks {property} in the connect world:\n{trace}");
+        }
+    }
+    assert!(
+        outcome.counterexample(FIRST_GRANT).is_some(),
+        "no schedule grants a new session's first acquire at once: the connect anchor is not exercised"
+    );
+}
+
+/// Only a new session's connect anchors a lease: a resumed session is revalidated by whichever
+/// server it reaches, a leader cut off from its quorum included. `AnchorOnReconnect` anchors at
+/// every reconnect, and a holder that reconnects late to such a leader outlives its session.
+#[test]
+fn a_resumed_sessions_reconnect_anchors_nothing() {
+    let mutant = Mutant::AnchorOnReconnect;
+    caught(Config::connect(Some(mutant)), mutant, ONE_HOLDER);
 }
 
 /// The deep run ([`Config::deep`]): one fault to tick 24, then two faults to the CI horizon,

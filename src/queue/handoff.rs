@@ -9,7 +9,7 @@ use super::kind::{Kind, Position};
 use crate::mutants::{Flaw, Mutant};
 
 /// What a watch on a node ahead reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Sense {
     /// A child watch: it fires only when the node is deleted (an ephemeral node has no
     /// children), never on a write of its data such as a revocation request.
@@ -20,7 +20,7 @@ pub(crate) enum Sense {
 }
 
 /// What the waiter does after an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Verdict {
     /// Nothing ahead blocks us any more; `vanished`: a node we waited on went without a
     /// release, so lock-delay applies.
@@ -32,7 +32,7 @@ pub(crate) enum Verdict {
 }
 
 /// One node ahead that we watch.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Target {
     /// Its release (held alone) admits us past every other node ahead.
     admits_on_release: bool,
@@ -42,7 +42,7 @@ struct Target {
 }
 
 /// The nodes a waiter watches, and what it has seen of them since it armed its watches.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Ahead {
     blocking: usize,
     targets: Vec<Target>,
@@ -82,6 +82,18 @@ impl Ahead {
         }
     }
 
+    /// What it means that a node ahead was gone when we set our watch on it (between the
+    /// listing and the watch, released or not, unknown: no lock-delay): proceed if it was the
+    /// only one blocking us, else list again.
+    pub(crate) fn on_gone(&self) -> Verdict {
+        match self.blocking {
+            1 => Verdict::Proceed { vanished: false },
+            _ => Verdict::Relist {
+                after_vanish: false,
+            },
+        }
+    }
+
     /// What an event of `sense`'s watch on target `i` means.
     pub(crate) fn on_event(&mut self, i: usize, sense: Sense, event: &zk::WatchedEvent) -> Verdict {
         let target = &mut self.targets[i];
@@ -111,7 +123,9 @@ impl Ahead {
                     Verdict::Proceed {
                         vanished: self.lock_delay && !marked,
                     }
-                } else if marked && target.admits_on_release {
+                } else if (marked || self.flaw.is(Mutant::UnmarkedAdmits))
+                    && target.admits_on_release
+                {
                     Verdict::Proceed { vanished: false }
                 } else {
                     Verdict::Relist {
@@ -125,6 +139,21 @@ impl Ahead {
             },
         }
     }
+}
+
+/// Whether a waiter of `kind` that gives up deletes its node with the release marker: only
+/// with lock-delay on (where the marker says "not a failure"), and never for a mutex or writer,
+/// whose marked node would read as a holder's release and let its successor past the nodes
+/// still ahead (the queue module's "The handoff").
+pub(crate) fn withdrawal_marked(kind: Kind, lock_delay: bool, flaw: Flaw) -> bool {
+    flaw.is(Mutant::MarkedWithdrawal) || (lock_delay && !kind.marks_release())
+}
+
+/// Whether a holder of `kind` releases with the marker: always with lock-delay on; otherwise
+/// when its kind holds alone and it waited in a crowded queue (the queue module's "The
+/// handoff").
+pub(crate) fn release_marked(kind: Kind, lock_delay: bool, crowded: bool) -> bool {
+    lock_delay || (kind.marks_release() && crowded)
 }
 
 #[cfg(test)]

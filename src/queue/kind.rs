@@ -183,7 +183,7 @@ impl Kind {
 }
 
 /// Where we stand in one listing of the lock path's children.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Position {
     /// Is our node in the listing at all.
     pub(crate) present: bool,
@@ -195,6 +195,15 @@ pub(crate) struct Position {
     pub(crate) watch: Vec<String>,
     /// How many queue nodes other than ours the listing shows, ahead or behind.
     pub(crate) others: usize,
+}
+
+impl Position {
+    /// Whether this listing shows a crowded queue: two other nodes or more, so that our
+    /// release is likely to have a successor that queued behind more than one node, and is
+    /// marked for it (the queue module's "The handoff").
+    pub(crate) fn crowded(&self) -> bool {
+        self.others >= 2
+    }
 }
 
 #[cfg(test)]

@@ -51,11 +51,31 @@
 //! deletion, after which a zkfence successor lists again; a Curator waiter woken by our marked
 //! release lists again and finds the node gone. Server writes per contended acquisition: our
 //! create and the release's one `multi` transaction.
+//!
+//! # What the queue model checks
+//!
+//! The queue model (`model/src/queue/`, in the `zkfence-model` package) checks this argument
+//! exhaustively for three contenders (a mutex's, or mixes of readers and writers, with
+//! lock-delay on and off) on a linearizable server: creates in any order, each listing, the
+//! watches the waiter asks for, events in the transactions' order, marked and plain
+//! releases, waiters that give up, sessions that expire, revocation requests written into any
+//! node, and waits that outlast the lease. Every decision is this module's: the kinds'
+//! `position`, the handoff's `Ahead`, `release_marked`, `withdrawal_marked` and the grant
+//! rule (`LeaseCell::grants_at_once`). In every state no two holders exclude each other, a
+//! holder's live predecessors that block its kind are all gone, a grant holds on a lease that
+//! holds, and tokens increase; and every schedule ends with every contender served. It assumes
+//! of ZooKeeper what the argument above does: sequential nodes, an atomic `multi`, one-shot
+//! watches that fire in the transactions' order, in order with replies, and a zxid shared by
+//! a transaction's events. It leaves out connection loss (a lost reply, a watch set twice),
+//! semaphores and elections (their own tests), and time beyond whether a wait outlasted the
+//! lease (the lease model's).
 
 pub(crate) mod cleanup;
 mod handoff;
 pub(crate) mod in_process;
 pub(crate) mod kind;
+#[cfg(feature = "model")]
+pub mod model;
 pub(crate) mod names;
 
 use std::future::Future;
@@ -67,7 +87,6 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
-use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::token::FencingToken;
@@ -81,7 +100,7 @@ use crate::zk::watch::{watch_changed, NodeWatch};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
-use self::handoff::{Ahead, Sense, Verdict};
+use self::handoff::{release_marked, withdrawal_marked, Ahead, Sense, Verdict};
 use self::in_process::InProcessTurn;
 use self::kind::{Kind, Position};
 
@@ -314,7 +333,11 @@ impl<'a> Attempt<'a> {
                 client.clone(),
                 queue.path.to_string(),
                 names::protected_prefix(&names::fresh_id(), queue.kind.marker()),
-                withdrawal_marked(queue),
+                withdrawal_marked(
+                    queue.kind,
+                    queue.options.lock_delay.is_some(),
+                    queue.options.flaw,
+                ),
             ),
         }
     }
@@ -509,7 +532,7 @@ impl<'a> Attempt<'a> {
                 waited.vanished = after_vanish && self.lock_delay_on();
                 return Ok(Some(waited));
             }
-            waited.crowded |= position.others >= 2;
+            waited.crowded |= position.crowded();
             self.creating = None; // we wait: no probes until granted
             if let Wait::Never = self.wait {
                 self.pending.remove().await?;
@@ -527,7 +550,9 @@ impl<'a> Attempt<'a> {
                 .await?
             {
                 Armed::Watching(watching) => watching,
-                Armed::Gone if position.blocking == 1 => return Ok(Some(waited)),
+                Armed::Gone if matches!(ahead.on_gone(), Verdict::Proceed { .. }) => {
+                    return Ok(Some(waited));
+                }
                 Armed::Gone | Armed::Retry => {
                     after_vanish = false;
                     continue;
@@ -894,7 +919,7 @@ impl<'a> Attempt<'a> {
     async fn prove(&mut self, node: &Queued) -> Result<bool> {
         let watch = self.interest.watch().clone();
         let budget = self.queue.options.lease.budget(watch.session_timeout());
-        if watch.lease().vouches_for(budget, clock::now()) {
+        if watch.lease().grants_at_once(budget, clock::now()) {
             return Ok(true);
         }
         let (done, proved) = tokio::sync::oneshot::channel();
@@ -920,7 +945,7 @@ impl<'a> Attempt<'a> {
 
     /// Hands our node back as a grant, for the front type to build its guard from.
     fn into_grant(self, node: Queued, waited: Waited, turn: Option<InProcessTurn>) -> Grant {
-        let mark = release_marked(self.queue, waited.crowded);
+        let mark = release_marked(self.queue.kind, self.lock_delay_on(), waited.crowded);
         Grant {
             client: self.client.clone(),
             token: node.token,
@@ -930,21 +955,6 @@ impl<'a> Attempt<'a> {
             behind_writers: waited.behind_writers,
         }
     }
-}
-
-/// Whether a waiter of `queue` that gives up deletes its node with the release marker: only
-/// with lock-delay on (where the marker says "not a failure"), and never for a mutex or writer,
-/// whose marked node would read as a holder's release and let its successor past the nodes
-/// still ahead (see "The handoff").
-fn withdrawal_marked(queue: &Queue) -> bool {
-    queue.options.flaw.is(Mutant::MarkedWithdrawal)
-        || (queue.options.lock_delay.is_some() && !queue.kind.marks_release())
-}
-
-/// Whether a holder of `queue` releases with the marker: always with lock-delay on; otherwise
-/// when its kind holds alone and it waited in a crowded queue (see "The handoff").
-fn release_marked(queue: &Queue, crowded: bool) -> bool {
-    queue.options.lock_delay.is_some() || (queue.kind.marks_release() && crowded)
 }
 
 /// A watch set on a node ahead: which one (its index in `Position::watch`), which kind of

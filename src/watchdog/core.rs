@@ -202,6 +202,11 @@ impl Core {
     fn on_state(&mut self, state: zk::SessionState, now: Instant) {
         let reason = match state {
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                if self.disconnected && self.lease.flaw().is(Mutant::AnchorOnReconnect) {
+                    // The mutant's flaw: a resumed session's reconnect taken for a new
+                    // session's connect, which anchors the lease where it began.
+                    self.lease.began(now);
+                }
                 self.disconnected = false;
                 return;
             }

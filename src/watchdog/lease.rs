@@ -225,8 +225,9 @@
 //!   writes it forwards (point 4); a follower cut off loses what it had not relayed;
 //! - a leader cut off from its quorum answers its own clients' syncs and reads (points 1, 2)
 //!   while the others elect; a follower cut off keeps its clients connected to nothing;
-//! - a reconnect revalidates the session with the leader (a touch); watch events reach a
-//!   connected client in order with replies, and fire again on a reconnect;
+//! - a reconnect revalidates the session with the leader (a touch), except at a leader cut off
+//!   from its quorum, which revalidates it on its own and touches nothing the others see; watch
+//!   events reach a connected client in order with replies, and fire again on a reconnect;
 //! - a connected client that runs sends something at least every `T/5` of its clock (the
 //!   keepalive the cold proof leans on).
 //!
@@ -243,6 +244,13 @@
 //! ticker's next run. The lease clock counting a suspend is taken as given (the clock's own
 //! test checks it), so a pause stands for a suspend too.
 //!
+//! Its connect world adds a new session: A's session created by a connect its process (just
+//! started, no ticker record) sent at tick 0, which the leader committed then, its first lease
+//! anchored there by [`LeaseCell::began`] as [`Connect`](crate::Connect) records it (so its
+//! first acquire is granted at once); and A's reconnects may come up to three ticks late
+//! while a stale leader answers, and may reach that leader. There a mutant that anchors at a
+//! resumed session's reconnect (`AnchorOnReconnect`) outlives its session.
+//!
 //! What it leaves out, and why that is sound or stated:
 //! - the wire protocol and commit delays: a write commits as it arrives (a later commit only
 //!   touches the session later);
@@ -251,11 +259,11 @@
 //!   lacks (scheduling, ping jitter, the time between `check()` and a write);
 //! - leader pauses and stalls longer than `G`, misconfigured ensembles, two-server ensembles:
 //!   outside the assumptions above;
-//! - a session's creation and the anchor [`Connect`](crate::Connect) takes from it
-//!   ([`LeaseCell::began`]): the model's sessions exist before its first tick. That anchor is
-//!   a request's send time that a committing leader processed after, which is the paired
-//!   proof's arithmetic the model does check; what is not checked is the ZooKeeper fact it
-//!   rests on (the connect's reply follows the commit of `createSession`), argued above;
+//! - the connect's own timing: the connect world's new session is created at tick 0, its
+//!   creation committed by the leader as the connect arrives and the reply coming after (the
+//!   ZooKeeper fact the anchor rests on, argued above, is an assumption of that world, not
+//!   something it checks); what the model checks is the anchor the library takes from it
+//!   ([`LeaseCell::began`]) against everything that follows;
 //! - the process-wide record ([`RunRecord`]): each client of the model is a process with one
 //!   session, whose own ticker is its record;
 //! - the gaps between a running process's ticker runs: one ticker period each, so a pause is
@@ -695,6 +703,13 @@ impl LeaseCell {
     /// sixteenth of it to spare; else the grant waits for a probe (the queue's `prove`).
     pub(crate) fn vouches_for(&self, budget: Duration, now: Instant) -> bool {
         self.deadline(budget) > now + budget / 16
+    }
+
+    /// Whether an acquire granted at `now` may hand out its guard at once (the queue's
+    /// `prove` and the model's grant): when the lease vouches for it, else only after a
+    /// committed probe of the granted node.
+    pub(crate) fn grants_at_once(&self, budget: Duration, now: Instant) -> bool {
+        self.flaw().is(Mutant::GrantWithoutProof) || self.vouches_for(budget, now)
     }
 
     /// The lease left at `now` for the shortest budget on this session.

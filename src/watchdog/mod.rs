@@ -23,7 +23,7 @@ mod core;
 mod driver;
 pub(crate) mod lease;
 #[cfg(feature = "model")]
-pub mod model;
+pub(crate) mod model;
 mod registry;
 mod state;
 

@@ -191,6 +191,12 @@ impl Watchdog {
         self.0.lease = lease.snapshot();
     }
 
+    /// The session was created by a connect sent at `at` (`Connect::connect`, through the
+    /// registry: `LeaseCell::began`).
+    pub fn began(&mut self, at: i64) {
+        self.with(|core| core.lease.began(self::at(at)));
+    }
+
     /// A request sent at `sent` got a server reply at `now` (`LeaseCell::replied`).
     pub fn replied(&mut self, sent: i64, now: i64) {
         self.with(|core| core.lease.replied(at(sent), at(now)));
@@ -209,7 +215,7 @@ impl Watchdog {
     pub fn grant(&mut self, settings: &Settings, holding: bool, now: i64) -> bool {
         let vouches = Core::restore(&self.0)
             .lease
-            .vouches_for(settings.budget(), at(now));
+            .grants_at_once(settings.budget(), at(now));
         if !vouches && !holding && !self.proven(settings, now) {
             self.with(|core| core.lease.restart(at(now)));
         }

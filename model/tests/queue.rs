@@ -1,0 +1,105 @@
+//! The queue model: the library's queue keeps every property with three contenders of each
+//! mix of kinds, with and without lock-delay, and each queue mutant breaks one with a
+//! shortest counterexample, printed as a trace (`cargo test -p zkfence-model --release --test
+//! queue -- --nocapture` shows them).
+
+use zkfence::model_api::queue::LockKind::{self, Mutex, Read, Write};
+use zkfence::Mutant;
+use zkfence_model::queue::checker::{EXAMPLES, MARKER, ONE_HOLDER, ORDER, PROVEN, SAFETY};
+use zkfence_model::queue::{run, QueueConfig};
+use zkfence_model::Outcome;
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The mixes of kinds checked, each with lock-delay off and on.
+const MIXES: [[LockKind; 3]; 3] = [
+    [Mutex, Mutex, Mutex],
+    [Read, Read, Write],
+    [Write, Write, Read],
+];
+
+fn search(what: &str, config: QueueConfig, stop: Option<&'static str>) -> Outcome {
+    let bounds = format!(
+        "{:?}, lock-delay {}, {} fault(s)",
+        config.kinds, config.lock_delay, config.faults
+    );
+    let outcome = run(config, threads(), stop);
+    println!(
+        "{what} ({bounds}): {} states ({} generated), depth {}, {:.1?}",
+        outcome.states, outcome.generated, outcome.depth, outcome.took
+    );
+    outcome
+}
+
+#[test]
+fn the_library_queue_keeps_every_property() {
+    for kinds in MIXES {
+        for lock_delay in [false, true] {
+            let outcome = search(
+                "the library's queue",
+                QueueConfig::new(kinds, lock_delay, None),
+                None,
+            );
+            for property in SAFETY {
+                if let Some(trace) = outcome.counterexample(property) {
+                    panic!("the library's queue breaks {property} ({kinds:?}, lock-delay {lock_delay}):\n{trace}");
+                }
+            }
+            for example in EXAMPLES {
+                assert!(
+                    outcome.counterexample(example).is_some(),
+                    "no schedule shows {example} ({kinds:?}, lock-delay {lock_delay})"
+                );
+            }
+            if kinds != [Read, Read, Write] {
+                assert!(
+                    outcome.counterexample(MARKER).is_some(),
+                    "no marker handoff in {kinds:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Checks that `mutant` breaks `property` with `kinds` and lock-delay as given, and prints
+/// the counterexample.
+fn caught(mutant: Mutant, kinds: [LockKind; 3], lock_delay: bool, property: &'static str) {
+    let config = QueueConfig::new(kinds, lock_delay, Some(mutant));
+    let outcome = search(&format!("{mutant:?}"), config, Some(property));
+    let trace = outcome
+        .counterexample(property)
+        .unwrap_or_else(|| panic!("{mutant:?} keeps {property}: not caught"));
+    println!("{mutant:?} breaks {property}:\n{trace}");
+}
+
+#[test]
+fn every_queue_mutant_is_caught_by_a_counterexample() {
+    caught(Mutant::UnmarkedAdmits, [Mutex; 3], false, ORDER);
+    caught(Mutant::MarkedWithdrawal, [Mutex; 3], false, ORDER);
+    caught(Mutant::DataChangeAdmits, [Mutex; 3], false, ONE_HOLDER);
+    caught(Mutant::AnyReleaseAdmits, [Read, Read, Write], true, ORDER);
+    caught(Mutant::GrantWithoutProof, [Mutex; 3], false, PROVEN);
+}
+
+/// The deep run: two faults in a schedule, every mix, with and without lock-delay. Run it
+/// with `cargo test -p zkfence-model --release --test queue deep_run -- --ignored --nocapture`.
+#[test]
+#[ignore = "the deep run takes minutes; see its doc comment for the command"]
+fn deep_run() {
+    for kinds in MIXES {
+        for lock_delay in [false, true] {
+            let config = QueueConfig {
+                faults: 2,
+                ..QueueConfig::new(kinds, lock_delay, None)
+            };
+            let outcome = search("the library's queue, deep", config, None);
+            for property in SAFETY {
+                if let Some(trace) = outcome.counterexample(property) {
+                    panic!("the library's queue breaks {property}:\n{trace}");
+                }
+            }
+        }
+    }
+}
