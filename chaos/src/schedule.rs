@@ -468,7 +468,7 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     // Last, and drawn last: the other scenarios' schedules and gaps are what they were. One
     // store of its own, drawn by the seed (or those `--only` names): the smoke run keeps its
     // time by choosing, the long run has them all.
-    let kinds = [StoreKind::Postgres, StoreKind::MariaDb, StoreKind::Redis];
+    let kinds = StoreKind::ALL;
     let drawn = kinds[rng.range(0, kinds.len() as u64 - 1) as usize];
     let mut named: Vec<StoreKind> = (kinds.into_iter())
         .filter(|k| args.only.iter().any(|o| o == k.scenario()))
@@ -786,6 +786,7 @@ fn long_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
         store_scenario(n.min(3), ms, StoreKind::Postgres, timed(store_fault)),
         store_scenario(n.min(3), ms, StoreKind::MariaDb, timed(store_fault)),
         store_scenario(n.min(3), ms, StoreKind::Redis, timed(store_fault)),
+        store_scenario(n.min(3), ms, StoreKind::ZooKeeper, timed(store_fault)),
     ]
 }
 

@@ -1,8 +1,11 @@
 //! [`StoreFaults`]: the faults a throwaway store server takes, the same for each of them.
 
+use zkfence_testkit::LocalZooKeeper;
+
 /// The faults a throwaway store server takes ([`LocalPostgres`](crate::LocalPostgres),
-/// [`LocalMariaDb`](crate::LocalMariaDb), [`LocalRedis`](crate::LocalRedis)): stopped where it
-/// is, and killed and started again on its data.
+/// [`LocalMariaDb`](crate::LocalMariaDb), [`LocalRedis`](crate::LocalRedis), and the test
+/// kit's [`LocalZooKeeper`] as the store of the ZooKeeper fence): stopped where it is, and
+/// killed and started again on its data.
 ///
 /// # Examples
 ///
@@ -28,10 +31,27 @@ pub trait StoreFaults: Send {
     /// then the server started again on the same data and port; returns once it serves
     /// again, its recovery done: what it made durable stays (PostgreSQL's fsync and
     /// synchronous commit, InnoDB's log, a [durable](crate::LocalRedis::start_durable) Redis's
-    /// append-only file), the rest is gone.
+    /// append-only file, ZooKeeper's transaction log), the rest is gone.
     ///
     /// # Errors
     ///
     /// The restart's failure (see the server's log).
     fn crash_and_restart(&mut self) -> Result<(), String>;
+}
+
+/// A standalone ZooKeeper server as a store (the ZooKeeper fence's data on a server of its
+/// own): `SIGSTOP`/`SIGCONT` to its JVM, and `kill -9` and a start on the same data and port.
+impl StoreFaults for LocalZooKeeper {
+    fn pause(&self) {
+        LocalZooKeeper::pause(self);
+    }
+
+    fn resume(&self) {
+        LocalZooKeeper::resume(self);
+    }
+
+    fn crash_and_restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.restart().map_err(|e| e.to_string())
+    }
 }

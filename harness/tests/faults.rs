@@ -1,6 +1,7 @@
-//! The store faults the chaos suite injects, on a real PostgreSQL server, checked from outside
-//! with Debian's `psql`: a paused server answers nothing until resumed; a server killed with
-//! `kill -9` comes back on its data, with what was committed and without what was not.
+//! The store faults the chaos suite injects, on real PostgreSQL, MariaDB, Redis and ZooKeeper
+//! servers, checked from outside with Debian's `psql`, `mariadb`, `redis-cli` and `zkCli.sh`: a
+//! paused server answers nothing until resumed; a server killed with `kill -9` comes back on
+//! its data, with what was committed and without what was not.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -212,4 +213,41 @@ fn a_paused_redis_answers_once_resumed_and_a_durable_one_keeps_what_it_acknowled
     run_redis(&volatile, &["SET", "fence", "7"]);
     volatile.crash_and_restart().unwrap();
     assert_eq!(run_redis(&volatile, &["EXISTS", "fence"]), "0");
+}
+
+/// Debian's `zkCli.sh` on `zk`, running one command.
+fn zk_cli(zk: &zkfence_testkit::LocalZooKeeper, args: &[&str]) -> Command {
+    let mut cmd = Command::new("/usr/share/zookeeper/bin/zkCli.sh");
+    cmd.args(["-server", &zk.addr()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn run_zk(zk: &zkfence_testkit::LocalZooKeeper, args: &[&str]) -> String {
+    let out = zk_cli(zk, args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The ZooKeeper fence's store: a standalone server, paused and crashed as the others are.
+#[test]
+fn a_paused_zookeeper_answers_once_resumed_and_a_crashed_one_keeps_what_it_committed() {
+    let mut zk = zkfence_testkit::LocalZooKeeper::start().unwrap();
+    run_zk(&zk, &["create", "/log", "written-before-the-crash"]);
+
+    answers_only_once_resumed(&zk, zk_cli(&zk, &["get", "/log"]));
+
+    zk.crash_and_restart().unwrap();
+    let read = run_zk(&zk, &["get", "/log"]);
+    assert!(
+        read.lines()
+            .any(|line| line.trim() == "written-before-the-crash"),
+        "the committed node is gone after the restart:\n{read}"
+    );
 }

@@ -3,11 +3,12 @@
 //! PostgreSQL fence (`zkfence-postgres`): its `zkfence_fence` table and `zkfence_claim`
 //! function, and its fenced transactions, exactly as users get them. A scenario with a store
 //! of its own ([`OwnStore`]) may have it on MariaDB instead, through the MySQL fence
-//! ([`mysql`]), or on Redis, through the Redis fence ([`redis`]);
-//! [`Store`], [`reset`] and [`dump`] go to each by the URL.
+//! ([`mysql`]), on Redis, through the Redis fence ([`redis`]), or on a ZooKeeper server,
+//! through the library's ZooKeeper fence ([`zookeeper`]); [`Store`], [`reset`] and [`dump`]
+//! go to each by the URL.
 //!
 //! [`record`] holds what every store shares (the history's rows, a write's outcome);
-//! [`postgres`], [`mysql`] and [`redis`] each store's own.
+//! [`postgres`], [`mysql`], [`redis`] and [`zookeeper`] each store's own.
 //!
 //! A row per lock path holds its counter (one row for a scenario of one lock, three for the
 //! multi-lock scenario); the fence of each path is the fence table's row for that scope. Every
@@ -19,6 +20,7 @@ mod mysql;
 mod postgres;
 mod record;
 mod redis;
+mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use zkfence::fence::FenceTicket;
 use zkfence_harness::{LocalMariaDb, LocalRedis, StoreFaults};
-use zkfence_testkit::RawProxy;
+use zkfence_testkit::{LocalZooKeeper, RawProxy};
 
 use self::mysql::MyStore;
 use self::postgres::PgStore;
@@ -35,6 +37,7 @@ pub(crate) use self::postgres::Postgres;
 use self::record::Step;
 pub(crate) use self::record::{Op, Outcome, Row};
 use self::redis::RedisStore;
+use self::zookeeper::ZkStore;
 
 /// Which server a scenario's store of its own runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +45,24 @@ pub(crate) enum StoreKind {
     Postgres,
     MariaDb,
     Redis,
+    ZooKeeper,
 }
 
 impl StoreKind {
+    /// Every kind, in the order the schedules draw them.
+    pub(crate) const ALL: [StoreKind; 4] = [
+        StoreKind::Postgres,
+        StoreKind::MariaDb,
+        StoreKind::Redis,
+        StoreKind::ZooKeeper,
+    ];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             StoreKind::Postgres => "PostgreSQL",
             StoreKind::MariaDb => "MariaDB",
             StoreKind::Redis => "Redis",
+            StoreKind::ZooKeeper => "ZooKeeper",
         }
     }
 
@@ -59,12 +72,13 @@ impl StoreKind {
             StoreKind::Postgres => "stores-postgres",
             StoreKind::MariaDb => "stores-mariadb",
             StoreKind::Redis => "stores-redis",
+            StoreKind::ZooKeeper => "stores-zookeeper",
         }
     }
 }
 
-/// A scenario's store of its own: a PostgreSQL, MariaDB or Redis server for it alone (the SQL
-/// servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy
+/// A scenario's store of its own: a PostgreSQL, MariaDB, Redis or ZooKeeper server for it alone
+/// (the SQL servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy
 /// in front of it, through which the workers connect and whose replies the nemesis drops. The
 /// controller reads the history directly.
 pub(crate) struct OwnStore {
@@ -106,11 +120,22 @@ impl OwnStore {
                 let direct = format!("redis://127.0.0.1:{port}/");
                 (Box::new(redis) as Box<dyn StoreFaults>, direct, port)
             }
+            StoreKind::ZooKeeper => {
+                let zk = tokio::task::spawn_blocking(LocalZooKeeper::start)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("the store's ZooKeeper: {e}"))?;
+                let addr = zk.addr();
+                let port = (addr.rsplit(':').next().and_then(|p| p.parse().ok()))
+                    .ok_or_else(|| format!("the store's ZooKeeper at {addr:?}: no port"))?;
+                let direct = format!("zk://127.0.0.1:{port}/{name}");
+                (Box::new(zk) as Box<dyn StoreFaults>, direct, port)
+            }
         };
         let proxy = RawProxy::start(&format!("127.0.0.1:{port}"))
             .await
             .map_err(|e| format!("the store's proxy: {e}"))?;
-        // PostgreSQL's "… port=N …", MySQL's and Redis's "…:N/…".
+        // PostgreSQL's "… port=N …", MySQL's, Redis's and ZooKeeper's "…:N/…".
         let proxied = direct
             .replace(&format!("port={port} "), &format!("port={} ", proxy.port()))
             .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
@@ -154,12 +179,14 @@ impl OwnStore {
     /// bare `COMMIT`, which `READ COMMITTED` in a transaction's first statement holds too):
     /// PostgreSQL's simple query ending `COMMIT` (the fence sends `SELECT 1; COMMIT`), the
     /// MySQL fence's `CALL zkfence_seal(…); COMMIT; SET autocommit = 1`, Redis's `EVALSHA`
-    /// (or `EVAL`) of the fence's script.
+    /// (or `EVAL`) of the fence's script, the ZooKeeper fence's `multi` (by its log entry's
+    /// path).
     fn commit(&self) -> &'static [u8] {
         match self.kind {
             StoreKind::Postgres => b"COMMIT\0",
             StoreKind::MariaDb => b"; COMMIT;",
             StoreKind::Redis => b"EVAL",
+            StoreKind::ZooKeeper => zookeeper::COMMIT,
         }
     }
 
@@ -186,11 +213,13 @@ impl OwnStore {
     }
 }
 
-/// Which store `url` names: a `mysql://` or `redis://` URL, else a PostgreSQL conninfo.
+/// Which store `url` names: a `mysql://`, `redis://` or `zk://` URL, else a PostgreSQL
+/// conninfo.
 fn kind_of(url: &str) -> StoreKind {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("mysql") => StoreKind::MariaDb,
         Some("redis") => StoreKind::Redis,
+        Some("zk") => StoreKind::ZooKeeper,
         _ => StoreKind::Postgres,
     }
 }
@@ -202,6 +231,7 @@ pub(crate) async fn reset(url: &str, rows: u32) -> Result<(), String> {
         StoreKind::MariaDb => mysql::reset(url, rows).await,
         // Its keys come with the first fence raised on each path.
         StoreKind::Redis => redis::reset(url).await,
+        StoreKind::ZooKeeper => zookeeper::reset(url, rows).await,
         StoreKind::Postgres => postgres::reset(url, rows).await,
     }
 }
@@ -211,11 +241,12 @@ pub(crate) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), St
     match kind_of(url) {
         StoreKind::MariaDb => mysql::dump(url).await,
         StoreKind::Redis => redis::dump(url).await,
+        StoreKind::ZooKeeper => zookeeper::dump(url).await,
         StoreKind::Postgres => postgres::dump(url).await,
     }
 }
 
-/// A worker's store, PostgreSQL's, MySQL's or Redis's (by its URL): its connection, and the
+/// A worker's store, PostgreSQL's, MySQL's, Redis's or ZooKeeper's (by its URL): its connection, and the
 /// fence its writes go through (none in the fencing-off mutant, whose writes are plain
 /// transactions).
 pub(crate) struct Store {
@@ -229,6 +260,7 @@ pub(crate) enum Backend {
     Postgres(PgStore),
     MySql(MyStore),
     Redis(RedisStore),
+    ZooKeeper(ZkStore),
 }
 
 /// What a worker's writes go through: the fence, or (the fencing-off mutant) nothing; and
@@ -246,6 +278,7 @@ impl Store {
         let mut backend = match kind_of(url) {
             StoreKind::MariaDb => Backend::MySql(MyStore::new(url, fencing)),
             StoreKind::Redis => Backend::Redis(RedisStore::new(url, fencing)),
+            StoreKind::ZooKeeper => Backend::ZooKeeper(ZkStore::new(url, fencing)),
             StoreKind::Postgres => Backend::Postgres(PgStore::new(url, fencing)),
         };
         loop {
@@ -253,6 +286,7 @@ impl Store {
                 Backend::Postgres(pg) => pg.ensure().await.is_ok(),
                 Backend::MySql(my) => my.ensure().await.is_ok(),
                 Backend::Redis(redis) => redis.ensure().await.is_ok(),
+                Backend::ZooKeeper(zk) => zk.ensure().await.is_ok(),
             };
             if connected {
                 let doubt_as_failed = flaws.doubt_as_failed;
@@ -271,6 +305,7 @@ impl Store {
             Backend::Postgres(pg) => pg.read(row).await,
             Backend::MySql(my) => my.read(row).await,
             Backend::Redis(redis) => redis.read(row).await,
+            Backend::ZooKeeper(zk) => zk.read(row).await,
         }
     }
 
@@ -280,6 +315,7 @@ impl Store {
             Backend::Postgres(pg) => pg.peek(row, scope).await,
             Backend::MySql(my) => my.peek(row, scope).await,
             Backend::Redis(redis) => redis.peek(row, scope).await,
+            Backend::ZooKeeper(zk) => zk.peek(row, scope).await,
         }
     }
 
@@ -299,6 +335,7 @@ impl Store {
             Backend::Postgres(pg) => pg.fenced(op, ticket, step).await,
             Backend::MySql(my) => my.fenced(op, ticket, step).await,
             Backend::Redis(redis) => redis.fenced(op, ticket, step).await,
+            Backend::ZooKeeper(zk) => zk.fenced(op, ticket, step).await,
         };
         match outcome {
             Outcome::Unknown(err) if self.doubt_as_failed => Outcome::NotApplied(err),

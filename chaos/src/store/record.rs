@@ -81,3 +81,26 @@ pub(crate) fn chain(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// A log entry as the Redis and ZooKeeper stores keep it: op, kind, worker, token, value, store
+/// row, separated by spaces.
+pub(super) fn entry(op: &Op, kind: &str, token: i64, value: i64) -> String {
+    format!("{} {kind} {} {token} {value} {}", op.id, op.worker, op.row)
+}
+
+/// The row a log [`entry`] stands for (its `seq` left 0 for the caller to number).
+pub(super) fn parse_entry(entry: &str) -> Option<Row> {
+    let mut fields = entry.split(' ');
+    let (op, kind) = (fields.next()?, fields.next()?);
+    let mut number = || fields.next()?.parse::<i64>().ok();
+    let (worker, token, value, row) = (number()?, number()?, number()?, number()?);
+    Some(Row {
+        seq: 0,
+        op: op.to_owned(),
+        kind: kind.to_owned(),
+        worker,
+        token,
+        value,
+        row: i32::try_from(row).ok()?,
+    })
+}

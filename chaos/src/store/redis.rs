@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use zkfence::fence::{FenceError, FenceTicket};
 use zkfence_redis::{Commands, RedisFence};
 
-use super::record::{chain, in_doubt, recorded, Op, Outcome, Row, Step};
+use super::record::{chain, entry, in_doubt, parse_entry, recorded, Op, Outcome, Row, Step};
 
 /// A connection to `url`, giving up after 5 s.
 async fn open(url: &str) -> Result<MultiplexedConnection, String> {
@@ -42,11 +42,6 @@ pub(super) async fn reset(url: &str) -> Result<(), String> {
         .map_err(|e| format!("FLUSHALL: {e}"))
 }
 
-/// A log entry: op, kind, worker, token, value, store row, separated by spaces.
-fn entry(op: &Op, kind: &str, token: i64, value: i64) -> String {
-    format!("{} {kind} {} {token} {value} {}", op.id, op.worker, op.row)
-}
-
 /// The accepted writes (each lock path's log in its order, the paths by store row), and each
 /// store row's final counter.
 pub(super) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
@@ -60,7 +55,7 @@ pub(super) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), St
         let entries: Vec<String> =
             (conn.lrange(&key, 0, -1).await).map_err(|e| format!("LRANGE {key}: {e}"))?;
         let rows: Vec<Row> = (entries.iter())
-            .map(|e| parse(e).ok_or_else(|| format!("{key}: a bad entry {e:?}")))
+            .map(|e| parse_entry(e).ok_or_else(|| format!("{key}: a bad entry {e:?}")))
             .collect::<Result<_, _>>()?;
         let counter: Option<i64> =
             (conn.get(key.replace(":log", ":counter")).await).map_err(|e| format!("GET: {e}"))?;
@@ -79,22 +74,6 @@ pub(super) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), St
         row.seq = seq as i64 + 1;
     }
     Ok((all, counters))
-}
-
-fn parse(entry: &str) -> Option<Row> {
-    let mut fields = entry.split(' ');
-    let (op, kind) = (fields.next()?, fields.next()?);
-    let mut number = || fields.next()?.parse::<i64>().ok();
-    let (worker, token, value, row) = (number()?, number()?, number()?, number()?);
-    Some(Row {
-        seq: 0,
-        op: op.to_owned(),
-        kind: kind.to_owned(),
-        worker,
-        token,
-        value,
-        row: i32::try_from(row).ok()?,
-    })
 }
 
 /// A worker's connection, the fence its writes go through (none in the fencing-off mutant,
