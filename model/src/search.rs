@@ -27,6 +27,21 @@ impl Outcome {
             .find(|(name, _)| *name == property)
             .map(|(_, trace)| trace.as_str())
     }
+
+    /// Whether the rule searched passed: no property of `safety` has a counterexample (else
+    /// `breaks <property>:` and its trace), and every one of `examples` was found (else
+    /// `shows no <example>`: the model is vacuous there).
+    pub fn verdict(&self, safety: &[&str], examples: &[&str]) -> Result<(), String> {
+        if let Some((property, trace)) =
+            (safety.iter()).find_map(|&p| self.counterexample(p).map(|trace| (p, trace)))
+        {
+            return Err(format!("breaks {property}:\n{trace}"));
+        }
+        match examples.iter().find(|&&e| self.counterexample(e).is_none()) {
+            Some(example) => Err(format!("shows no {example}: the model is vacuous there")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A path of `M`'s states, each with the action taken from it (none after the last).

@@ -42,16 +42,8 @@ fn the_library_queue_keeps_every_property() {
                 QueueConfig::new(kinds, lock_delay, None),
                 None,
             );
-            for property in SAFETY {
-                if let Some(trace) = outcome.counterexample(property) {
-                    panic!("the library's queue breaks {property} ({kinds:?}, lock-delay {lock_delay}):\n{trace}");
-                }
-            }
-            for example in EXAMPLES {
-                assert!(
-                    outcome.counterexample(example).is_some(),
-                    "no schedule shows {example} ({kinds:?}, lock-delay {lock_delay})"
-                );
+            if let Err(why) = outcome.verdict(&SAFETY, &EXAMPLES) {
+                panic!("the library's queue ({kinds:?}, lock-delay {lock_delay}) {why}");
             }
             if kinds != [Read, Read, Write] {
                 assert!(
@@ -95,10 +87,8 @@ fn deep_run() {
                 ..QueueConfig::new(kinds, lock_delay, None)
             };
             let outcome = search("the library's queue, deep", config, None);
-            for property in SAFETY {
-                if let Some(trace) = outcome.counterexample(property) {
-                    panic!("the library's queue breaks {property}:\n{trace}");
-                }
+            if let Err(why) = outcome.verdict(&SAFETY, &[]) {
+                panic!("the library's queue ({kinds:?}, lock-delay {lock_delay}) {why}");
             }
         }
     }
