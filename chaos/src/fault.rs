@@ -108,6 +108,13 @@ pub(crate) enum FaultKind {
     /// connection cut: the commit may have happened, and the writer cannot know (outcome in
     /// doubt).
     StoreCut,
+    /// An HTTP store's (the object store's) reply to a holder's write replaced with a server
+    /// error (500): after the store applied it when `applied` (the writer is told it failed),
+    /// before it reached the store otherwise. The store's own outage where a restart would
+    /// lose what it acknowledged (moto keeps its objects in memory).
+    StoreError {
+        applied: bool,
+    },
 }
 
 impl FaultKind {
@@ -141,6 +148,7 @@ impl FaultKind {
             FaultKind::StorePause { .. } => "store-pause",
             FaultKind::StoreRestart => "store-restart",
             FaultKind::StoreCut => "store-cut-reply",
+            FaultKind::StoreError { .. } => "store-500",
         }
     }
 }
@@ -157,7 +165,12 @@ pub(crate) const PARTITION_KINDS: [&str; 7] = [
 ];
 
 /// The names of the faults of the store itself (a scenario's store of its own).
-pub(crate) const STORE_KINDS: [&str; 3] = ["store-pause", "store-restart", "store-cut-reply"];
+pub(crate) const STORE_KINDS: [&str; 4] = [
+    "store-pause",
+    "store-restart",
+    "store-cut-reply",
+    "store-500",
+];
 
 /// The failover experiment's fault kinds, in the order its table lists them.
 pub(crate) const FAILOVER_KINDS: [&str; 6] = [

@@ -84,6 +84,7 @@ impl Scenario {
             FaultKind::StorePause { factor } => self.pause_store(kind, factor).await,
             FaultKind::StoreRestart => self.restart_store(kind).await,
             FaultKind::StoreCut => self.cut_store_replies(kind).await,
+            FaultKind::StoreError { applied } => self.error_store_reply(kind, applied).await,
         }?;
         self.fault_ended(fault.clone());
         Some(fault)
@@ -176,6 +177,28 @@ impl Scenario {
             store.kind.name(),
             during(writer.as_ref())
         );
+        Some(record(kind, detail, start))
+    }
+
+    /// Under a holder's write: an HTTP store's reply to the next commit replaced with a server
+    /// error (500), the commit applied first when `applied`, never sent otherwise. `None`
+    /// without an HTTP store of its own or a writer.
+    async fn error_store_reply(&self, kind: &FaultKind, applied: bool) -> Option<Fault> {
+        let store = self.own_store.as_ref()?;
+        let h = self.writer().await?;
+        let start = now_ns();
+        let answered =
+            (store.answer_next_commit_with_error(applied, Duration::from_secs(3))).await?;
+        let what = match (answered, applied) {
+            (false, _) => "no write within 3 s to answer".to_owned(),
+            (true, true) => {
+                "the next write applied, then answered 500 in the store's stead".to_owned()
+            }
+            (true, false) => {
+                "the next write answered 500 in the store's stead, never sent".to_owned()
+            }
+        };
+        let detail = format!("{}: {what}{}", store.kind.name(), during(Some(&h)));
         Some(record(kind, detail, start))
     }
 

@@ -130,7 +130,8 @@ pub(crate) fn multi_schedule(rng: &mut Rng) -> Vec<FaultKind> {
 
 /// Smoke's store scenario, on a store server of its own: the store paused for 2T, killed and
 /// restarted, and its reply to a commit cut twice, with a holder paused for 2T in its write
-/// phase among them; in seeded order.
+/// phase among them; in seeded order. A store that loses everything in a restart
+/// ([`for_store`]) answers server errors in its stead.
 pub(crate) fn store_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     use FaultKind::*;
     let mut faults = vec![
@@ -142,6 +143,23 @@ pub(crate) fn store_schedule(rng: &mut Rng) -> Vec<FaultKind> {
     ];
     rng.shuffle(&mut faults);
     faults
+}
+
+/// `faults` for a `kind` store: as they are, but for a store that loses everything in a
+/// restart (moto), whose restart becomes two server errors, one after its write applied and
+/// one before it was sent.
+pub(crate) fn for_store(kind: StoreKind, faults: &[FaultKind]) -> Vec<FaultKind> {
+    use FaultKind::*;
+    let mut mapped = Vec::new();
+    for fault in faults {
+        match fault {
+            StoreRestart if !kind.survives_restart() => {
+                mapped.extend([StoreError { applied: true }, StoreError { applied: false }])
+            }
+            fault => mapped.push(fault.clone()),
+        }
+    }
+    mapped
 }
 
 /// Every fault kind but clock skew, each once: what `chaos/run election` and `chaos/run
@@ -266,6 +284,17 @@ pub(crate) fn store_fault(rng: &mut Rng) -> FaultKind {
         2 | 3 => StoreCut,
         4 => pause(2.0, Phase::Write),
         _ => KillHolder,
+    }
+}
+
+/// The long run's object store scenario draws as [`store_fault`] does, with a server error
+/// (after the write applied, or before it was sent) where a restart would lose the store.
+pub(crate) fn object_store_fault(rng: &mut Rng) -> FaultKind {
+    match store_fault(rng) {
+        FaultKind::StoreRestart => FaultKind::StoreError {
+            applied: rng.range(0, 1) == 0,
+        },
+        fault => fault,
     }
 }
 
@@ -478,7 +507,7 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     }
     let faults = store_schedule(rng);
     for &kind in &named {
-        let plan = Plan::Fixed(faults.clone());
+        let plan = Plan::Fixed(for_store(kind, &faults));
         plans.push(store_scenario(args.workers, args.session_ms, kind, plan));
     }
     if !args.no_mutants {
@@ -787,6 +816,12 @@ fn long_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
         store_scenario(n.min(3), ms, StoreKind::MariaDb, timed(store_fault)),
         store_scenario(n.min(3), ms, StoreKind::Redis, timed(store_fault)),
         store_scenario(n.min(3), ms, StoreKind::ZooKeeper, timed(store_fault)),
+        store_scenario(
+            n.min(3),
+            ms,
+            StoreKind::ObjectStore,
+            timed(object_store_fault),
+        ),
     ]
 }
 

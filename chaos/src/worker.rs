@@ -125,7 +125,7 @@ impl Worker {
             fencing: args.mutant != "fencing-off",
             doubt_as_failed: args.mutant == "in-doubt-as-failed",
         };
-        let store = Store::connect_retrying(&args.pg, flaws).await;
+        let store = Store::connect_retrying(&args.pg, flaws, args.id).await;
         Worker {
             heed_watchdog: args.mutant != "watchdog-off",
             timeout: Duration::from_millis(args.session_ms),

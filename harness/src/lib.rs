@@ -41,7 +41,7 @@ pub use crate::mariadb::LocalMariaDb;
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::python::{python_clients, CLIENTS};
 pub use crate::redis::LocalRedis;
-pub use crate::s3::{s3_client, LocalS3, Preconditions};
+pub use crate::s3::{s3_client, s3_client_timed, s3_object_versions, LocalS3, Preconditions};
 pub use crate::shared::{
     children, chroot, connect, expire_session, free_port, output, shared, shared_mariadb,
     shared_postgres, text, wait_until, watchers_of, watches, ZooKeeper,

@@ -154,7 +154,7 @@ impl LocalS3 {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let request = raw_request("GET", "/", self.port, b"");
+        let request = raw_request("GET", "/", &self.addr(), b"");
         let mut reply = Vec::new();
         stream.write_all(&request).is_ok()
             && stream.read_to_end(&mut reply).is_ok()
@@ -244,68 +244,97 @@ impl LocalS3 {
     /// # Ok(()) }
     /// ```
     pub fn object_versions(&self, bucket: &str, key: &str) -> Result<Vec<String>, String> {
-        let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.".contains(c);
-        if !key.chars().all(plain) {
-            return Err(format!(
-                "{key:?} needs URL encoding, which object_versions does not do"
-            ));
-        }
-        let xml = self.expect_ok("GET", &format!("/{bucket}?versions&prefix={key}"), b"")?;
-        if xml.contains("<IsTruncated>true</IsTruncated>") {
-            return Err(format!("more than one page of versions of {key}"));
-        }
-        let mut ids = Vec::new();
-        for version in xml.split("<Version>").skip(1) {
-            let field = |name: &str| {
-                let open = format!("<{name}>");
-                let start = version.find(&open)? + open.len();
-                let end = version[start..].find('<')? + start;
-                Some(version[start..end].to_owned())
-            };
-            if field("Key").as_deref() == Some(key) {
-                ids.extend(field("VersionId"));
-            }
-        }
-        // S3 lists the newest first.
-        ids.reverse();
-        Ok(ids)
+        s3_object_versions(&self.addr(), bucket, key)
     }
 
-    /// One request, its reply's body; an error unless the status is 200.
     fn expect_ok(&self, method: &str, target: &str, body: &[u8]) -> Result<String, String> {
-        let what = format!("{method} {target}");
-        let failed = |e: std::io::Error| format!("{what}: {e}");
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).map_err(failed)?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(failed)?;
-        let request = raw_request(method, target, self.port, body);
-        stream.write_all(&request).map_err(failed)?;
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).map_err(failed)?;
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        let body = text
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_owned();
-        match status(&reply) {
-            Some(200) => Ok(body),
-            other => Err(format!("{what}: status {other:?}: {body}")),
-        }
+        expect_ok(&self.addr(), method, target, body)
     }
 }
 
 impl Drop for LocalS3 {
     fn drop(&mut self) {
+        crate::StoreFaults::resume(self);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// The version ids of object `key` in a versioned `bucket` of the S3 server at `addr`
+/// (`127.0.0.1:<port>`: a [`LocalS3`]'s, or one a test started beside it), oldest first; as
+/// [`LocalS3::object_versions`], which this is for a server known by its address alone.
+///
+/// # Errors
+///
+/// The server's status and reply when it refused; a key that needs encoding.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn demo(s3: zkfence_harness::LocalS3) -> Result<(), String> {
+/// let ids = zkfence_harness::s3_object_versions(&s3.addr(), "history", "a/manifest")?;
+/// # let _ = ids; Ok(()) }
+/// ```
+pub fn s3_object_versions(addr: &str, bucket: &str, key: &str) -> Result<Vec<String>, String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.".contains(c);
+    if !key.chars().all(plain) {
+        return Err(format!(
+            "{key:?} needs URL encoding, which object_versions does not do"
+        ));
+    }
+    let xml = expect_ok(
+        addr,
+        "GET",
+        &format!("/{bucket}?versions&prefix={key}"),
+        b"",
+    )?;
+    if xml.contains("<IsTruncated>true</IsTruncated>") {
+        return Err(format!("more than one page of versions of {key}"));
+    }
+    let mut ids = Vec::new();
+    for version in xml.split("<Version>").skip(1) {
+        let field = |name: &str| {
+            let open = format!("<{name}>");
+            let start = version.find(&open)? + open.len();
+            let end = version[start..].find('<')? + start;
+            Some(version[start..end].to_owned())
+        };
+        if field("Key").as_deref() == Some(key) {
+            ids.extend(field("VersionId"));
+        }
+    }
+    // S3 lists the newest first.
+    ids.reverse();
+    Ok(ids)
+}
+
+/// One request, its reply's body; an error unless the status is 200.
+fn expect_ok(addr: &str, method: &str, target: &str, body: &[u8]) -> Result<String, String> {
+    let what = format!("{method} {target}");
+    let failed = |e: std::io::Error| format!("{what}: {e}");
+    let mut stream = TcpStream::connect(addr).map_err(failed)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(failed)?;
+    let request = raw_request(method, target, addr, body);
+    stream.write_all(&request).map_err(failed)?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).map_err(failed)?;
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    match status(&reply) {
+        Some(200) => Ok(body),
+        other => Err(format!("{what}: status {other:?}: {body}")),
+    }
+}
+
 /// An HTTP/1.0 request (so that the reply is never chunked, and the server closes after it).
-fn raw_request(method: &str, target: &str, port: u16, body: &[u8]) -> Vec<u8> {
+fn raw_request(method: &str, target: &str, addr: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
-        "{method} {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {AUTHORIZATION}\r\nContent-Length: {}\r\n\r\n",
+        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: {AUTHORIZATION}\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -388,24 +417,72 @@ pub fn s3_client(
     bucket: &str,
     retries: usize,
 ) -> Result<std::sync::Arc<dyn object_store::ObjectStore>, String> {
+    s3_client_timed(endpoint, bucket, retries, None)
+}
+
+/// [`s3_client`] whose requests each give up after `timeout` (object_store's default, 30 s,
+/// when `None`): a store that stalls then times a request out, as a production client set to
+/// fail fast sees it.
+///
+/// # Errors
+///
+/// The client's complaint about its configuration.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # let s3 = zkfence_harness::LocalS3::start(zkfence_harness::Preconditions::Enforced)?;
+/// let store = zkfence_harness::s3_client_timed(&s3.endpoint(), "demo", 3, Some(Duration::from_secs(2)))?;
+/// # let _ = store; Ok::<(), String>(())
+/// ```
+pub fn s3_client_timed(
+    endpoint: &str,
+    bucket: &str,
+    retries: usize,
+    timeout: Option<Duration>,
+) -> Result<std::sync::Arc<dyn object_store::ObjectStore>, String> {
     use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
     let retry = object_store::RetryConfig {
         max_retries: retries,
         ..object_store::RetryConfig::default()
     };
+    let mut options = object_store::ClientOptions::new().with_allow_http(true);
+    if let Some(timeout) = timeout {
+        options = options.with_timeout(timeout);
+    }
     let store = AmazonS3Builder::new()
         .with_endpoint(endpoint)
         .with_bucket_name(bucket)
         .with_region("us-east-1")
         .with_access_key_id("zkfence")
         .with_secret_access_key("zkfence")
-        .with_allow_http(true)
+        .with_client_options(options)
         .with_virtual_hosted_style_request(false)
         .with_conditional_put(S3ConditionalPut::ETagMatch)
         .with_retry(retry)
         .build()
         .map_err(|e| format!("an S3 client for {endpoint}: {e}"))?;
     Ok(std::sync::Arc::new(store))
+}
+
+/// moto keeps every bucket in memory: a paused server stalls, and a crash loses everything, so
+/// [`crash_and_restart`](crate::StoreFaults::crash_and_restart) refuses (an object store's
+/// outage in the chaos suite is a server error or a timeout instead).
+impl crate::StoreFaults for LocalS3 {
+    fn pause(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
+    }
+
+    fn resume(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+    }
+
+    fn crash_and_restart(&mut self) -> Result<(), String> {
+        Err("moto keeps its objects in memory: a restart would lose every one, not only what was unacknowledged; fault an object store with server errors and timeouts instead".into())
+    }
 }
 
 #[cfg(test)]

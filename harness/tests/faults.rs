@@ -251,3 +251,30 @@ fn a_paused_zookeeper_answers_once_resumed_and_a_crashed_one_keeps_what_it_commi
         "the committed node is gone after the restart:\n{read}"
     );
 }
+
+/// The object store's server (moto): paused and resumed as the others, asked from Python's
+/// own HTTP client. It keeps its objects in memory, so it refuses a restart (which would lose
+/// every one) and serves on.
+#[test]
+fn a_paused_s3_server_answers_once_resumed_and_refuses_a_restart() {
+    use zkfence_harness::{LocalS3, Preconditions};
+    let mut s3 = LocalS3::start(Preconditions::Enforced).unwrap();
+    s3.create_bucket("faults", false).unwrap();
+    // Any HTTP answer will do (an unsigned request may be refused): the server answered.
+    let get = "import sys, urllib.request, urllib.error\n\
+               try:\n    urllib.request.urlopen(sys.argv[1], timeout=30).read()\n\
+               except urllib.error.HTTPError:\n    pass";
+    let python = |url: String| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", get, &url]).stdout(Stdio::null());
+        cmd
+    };
+    answers_only_once_resumed(&s3, python(s3.endpoint()));
+
+    let refused = s3.crash_and_restart().unwrap_err();
+    assert!(refused.contains("in memory"), "{refused}");
+    let mut after = python(format!("{}/faults", s3.endpoint())).spawn().unwrap();
+    let status =
+        exited(&mut after, Duration::from_secs(10)).expect("no answer after the refused restart");
+    assert!(status.success());
+}

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -30,13 +31,46 @@ pub struct RawProxy {
     /// Bumped by `reset`: every connection open before it closes.
     generation: watch::Sender<u64>,
     dropped: Arc<AtomicU64>,
-    /// Armed by `drop_replies_after`: the request bytes that start dropping replies.
+    /// Armed by `drop_replies_after` or `answer_next`: the request bytes that start the fault.
     trigger: Trigger,
+    /// Requests `answer_next` answered in the server's stead.
+    answered: Arc<AtomicU64>,
     _accept: tokio::task::JoinHandle<()>,
 }
 
-/// The request bytes that, once a client sends them, start dropping the server's replies.
-type Trigger = Arc<Mutex<Option<Vec<u8>>>>;
+/// The request bytes that, once a client sends them, start a fault, and which fault.
+type Trigger = Arc<Mutex<Option<Armed>>>;
+
+/// What an armed request sets off.
+#[derive(Debug, Clone)]
+enum Armed {
+    /// Every reply dropped from the request on ([`RawProxy::drop_replies_after`]).
+    DropReplies(Vec<u8>),
+    /// The request answered with `reply` in the server's stead, and its connection closed
+    /// ([`RawProxy::answer_next`]).
+    Answer {
+        request: Vec<u8>,
+        reply: Vec<u8>,
+        forward: bool,
+    },
+}
+
+impl Armed {
+    fn request(&self) -> &[u8] {
+        match self {
+            Armed::DropReplies(request) | Armed::Answer { request, .. } => request,
+        }
+    }
+}
+
+/// The counters and the trigger every connection shares.
+#[derive(Clone)]
+struct Faults {
+    mute: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    answered: Arc<AtomicU64>,
+    trigger: Trigger,
+}
 
 impl RawProxy {
     /// Listens on a free loopback port and forwards each connection to `upstream`.
@@ -60,10 +94,17 @@ impl RawProxy {
         let dropped = Arc::new(AtomicU64::new(0));
         let (generation, _) = watch::channel(0);
         let trigger = Trigger::default();
+        let answered = Arc::new(AtomicU64::new(0));
+        let faults = Faults {
+            mute: mute.clone(),
+            dropped: dropped.clone(),
+            answered: answered.clone(),
+            trigger: trigger.clone(),
+        };
         let accept = tokio::spawn(accept(
             listener,
             upstream.to_owned(),
-            (mute.clone(), dropped.clone(), trigger.clone()),
+            faults,
             generation.clone(),
         ));
         Ok(RawProxy {
@@ -72,6 +113,7 @@ impl RawProxy {
             generation,
             dropped,
             trigger,
+            answered,
             _accept: accept,
         })
     }
@@ -135,7 +177,50 @@ impl RawProxy {
     /// # }
     /// ```
     pub fn drop_replies_after(&self, request: &[u8]) {
-        *self.trigger.lock().unwrap_or_else(|e| e.into_inner()) = Some(request.to_vec());
+        self.arm(Armed::DropReplies(request.to_vec()));
+    }
+
+    /// Answers the next request that holds `request` (bytes anywhere in one read of a
+    /// client's stream, say `b"PUT /"`) with `reply` in the server's stead, then closes that
+    /// connection: an HTTP server's error, say. With `forward` the request still reaches the
+    /// server first (it is applied, and the client is told it failed); without, the server
+    /// never sees it. Armed once; [`answered`](RawProxy::answered) counts the requests
+    /// answered so.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::RawProxy) {
+    /// let error = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    /// proxy.answer_next(b"PUT /", error, true); // the next PUT applied, and reported failed
+    /// while proxy.answered() == 0 {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    /// }
+    /// # }
+    /// ```
+    pub fn answer_next(&self, request: &[u8], reply: &[u8], forward: bool) {
+        self.arm(Armed::Answer {
+            request: request.to_vec(),
+            reply: reply.to_vec(),
+            forward,
+        });
+    }
+
+    /// Requests answered in the server's stead so far ([`answer_next`](RawProxy::answer_next)).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::RawProxy) {
+    /// assert_eq!(proxy.answered(), 0);
+    /// # }
+    /// ```
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    fn arm(&self, armed: Armed) {
+        *self.trigger.lock().unwrap_or_else(|e| e.into_inner()) = Some(armed);
     }
 
     /// Whether the server's replies are being dropped ([`drop_replies`](RawProxy::drop_replies)
@@ -162,7 +247,10 @@ impl RawProxy {
     /// # }
     /// ```
     pub fn reset(&self) {
-        *self.trigger.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.trigger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         self.generation.send_modify(|g| *g += 1);
         self.mute.store(false, Ordering::SeqCst);
     }
@@ -191,7 +279,7 @@ impl Drop for RawProxy {
 async fn accept(
     listener: TcpListener,
     upstream: String,
-    (mute, dropped, trigger): (Arc<AtomicBool>, Arc<AtomicU64>, Trigger),
+    faults: Faults,
     generation: watch::Sender<u64>,
 ) {
     while let Ok((client, _)) = listener.accept().await {
@@ -201,31 +289,55 @@ async fn accept(
         let _ = client.set_nodelay(true);
         let _ = server.set_nodelay(true);
         let reset = generation.subscribe();
-        let faults = (mute.clone(), dropped.clone(), trigger.clone());
-        tokio::spawn(pipe(client, server, faults, reset));
+        tokio::spawn(pipe(client, server, faults.clone(), reset));
     }
 }
 
-/// Whether `sent` holds the armed trigger's request; it is disarmed if so.
-fn fires(trigger: &Trigger, sent: &[u8]) -> bool {
+/// The fault `sent` sets off, when it holds the armed request; disarmed if so.
+fn fires(trigger: &Trigger, sent: &[u8]) -> Option<Armed> {
     let mut armed = trigger.lock().unwrap_or_else(|e| e.into_inner());
-    let found = (armed.as_deref())
-        .is_some_and(|request| sent.windows(request.len().max(1)).any(|w| w == request));
-    if found {
-        *armed = None;
-    }
-    found
+    let request = armed.as_ref().map(Armed::request)?;
+    let found = sent.windows(request.len().max(1)).any(|w| w == request);
+    found.then(|| armed.take()).flatten()
+}
+
+/// Where one connection's answer in the server's stead stands.
+enum Answer {
+    None,
+    /// The request went on: the server's next bytes are replaced with these.
+    Pending(Vec<u8>),
+    /// Answered: the client's further bytes and the server's are dropped until the client
+    /// closes (read to the end, so that closing sends no reset over the answer).
+    Sent,
+}
+
+/// Writes `reply` to the client in the server's stead, and ends the client's half.
+async fn answer_with(
+    reply: Vec<u8>,
+    client: &tokio::sync::Mutex<OwnedWriteHalf>,
+) -> std::io::Result<()> {
+    let mut client = client.lock().await;
+    client.write_all(&reply).await?;
+    client.shutdown().await
 }
 
 /// Forwards one connection both ways until either side closes or the proxy resets.
 async fn pipe(
     client: TcpStream,
     server: TcpStream,
-    (mute, dropped, trigger): (Arc<AtomicBool>, Arc<AtomicU64>, Trigger),
+    faults: Faults,
     mut reset: watch::Receiver<u64>,
 ) {
-    let (mut client_read, mut client_write) = client.into_split();
+    let (mut client_read, client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
+    let client_write = tokio::sync::Mutex::new(client_write);
+    let answer = Mutex::new(Answer::None);
+    let answer_state = || answer.lock().unwrap_or_else(|e| e.into_inner());
+    let send_answer = |reply: Vec<u8>| {
+        *answer_state() = Answer::Sent;
+        faults.answered.fetch_add(1, Ordering::SeqCst);
+        answer_with(reply, &client_write)
+    };
     let upstream = async {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -233,9 +345,20 @@ async fn pipe(
             if n == 0 {
                 return Ok::<(), std::io::Error>(());
             }
-            // Muted before the request goes on, so that no byte of its reply slips through.
-            if fires(&trigger, &buf[..n]) {
-                mute.store(true, Ordering::SeqCst);
+            if matches!(*answer_state(), Answer::Sent | Answer::Pending(_)) {
+                continue;
+            }
+            match fires(&faults.trigger, &buf[..n]) {
+                // Muted before the request goes on, so that no byte of its reply slips through.
+                Some(Armed::DropReplies(_)) => faults.mute.store(true, Ordering::SeqCst),
+                Some(Armed::Answer { reply, forward, .. }) => {
+                    if !forward {
+                        send_answer(reply).await?;
+                        continue;
+                    }
+                    *answer_state() = Answer::Pending(reply);
+                }
+                None => {}
             }
             server_write.write_all(&buf[..n]).await?;
         }
@@ -249,13 +372,26 @@ async fn pipe(
             if n == 0 {
                 return Ok::<(), std::io::Error>(());
             }
-            // A reset unmutes only the connections that come after it: this one, about to
-            // close, must not let through the rest of a reply whose start was dropped.
-            if mute.load(Ordering::SeqCst) || reset.has_changed().unwrap_or(true) {
-                dropped.fetch_add(n as u64, Ordering::SeqCst);
+            let pending = match &mut *answer_state() {
+                Answer::None => None,
+                Answer::Pending(reply) => Some(std::mem::take(reply)),
+                Answer::Sent => {
+                    faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
+                    continue;
+                }
+            };
+            if let Some(reply) = pending {
+                faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
+                send_answer(reply).await?;
                 continue;
             }
-            client_write.write_all(&buf[..n]).await?;
+            // A reset unmutes only the connections that come after it: this one, about to
+            // close, must not let through the rest of a reply whose start was dropped.
+            if faults.mute.load(Ordering::SeqCst) || reset.has_changed().unwrap_or(true) {
+                faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
+                continue;
+            }
+            client_write.lock().await.write_all(&buf[..n]).await?;
         }
     };
     tokio::select! {
@@ -333,5 +469,70 @@ mod tests {
             reply(&mut again, second).await.as_deref(),
             Some(&b"COMMIT"[..])
         );
+    }
+
+    /// A server that records what it receives and answers each read with `ok`.
+    async fn recorder() -> (String, Arc<Mutex<Vec<u8>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = kept.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n @ 1..) = conn.read(&mut buf).await {
+                        seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                        let _ = conn.write_all(b"ok").await;
+                    }
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    /// Everything the client reads until the proxy closes its side (within `within`).
+    async fn to_the_end(client: &mut TcpStream, within: Duration) -> Vec<u8> {
+        let mut all = Vec::new();
+        let read = tokio::time::timeout(within, client.read_to_end(&mut all)).await;
+        assert!(read.is_ok(), "the proxy did not close the connection");
+        all
+    }
+
+    #[tokio::test]
+    async fn an_armed_request_is_answered_in_the_servers_stead_applied_or_not() {
+        let (upstream, seen) = recorder().await;
+        let proxy = RawProxy::start(&upstream).await.unwrap();
+        let second = Duration::from_secs(1);
+
+        // Forwarded: the server gets the request, its reply is replaced.
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.answer_next(b"PUT /", b"500", true);
+        client.write_all(b"GET /a").await.unwrap();
+        assert_eq!(
+            reply(&mut client, second).await.as_deref(),
+            Some(&b"ok"[..])
+        );
+        client.write_all(b"PUT /b").await.unwrap();
+        assert_eq!(to_the_end(&mut client, second).await, b"500");
+        assert_eq!(proxy.answered(), 1);
+        let deadline = tokio::time::Instant::now() + second;
+        while proxy.dropped() < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(proxy.dropped(), 2, "the server's own reply was let through");
+        assert_eq!(&seen.lock().unwrap()[..], b"GET /aPUT /b");
+
+        // Not forwarded: the server never sees it; the trigger fired once and is spent.
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        proxy.answer_next(b"PUT /", b"503", false);
+        client.write_all(b"PUT /c").await.unwrap();
+        assert_eq!(to_the_end(&mut client, second).await, b"503");
+        let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+        again.write_all(b"PUT /d").await.unwrap();
+        assert_eq!(reply(&mut again, second).await.as_deref(), Some(&b"ok"[..]));
+        assert_eq!(proxy.answered(), 2);
+        assert_eq!(&seen.lock().unwrap()[..], b"GET /aPUT /bPUT /d");
     }
 }

@@ -3,12 +3,13 @@
 //! PostgreSQL fence (`zkfence-postgres`): its `zkfence_fence` table and `zkfence_claim`
 //! function, and its fenced transactions, exactly as users get them. A scenario with a store
 //! of its own ([`OwnStore`]) may have it on MariaDB instead, through the MySQL fence
-//! ([`mysql`]), on Redis, through the Redis fence ([`redis`]), or on a ZooKeeper server,
-//! through the library's ZooKeeper fence ([`zookeeper`]); [`Store`], [`reset`] and [`dump`]
-//! go to each by the URL.
+//! ([`mysql`]), on Redis, through the Redis fence ([`redis`]), on a ZooKeeper server,
+//! through the library's ZooKeeper fence ([`zookeeper`]), or on an S3 server (moto), through
+//! the object store fence ([`object`]); [`Store`], [`reset`] and [`dump`] go to each by the
+//! URL.
 //!
 //! [`record`] holds what every store shares (the history's rows, a write's outcome);
-//! [`postgres`], [`mysql`], [`redis`] and [`zookeeper`] each store's own.
+//! [`postgres`], [`mysql`], [`redis`], [`zookeeper`] and [`object`] each store's own.
 //!
 //! A row per lock path holds its counter (one row for a scenario of one lock, three for the
 //! multi-lock scenario); the fence of each path is the fence table's row for that scope. Every
@@ -17,6 +18,7 @@
 //! is the commit order of accepted writes.
 
 mod mysql;
+mod object;
 mod postgres;
 mod record;
 mod redis;
@@ -28,10 +30,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zkfence::fence::FenceTicket;
-use zkfence_harness::{LocalMariaDb, LocalRedis, StoreFaults};
+use zkfence_harness::{LocalMariaDb, LocalRedis, LocalS3, Preconditions, StoreFaults};
 use zkfence_testkit::{LocalZooKeeper, RawProxy};
 
 use self::mysql::MyStore;
+use self::object::ObjStore;
 use self::postgres::PgStore;
 pub(crate) use self::postgres::Postgres;
 use self::record::Step;
@@ -46,15 +49,19 @@ pub(crate) enum StoreKind {
     MariaDb,
     Redis,
     ZooKeeper,
+    /// An S3 server (moto), which keeps its objects in memory: it is paused and answers
+    /// errors, but is never restarted.
+    ObjectStore,
 }
 
 impl StoreKind {
     /// Every kind, in the order the schedules draw them.
-    pub(crate) const ALL: [StoreKind; 4] = [
+    pub(crate) const ALL: [StoreKind; 5] = [
         StoreKind::Postgres,
         StoreKind::MariaDb,
         StoreKind::Redis,
         StoreKind::ZooKeeper,
+        StoreKind::ObjectStore,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -63,6 +70,7 @@ impl StoreKind {
             StoreKind::MariaDb => "MariaDB",
             StoreKind::Redis => "Redis",
             StoreKind::ZooKeeper => "ZooKeeper",
+            StoreKind::ObjectStore => "the object store",
         }
     }
 
@@ -73,11 +81,17 @@ impl StoreKind {
             StoreKind::MariaDb => "stores-mariadb",
             StoreKind::Redis => "stores-redis",
             StoreKind::ZooKeeper => "stores-zookeeper",
+            StoreKind::ObjectStore => "stores-object",
         }
+    }
+
+    /// Whether a crash and restart keeps what the store acknowledged (not moto's memory).
+    pub(crate) fn survives_restart(self) -> bool {
+        self != StoreKind::ObjectStore
     }
 }
 
-/// A scenario's store of its own: a PostgreSQL, MariaDB, Redis or ZooKeeper server for it alone
+/// A scenario's store of its own: a PostgreSQL, MariaDB, Redis, ZooKeeper or S3 server for it alone
 /// (the SQL servers' logs in the scenario's folder), which the nemesis pauses and crashes, and a proxy
 /// in front of it, through which the workers connect and whose replies the nemesis drops. The
 /// controller reads the history directly.
@@ -131,11 +145,36 @@ impl OwnStore {
                 let direct = format!("zk://127.0.0.1:{port}/{name}");
                 (Box::new(zk) as Box<dyn StoreFaults>, direct, port)
             }
+            StoreKind::ObjectStore => {
+                // A bucket is 3 to 63 lowercase letters, digits and dashes.
+                let bucket: String = (name.chars())
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() {
+                            c.to_ascii_lowercase()
+                        } else {
+                            '-'
+                        }
+                    })
+                    .collect();
+                let made = bucket.clone();
+                let s3 = tokio::task::spawn_blocking(move || {
+                    let s3 = LocalS3::start(Preconditions::Enforced)?;
+                    s3.create_bucket(&made, true).map(|()| s3)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("the store's S3 server: {e}"))?;
+                let addr = s3.addr();
+                let port = (addr.rsplit(':').next().and_then(|p| p.parse().ok()))
+                    .ok_or_else(|| format!("the store's S3 server at {addr:?}: no port"))?;
+                let direct = format!("s3://127.0.0.1:{port}/{bucket}");
+                (Box::new(s3) as Box<dyn StoreFaults>, direct, port)
+            }
         };
         let proxy = RawProxy::start(&format!("127.0.0.1:{port}"))
             .await
             .map_err(|e| format!("the store's proxy: {e}"))?;
-        // PostgreSQL's "… port=N …", MySQL's, Redis's and ZooKeeper's "…:N/…".
+        // PostgreSQL's "… port=N …", MySQL's, Redis's, ZooKeeper's and S3's "…:N/…".
         let proxied = direct
             .replace(&format!("port={port} "), &format!("port={} ", proxy.port()))
             .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
@@ -180,13 +219,14 @@ impl OwnStore {
     /// PostgreSQL's simple query ending `COMMIT` (the fence sends `SELECT 1; COMMIT`), the
     /// MySQL fence's `CALL zkfence_seal(…); COMMIT; SET autocommit = 1`, Redis's `EVALSHA`
     /// (or `EVAL`) of the fence's script, the ZooKeeper fence's `multi` (by its log entry's
-    /// path).
+    /// path), the object store fence's conditional `PUT`.
     fn commit(&self) -> &'static [u8] {
         match self.kind {
             StoreKind::Postgres => b"COMMIT\0",
             StoreKind::MariaDb => b"; COMMIT;",
             StoreKind::Redis => b"EVAL",
             StoreKind::ZooKeeper => zookeeper::COMMIT,
+            StoreKind::ObjectStore => object::COMMIT,
         }
     }
 
@@ -201,6 +241,32 @@ impl OwnStore {
         self.proxy.replies_dropped()
     }
 
+    /// An HTTP store's next commit answered with a server error (500) in the store's stead,
+    /// the commit applied first when `applied` (and never sent when not); waits up to
+    /// `within` for one to be answered so. `None` for a store that does not speak HTTP, else
+    /// whether one was (a trigger that did not fire is disarmed, by a cut).
+    pub(crate) async fn answer_next_commit_with_error(
+        &self,
+        applied: bool,
+        within: Duration,
+    ) -> Option<bool> {
+        if self.kind != StoreKind::ObjectStore {
+            return None;
+        }
+        let before = self.proxy.answered();
+        self.proxy
+            .answer_next(self.commit(), object::SERVER_ERROR, applied);
+        let deadline = Instant::now() + within;
+        while self.proxy.answered() == before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let answered = self.proxy.answered() > before;
+        if !answered {
+            self.cut();
+        }
+        Some(answered)
+    }
+
     /// Cuts every connection through the proxy, and lets replies through again (a trigger
     /// that did not fire is disarmed).
     pub(crate) fn cut(&self) {
@@ -213,13 +279,14 @@ impl OwnStore {
     }
 }
 
-/// Which store `url` names: a `mysql://`, `redis://` or `zk://` URL, else a PostgreSQL
-/// conninfo.
+/// Which store `url` names: a `mysql://`, `redis://`, `zk://` or `s3://` URL, else a
+/// PostgreSQL conninfo.
 fn kind_of(url: &str) -> StoreKind {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("mysql") => StoreKind::MariaDb,
         Some("redis") => StoreKind::Redis,
         Some("zk") => StoreKind::ZooKeeper,
+        Some("s3") => StoreKind::ObjectStore,
         _ => StoreKind::Postgres,
     }
 }
@@ -232,6 +299,8 @@ pub(crate) async fn reset(url: &str, rows: u32) -> Result<(), String> {
         // Its keys come with the first fence raised on each path.
         StoreKind::Redis => redis::reset(url).await,
         StoreKind::ZooKeeper => zookeeper::reset(url, rows).await,
+        // Its objects come with each path's first write.
+        StoreKind::ObjectStore => object::reset(url).await,
         StoreKind::Postgres => postgres::reset(url, rows).await,
     }
 }
@@ -242,11 +311,12 @@ pub(crate) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), St
         StoreKind::MariaDb => mysql::dump(url).await,
         StoreKind::Redis => redis::dump(url).await,
         StoreKind::ZooKeeper => zookeeper::dump(url).await,
+        StoreKind::ObjectStore => object::dump(url).await,
         StoreKind::Postgres => postgres::dump(url).await,
     }
 }
 
-/// A worker's store, PostgreSQL's, MySQL's, Redis's or ZooKeeper's (by its URL): its connection, and the
+/// A worker's store, PostgreSQL's, MySQL's, Redis's, ZooKeeper's or an object store's (by its URL): its connection, and the
 /// fence its writes go through (none in the fencing-off mutant, whose writes are plain
 /// transactions).
 pub(crate) struct Store {
@@ -261,6 +331,7 @@ pub(crate) enum Backend {
     MySql(MyStore),
     Redis(RedisStore),
     ZooKeeper(ZkStore),
+    Object(ObjStore),
 }
 
 /// What a worker's writes go through: the fence, or (the fencing-off mutant) nothing; and
@@ -272,13 +343,20 @@ pub(crate) struct Flaws {
 }
 
 impl Store {
-    /// The store at `url`, once a connection to it is made (retrying every 200 ms).
-    pub(crate) async fn connect_retrying(url: &str, flaws: Flaws) -> Store {
+    /// Worker `worker`'s store at `url`, once a connection to it is made (retrying every
+    /// 200 ms).
+    pub(crate) async fn connect_retrying(url: &str, flaws: Flaws, worker: u32) -> Store {
         let fencing = flaws.fencing;
         let mut backend = match kind_of(url) {
             StoreKind::MariaDb => Backend::MySql(MyStore::new(url, fencing)),
             StoreKind::Redis => Backend::Redis(RedisStore::new(url, fencing)),
             StoreKind::ZooKeeper => Backend::ZooKeeper(ZkStore::new(url, fencing)),
+            // The odd workers' clients resend, but for the mutant that records a write in
+            // doubt as failed: it needs writes left in doubt.
+            StoreKind::ObjectStore => {
+                let resend = worker % 2 == 1 && !flaws.doubt_as_failed;
+                Backend::Object(ObjStore::new(url, fencing, resend))
+            }
             StoreKind::Postgres => Backend::Postgres(PgStore::new(url, fencing)),
         };
         loop {
@@ -287,6 +365,7 @@ impl Store {
                 Backend::MySql(my) => my.ensure().await.is_ok(),
                 Backend::Redis(redis) => redis.ensure().await.is_ok(),
                 Backend::ZooKeeper(zk) => zk.ensure().await.is_ok(),
+                Backend::Object(object) => object.ensure().await.is_ok(),
             };
             if connected {
                 let doubt_as_failed = flaws.doubt_as_failed;
@@ -306,6 +385,7 @@ impl Store {
             Backend::MySql(my) => my.read(row).await,
             Backend::Redis(redis) => redis.read(row).await,
             Backend::ZooKeeper(zk) => zk.read(row).await,
+            Backend::Object(object) => object.read(row).await,
         }
     }
 
@@ -316,6 +396,7 @@ impl Store {
             Backend::MySql(my) => my.peek(row, scope).await,
             Backend::Redis(redis) => redis.peek(row, scope).await,
             Backend::ZooKeeper(zk) => zk.peek(row, scope).await,
+            Backend::Object(object) => object.peek(row, scope).await,
         }
     }
 
@@ -336,6 +417,7 @@ impl Store {
             Backend::MySql(my) => my.fenced(op, ticket, step).await,
             Backend::Redis(redis) => redis.fenced(op, ticket, step).await,
             Backend::ZooKeeper(zk) => zk.fenced(op, ticket, step).await,
+            Backend::Object(object) => object.fenced(op, ticket, step).await,
         };
         match outcome {
             Outcome::Unknown(err) if self.doubt_as_failed => Outcome::NotApplied(err),
