@@ -276,36 +276,71 @@ impl Drop for LocalS3 {
 /// # let _ = ids; Ok(()) }
 /// ```
 pub fn s3_object_versions(addr: &str, bucket: &str, key: &str) -> Result<Vec<String>, String> {
+    versions_in_pages(addr, bucket, key, 1000)
+}
+
+/// [`s3_object_versions`], asking for `page` versions a page.
+fn versions_in_pages(
+    addr: &str,
+    bucket: &str,
+    key: &str,
+    page: usize,
+) -> Result<Vec<String>, String> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/-_.".contains(c);
     if !key.chars().all(plain) {
         return Err(format!(
             "{key:?} needs URL encoding, which object_versions does not do"
         ));
     }
-    let xml = expect_ok(
-        addr,
-        "GET",
-        &format!("/{bucket}?versions&prefix={key}"),
-        b"",
-    )?;
-    if xml.contains("<IsTruncated>true</IsTruncated>") {
-        return Err(format!("more than one page of versions of {key}"));
-    }
     let mut ids = Vec::new();
-    for version in xml.split("<Version>").skip(1) {
-        let field = |name: &str| {
-            let open = format!("<{name}>");
-            let start = version.find(&open)? + open.len();
-            let end = version[start..].find('<')? + start;
-            Some(version[start..end].to_owned())
-        };
-        if field("Key").as_deref() == Some(key) {
-            ids.extend(field("VersionId"));
+    // Page by page (S3 lists up to 1,000 versions a page), from where the last one ended.
+    let mut from = String::new();
+    loop {
+        let target = format!("/{bucket}?versions&prefix={key}&max-keys={page}{from}");
+        let xml = expect_ok(addr, "GET", &target, b"")?;
+        for version in xml.split("<Version>").skip(1) {
+            if xml_field(version, "Key").as_deref() == Some(key) {
+                ids.extend(xml_field(version, "VersionId"));
+            }
+        }
+        if !xml.contains("<IsTruncated>true</IsTruncated>") {
+            break;
+        }
+        let next = |name| xml_field(&xml, name).map(|v| percent_encoded(&v));
+        match (next("NextKeyMarker"), next("NextVersionIdMarker")) {
+            (Some(k), Some(v)) => from = format!("&key-marker={k}&version-id-marker={v}"),
+            _ => {
+                return Err(format!(
+                    "a truncated page of {key}'s versions without its markers"
+                ))
+            }
         }
     }
     // S3 lists the newest first.
     ids.reverse();
     Ok(ids)
+}
+
+/// The text of the first `<name>` element in `xml`.
+fn xml_field(xml: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find('<')? + start;
+    Some(xml[start..end].to_owned())
+}
+
+/// `text` for a URL's query: every byte but the unreserved ones percent-encoded.
+fn percent_encoded(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// One request, its reply's body; an error unless the status is 200.
@@ -499,6 +534,28 @@ mod tests {
             Vec::<String>::new()
         );
         assert!(s3.object_versions("kit-check", "needs encoding?").is_err());
+        // Five writes, listed two a page: every version, oldest first, once.
+        for i in 0..5 {
+            s3.expect_ok("PUT", "/kit-check/paged", format!("v{i}").as_bytes())
+                .unwrap();
+        }
+        let all = s3.object_versions("kit-check", "paged").unwrap();
+        let paged = versions_in_pages(&s3.addr(), "kit-check", "paged", 2).unwrap();
+        assert_eq!(all.len(), 5);
+        let first_page = "/kit-check?versions&prefix=paged&max-keys=2";
+        let first_page = expect_ok(&s3.addr(), "GET", first_page, b"").unwrap();
+        assert!(
+            first_page.contains("<IsTruncated>true</IsTruncated>"),
+            "not paged: {first_page}"
+        );
+        assert_eq!(paged, all);
+        let first = expect_ok(
+            &s3.addr(),
+            "GET",
+            &format!("/kit-check/paged?versionId={}", all[0]),
+            b"",
+        );
+        assert_eq!(first.unwrap(), "v0");
         let pid = s3.child.id();
         drop(s3);
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());

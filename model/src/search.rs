@@ -28,6 +28,15 @@ impl Outcome {
             .map(|(_, trace)| trace.as_str())
     }
 
+    /// Whether a flawed rule (`what`) was caught breaking `property`: `<what> breaks
+    /// <property>:` and its trace, else `<what> keeps <property>: not caught`.
+    pub fn caught(&self, what: &str, property: &str) -> Result<String, String> {
+        match self.counterexample(property) {
+            Some(trace) => Ok(format!("{what} breaks {property}:\n{trace}")),
+            None => Err(format!("{what} keeps {property}: not caught")),
+        }
+    }
+
     /// Whether the rule searched passed: no property of `safety` has a counterexample (else
     /// `breaks <property>:` and its trace), and every one of `examples` was found (else
     /// `shows no <example>`: the model is vacuous there).

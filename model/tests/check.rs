@@ -46,11 +46,14 @@ fn the_library_rule_passes(config: Config) {
 
 /// Checks that `mutant` breaks `property` under `config`, and prints the counterexample.
 fn caught(config: Config, mutant: Mutant, property: &'static str) {
-    let outcome = search(&format!("{mutant:?}"), config, Some(property));
-    let trace = outcome
-        .counterexample(property)
-        .unwrap_or_else(|| panic!("{mutant:?} keeps {property}: not caught"));
-    println!("{mutant:?} breaks {property}:\n{trace}");
+    let what = format!("{mutant:?}");
+    let outcome = search(&what, config, Some(property));
+    println!(
+        "{}",
+        outcome
+            .caught(&what, property)
+            .unwrap_or_else(|e| panic!("{e}"))
+    );
 }
 
 #[test]

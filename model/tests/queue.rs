@@ -59,11 +59,14 @@ fn the_library_queue_keeps_every_property() {
 /// the counterexample.
 fn caught(mutant: Mutant, kinds: [LockKind; 3], lock_delay: bool, property: &'static str) {
     let config = QueueConfig::new(kinds, lock_delay, Some(mutant));
-    let outcome = search(&format!("{mutant:?}"), config, Some(property));
-    let trace = outcome
-        .counterexample(property)
-        .unwrap_or_else(|| panic!("{mutant:?} keeps {property}: not caught"));
-    println!("{mutant:?} breaks {property}:\n{trace}");
+    let what = format!("{mutant:?}");
+    let outcome = search(&what, config, Some(property));
+    println!(
+        "{}",
+        outcome
+            .caught(&what, property)
+            .unwrap_or_else(|e| panic!("{e}"))
+    );
 }
 
 #[test]

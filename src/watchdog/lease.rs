@@ -709,7 +709,8 @@ impl LeaseCell {
     /// `prove` and the model's grant): when the lease vouches for it, else only after a
     /// committed probe of the granted node.
     pub(crate) fn grants_at_once(&self, budget: Duration, now: Instant) -> bool {
-        self.flaw().is(Mutant::GrantWithoutProof) || self.vouches_for(budget, now)
+        // A warm lease decides without the flaw's lock.
+        self.vouches_for(budget, now) || self.flaw().is(Mutant::GrantWithoutProof)
     }
 
     /// The lease left at `now` for the shortest budget on this session.

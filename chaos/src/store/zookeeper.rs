@@ -202,7 +202,7 @@ impl ZkStore {
             }
             w.add_create(&log_path, entry.as_bytes(), &sequential())
         };
-        let outcome = match self.fencing {
+        match self.fencing {
             true => {
                 // The lock's node is on another ensemble: the fence node alone fences.
                 let bare = match FenceTicket::new(ticket.scope(), ticket.token()) {
@@ -223,7 +223,6 @@ impl ZkStore {
                 let committed = writer.commit().await.map(|_| ());
                 recorded(committed.map_err(|e| in_doubt(ticket, e)))
             }
-        };
-        outcome
+        }
     }
 }

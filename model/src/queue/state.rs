@@ -161,8 +161,6 @@ pub struct Contender {
     pub early: Vec<Message>,
     /// It waited in a crowded queue: its release is marked.
     pub crowded: bool,
-    /// Its last listing followed a watched node's deletion without a release.
-    pub after_vanish: bool,
     /// Its wait lasted longer than the lease: its clock reads [`LONG`](super::world::LONG).
     pub long: bool,
     /// Proofs sent.

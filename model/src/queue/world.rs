@@ -98,7 +98,6 @@ pub fn initial(config: &QueueConfig) -> State {
             gone: false,
             early: vec![],
             crowded: false,
-            after_vanish: false,
             long: false,
             probes: 0,
             watchdog,
@@ -393,8 +392,7 @@ impl State {
         }
         k.crowded |= position.crowded;
         if position.blocking == 0 {
-            let vanished = k.after_vanish && config.lock_delay;
-            self.proceed(c, vanished, false, config);
+            self.proceed(c, false, config);
             return;
         }
         let waiter = Waiter::new(k.kind, &position, config.lock_delay, config.mutant);
@@ -461,13 +459,14 @@ impl State {
         let k = &mut self.contenders[c];
         match verdict {
             Verdict::Wait => {}
-            Verdict::Proceed { vanished } => {
+            // Whether it vanished unmarked decides lock-delay's wait, time the model does not
+            // count.
+            Verdict::Proceed { .. } => {
                 let past_many = evented && k.blocking > 1;
-                self.proceed(c, vanished, past_many, config);
+                self.proceed(c, past_many, config);
             }
             Verdict::Relist { after_vanish } => {
                 self.ghost.relisted_after_vanish |= after_vanish;
-                k.after_vanish = after_vanish;
                 k.generation += 1; // the older watches stay set, parked
                 k.waiter = None;
                 k.outbox.push(Request::List);
@@ -479,7 +478,7 @@ impl State {
     /// Nothing ahead blocks contender `c` any more: lock-delay (time the model does not
     /// count), then the grant: at once if the library's lease vouches for it, else after a
     /// committed probe of our node.
-    fn proceed(&mut self, c: usize, _vanished: bool, past_many: bool, config: &QueueConfig) {
+    fn proceed(&mut self, c: usize, past_many: bool, config: &QueueConfig) {
         self.ghost.marker_handoff |= past_many;
         let now = self.clock(c);
         let k = &mut self.contenders[c];
