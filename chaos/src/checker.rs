@@ -73,6 +73,7 @@ pub(crate) fn check(input: &Input) -> Outcome {
         found.add(figures);
     }
     violations.extend(nested_holds_share_their_token(&tl));
+    violations.extend(op_ids_are_unique(&tl));
     found.holds.sort_by_key(|h| h.start);
     let figures = figures::figures(&tl, &found);
     Outcome {
@@ -364,6 +365,29 @@ fn nested_holds_share_their_token(tl: &Timeline<'_>) -> Vec<Violation> {
         .collect()
 }
 
+/// The run's own bookkeeping: each op id invoked once. Two alike would let one op's outcome
+/// be judged by the other's row (a respawned worker that got an earlier one's pid, before op
+/// ids carried the process's start).
+fn op_ids_are_unique(tl: &Timeline<'_>) -> Vec<Violation> {
+    let mut first: HashMap<&str, &Event> = HashMap::new();
+    let mut violations = Vec::new();
+    for e in tl
+        .events
+        .iter()
+        .filter(|e| matches!(e.ev, Ev::Invoke { .. }))
+    {
+        let Some(op) = e.ev.op() else { continue };
+        if let Some(earlier) = first.insert(op, e) {
+            violations.push(Violation {
+                invariant: "each op id is invoked once",
+                summary: format!("op {op} invoked by w{} and again by w{}", earlier.w, e.w),
+                evidence: tl.evidence(&[earlier.w, e.w], e.t),
+            });
+        }
+    }
+    violations
+}
+
 /// 9. An election's failover bound ([`crate::succession`]): after a leader's loss, a new
 ///    leader within its T plus the election time, counted from when a leader was possible
 ///    again. Only a gap the run proves is past the bound fails (see [`Judged`]); one it cannot
@@ -637,6 +661,16 @@ mod tests {
                 LEASE_INVARIANT
             ]
         );
+    }
+
+    #[test]
+    fn an_op_id_invoked_twice_fails_the_run() {
+        let mut history = clean_history();
+        assert!(check(&history).violations.is_empty());
+        history
+            .events
+            .push(invoke(11, 2, "c", OpKind::Write, 12, 900));
+        assert_eq!(invariants(&check(&history)), ["each op id is invoked once"]);
     }
 
     fn invariants(outcome: &Outcome) -> Vec<&'static str> {

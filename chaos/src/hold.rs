@@ -67,6 +67,11 @@ pub(crate) fn stretch_asked() -> bool {
 /// Ops invoked so far by this process (for op ids).
 static OPS: AtomicU64 = AtomicU64::new(0);
 
+/// When this process made its first op id: with its pid, what tells it from an earlier worker
+/// process that had the same pid (a long run wraps `pid_max`, 32,768 by default, and two
+/// workers' op ids alike would pass one's writes off as the other's).
+static INCARNATION: std::sync::LazyLock<i64> = std::sync::LazyLock::new(now_ns);
+
 /// A hold's fence ticket, if its mode has one: an exclusive hold's (its writes are fenced),
 /// none for a reader's.
 pub(crate) trait Ticketed {
@@ -179,7 +184,7 @@ impl<L: Lease, M: Mode> Hold<'_, L, M> {
     fn next_op(&self) -> Op {
         let n = OPS.fetch_add(1, Ordering::Relaxed) + 1;
         Op {
-            id: format!("w{}-{}-{n}", self.log.id, self.log.pid),
+            id: format!("w{}-{}.{:x}-{n}", self.log.id, self.log.pid, *INCARNATION),
             worker: self.log.id,
             row: self.row,
         }

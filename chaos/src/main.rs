@@ -37,8 +37,9 @@ use mode::{FailoverArgs, Mode, PartitionArgs, RecipeArgs, RunArgs};
 enum Cmd {
     /// The CI run (about 8 minutes): every fault kind, partitions inside the ensemble, a short
     /// failover scenario, elected workers and multi-locks, then nine mutants, which must fail;
-    /// last, one store of its own (PostgreSQL, MariaDB or Redis, by the seed) paused, killed
-    /// and cut off under writes, and its mutant.
+    /// last, one store of its own (PostgreSQL, MariaDB, Redis, ZooKeeper or an object store,
+    /// by the seed) paused, killed (or, the object store, answering errors) and cut off under
+    /// writes, and its mutant.
     Smoke(RunArgs),
     /// A soak run: faults drawn from every kind (clock skew included) for `--minutes`, with a
     /// partition scenario on a second ensemble, a many-locks scenario and each store of its
@@ -64,6 +65,10 @@ enum Cmd {
     /// One worker process (started by the controller).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// Gets what a run takes from the network, before `chaos/run` enters a network namespace
+    /// without one: the object store scenario's moto (from PyPI, once), started and stopped.
+    #[command(hide = true)]
+    Prepare,
 }
 
 fn main() {
@@ -81,6 +86,13 @@ fn main() {
                     _ => worker::run(args).await,
                 }
             });
+        }
+        Cmd::Prepare => {
+            let s3 = zkfence_harness::LocalS3::start(zkfence_harness::Preconditions::Enforced);
+            if let Err(err) = s3 {
+                eprintln!("chaos: the object store scenario's S3 server: {err}");
+                std::process::exit(1);
+            }
         }
         Cmd::Smoke(args) => std::process::exit(controller_main(Mode::Smoke(args))),
         Cmd::Long(args) => std::process::exit(controller_main(Mode::Long(args))),

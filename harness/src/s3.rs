@@ -226,9 +226,9 @@ impl LocalS3 {
     }
 
     /// The version ids of object `key` in a versioned `bucket`, oldest first: the store's own
-    /// record of every write it accepted, in the order it accepted them. `key` must need no
-    /// URL encoding (letters, digits, `/`, `-`, `_`, `.`). It blocks (briefly, on loopback):
-    /// from async code, call it through `spawn_blocking`.
+    /// record of every write it accepted, in the order it accepted them (moto's by their time
+    /// of writing). `key` must need no URL encoding (letters, digits, `/`, `-`, `_`, `.`). It
+    /// blocks (briefly, on loopback): from async code, call it through `spawn_blocking`.
     ///
     /// # Errors
     ///

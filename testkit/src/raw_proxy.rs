@@ -11,7 +11,9 @@ use tokio::sync::watch;
 /// A TCP proxy in front of any server (PostgreSQL, Redis, an HTTP store) that forwards bytes
 /// both ways and can **drop the server's replies** while requests still reach it: the
 /// fault that makes a commit's outcome unknown to its client. [`reset`](RawProxy::reset) then
-/// closes every connection, which is how the client learns that the reply is not coming.
+/// closes every connection, which is how the client learns that the reply is not coming. It
+/// can also answer one request in the server's stead ([`answer_next`](RawProxy::answer_next)):
+/// an HTTP server's error, after the request applied or before it was sent.
 /// [`CountingProxy`](crate::CountingProxy) is the ZooKeeper-aware one.
 ///
 /// # Examples
@@ -181,11 +183,13 @@ impl RawProxy {
     }
 
     /// Answers the next request that holds `request` (bytes anywhere in one read of a
-    /// client's stream, say `b"PUT /"`) with `reply` in the server's stead, then closes that
-    /// connection: an HTTP server's error, say. With `forward` the request still reaches the
-    /// server first (it is applied, and the client is told it failed); without, the server
-    /// never sees it. Armed once; [`answered`](RawProxy::answered) counts the requests
-    /// answered so.
+    /// client's stream, say `b"PUT /"`) with `reply` in the server's stead, then ends that
+    /// connection's sending side (and drops what either side sends after it, until the client
+    /// closes): an HTTP server's error, say. With `forward` the request (and the rest of it,
+    /// its body) still reaches the server, whose reply is replaced: it is applied, and the
+    /// client is told it failed. Without, the server never sees it. Armed once, until it fires
+    /// or [`reset`](RawProxy::reset) disarms it ([`armed`](RawProxy::armed));
+    /// [`answered`](RawProxy::answered) counts the answers sent.
     ///
     /// # Examples
     ///
@@ -206,7 +210,8 @@ impl RawProxy {
         });
     }
 
-    /// Requests answered in the server's stead so far ([`answer_next`](RawProxy::answer_next)).
+    /// Answers sent in the server's stead so far ([`answer_next`](RawProxy::answer_next)), each
+    /// counted once written to its client.
     ///
     /// # Examples
     ///
@@ -217,6 +222,24 @@ impl RawProxy {
     /// ```
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Whether a fault armed by [`drop_replies_after`](RawProxy::drop_replies_after) or
+    /// [`answer_next`](RawProxy::answer_next) still waits for its request.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(proxy: zkfence_testkit::RawProxy) {
+    /// proxy.answer_next(b"PUT /", b"HTTP/1.1 503 Slow Down\r\n\r\n", false);
+    /// assert!(proxy.armed());
+    /// # }
+    /// ```
+    pub fn armed(&self) -> bool {
+        self.trigger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     fn arm(&self, armed: Armed) {
@@ -237,7 +260,8 @@ impl RawProxy {
         self.mute.load(Ordering::SeqCst)
     }
 
-    /// Closes every open connection (new ones are accepted), and stops dropping replies.
+    /// Closes every open connection (new ones are accepted), stops dropping replies, and
+    /// disarms a fault whose request has not come.
     ///
     /// # Examples
     ///
@@ -255,7 +279,8 @@ impl RawProxy {
         self.mute.store(false, Ordering::SeqCst);
     }
 
-    /// Server bytes dropped so far.
+    /// Server bytes dropped so far (a reply replaced by an answer in the server's stead
+    /// included).
     ///
     /// # Examples
     ///
@@ -301,13 +326,18 @@ fn fires(trigger: &Trigger, sent: &[u8]) -> Option<Armed> {
     found.then(|| armed.take()).flatten()
 }
 
+/// How long a connection answered in the server's stead waits for its client to close, once
+/// the server has.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where one connection's answer in the server's stead stands.
 enum Answer {
     None,
     /// The request went on: the server's next bytes are replaced with these.
     Pending(Vec<u8>),
     /// Answered: the client's further bytes and the server's are dropped until the client
-    /// closes (read to the end, so that closing sends no reset over the answer).
+    /// closes (read to the end, so that closing sends no reset over the answer), or for
+    /// [`DRAIN`] once the server has closed.
     Sent,
 }
 
@@ -333,10 +363,14 @@ async fn pipe(
     let client_write = tokio::sync::Mutex::new(client_write);
     let answer = Mutex::new(Answer::None);
     let answer_state = || answer.lock().unwrap_or_else(|e| e.into_inner());
+    let (writer, answered) = (&client_write, &faults.answered);
     let send_answer = |reply: Vec<u8>| {
         *answer_state() = Answer::Sent;
-        faults.answered.fetch_add(1, Ordering::SeqCst);
-        answer_with(reply, &client_write)
+        async move {
+            answer_with(reply, writer).await?;
+            answered.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), std::io::Error>(())
+        }
     };
     let upstream = async {
         let mut buf = vec![0u8; 16 * 1024];
@@ -345,19 +379,32 @@ async fn pipe(
             if n == 0 {
                 return Ok::<(), std::io::Error>(());
             }
-            if matches!(*answer_state(), Answer::Sent | Answer::Pending(_)) {
+            let (sent, pending) = {
+                let state = answer_state();
+                (
+                    matches!(*state, Answer::Sent),
+                    matches!(*state, Answer::Pending(_)),
+                )
+            };
+            if sent {
+                // Answered: drained, so that our close sends no reset over the answer.
                 continue;
             }
-            match fires(&faults.trigger, &buf[..n]) {
+            // While an answer is pending, the rest of its request (its body, say) goes on.
+            let fired = match pending {
+                true => None,
+                false => fires(&faults.trigger, &buf[..n]),
+            };
+            match fired {
                 // Muted before the request goes on, so that no byte of its reply slips through.
                 Some(Armed::DropReplies(_)) => faults.mute.store(true, Ordering::SeqCst),
-                Some(Armed::Answer { reply, forward, .. }) => {
-                    if !forward {
+                Some(Armed::Answer { reply, forward, .. }) => match forward {
+                    true => *answer_state() = Answer::Pending(reply),
+                    false => {
                         send_answer(reply).await?;
                         continue;
                     }
-                    *answer_state() = Answer::Pending(reply);
-                }
+                },
                 None => {}
             }
             server_write.write_all(&buf[..n]).await?;
@@ -369,20 +416,27 @@ async fn pipe(
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let n = server_read.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<(), std::io::Error>(());
-            }
             let pending = match &mut *answer_state() {
                 Answer::None => None,
                 Answer::Pending(reply) => Some(std::mem::take(reply)),
-                Answer::Sent => {
-                    faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
-                    continue;
-                }
+                Answer::Sent => Some(Vec::new()),
             };
+            if n == 0 {
+                // The server closed: an answer still due is sent all the same (the request
+                // reached it); after one, the client's own close (or a while) ends the pipe.
+                match pending {
+                    None => return Ok::<(), std::io::Error>(()),
+                    Some(reply) if !reply.is_empty() => send_answer(reply).await?,
+                    Some(_) => {}
+                }
+                tokio::time::sleep(DRAIN).await;
+                return Ok(());
+            }
             if let Some(reply) = pending {
                 faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
-                send_answer(reply).await?;
+                if !reply.is_empty() {
+                    send_answer(reply).await?;
+                }
                 continue;
             }
             // A reset unmutes only the connections that come after it: this one, about to
@@ -471,7 +525,8 @@ mod tests {
         );
     }
 
-    /// A server that records what it receives and answers each read with `ok`.
+    /// A server that records what it receives and answers `ok` to each request, which ends
+    /// with a `.` (a request may come in several reads).
     async fn recorder() -> (String, Arc<Mutex<Vec<u8>>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -484,7 +539,9 @@ mod tests {
                     let mut buf = [0u8; 1024];
                     while let Ok(n @ 1..) = conn.read(&mut buf).await {
                         seen.lock().unwrap().extend_from_slice(&buf[..n]);
-                        let _ = conn.write_all(b"ok").await;
+                        if buf[..n].ends_with(b".") {
+                            let _ = conn.write_all(b"ok").await;
+                        }
                     }
                 });
             }
@@ -506,33 +563,42 @@ mod tests {
         let proxy = RawProxy::start(&upstream).await.unwrap();
         let second = Duration::from_secs(1);
 
-        // Forwarded: the server gets the request, its reply is replaced.
+        // Forwarded: the server gets the whole request, its body in a later read too, and its
+        // reply is replaced.
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         proxy.answer_next(b"PUT /", b"500", true);
-        client.write_all(b"GET /a").await.unwrap();
+        assert!(proxy.armed());
+        client.write_all(b"GET /a.").await.unwrap();
         assert_eq!(
             reply(&mut client, second).await.as_deref(),
             Some(&b"ok"[..])
         );
         client.write_all(b"PUT /b").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(b" body.").await.unwrap();
         assert_eq!(to_the_end(&mut client, second).await, b"500");
-        assert_eq!(proxy.answered(), 1);
+        assert_eq!((proxy.answered(), proxy.armed()), (1, false));
         let deadline = tokio::time::Instant::now() + second;
         while proxy.dropped() < 2 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(proxy.dropped(), 2, "the server's own reply was let through");
-        assert_eq!(&seen.lock().unwrap()[..], b"GET /aPUT /b");
+        assert_eq!(&seen.lock().unwrap()[..], b"GET /a.PUT /b body.");
 
         // Not forwarded: the server never sees it; the trigger fired once and is spent.
         let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
         proxy.answer_next(b"PUT /", b"503", false);
-        client.write_all(b"PUT /c").await.unwrap();
+        client.write_all(b"PUT /c.").await.unwrap();
         assert_eq!(to_the_end(&mut client, second).await, b"503");
         let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
-        again.write_all(b"PUT /d").await.unwrap();
+        again.write_all(b"PUT /d.").await.unwrap();
         assert_eq!(reply(&mut again, second).await.as_deref(), Some(&b"ok"[..]));
         assert_eq!(proxy.answered(), 2);
-        assert_eq!(&seen.lock().unwrap()[..], b"GET /aPUT /bPUT /d");
+        assert_eq!(&seen.lock().unwrap()[..], b"GET /a.PUT /b body.PUT /d.");
+
+        // A reset disarms a fault whose request has not come.
+        proxy.answer_next(b"PUT /", b"500", true);
+        proxy.reset();
+        assert!(!proxy.armed());
     }
 }

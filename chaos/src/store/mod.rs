@@ -243,8 +243,9 @@ impl OwnStore {
 
     /// An HTTP store's next commit answered with a server error (500) in the store's stead,
     /// the commit applied first when `applied` (and never sent when not); waits up to
-    /// `within` for one to be answered so. `None` for a store that does not speak HTTP, else
-    /// whether one was (a trigger that did not fire is disarmed, by a cut).
+    /// `within` for one to come (and as long again for its answer). `None` for a store that
+    /// does not speak HTTP, else whether one was answered (a trigger that did not fire is
+    /// disarmed, by a cut).
     pub(crate) async fn answer_next_commit_with_error(
         &self,
         applied: bool,
@@ -256,11 +257,17 @@ impl OwnStore {
         let before = self.proxy.answered();
         self.proxy
             .answer_next(self.commit(), object::SERVER_ERROR, applied);
+        // A request that came in time is waited for to the end (the store's reply to a
+        // forwarded one may take a while): cutting it would make another fault of it.
         let deadline = Instant::now() + within;
-        while self.proxy.answered() == before && Instant::now() < deadline {
+        let answered = || self.proxy.answered() > before;
+        while !answered() && (Instant::now() < deadline || !self.proxy.armed()) {
+            if Instant::now() > deadline + within {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let answered = self.proxy.answered() > before;
+        let answered = answered();
         if !answered {
             self.cut();
         }

@@ -28,8 +28,8 @@ use zkfence_object_store::ObjectFence;
 use super::record::{chain, entry, in_doubt, parse_entry, recorded, Op, Outcome, Row, Step};
 
 /// How long a request may take before the client gives up on it: a store paused past it
-/// times requests out (a read is then sent again; a write, which `object_store` does not
-/// resend on a timeout, is in doubt).
+/// times requests out (a resending client sends a read again; a write, which `object_store`
+/// does not resend on a timeout, is in doubt either way).
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The retries of a resending client (`object_store`'s default).
@@ -83,7 +83,7 @@ pub(super) async fn reset(url: &str) -> Result<(), String> {
     match store.list(None).next().await {
         None => Ok(()),
         Some(Ok(found)) => Err(format!(
-            "{url} holds {}: the store is reset once per run",
+            "{url}: expected an empty bucket (a fresh S3 server per scenario), found {}",
             found.location
         )),
         Some(Err(err)) => Err(format!("list {url}: {}", chain(&err))),
@@ -91,8 +91,9 @@ pub(super) async fn reset(url: &str) -> Result<(), String> {
 }
 
 /// The accepted writes (each store row's versions oldest first, the rows in order), and each
-/// store row's final counter. A version whose header token is not its entry's is an error:
-/// the fence wrote a token it did not compare.
+/// store row's final counter. A version whose header token is not its entry's (the writer's)
+/// is an error: the fence wrote another token than its ticket's. (moto lists versions by
+/// their time of writing; each is conditional on the one before it, so that is their order.)
 pub(super) async fn dump(url: &str) -> Result<(Vec<Row>, BTreeMap<i32, i64>), String> {
     let (_, addr, bucket) = parse(url)?;
     let store = client(url, RESENDS)?;
