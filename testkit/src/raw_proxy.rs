@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -341,46 +341,43 @@ enum Answer {
     Sent,
 }
 
-/// Writes `reply` to the client in the server's stead, and ends the client's half.
-async fn answer_with(
-    reply: Vec<u8>,
-    client: &tokio::sync::Mutex<OwnedWriteHalf>,
-) -> std::io::Result<()> {
-    let mut client = client.lock().await;
-    client.write_all(&reply).await?;
-    client.shutdown().await
+/// One connection's halves toward the client, and where its answer in the server's stead
+/// stands: what both directions of a [`pipe`] share.
+struct Conn<'a> {
+    faults: &'a Faults,
+    answer: Mutex<Answer>,
+    client_write: tokio::sync::Mutex<OwnedWriteHalf>,
 }
 
-/// Forwards one connection both ways until either side closes or the proxy resets.
-async fn pipe(
-    client: TcpStream,
-    server: TcpStream,
-    faults: Faults,
-    mut reset: watch::Receiver<u64>,
-) {
-    let (mut client_read, client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let client_write = tokio::sync::Mutex::new(client_write);
-    let answer = Mutex::new(Answer::None);
-    let answer_state = || answer.lock().unwrap_or_else(|e| e.into_inner());
-    let (writer, answered) = (&client_write, &faults.answered);
-    let send_answer = |reply: Vec<u8>| {
-        *answer_state() = Answer::Sent;
-        async move {
-            answer_with(reply, writer).await?;
-            answered.fetch_add(1, Ordering::SeqCst);
-            Ok::<(), std::io::Error>(())
-        }
-    };
-    let upstream = async {
+impl Conn<'_> {
+    fn answer(&self) -> std::sync::MutexGuard<'_, Answer> {
+        self.answer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes `reply` to the client in the server's stead, and ends the client's half.
+    async fn send_answer(&self, reply: Vec<u8>) -> std::io::Result<()> {
+        *self.answer() = Answer::Sent;
+        let mut client = self.client_write.lock().await;
+        client.write_all(&reply).await?;
+        client.shutdown().await?;
+        self.faults.answered.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The client's bytes to the server, but for a request answered in the server's stead.
+    async fn upstream(
+        &self,
+        mut client_read: OwnedReadHalf,
+        mut server_write: OwnedWriteHalf,
+    ) -> std::io::Result<()> {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let n = client_read.read(&mut buf).await?;
             if n == 0 {
-                return Ok::<(), std::io::Error>(());
+                return Ok(());
             }
             let (sent, pending) = {
-                let state = answer_state();
+                let state = self.answer();
                 (
                     matches!(*state, Answer::Sent),
                     matches!(*state, Answer::Pending(_)),
@@ -393,15 +390,15 @@ async fn pipe(
             // While an answer is pending, the rest of its request (its body, say) goes on.
             let fired = match pending {
                 true => None,
-                false => fires(&faults.trigger, &buf[..n]),
+                false => fires(&self.faults.trigger, &buf[..n]),
             };
             match fired {
                 // Muted before the request goes on, so that no byte of its reply slips through.
-                Some(Armed::DropReplies(_)) => faults.mute.store(true, Ordering::SeqCst),
+                Some(Armed::DropReplies(_)) => self.faults.mute.store(true, Ordering::SeqCst),
                 Some(Armed::Answer { reply, forward, .. }) => match forward {
-                    true => *answer_state() = Answer::Pending(reply),
+                    true => *self.answer() = Answer::Pending(reply),
                     false => {
-                        send_answer(reply).await?;
+                        self.send_answer(reply).await?;
                         continue;
                     }
                 },
@@ -409,14 +406,18 @@ async fn pipe(
             }
             server_write.write_all(&buf[..n]).await?;
         }
-    };
-    let stale = reset.clone();
-    let downstream = async {
-        let reset = stale;
+    }
+
+    /// The server's bytes to the client, but for those dropped or answered in its stead.
+    async fn downstream(
+        &self,
+        mut server_read: OwnedReadHalf,
+        reset: watch::Receiver<u64>,
+    ) -> std::io::Result<()> {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let n = server_read.read(&mut buf).await?;
-            let pending = match &mut *answer_state() {
+            let pending = match &mut *self.answer() {
                 Answer::None => None,
                 Answer::Pending(reply) => Some(std::mem::take(reply)),
                 Answer::Sent => Some(Vec::new()),
@@ -425,32 +426,48 @@ async fn pipe(
                 // The server closed: an answer still due is sent all the same (the request
                 // reached it); after one, the client's own close (or a while) ends the pipe.
                 match pending {
-                    None => return Ok::<(), std::io::Error>(()),
-                    Some(reply) if !reply.is_empty() => send_answer(reply).await?,
+                    None => return Ok(()),
+                    Some(reply) if !reply.is_empty() => self.send_answer(reply).await?,
                     Some(_) => {}
                 }
                 tokio::time::sleep(DRAIN).await;
                 return Ok(());
             }
             if let Some(reply) = pending {
-                faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
+                self.faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
                 if !reply.is_empty() {
-                    send_answer(reply).await?;
+                    self.send_answer(reply).await?;
                 }
                 continue;
             }
             // A reset unmutes only the connections that come after it: this one, about to
             // close, must not let through the rest of a reply whose start was dropped.
-            if faults.mute.load(Ordering::SeqCst) || reset.has_changed().unwrap_or(true) {
-                faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
+            if self.faults.mute.load(Ordering::SeqCst) || reset.has_changed().unwrap_or(true) {
+                self.faults.dropped.fetch_add(n as u64, Ordering::SeqCst);
                 continue;
             }
-            client_write.lock().await.write_all(&buf[..n]).await?;
+            self.client_write.lock().await.write_all(&buf[..n]).await?;
         }
+    }
+}
+
+/// Forwards one connection both ways until either side closes or the proxy resets.
+async fn pipe(
+    client: TcpStream,
+    server: TcpStream,
+    faults: Faults,
+    mut reset: watch::Receiver<u64>,
+) {
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let conn = Conn {
+        faults: &faults,
+        answer: Mutex::new(Answer::None),
+        client_write: tokio::sync::Mutex::new(client_write),
     };
     tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
+        _ = conn.upstream(client_read, server_write) => {}
+        _ = conn.downstream(server_read, reset.clone()) => {}
         _ = reset.changed() => {}
     }
 }
