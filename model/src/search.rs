@@ -28,12 +28,16 @@ impl Outcome {
             .map(|(_, trace)| trace.as_str())
     }
 
-    /// Whether a flawed rule (`what`) was caught breaking `property`: `<what> breaks
-    /// <property>:` and its trace, else `<what> keeps <property>: not caught`.
-    pub fn caught(&self, what: &str, property: &str) -> Result<String, String> {
+    /// For a mutant's test: prints how the flawed rule `what` broke `property` (`<what> breaks
+    /// <property>:` and its trace).
+    ///
+    /// # Panics
+    ///
+    /// When the search found no counterexample to `property`: the mutant was not caught.
+    pub fn assert_caught(&self, what: &str, property: &str) {
         match self.counterexample(property) {
-            Some(trace) => Ok(format!("{what} breaks {property}:\n{trace}")),
-            None => Err(format!("{what} keeps {property}: not caught")),
+            Some(trace) => println!("{what} breaks {property}:\n{trace}"),
+            None => panic!("{what} keeps {property}: not caught"),
         }
     }
 

@@ -47,13 +47,7 @@ fn the_library_rule_passes(config: Config) {
 /// Checks that `mutant` breaks `property` under `config`, and prints the counterexample.
 fn caught(config: Config, mutant: Mutant, property: &'static str) {
     let what = format!("{mutant:?}");
-    let outcome = search(&what, config, Some(property));
-    println!(
-        "{}",
-        outcome
-            .caught(&what, property)
-            .unwrap_or_else(|e| panic!("{e}"))
-    );
+    search(&what, config, Some(property)).assert_caught(&what, property);
 }
 
 #[test]

@@ -139,9 +139,7 @@ impl OwnStore {
                     .await
                     .map_err(|e| e.to_string())?
                     .map_err(|e| format!("the store's ZooKeeper: {e}"))?;
-                let addr = zk.addr();
-                let port = (addr.rsplit(':').next().and_then(|p| p.parse().ok()))
-                    .ok_or_else(|| format!("the store's ZooKeeper at {addr:?}: no port"))?;
+                let port = port_of(&zk.addr(), "ZooKeeper")?;
                 let direct = format!("zk://127.0.0.1:{port}/{name}");
                 (Box::new(zk) as Box<dyn StoreFaults>, direct, port)
             }
@@ -164,9 +162,7 @@ impl OwnStore {
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("the store's S3 server: {e}"))?;
-                let addr = s3.addr();
-                let port = (addr.rsplit(':').next().and_then(|p| p.parse().ok()))
-                    .ok_or_else(|| format!("the store's S3 server at {addr:?}: no port"))?;
+                let port = port_of(&s3.addr(), "S3 server")?;
                 let direct = format!("s3://127.0.0.1:{port}/{bucket}");
                 (Box::new(s3) as Box<dyn StoreFaults>, direct, port)
             }
@@ -284,6 +280,12 @@ impl OwnStore {
     pub(crate) fn dropped(&self) -> u64 {
         self.proxy.dropped()
     }
+}
+
+/// The port of the store's `server` at `addr` (`host:port`).
+fn port_of(addr: &str, server: &str) -> Result<u16, String> {
+    (addr.rsplit(':').next().and_then(|p| p.parse().ok()))
+        .ok_or_else(|| format!("the store's {server} at {addr:?}: no port"))
 }
 
 /// Which store `url` names: a `mysql://`, `redis://`, `zk://` or `s3://` URL, else a
