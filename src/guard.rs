@@ -257,6 +257,10 @@ impl<M: Mode> Held<M> {
     /// grace. A lapse is noticed by the watchdog's timer or by the next
     /// [`check`](Held::check), whichever comes first.
     ///
+    /// The receiver's first `changed()` resolves at once, with the state as it is then, so a
+    /// loop over `changed()` also sees a jeopardy that began before this call (between the
+    /// acquire and the loop, say), not only the changes after it.
+    ///
     /// # Examples
     ///
     /// ```no_run
@@ -264,8 +268,9 @@ impl<M: Mode> Held<M> {
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let mut jeopardy = guard.jeopardy();
+    /// // The first round prints the state now; each later one, a change.
     /// while jeopardy.changed().await.is_ok() {
-    ///     println!("in jeopardy: {}", *jeopardy.borrow());
+    ///     println!("in jeopardy: {}", *jeopardy.borrow_and_update());
     /// }
     /// # Ok(()) }
     /// ```

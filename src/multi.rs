@@ -335,7 +335,8 @@ impl MultiHeld {
             .unwrap_or(LossReason::Released)
     }
 
-    /// Whether any lock is in jeopardy, as a watch (see [`Held::jeopardy`]).
+    /// Whether any lock is in jeopardy, as a watch (see [`Held::jeopardy`]): its first
+    /// `changed()` resolves at once, with the state as it is then.
     ///
     /// # Examples
     ///
@@ -347,7 +348,9 @@ impl MultiHeld {
     /// # Ok(()) }
     /// ```
     pub fn jeopardy(&self) -> watch::Receiver<bool> {
-        self.jeopardy.clone()
+        let mut receiver = self.jeopardy.clone();
+        receiver.mark_changed();
+        receiver
     }
 
     /// Waits until every lock is steady (see [`Held::steady`]).
@@ -541,7 +544,8 @@ async fn follow(helds: Vec<Held>, cancel: CancellationToken, jeopardy: watch::Se
         if !go_on {
             break;
         }
-        jeopardy.send_replace(watching.iter().any(|w| *w.borrow()));
+        let now = watching.iter().any(|w| *w.borrow());
+        jeopardy.send_if_modified(|was| std::mem::replace(was, now) != now);
     }
     cancel.cancel();
     jeopardy.send_replace(false);

@@ -174,6 +174,41 @@ async fn a_cold_acquire_whose_create_and_first_probe_commit_slowly_keeps_its_loc
 /// jeopardy in one `multi`, so they are steady again within a few probe periods of the server
 /// coming back, not one probe period per hold (which took about forty here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jeopardy_watch_taken_late_reports_the_jeopardy_under_way() {
+    // `zkfence run` takes its watch once the command has started: a disconnect between the
+    // grant and that moment must still stop the command (a CI run once missed it).
+    let hosts = chroot(shared(), "jeopardy-late-watch").await;
+    let proxy = CountingProxy::start(hosts.split('/').next().unwrap()).await;
+    let chroot = &hosts[hosts.find('/').unwrap()..];
+    let client = connect(&format!("{}{chroot}", proxy.addr), Duration::from_secs(10)).await;
+    let options = LockOptions::default().with_grace(Duration::from_secs(30));
+    let guard = FencedLock::new(client, LOCK, options)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    proxy.refuse(true);
+    proxy.reset();
+    // Without ride-out the disconnect is jeopardy at once.
+    wait_until(Duration::from_secs(10), "the hold in jeopardy", || async {
+        guard.check() == Err(Error::Jeopardy)
+    })
+    .await;
+    let mut late = guard.jeopardy();
+    tokio::time::timeout(Duration::from_secs(1), late.changed())
+        .await
+        .expect("the first changed() of a late watch resolves at once")
+        .expect("the guard's state is alive");
+    assert!(*late.borrow_and_update());
+    proxy.refuse(false);
+    tokio::time::timeout(Duration::from_secs(30), guard.steady())
+        .await
+        .expect("steady again")
+        .expect("not lost");
+    guard.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hold_of_a_session_resumes_together_after_jeopardy() {
     const HOLDS: usize = 40;
     let hosts = chroot(shared(), "resume-together").await;

@@ -108,9 +108,46 @@ fn run_through(
     let mut args = vec!["--grace", "30s", "--session-timeout", "10s"];
     args.extend_from_slice(extra);
     let script = format!(r#"echo $$ > "$DIR/pid"; {EXIT_0_ON_GO}"#);
-    let mut child = run_sh(&hosts, &args, &script, dir);
-    let _ = child.stdout.take();
-    child
+    let mut rest = args;
+    rest.extend_from_slice(&["--", "sh", "-c", &script]);
+    // zkfence's log goes to a file, so that a wait that times out can show it.
+    let log = std::fs::File::create(dir.join("stderr")).unwrap();
+    common::run_on(&hosts, &rest)
+        .env("DIR", dir)
+        .env("RUST_LOG", "zkfence=debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to `timeout` for process `pid` to be stopped (`stopped`) or running, and fails
+/// with zkfence's log and the proxy's open connections if it does not come to that.
+async fn await_state(
+    pid: i32,
+    stopped: bool,
+    timeout: Duration,
+    proxy: &CountingProxy,
+    dir: &std::path::Path,
+) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while (state(pid) == Some('T')) != stopped {
+        if tokio::time::Instant::now() >= deadline {
+            let log = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+            panic!(
+                "after {timeout:?} the command is {:?} (stopped wanted: {stopped}); \
+                 {} connections open through the proxy; zkfence's log:\n{log}",
+                state(pid),
+                proxy.connections(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What zkfence wrote to its stderr file, once it exited.
+fn stderr_of(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,21 +161,14 @@ async fn on_jeopardy_stop_stops_the_command_and_lets_it_go_on_when_the_lock_hold
     // The server goes away at once: jeopardy, and the command is stopped, not killed.
     proxy.refuse(true);
     proxy.reset();
-    wait_until(
-        Duration::from_secs(10),
-        "the command to be stopped",
-        || async { state(pid) == Some('T') },
-    )
-    .await;
+    // The disconnect is jeopardy at once (no ride-out), within the 10 s session.
+    await_state(pid, true, Duration::from_secs(10), &proxy, &dir).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(pid), Some('T'), "the command went on in jeopardy");
     proxy.refuse(false);
-    wait_until(Duration::from_secs(20), "the command to go on", || async {
-        state(pid) != Some('T')
-    })
-    .await;
+    await_state(pid, false, Duration::from_secs(20), &proxy, &dir).await;
     let output = go(&dir, child).await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stderr_of(&dir);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("in jeopardy"), "{stderr}");
 }
@@ -165,7 +195,7 @@ async fn on_jeopardy_keep_lets_the_command_run_through_jeopardy() {
     }
     proxy.refuse(false);
     let output = go(&dir, child).await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stderr_of(&dir);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
 

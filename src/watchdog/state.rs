@@ -196,7 +196,11 @@ impl GuardState {
 
     /// A receiver that reads `true` while the hold is in jeopardy.
     pub(crate) fn jeopardy(&self) -> watch::Receiver<bool> {
-        self.jeopardy.subscribe()
+        // Marked changed: its first `changed()` resolves at once with the state as it is, so a
+        // loop over `changed()` also acts on a jeopardy that began before it subscribed.
+        let mut receiver = self.jeopardy.subscribe();
+        receiver.mark_changed();
+        receiver
     }
 
     fn spell(&self) -> std::sync::MutexGuard<'_, Option<Spell>> {

@@ -333,12 +333,14 @@ async fn accept_clients(
     link: Link,
 ) {
     while let Ok((client, _)) = listener.accept().await {
+        // The reset token before the refusal flag: `refuse(true)` then `reset()` either
+        // cancels the token taken here or sets the flag read below, so a connection accepted
+        // while the link is being cut never survives the cut.
+        let reset = link.reset_token();
         if link.refuse.load(Ordering::SeqCst) {
             drop(client);
             continue;
         }
-        // Taken now: a reset after the accept closes this connection too.
-        let reset = link.reset_token();
         tokio::spawn(forward_connection(
             client,
             upstream.clone(),
