@@ -48,6 +48,11 @@ pub const LOCK_DELAYS_TOTAL: &str = "zkfence_lock_delays_total";
 /// one of the several it watched) left set to fire rather than removed with a request each.
 /// Each ends when its node goes or the session ends.
 pub const PARKED_WATCHES: &str = "zkfence_parked_watches";
+/// Counter: grants by how their session's lease was proved, by `proof`: `held` (it held
+/// already: the session holds other locks, or the wait was short), `warmed` (by a proof sent
+/// while the acquire still waited, once a node a few places ahead of its own went), `at_grant` (by a
+/// proof sent at the grant, a commit on the handoff's path).
+pub const GRANT_PROOFS_TOTAL: &str = "zkfence_grant_proofs_total";
 /// Counter: fenced writes and claims (see [`crate::fence`]), by `store` (`zookeeper`,
 /// `postgres`, ...) and `outcome`: `committed`, `refused`, `lock_lost`, `in_doubt` or `error`.
 pub const FENCE_WRITES_TOTAL: &str = "zkfence_fence_writes_total";
@@ -112,6 +117,10 @@ pub fn describe() {
     describe_counter!(
         LOCK_DELAYS_TOTAL,
         "acquisitions held back by the lock-delay after a failed holder"
+    );
+    describe_counter!(
+        GRANT_PROOFS_TOTAL,
+        "grants by how their session's lease was proved: held, warmed while waiting, or at the grant"
     );
     describe_gauge!(
         PARKED_WATCHES,

@@ -273,6 +273,78 @@ async fn a_marked_release_hands_the_lock_on_with_no_request() {
     second_guard.release().await.unwrap();
 }
 
+/// A waiter whose lease went cold while it waited proves it before its grant, once its herald
+/// (here the holder's node, two ahead of its own) goes, so that the handoff to it commits
+/// nothing on its path: the first waiter proves at its grant, the second sends its proof while
+/// the first holds, and no write between the first's release and its own acquire returning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_two_back_proves_its_lease_before_its_turn() {
+    // T = 4 s with the test servers' 200 ms tick and a margin of 700 ms: a lease of about
+    // 3.3 s, and a process may stall up to the margin without spoiling a cold proof.
+    const T4: Duration = Duration::from_secs(4);
+    let options = LockOptions::default()
+        .with_tick_time(Duration::from_millis(200))
+        .with_lease_margin(Duration::from_millis(700));
+    let lock = |hosts: String| {
+        let options = options.clone();
+        async move { FencedLock::new(connect(&hosts, T4).await, LOCK, options).unwrap() }
+    };
+    let hosts = chroot(shared(), "warm-successor").await;
+    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+    let proxy = CountingProxy::start(server).await;
+    let holder = lock(hosts.clone()).await;
+    let first = lock(hosts.clone()).await;
+    let second = lock(format!("{}{root}", proxy.addr)).await;
+
+    let guard = holder.acquire().await.unwrap();
+    let first_waits = tokio::spawn(async move { first.acquire().await.unwrap() });
+    no_nodes_left(&hosts, 2).await;
+    let second_waits = tokio::spawn(async move { second.acquire().await.unwrap() });
+    no_nodes_left(&hosts, 3).await;
+    const EXISTS: i32 = 3;
+    const MULTI: i32 = 14;
+    let sent = |op: i32| proxy.counts().get(&op).copied().unwrap_or(0);
+    let multis = || sent(MULTI);
+    // Its exists watch on its own node goes once it waits: from then on it sends no write
+    // (the watchdog may probe while an acquire creates its node, not while it waits).
+    wait_until(
+        Duration::from_secs(10),
+        "the second waiter to wait",
+        || async { sent(EXISTS) >= 1 },
+    )
+    .await;
+    let waiting = multis();
+    // Both waiters' leases lapse.
+    tokio::time::sleep(T4).await;
+    assert_eq!(multis(), waiting, "the second waiter wrote while it waited");
+    guard.release().await.unwrap();
+    let first_guard = tokio::time::timeout(Duration::from_secs(10), first_waits)
+        .await
+        .unwrap()
+        .unwrap();
+    // The holder's node was the second waiter's herald: it proves its session now.
+    wait_until(
+        Duration::from_secs(10),
+        "the second waiter to prove its session while the first holds",
+        || async { multis() > waiting },
+    )
+    .await;
+    // Whether its reply is in yet or not, the grant waits for this proof rather than send one.
+    let before = multis();
+    first_guard.release().await.unwrap();
+    let second_guard = tokio::time::timeout(Duration::from_secs(10), second_waits)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        multis(),
+        before,
+        "the second waiter proved its lease on the handoff's path: {:?}",
+        proxy.counts()
+    );
+    second_guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_and_acquire_timeout_leave_no_node() {
     let hosts = chroot(shared(), "try").await;

@@ -10,9 +10,10 @@
 // does (queueing, clean-up) falls outside that window. <adminConnect> (the server itself, not
 // counted) is for waiting on a queue to form.
 //
-//   mutex <path> <n>                session 0 takes an InterProcessMutex; sessions 1 to <n> queue
+//   mutex <path> <n> <holdNanos>    session 0 takes an InterProcessMutex; sessions 1 to <n> queue
 //                                   behind it. Prints `started`; after `go` the holder releases,
-//                                   and every later holder releases as soon as it holds: `done`.
+//                                   and every later holder releases <holdNanos> after it holds
+//                                   (0: at once): `done`.
 //   semaphore <path> <permits> <n>  the first <n> sessions each acquire a lease of an
 //                                   InterProcessSemaphoreV2 of <permits>; the holders keep
 //                                   theirs until `go`. Prints
@@ -114,7 +115,7 @@ public class CuratorScaleBench {
             String[] words = line.trim().split(" ");
             try {
                 switch (words[0]) {
-                    case "mutex" -> mutex(in, words[1], Integer.parseInt(words[2]));
+                    case "mutex" -> mutex(in, words[1], Integer.parseInt(words[2]), Long.parseLong(words[3]));
                     case "semaphore" -> semaphore(in, words[1], Integer.parseInt(words[2]), Integer.parseInt(words[3]));
                     case "rwlock" -> rwlock(in, words[1], Integer.parseInt(words[2]), Integer.parseInt(words[3]));
                     case "election" -> election(in, words[1], Integer.parseInt(words[2]),
@@ -149,7 +150,7 @@ public class CuratorScaleBench {
         }
     }
 
-    static void mutex(BufferedReader in, String path, int n) throws Exception {
+    static void mutex(BufferedReader in, String path, int n, long holdNanos) throws Exception {
         errors.set(0);
         CountDownLatch finished = new CountDownLatch(n);
         InterProcessMutex first = new InterProcessMutex(sessions.get(0), path);
@@ -159,6 +160,9 @@ public class CuratorScaleBench {
             Thread t = new Thread(() -> {
                 try {
                     lock.acquire();
+                    if (holdNanos > 0) {
+                        java.util.concurrent.locks.LockSupport.parkNanos(holdNanos);
+                    }
                     lock.release();
                 } catch (Exception e) {
                     errors.incrementAndGet();

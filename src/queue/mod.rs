@@ -46,6 +46,22 @@
 //!   match; before 3.9 a write of someone else's into a *waiting* node, followed by that
 //!   waiter's failure, would pass for a release here (zkfence's own revocation requests go
 //!   only to holders; Curator's `Revoker` aimed at waiters is the case to avoid).
+//! - **A waiter proves its session before its turn.** A grant needs a lease that holds, and a
+//!   waiting session writes nothing, so after a wait longer than its lease a grant would
+//!   commit a proof between the release and the acquire's return: a second commit on the
+//!   handoff's path. So a mutex or writer waiter that queued behind two nodes or more, and
+//!   whose lease lapses while it still waits, sets one more child watch: on its *herald*
+//!   ([`Kind::herald`]), the node four places ahead of its own, or the farthest of fewer. When
+//!   the herald goes, the waiter's turn is a few handoffs away, and it asks the watchdog for a
+//!   proof at once, as a grant would; by its own turn the lease holds, or the proof is on its
+//!   way and the grant waits for it rather than send another. The herald decides nothing: its
+//!   deletion only moves a proof earlier (a herald that withdrew, or critical sections that
+//!   outlast the lease, cost one proof more). A wait that ends while the create's commit
+//!   still keeps the lease costs nothing more. Draining a long queue, each handoff
+//!   then commits the release and one proof, as before, but only the release is on its path;
+//!   each node is watched by its successor and by the waiter whose herald it is, so a deletion
+//!   notifies two sessions, not one. `zkfence_grant_proofs_total` counts grants by how their
+//!   lease was proved.
 //!
 //! Apache Curator's nodes never carry release markers: a Curator holder's release is a plain
 //! deletion, after which a zkfence successor lists again; a Curator waiter woken by our marked
@@ -86,7 +102,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
-use crate::metrics::{lock_label, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
+use crate::metrics::{lock_label, GRANT_PROOFS_TOTAL, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::token::FencingToken;
@@ -282,6 +298,10 @@ struct Attempt<'a> {
     /// commit must not let the first lease lapse), not while we wait (only holds probe; a grant
     /// that the wait left without a lease is proved first, see [`Attempt::prove`]).
     creating: Option<Creating>,
+    /// A proof of our session sent while we still wait, once our herald went (see
+    /// [`Kind::herald`]): the watchdog says here when the lease holds, so that the grant
+    /// need not prove it on the handoff's path. A mutex, since the waits borrow `self`.
+    warming: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 /// What the create's round trip brought back.
@@ -314,6 +334,8 @@ struct Waited {
     crowded: bool,
     /// The watch on our own node, if one was set while waiting; the watchdog takes it over.
     own_watch: Option<NodeWatch>,
+    /// Our herald in the last listing ([`Kind::herald`]), watched once our lease lapses.
+    herald: Option<String>,
 }
 
 impl<'a> Attempt<'a> {
@@ -322,6 +344,7 @@ impl<'a> Attempt<'a> {
         let creating = Some(interest.watch().start_creating());
         Attempt {
             creating,
+            warming: std::sync::Mutex::new(None),
             queue,
             data,
             client,
@@ -509,6 +532,7 @@ impl<'a> Attempt<'a> {
             behind_writers: false,
             crowded: false,
             own_watch: None,
+            herald: None,
         };
         // Whether we list again because a node we watched vanished without a release: if
         // nothing blocks us then, that node may have been a failed holder (lock-delay).
@@ -546,7 +570,7 @@ impl<'a> Attempt<'a> {
             );
             let own_now = Instant::now() >= own_due;
             let watching = match self
-                .arm(&position, &ahead, node, &mut waited.own_watch, own_now)
+                .arm(&position, &ahead, &children, node, &mut waited, own_now)
                 .await?
             {
                 Armed::Watching(watching) => watching,
@@ -559,7 +583,7 @@ impl<'a> Attempt<'a> {
                 }
             };
             match self
-                .watch_ahead(watching, &mut ahead, node, &mut waited.own_watch, own_due)
+                .watch_ahead(watching, &mut ahead, node, &mut waited, own_due)
                 .await?
             {
                 Some(Verdict::Proceed { vanished }) => {
@@ -572,7 +596,7 @@ impl<'a> Attempt<'a> {
                 }) => after_vanish = vanish,
                 Some(Verdict::Wait) | None => {
                     // The wait ran out.
-                    self.pending.remove().await?;
+                    self.withdraw().await?;
                     return Ok(None);
                 }
             }
@@ -580,24 +604,33 @@ impl<'a> Attempt<'a> {
     }
 
     /// Waits on the watches set on the nodes ahead until an event decides (see
-    /// [`handoff`]), setting the watch on our own node at `own_due` if it is not set yet;
-    /// `None` when the deadline came first.
+    /// [`handoff`]), setting the watch on our own node at `own_due` if it is not set yet, and
+    /// the one on our herald once our lease lapses (see "The handoff"); `None` when the
+    /// deadline came first.
     async fn watch_ahead(
         &self,
         mut watching: Vec<Watching>,
         ahead: &mut Ahead,
         node: &Queued,
-        own_watch: &mut Option<NodeWatch>,
+        waited: &mut Waited,
         own_due: Instant,
     ) -> Result<Option<Verdict>> {
+        let mut herald_watched = false;
         loop {
+            let herald_due =
+                (!herald_watched && waited.herald.is_some()).then(|| clock::timer(self.lapse()));
+            let own_watch = &mut waited.own_watch;
             let (event, target, sense) =
-                match self.next_change(&mut watching, own_watch, own_due).await {
+                match (self.next_change(&mut watching, own_watch, own_due, herald_due)).await {
                     Woke::Timeout => return Ok(None),
                     Woke::OwnDue => {
                         if let Some(retry) = self.watch_own(node, own_watch).await? {
                             return Ok(Some(retry));
                         }
+                        continue;
+                    }
+                    Woke::HeraldDue => {
+                        herald_watched = self.watch_herald(waited.herald.as_deref(), &mut watching);
                         continue;
                     }
                     Woke::Own(event) if event.event_type == zk::EventType::NodeDeleted => {
@@ -609,6 +642,19 @@ impl<'a> Attempt<'a> {
                         return Ok(Some(Verdict::Relist {
                             after_vanish: false,
                         }));
+                    }
+                    Woke::Blocker {
+                        event,
+                        target: HERALD,
+                        ..
+                    } => {
+                        // A hint, never a decision: prove our session now, off the path of
+                        // the handoffs to come.
+                        self.session_over(&event)?;
+                        if event.event_type == zk::EventType::NodeDeleted {
+                            self.warm_up(node);
+                        }
+                        continue;
                     }
                     Woke::Blocker {
                         event,
@@ -632,6 +678,28 @@ impl<'a> Attempt<'a> {
                 }
             }
         }
+    }
+
+    /// Asks the session's watchdog to prove the session now, checking our node, unless a proof
+    /// asked for earlier is still on its way: our herald went (see [`Kind::herald`]), so our
+    /// grant is a few handoffs away, and a lease that holds by then lets it return without a
+    /// commit of its own (see [`Self::prove`]).
+    fn warm_up(&self, node: &Queued) {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let mut warming = self.warming.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(proved) = warming.as_mut() {
+            if matches!(proved.try_recv(), Err(TryRecvError::Empty)) {
+                return;
+            }
+        }
+        let (done, proved) = tokio::sync::oneshot::channel();
+        self.interest.watch().send(Event::Prove {
+            node: node.path.as_str().into(),
+            budget: self.budget(),
+            done,
+        });
+        tracing::debug!(node = %node.path, "our herald went: proving the session before our turn");
+        *warming = Some(proved);
     }
 
     /// Sets the watch on our own node, late in a wait that lasts. `Some(Relist)` when the
@@ -713,6 +781,7 @@ impl<'a> Attempt<'a> {
             behind_writers: between,
             crowded: false,
             own_watch: None,
+            herald: None,
         }))
     }
 
@@ -751,17 +820,20 @@ impl<'a> Attempt<'a> {
 
     /// Sets the watches [`Ahead`] asks for on the nodes the predicate names (a child watch for
     /// each node's deletion, a data watch where the release marker counts), and, when `own`
-    /// and not yet set, an exists watch on our own node, all back to back: one round trip.
-    /// Neither needs READ permission on others' nodes. On a missing node neither arms
-    /// anything.
+    /// and not yet set, an exists watch on our own node (kept in `waited`), all back to back:
+    /// one round trip. Notes our herald in `children` in `waited` ([`Kind::herald`]; watched
+    /// only if our lease lapses while we wait). None needs READ permission on others' nodes.
+    /// On a missing node ahead it arms nothing (what it set is parked).
     async fn arm(
         &self,
         position: &Position,
         ahead: &Ahead,
+        children: &[String],
         node: &Queued,
-        own_watch: &mut Option<NodeWatch>,
+        waited: &mut Waited,
         own: bool,
     ) -> Result<Armed> {
+        let own_watch = &mut waited.own_watch;
         let client = self.client;
         let own = (own && own_watch.is_none()).then(|| client.check_and_watch_stat(&node.path));
         let targets: Vec<String> = (position.watch.iter())
@@ -785,6 +857,7 @@ impl<'a> Attempt<'a> {
                 sent.push((i, sense, watch));
             }
         }
+        waited.herald = self.queue.kind.herald(children, node.sequence);
         if let Some(own) = own {
             match own.await {
                 Ok((Some(_), watcher)) => *own_watch = Some(Box::pin(watch_changed(watcher))),
@@ -811,11 +884,53 @@ impl<'a> Attempt<'a> {
         if let Some((target, err)) = failed {
             return self.watch_failed(target, err).await;
         }
+        if gone {
+            park(std::mem::take(&mut watching));
+        }
         Ok(if gone {
             Armed::Gone
         } else {
             Armed::Watching(watching)
         })
+    }
+
+    /// Our lease no longer vouches for a grant while we still wait: watches our herald (see
+    /// [`Kind::herald`]), its watch joining `watching` at once, set while the other watches are
+    /// polled (a hint never holds up a decision). `false` when the lease vouches after all
+    /// (another hold of the session proved it meanwhile): nothing is watched yet.
+    fn watch_herald(&self, herald: Option<&str>, watching: &mut Vec<Watching>) -> bool {
+        let (Some(herald), true) = (herald, self.lapse() <= clock::now()) else {
+            return false;
+        };
+        watching.push(Watching {
+            target: HERALD,
+            sense: Sense::Deletion,
+            watch: Box::pin(herald_gone(
+                self.client.clone(),
+                child_path(self.path, herald),
+            )),
+        });
+        true
+    }
+
+    /// Removes our node when the wait runs out, dropping first our warm-up (if any) so that
+    /// the watchdog's probes no longer check the node.
+    async fn withdraw(&mut self) -> Result<()> {
+        *self.warming.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        self.pending.remove().await
+    }
+
+    /// When the lease stops vouching for a grant (see `LeaseCell::vouches_for`).
+    fn lapse(&self) -> Instant {
+        let budget = self.budget();
+        let deadline = self.lease().deadline(budget);
+        deadline.checked_sub(budget / 16).unwrap_or(deadline)
+    }
+
+    /// The lease budget of this acquire's hold.
+    fn budget(&self) -> std::time::Duration {
+        let watch = self.interest.watch();
+        self.queue.options.lease.budget(watch.session_timeout())
     }
 
     /// A watch that could not be set: after a reconnect the queue is listed again (its
@@ -829,12 +944,13 @@ impl<'a> Attempt<'a> {
     }
 
     /// Waits for our node, a watched node (taken out of `watching`), the time to watch our
-    /// own node, or the deadline.
+    /// own node or our herald, or the deadline.
     async fn next_change(
         &self,
         watching: &mut Vec<Watching>,
         own_watch: &mut Option<NodeWatch>,
         own_due: Instant,
+        herald_due: Option<Instant>,
     ) -> Woke {
         let unarmed = own_watch.is_none();
         let own_changed = async {
@@ -848,6 +964,7 @@ impl<'a> Attempt<'a> {
             event = own_changed => Err(Woke::Own(event)),
             (event, i, _) = futures_util::future::select_all(watching.iter_mut().map(|w| &mut w.watch)) => Ok((event, i)),
             _ = tokio::time::sleep_until(own_due), if unarmed => Err(Woke::OwnDue),
+            _ = sleep_until_opt(herald_due) => Err(Woke::HeraldDue),
             _ = sleep_until_opt(self.deadline()) => Err(Woke::Timeout),
         };
         match fired {
@@ -904,7 +1021,7 @@ impl<'a> Attempt<'a> {
         let deadline = self.deadline();
         if deadline.is_some_and(|d| d < until) {
             sleep_until_opt(deadline).await;
-            self.pending.remove().await?;
+            self.withdraw().await?;
             return Ok(false);
         }
         tokio::time::sleep_until(until).await;
@@ -914,25 +1031,49 @@ impl<'a> Attempt<'a> {
     /// Makes sure the lease can vouch for the hold we were granted: a session that only waited
     /// sent no proof meanwhile (only holds probe), so after a long wait its last proof may be
     /// too old. Then the watchdog probes now, checking our node, and the grant waits for the
-    /// commit (one round trip); a grant soon after our create needs none. `Ok(false)`: the
-    /// deadline passed first (our node is removed).
+    /// commit (one round trip); a grant soon after our create needs none, nor one whose
+    /// warm-up ([`Self::warm_up`]) proved the session while it waited, and one whose warm-up
+    /// is still on its way waits for that. `Ok(false)`: the deadline passed first (our node is
+    /// removed).
     async fn prove(&mut self, node: &Queued) -> Result<bool> {
-        let watch = self.interest.watch().clone();
-        let budget = self.queue.options.lease.budget(watch.session_timeout());
-        if watch.lease().grants_at_once(budget, clock::now()) {
+        use tokio::sync::oneshot::error::TryRecvError;
+        let budget = self.budget();
+        let early = (self.warming.get_mut())
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        // What our warm-up came to: proved (its answer is in), still on its way, or nothing.
+        let (warmed, pending) = match early {
+            Some(mut proved) => match proved.try_recv() {
+                Ok(()) => (true, None),
+                Err(TryRecvError::Empty) => (false, Some(proved)),
+                Err(TryRecvError::Closed) => (false, None),
+            },
+            None => (false, None),
+        };
+        if self.lease().grants_at_once(budget, clock::now()) {
+            self.count_proof(if warmed { "warmed" } else { "held" });
             return Ok(true);
         }
-        let (done, proved) = tokio::sync::oneshot::channel();
-        let granted: Arc<str> = node.path.as_str().into();
-        watch.send(Event::Prove {
-            node: granted,
-            budget,
-            done,
-        });
+        // A proof sent while we waited and still on its way is nearer than a new one.
+        let (proved, how) = match pending {
+            Some(proved) => (proved, "warmed"),
+            None => {
+                let (done, proved) = tokio::sync::oneshot::channel();
+                self.interest.watch().send(Event::Prove {
+                    node: node.path.as_str().into(),
+                    budget,
+                    done,
+                });
+                (proved, "at_grant")
+            }
+        };
         let deadline = self.deadline();
         tokio::select! {
             proved = proved => match proved {
-                Ok(()) => Ok(true),
+                Ok(()) => {
+                    self.count_proof(how);
+                    Ok(true)
+                }
                 // The watchdog found our node gone (or its session over) before the proof.
                 Err(_) => Err(self.node_deleted(node).await),
             },
@@ -941,6 +1082,12 @@ impl<'a> Attempt<'a> {
                 Ok(false)
             }
         }
+    }
+
+    /// Counts how a grant's lease was proved (see [`GRANT_PROOFS_TOTAL`]).
+    fn count_proof(&self, proof: &'static str) {
+        metrics::counter!(GRANT_PROOFS_TOTAL, "proof" => proof, "lock" => self.queue.label.clone())
+            .increment(1);
     }
 
     /// Hands our node back as a grant, for the front type to build its guard from.
@@ -957,8 +1104,24 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// A watch set on a node ahead: which one (its index in `Position::watch`), which kind of
-/// watch, and its event.
+/// The `target` of the watch on the herald (see [`Kind::herald`]), which is not one of
+/// `Position::watch`: its event only warms the lease.
+const HERALD: usize = usize::MAX;
+
+/// Sets a child watch on the herald at `path` and waits for it: `NodeDeleted` when the herald
+/// goes (or was gone when the watch was set), or a `NodeChildrenChanged` that means nothing
+/// (an ephemeral node has no children) when the watch could not be set (a hint: a broken
+/// connection shows on the watches that decide).
+async fn herald_gone(client: zk::Client, path: String) -> zk::WatchedEvent {
+    match client.list_and_watch_children(&path).await {
+        Ok((_, watcher)) => watch_changed(watcher).await,
+        Err(zk::Error::NoNode) => zk::WatchedEvent::new(zk::EventType::NodeDeleted, path),
+        Err(_) => zk::WatchedEvent::new(zk::EventType::NodeChildrenChanged, path),
+    }
+}
+
+/// A watch set on a node ahead: which one (its index in `Position::watch`, or [`HERALD`]),
+/// which kind of watch, and its event.
 struct Watching {
     target: usize,
     sense: Sense,
@@ -1038,6 +1201,8 @@ enum Woke {
     Own(zk::WatchedEvent),
     /// Time to watch our own node: the wait lasts.
     OwnDue,
+    /// Time to watch our herald: our lease lapses while we wait.
+    HeraldDue,
     /// The event of a watch on a node ahead (taken out of the watches still set).
     Blocker {
         event: zk::WatchedEvent,

@@ -39,8 +39,9 @@ pub(crate) enum Event {
     /// Messages were posted for the driver to take (see `SessionWatch::post`).
     Posted,
     /// An acquire was granted `node` while the lease could not vouch for a hold of `budget`
-    /// (its session sent no proof while it waited): prove the session, checking the node, and
-    /// say when the lease holds for `budget` (`done` dropped: the node is gone).
+    /// (its session sent no proof while it waited), or a waiter expects its grant soon (the
+    /// queue's warm-up): prove the session, checking the node, and say when the lease holds
+    /// for `budget` (`done` dropped: the node is gone).
     Prove {
         node: Arc<str>,
         budget: Duration,

@@ -49,7 +49,7 @@ pub(crate) struct Driver {
     core: Core,
     timeout: Duration,
     probing: Probing,
-    /// Grants waiting for the lease to hold (see [`Event::Prove`]).
+    /// Grants, and waiters expecting theirs, waiting for the lease to hold (see [`Event::Prove`]).
     provers: Vec<Prover>,
     /// When the ticker runs next: it tells the lease that the process runs (`LeaseCell::ran`),
     /// so that a cold proof leans only across a stretch without a pause.
@@ -326,21 +326,26 @@ impl Driver {
         }
     }
 
-    /// Takes a grant that waits for the lease: told at once if the lease holds; else probes
-    /// start now, as a cold start when nothing else kept them going (no proof was sent while
-    /// the session only waited, so the newest replies are old, and the first commits lean on
-    /// the client's keepalive, as after any idle spell: see the lease module).
+    /// Takes a grant (or a waiter's warm-up) that waits for the lease: told at once if the
+    /// lease vouches for a grant (`LeaseCell::vouches_for`, the queue's rule); else probes
+    /// start now, and, if the lease has lapsed, as a cold start when nothing else kept them
+    /// going (no proof was sent while the session only waited, so the newest replies are old,
+    /// and the first commits lean on the client's keepalive, as after any idle spell: see the
+    /// lease module; the lease model's `grant` does the same).
     fn prove(&mut self, prover: Prover) {
         let lease = &self.core.lease;
-        if lease.deadline(prover.budget) > clock::now() {
+        let now = clock::now();
+        // A lease about to lapse is proved again: told at once, a grant would hold with less
+        // than the rule's spare, and a waiter's warm-up sent then would prove nothing.
+        if lease.vouches_for(prover.budget, now) {
             let _ = prover.done.send(());
             return;
         }
-        if !self.wants_proofs() {
-            lease.restart(clock::now());
+        if !self.wants_proofs() && lease.deadline(prover.budget) <= now {
+            lease.restart(now);
         }
         self.provers.push(prover);
-        self.probing.next = clock::now();
+        self.probing.next = now;
     }
 
     /// Tells the grants whose lease holds now; forgets those whose acquire gave up.
@@ -364,7 +369,7 @@ impl Driver {
     /// lease module says why that is enough).
     fn wants_proofs(&self) -> bool {
         self.core.guards() > 0
-            || !self.provers.is_empty()
+            || self.provers.iter().any(|p| !p.done.is_closed())
             || self.watch.upgrade().is_some_and(|w| w.creating())
     }
 
@@ -474,7 +479,8 @@ impl Driver {
     fn probe_targets(&self, turn: usize) -> Vec<Check> {
         let targets = self.core.probe_targets(turn);
         // A grant waiting for a proof has its own node checked: the proof shows it still there.
-        let granted = (self.provers.iter()).map(|p| Check {
+        // One whose acquire gave up (a waiter that withdrew its node) is left out.
+        let granted = (self.provers.iter().filter(|p| !p.done.is_closed())).map(|p| Check {
             guard: None,
             path: p.node.clone(),
         });

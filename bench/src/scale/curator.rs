@@ -129,11 +129,15 @@ pub(super) async fn mutex(
     let path = bed.path(&format!("w{round}-{waiters}-curator"));
     bed.mkdir(&path).await?;
     let baseline = bed.server.mntr().await;
-    worker.send(&format!("mutex {path} {waiters}")).await?;
+    let hold = bed.args.hold.as_nanos();
+    worker
+        .send(&format!("mutex {path} {waiters} {hold}"))
+        .await?;
     worker.expect("started", Duration::from_secs(120)).await?;
     await_nodes(&bed.admin, &[&path], waiters + 1).await?;
     settle(&worker.proxy, waiters).await;
     let mut line = Line::new("waiters", "curator", round, &[("waiters", waiters)]);
+    line.set("hold_ms", Some(bed.args.hold.as_secs_f64() * 1e3));
     super::waiters::watches(bed, &baseline, &mut line, waiters).await;
     super::waiters::idle_peer(bed, &worker.proxy, &mut line).await;
     let (seen, _, errors) = worker.go(bed).await?;

@@ -220,6 +220,15 @@ fn against(
     cells
 }
 
+/// The critical section the drains' waiters held for, as the lines say.
+fn hold_text(lines: &[Line]) -> String {
+    let held = (lines.iter()).find_map(|line| line.get("hold_ms"));
+    match held {
+        Some(ms) if ms > 0.0 => format!("{ms} ms"),
+        _ => "nothing".to_owned(),
+    }
+}
+
 /// The waiters' tables, after the raw notification rate: the drain, and the idle cost.
 fn waiters_table(out: &mut String, lines: &[Line]) {
     let raw = median(lines, "raw", "raw", &[], "notifications_per_s");
@@ -247,6 +256,7 @@ fn waiters_table(out: &mut String, lines: &[Line]) {
                 ("handoffs_per_s", "notifications_per_s"),
             )));
             row.extend(k("requests_per_handoff"));
+            row.extend(k("server_writes_per_handoff"));
             row.extend(k("notifications_per_handoff"));
             row.extend(k("bytes_per_handoff"));
             row.extend(k("server_watches_per_waiter"));
@@ -262,6 +272,9 @@ fn waiters_table(out: &mut String, lines: &[Line]) {
         "requests/handoff zkfence",
         "÷ zkclient",
         "÷ Curator",
+        "commits/handoff zkfence",
+        "÷ zkclient",
+        "÷ Curator",
         "notifications/handoff zkfence",
         "÷ zkclient",
         "÷ Curator",
@@ -272,7 +285,8 @@ fn waiters_table(out: &mut String, lines: &[Line]) {
         "÷ zkclient",
         "÷ Curator",
     ];
-    table(out, "Waiters on one lock, each its own session (zkfence FencedLock, zookeeper-client Client::lock, Curator InterProcessMutex); the drain from the holder's release to the last waiter's, every waiter releasing at once:", &headers, &rows);
+    let title = format!("Waiters on one lock, each its own session (zkfence FencedLock, zookeeper-client Client::lock, Curator InterProcessMutex); the drain from the holder's release to the last waiter's, every waiter holding {} (--hold) then releasing:", hold_text(lines));
+    table(out, &title, &headers, &rows);
     idle_table(out, lines);
 }
 

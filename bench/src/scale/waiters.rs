@@ -62,10 +62,15 @@ pub(super) async fn waiters(
     let clients = sessions(&connect, waiters, t).await?;
     let baseline = bed.server.mntr().await;
     let mut tasks = JoinSet::new();
+    let hold = bed.args.hold;
     for client in clients {
         let contender = Contender::new(peer, client, &lock_path)?;
         tasks.spawn(async move {
-            contender.acquire().await?.release().await?;
+            let held = contender.acquire().await?;
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await; // the critical section (--hold)
+            }
+            held.release().await?;
             Ok::<_, String>(contender) // its session lives until every waiter is done
         });
     }
@@ -73,6 +78,7 @@ pub(super) async fn waiters(
     settle(&proxies[1], waiters).await; // every waiter's watches land
     let mut line = Line::new("waiters", peer.name(), round, &[("waiters", waiters)]);
     line.set("counted", Some(f64::from(u8::from(counted))));
+    line.set("hold_ms", Some(hold.as_secs_f64() * 1e3));
     watches(bed, &baseline, &mut line, waiters).await;
     match peer {
         Peer::Zkfence => idle(bed, &proxies, &mut line).await,
