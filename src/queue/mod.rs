@@ -98,6 +98,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -301,7 +302,7 @@ struct Attempt<'a> {
     /// A proof of our session sent while we still wait, once our herald went (see
     /// [`Kind::herald`]): the watchdog says here when the lease holds, so that the grant
     /// need not prove it on the handoff's path. A mutex, since the waits borrow `self`.
-    warming: std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    warming: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 /// What the create's round trip brought back.
@@ -685,21 +686,28 @@ impl<'a> Attempt<'a> {
     /// grant is a few handoffs away, and a lease that holds by then lets it return without a
     /// commit of its own (see [`Self::prove`]).
     fn warm_up(&self, node: &Queued) {
-        use tokio::sync::oneshot::error::TryRecvError;
+        use oneshot::error::TryRecvError;
         let mut warming = self.warming.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(proved) = warming.as_mut() {
             if matches!(proved.try_recv(), Err(TryRecvError::Empty)) {
                 return;
             }
         }
-        let (done, proved) = tokio::sync::oneshot::channel();
+        tracing::debug!(node = %node.path, "our herald went: proving the session before our turn");
+        *warming = Some(self.ask_for_proof(node, self.budget()));
+    }
+
+    /// Asks the session's watchdog to prove the session, checking our node: the receiver is
+    /// told once the lease vouches for a hold of `budget` (dropped: the node is gone, or the
+    /// session over).
+    fn ask_for_proof(&self, node: &Queued, budget: std::time::Duration) -> oneshot::Receiver<()> {
+        let (done, proved) = oneshot::channel();
         self.interest.watch().send(Event::Prove {
             node: node.path.as_str().into(),
-            budget: self.budget(),
+            budget,
             done,
         });
-        tracing::debug!(node = %node.path, "our herald went: proving the session before our turn");
-        *warming = Some(proved);
+        proved
     }
 
     /// Sets the watch on our own node, late in a wait that lasts. `Some(Relist)` when the
@@ -1036,7 +1044,7 @@ impl<'a> Attempt<'a> {
     /// is still on its way waits for that. `Ok(false)`: the deadline passed first (our node is
     /// removed).
     async fn prove(&mut self, node: &Queued) -> Result<bool> {
-        use tokio::sync::oneshot::error::TryRecvError;
+        use oneshot::error::TryRecvError;
         let budget = self.budget();
         let early = (self.warming.get_mut())
             .unwrap_or_else(|e| e.into_inner())
@@ -1057,15 +1065,7 @@ impl<'a> Attempt<'a> {
         // A proof sent while we waited and still on its way is nearer than a new one.
         let (proved, how) = match pending {
             Some(proved) => (proved, "warmed"),
-            None => {
-                let (done, proved) = tokio::sync::oneshot::channel();
-                self.interest.watch().send(Event::Prove {
-                    node: node.path.as_str().into(),
-                    budget,
-                    done,
-                });
-                (proved, "at_grant")
-            }
+            None => (self.ask_for_proof(node, budget), "at_grant"),
         };
         let deadline = self.deadline();
         tokio::select! {
