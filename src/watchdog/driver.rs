@@ -18,7 +18,7 @@ use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
 use crate::wait::sleep_until_opt;
 use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error};
-use crate::zk::watch::{watch_changed, CatchUnwind};
+use crate::zk::watch::watch_changed;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
@@ -141,17 +141,13 @@ impl Driver {
         let mut node_watches: FuturesUnordered<WatchTask> = FuturesUnordered::new();
         let mut deferred = Deferred::new();
         let mut idle_since: Option<Instant> = None;
-        // The state channel first, and the state as it is now: a disconnect that happens
-        // while the persistent watch below is being registered must not go unseen.
-        let mut states = self.client.as_ref().map(zk::Client::state_watcher);
-        if let Some(client) = &self.client {
-            self.on_state(client.state());
+        // The state channel, and the state as it is now, taken from it (so that what comes
+        // next on it is a change from this).
+        let mut states = self.client.as_ref().map(SessionStates::new);
+        if let Some(states) = &states {
+            self.on_state(states.first());
         }
         self.tick();
-        let mut session_events = match &self.client {
-            Some(client) => persistent_session_events(client).await,
-            None => None,
-        };
         loop {
             self.take_posted(&mut node_watches, &mut deferred);
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
@@ -163,7 +159,6 @@ impl Driver {
                 // anything else runs.
                 _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
                 event = self.events.recv() => Wake::Event(event),
-                event = next_session_event(&mut session_events) => Wake::State(event),
                 state = next_state(&mut states) => Wake::State(state),
                 Some((id, true)) = node_watches.next() => Wake::NodeGone(id),
                 _ = sleep_on_lease_clock(due_at) => Wake::Due,
@@ -784,57 +779,101 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
     }
 }
 
-/// A persistent watch on a path nobody creates, for its session events: unlike the state
-/// channel it queues every transition, so a quick Disconnected→SyncConnected flap is seen.
-async fn persistent_session_events(client: &zk::Client) -> Option<zk::PersistentWatcher> {
-    match client
-        .watch(
-            "/zookeeper/zkfence-session-events",
-            zk::AddWatchMode::Persistent,
-        )
-        .await
-    {
-        Ok(watcher) => Some(watcher),
-        Err(err) => {
-            tracing::debug!(cause = %err, "no persistent session watch; relying on the state channel");
-            None
-        }
-    }
-}
-
-/// The next session state from the persistent watch.
+/// The session's states from `zookeeper-client`'s state channel, which keeps only the latest
+/// one, with the transitions it folded together put back.
 ///
-/// `zookeeper-client` 0.11 drops the watch's channel after a terminal state and then panics
-/// if it is polled again (`PersistentReceiver::recv` unwraps). The watcher is let go after a
-/// terminal state, and a panic from it is caught, so that it can never take the watchdog task
-/// down; the state channel then remains as the source of session states.
-async fn next_session_event(events: &mut Option<zk::PersistentWatcher>) -> zk::SessionState {
-    loop {
-        let polled = match events.as_mut() {
-            Some(watcher) => CatchUnwind(Box::pin(watcher.changed())).await,
-            None => return std::future::pending().await,
-        };
-        match polled {
-            Some(event) if event.event_type == zk::EventType::Session => {
-                if event.session_state.is_terminated() {
-                    *events = None;
-                }
-                return event.session_state;
-            }
-            Some(_) => {}
-            None => {
-                tracing::debug!(
-                    "the persistent session watch closed; relying on the state channel"
-                );
-                *events = None;
-            }
+/// The client publishes a state only when it differs from the one before, so the channel
+/// showing the state we last took from it again means that others came and went in between,
+/// unseen: a Disconnected→SyncConnected flap over before this task looked. Such a change
+/// yields Disconnected, then the state (the lease must see the break). Before, a persistent
+/// watch on a path nobody creates carried every transition, at the cost of two server watches
+/// per session (ZooKeeper registers a persistent watch in its data and child tables).
+struct SessionStates {
+    watcher: zk::StateWatcher,
+    fold: Unfold,
+}
+
+impl SessionStates {
+    fn new(client: &zk::Client) -> SessionStates {
+        let mut watcher = client.state_watcher();
+        let last = watcher.state();
+        SessionStates {
+            watcher,
+            fold: Unfold {
+                last,
+                pending: None,
+            },
         }
+    }
+
+    /// The state as it was when the channel was opened.
+    fn first(&self) -> zk::SessionState {
+        self.fold.last
     }
 }
 
-async fn next_state(states: &mut Option<zk::StateWatcher>) -> zk::SessionState {
-    match states {
-        Some(states) => states.changed().await,
-        None => std::future::pending().await,
+/// What [`SessionStates`] remembers to put a folded flap back.
+#[derive(Debug)]
+struct Unfold {
+    /// The state last taken.
+    last: zk::SessionState,
+    /// The state to yield after a Disconnected put back.
+    pending: Option<zk::SessionState>,
+}
+
+impl Unfold {
+    /// What a change to `state` yields: Disconnected first when the channel shows the state we
+    /// last took again (see [`SessionStates`]), then `state` (from [`Self::next_pending`]).
+    fn changed_to(&mut self, state: zk::SessionState) -> zk::SessionState {
+        let folded = state == self.last && !state.is_terminated();
+        self.last = state;
+        if folded {
+            self.pending = Some(state);
+            return zk::SessionState::Disconnected;
+        }
+        state
+    }
+
+    /// The state held back behind a Disconnected put back, once.
+    fn next_pending(&mut self) -> Option<zk::SessionState> {
+        self.pending.take()
+    }
+}
+
+/// The next session state (see [`SessionStates`]). Cancel safe: a state taken from the channel
+/// is yielded in the same poll, or kept in `pending`.
+async fn next_state(states: &mut Option<SessionStates>) -> zk::SessionState {
+    let Some(states) = states else {
+        return std::future::pending().await;
+    };
+    if let Some(state) = states.fold.next_pending() {
+        return state;
+    }
+    let state = states.watcher.changed().await;
+    states.fold.changed_to(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unfold;
+    use zookeeper_client::SessionState::{Disconnected, Expired, SyncConnected};
+
+    #[test]
+    fn a_change_back_to_the_last_state_is_a_flap_put_back() {
+        let mut fold = Unfold {
+            last: SyncConnected,
+            pending: None,
+        };
+        // Seen one by one: as they come.
+        assert_eq!(fold.changed_to(Disconnected), Disconnected);
+        assert_eq!(fold.changed_to(SyncConnected), SyncConnected);
+        assert_eq!(fold.next_pending(), None);
+        // Folded: the channel shows SyncConnected again.
+        assert_eq!(fold.changed_to(SyncConnected), Disconnected);
+        assert_eq!(fold.next_pending(), Some(SyncConnected));
+        assert_eq!(fold.next_pending(), None);
+        // A terminal state is never put back behind a Disconnected.
+        assert_eq!(fold.changed_to(Expired), Expired);
+        assert_eq!(fold.changed_to(Expired), Expired);
     }
 }

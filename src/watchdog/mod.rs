@@ -3,9 +3,9 @@
 //!
 //! # What it watches
 //!
-//! - **Session events**, from a persistent watch (every Disconnected/SyncConnected/Expired is
-//!   delivered, even a quick flap that `zookeeper-client`'s latest-value state channel would
-//!   hide) and from the state channel as a backstop.
+//! - **Session events**, from `zookeeper-client`'s state channel, which keeps only the latest
+//!   state: a change back to the state last seen means a flap that came and went unseen, and
+//!   is taken as a Disconnected first (the client publishes only changes).
 //! - **Each guard's own node**, with a data watch: deleted by an admin or a parent cleanup
 //!   means [`LossReason::NodeDeleted`].
 //! - **The lease** (the argument is [`lease`]'s): the driver keeps its proofs coming with a
