@@ -19,6 +19,8 @@
 //! | [`Mutant::UnmarkedAdmits`] | only a marked release of the node it watches admits a successor that queued behind more than one node (the queue module's "The handoff") | the queue model (`model/`): `grants_in_queue_order`, a waiter between the holder and the successor gives up |
 //! | [`Mutant::GrantWithoutProof`] | a grant the lease cannot vouch for waits for a committed probe of the granted node (the queue's `prove`) | the queue model: `grants_on_a_proven_lease`, a grant after a wait longer than the lease |
 //! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
+//! | [`Mutant::SilentAdmission`] | a semaphore waiter admitted with others behind it announces it (the queue module's "The semaphore's gate"); a liveness rule | `tests/kinds.rs::the_silent_admission_mutant_is_caught`: the follower sits out a free permit |
+//! | [`Mutant::UnseenAnnouncement`] | a follower whose watch came after its predecessor's announcement lists again (same section); liveness | `tests/kinds.rs::the_unseen_announcement_mutant_is_caught`: a waiter whose replies come a second late sits out the free permit |
 //!
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
 //! (`SyncLease` to `LeanThroughPause`, and `AnchorOnReconnect`) exhaustively and prints each one's counterexample; its
@@ -123,6 +125,13 @@ pub enum Mutant {
     /// quorum revalidates the session on its own, and the lease outlasts the session the
     /// others expire.
     AnchorOnReconnect,
+    /// A semaphore waiter admitted with others queued behind it writes nothing into its node:
+    /// the waiter right behind it, watching its data, never learns that it became the head of
+    /// the waiters, and sits out a free permit until its predecessor goes.
+    SilentAdmission,
+    /// A semaphore waiter that sets its watch on its predecessor after that predecessor
+    /// announced its admission waits for an announcement that already happened.
+    UnseenAnnouncement,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

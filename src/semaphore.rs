@@ -20,9 +20,11 @@ use crate::zk::retry::retrying;
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///
 /// Contenders queue as ephemeral sequential nodes `_c_<uuid>-lease-<seq>`; the first
-/// `permits` nodes hold a lease. A waiter watches only the `permits` nodes just ahead of it
-/// (any one of them leaving admits it when exactly `permits` are ahead; nodes further ahead
-/// leaving cannot), so a release wakes at most `permits` waiters, never the whole queue.
+/// `permits` nodes hold a lease. Only the first waiter watches the holders (a child watch on the
+/// path); every other waiter watches the waiter just ahead of it, which tells it, by writing
+/// its own node once admitted, that it now comes first. So a release notifies two waiters, the
+/// first and the next, however many permits and waiters there are (the crate's queue docs,
+/// "The semaphore's gate").
 /// Each lease is a [`LockGuard`] with its own fencing token (strictly increasing per
 /// acquisition), its own cancellation and its own lease watchdog.
 ///
@@ -47,8 +49,9 @@ use crate::zk::retry::retrying;
 /// it; so lower the count only after rebuilding the clients, or accept a transition with up
 /// to the old count of holders.
 ///
-/// Cost: a waiter sets `permits` watches, and a release wakes up to `permits` waiters, each
-/// of which lists the queue: fine for small counts, not meant for thousands of permits.
+/// Cost per release with waiters queued: two notifications, two listings of the queue (each
+/// the size of the queue), and one write of the admitted waiter's node; a new contender
+/// arriving also wakes the first waiter, which lists again.
 ///
 /// # Examples
 ///

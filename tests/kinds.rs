@@ -250,66 +250,244 @@ async fn a_semaphore_waiter_is_woken_by_any_holder_ahead() {
     third.release().await.unwrap();
 }
 
-/// A semaphore waiter behind `n` holders watches all of them; admitted when one leaves, it
-/// sends nothing for the other `n - 1` watches (dropped, `zookeeper-client` would remove each
-/// from the server with a request: `n - 1` per release, the semaphore's wake-up cost that grew
-/// with its permits).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admitted_semaphore_waiter_sends_nothing_for_its_other_watches() {
-    const REMOVE_WATCHES: i32 = 18;
-    const LISTS: [i32; 2] = [8, 12]; // getChildren, getChildren2: the watches' arming too
-    let hosts = chroot(shared(), "semaphore-parked").await;
-    let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
-    let proxy = CountingProxy::start(server).await;
-    let pool = |hosts: String| async move {
-        FencedSemaphore::new(connect(&hosts, T).await, PATH, 4, LockOptions::default()).unwrap()
-    };
-    let mut holders = Vec::new();
-    for _ in 0..4 {
-        holders.push(pool(hosts.clone()).await.acquire().await.unwrap());
+/// A semaphore of `permits` on a fresh chroot: `permits` holders, then `waiters` waiters each
+/// on a session of its own through a counting proxy of its own, queued in turn, each watching
+/// what "The semaphore's gate" says (the head the lock path's children, every other waiter its
+/// predecessor's data).
+struct Gated {
+    hosts: String,
+    holders: Vec<zkfence::LockGuard<zkfence::Shared>>,
+    waiting: Vec<tokio::task::JoinHandle<zkfence::LockGuard<zkfence::Shared>>>,
+    /// The waiters' proxies and clients, in queue order.
+    proxies: Vec<CountingProxy>,
+    clients: Vec<zookeeper_client::Client>,
+}
+
+impl Gated {
+    async fn new(name: &str, permits: u32, waiters: usize, options: LockOptions) -> Gated {
+        let hosts = chroot(shared(), name).await;
+        let (server, root) = hosts.split_at(hosts.find('/').unwrap_or(hosts.len()));
+        let pool = |client| FencedSemaphore::new(client, PATH, permits, options.clone()).unwrap();
+        let mut holders = Vec::new();
+        for _ in 0..permits {
+            holders.push(pool(connect(&hosts, T).await).acquire().await.unwrap());
+        }
+        let (mut waiting, mut proxies, mut clients) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..waiters {
+            let proxy = CountingProxy::start(server).await;
+            let client = connect(&format!("{}{root}", proxy.addr), T).await;
+            let pool = pool(client.clone());
+            waiting.push(tokio::spawn(async move { pool.acquire().await.unwrap() }));
+            proxies.push(proxy);
+            clients.push(client);
+            queued(&hosts, permits as usize + i + 1).await;
+        }
+        let gated = Gated {
+            hosts,
+            holders,
+            waiting,
+            proxies,
+            clients,
+        };
+        gated.await_gate(0).await;
+        let nodes = in_order(&gated.hosts).await;
+        for (i, client) in gated.clients.iter().enumerate().skip(1) {
+            let predecessor = &nodes[permits as usize + i - 1];
+            wait_until(
+                Duration::from_secs(10),
+                &format!("waiter {i} to watch its predecessor"),
+                || async { watches(&gated.hosts, client.session_id(), predecessor) },
+            )
+            .await;
+        }
+        gated
     }
-    let waiter_client = connect(&format!("{}{root}", proxy.addr), T).await;
-    let waiter =
-        FencedSemaphore::new(waiter_client.clone(), PATH, 4, LockOptions::default()).unwrap();
-    let lists = || {
-        LISTS
-            .iter()
-            .map(|op| proxy.counts().get(op).copied().unwrap_or(0))
-            .sum::<u64>()
-    };
-    let admitted = tokio::spawn(async move { waiter.acquire().await.unwrap() });
-    // Its listing, then a watch on each of the four holders.
+
+    /// Waits until waiter `i` has set its gate, the child watch on the lock path that it sets
+    /// with its second listing (the server's watch lists show data watches only), and the
+    /// server has processed it.
+    async fn await_gate(&self, i: usize) {
+        let lists = || {
+            let counts = self.proxies[i].counts();
+            [8, 12].iter().filter_map(|op| counts.get(op)).sum::<u64>()
+        };
+        wait_until(
+            Duration::from_secs(10),
+            &format!("waiter {i} to list again, watching the lock path"),
+            || async { lists() >= 2 },
+        )
+        .await;
+        self.clients[i].sync(PATH).await.unwrap();
+    }
+
+    /// The notifications each waiter has received so far.
+    fn notifications(&self) -> Vec<u64> {
+        self.proxies.iter().map(|p| p.notifications()).collect()
+    }
+
+    /// The next waiter's lease, once it is admitted within `within`.
+    async fn admitted(&mut self, within: Duration) -> Option<zkfence::LockGuard<zkfence::Shared>> {
+        let next = self.waiting.first_mut()?;
+        let lease = tokio::time::timeout(within, next).await.ok()?.unwrap();
+        self.waiting.remove(0);
+        Some(lease)
+    }
+
+    /// Releases everything, the waiters as they are admitted.
+    async fn end(mut self, leases: Vec<zkfence::LockGuard<zkfence::Shared>>) {
+        for lease in self.holders.drain(..).chain(leases) {
+            lease.release().await.unwrap();
+        }
+        while !self.waiting.is_empty() {
+            let lease = self.admitted(Duration::from_secs(10)).await;
+            lease.expect("a waiter admitted").release().await.unwrap();
+        }
+        queued(&self.hosts, 0).await;
+    }
+}
+
+/// A release wakes the head of the waiters alone, and its admission the waiter behind it
+/// alone: two notifications however many permits and waiters. The newest holder's release is
+/// the one that woke every waiter within `n` of it when each watched its `n` nearest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_release_notifies_the_head_and_the_next_waiter_alone() {
+    let mut gated = Gated::new("semaphore-gate", 4, 4, LockOptions::default()).await;
+    let before = gated.notifications();
+    gated.holders.pop().unwrap().release().await.unwrap();
+    let lease = (gated.admitted(Duration::from_secs(5)).await)
+        .expect("the head admitted when a holder leaves");
+    gated.await_gate(1).await;
+    for client in &gated.clients {
+        client.sync(PATH).await.unwrap(); // anything sent to them is counted by now
+    }
+    let after = gated.notifications();
+    let woken: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        woken,
+        vec![1, 1, 0, 0],
+        "notifications to each waiter, in queue order, for one release"
+    );
+    gated.end(vec![lease]).await;
+}
+
+/// Whether the waiter behind the head takes a permit freed while the head, admitted before
+/// it, still holds: it must learn of the head's admission to watch the holders.
+async fn the_next_waiter_takes_the_next_permit(name: &str, options: LockOptions) -> bool {
+    let mut gated = Gated::new(name, 2, 2, options).await;
+    gated.holders.pop().unwrap().release().await.unwrap();
+    let head = (gated.admitted(Duration::from_secs(5)).await)
+        .expect("the head admitted when a holder leaves");
+    gated.holders.pop().unwrap().release().await.unwrap();
+    let next = gated.admitted(Duration::from_secs(3)).await;
+    let taken = next.is_some();
+    gated
+        .end(vec![head].into_iter().chain(next).collect())
+        .await;
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_takes_a_permit_freed_after_the_head_was_admitted() {
+    assert!(
+        the_next_waiter_takes_the_next_permit("semaphore-next", LockOptions::default()).await,
+        "the waiter behind the head sat out a free permit"
+    );
+}
+
+/// Whether a waiter that lists before the head's announcement, and sets its watch on the head
+/// after it (its replies are late), still takes the next permit: the version its watch finds
+/// tells it that it missed a write. `None` when it set no watch on the head after all.
+async fn a_late_follower_takes_the_next_permit(name: &str, options: LockOptions) -> Option<bool> {
+    const GET_DATA: i32 = 4; // the create's pipelined read of the count, then the watch
+    let mut gated = Gated::new(name, 2, 1, options.clone()).await;
+    let (server, root) = gated.hosts.split_at(gated.hosts.find('/').unwrap());
+    let slow = CountingProxy::start(server).await;
+    let client = connect(&format!("{}{root}", slow.addr), T).await;
+    let session = client.session_id();
+    // The create's reply, and the listing's behind it, come back three seconds late, so the
+    // watch on the head is set after its announcement.
+    slow.delay_writes(Duration::from_secs(3), 1);
+    let pool = FencedSemaphore::new(client, PATH, 2, options).unwrap();
+    gated
+        .waiting
+        .push(tokio::spawn(async move { pool.acquire().await.unwrap() }));
+    queued(&gated.hosts, 4).await;
+    // The server has listed the queue for it (its last request is no longer the create): then
+    // the head's admission may come.
     wait_until(
         Duration::from_secs(10),
-        "the waiter to watch the four holders",
-        || async { lists() >= 5 },
+        "the server to list the queue for the late waiter",
+        || async {
+            let op = last_op(server, session);
+            !op.is_empty() && !op.starts_with("CRE")
+        },
     )
     .await;
-    waiter_client.sync(PATH).await.unwrap();
-    let before = lists();
-    holders.remove(0).release().await.unwrap();
-    let lease = tokio::time::timeout(Duration::from_secs(5), admitted)
-        .await
-        .expect("admitted when a holder leaves")
-        .unwrap();
-    // Its requests are answered in order: whatever it sent on admission is counted by now.
-    waiter_client.sync(PATH).await.unwrap();
-    assert_eq!(
-        proxy.counts().get(&REMOVE_WATCHES),
-        None,
-        "{:?}",
-        proxy.counts()
-    );
-    assert_eq!(
-        lists(),
-        before,
-        "the admitted waiter listed or watched again"
-    );
-    lease.release().await.unwrap();
-    for holder in holders {
-        holder.release().await.unwrap();
+    gated.holders.pop().unwrap().release().await.unwrap();
+    let head = (gated.admitted(Duration::from_secs(5)).await)
+        .expect("the head admitted when a holder leaves");
+    gated.holders.pop().unwrap().release().await.unwrap();
+    let next = gated.admitted(Duration::from_secs(8)).await;
+    let taken = next.is_some();
+    let watched = slow.counts().get(&GET_DATA).copied().unwrap_or(0) >= 2;
+    gated
+        .end(vec![head].into_iter().chain(next).collect())
+        .await;
+    watched.then_some(taken)
+}
+
+/// The last operation the server at `server` processed for `session` (its `cons` line's
+/// `lop`, e.g. `CRE2`, `GETC`), empty while it shows none.
+fn last_op(server: &str, session: zookeeper_client::SessionId) -> String {
+    let cons = zkfence_testkit::four_letter(server, "cons").unwrap_or_default();
+    let sid = format!("sid={:#x},", session.0);
+    let line = cons.lines().find(|l| l.contains(&sid)).unwrap_or_default();
+    let op = line.split("lop=").nth(1).unwrap_or_default();
+    op.split(',').next().unwrap_or_default().to_owned()
+}
+
+/// [`a_late_follower_takes_the_next_permit`], tried again should the late waiter have set no
+/// watch on the head (a ping, say, processed between its create and its listing).
+async fn late_follower(name: &str, options: LockOptions) -> bool {
+    for attempt in 0..3 {
+        let name = format!("{name}-{attempt}");
+        if let Some(taken) = a_late_follower_takes_the_next_permit(&name, options.clone()).await {
+            return taken;
+        }
     }
-    queued(&hosts, 0).await;
+    panic!("the late waiter never listed the queue before the head's admission");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_watching_after_the_announcement_is_not_left_behind() {
+    assert!(
+        late_follower("semaphore-late", LockOptions::default()).await,
+        "the waiter whose watch came after the head's announcement sat out a free permit"
+    );
+}
+
+/// The mutant in which a follower ignores the version its watch finds: the suite must see it
+/// wait for an announcement that already happened.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unseen_announcement_mutant_is_caught() {
+    let options = LockOptions::default().with_mutant(zkfence::Mutant::UnseenAnnouncement);
+    assert!(
+        !late_follower("semaphore-unseen", options).await,
+        "the late waiter took the permit: the mutant went unnoticed"
+    );
+}
+
+/// The mutant in which an admitted head announces nothing: the suite must see the waiter
+/// behind it sit out the free permit.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_silent_admission_mutant_is_caught() {
+    let options = LockOptions::default().with_mutant(zkfence::Mutant::SilentAdmission);
+    assert!(
+        !the_next_waiter_takes_the_next_permit("semaphore-silent", options).await,
+        "the waiter behind a silent head took the permit: the mutant went unnoticed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

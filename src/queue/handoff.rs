@@ -47,6 +47,10 @@ pub(crate) struct Ahead {
     blocking: usize,
     targets: Vec<Target>,
     lock_delay: bool,
+    /// A semaphore waiter behind the head of the waiters: its one target is its predecessor,
+    /// a waiter too, whose data change is the announcement that it was admitted (see the queue
+    /// module's "The semaphore's gate").
+    follows: bool,
     flaw: Flaw,
 }
 
@@ -64,14 +68,25 @@ impl Ahead {
             blocking: position.blocking,
             targets,
             lock_delay,
+            follows: matches!(kind, Kind::Semaphore(_)) && position.blocking > 1,
             flaw,
         }
+    }
+
+    /// Whether this is a semaphore waiter behind the head of the waiters, which watches its
+    /// predecessor's data alone (see the queue module's "The semaphore's gate").
+    pub(crate) fn follows(&self) -> bool {
+        self.follows
     }
 
     /// The watches to set on target `i`: its deletion always; its data when a marked release
     /// would tell us something a deletion does not (it admits us past other nodes ahead, or
     /// it decides lock-delay).
     pub(crate) fn senses(&self, i: usize) -> &'static [Sense] {
+        if self.follows {
+            // One watch: its data change (the announcement) and its deletion both fire it.
+            return &[Sense::Data];
+        }
         let marker_counts = self.flaw.is(Mutant::DataChangeAdmits)
             || self.lock_delay
             || (self.blocking > 1 && self.targets[i].admits_on_release);
@@ -98,6 +113,13 @@ impl Ahead {
     pub(crate) fn on_event(&mut self, i: usize, sense: Sense, event: &zk::WatchedEvent) -> Verdict {
         let target = &mut self.targets[i];
         match event.event_type {
+            zk::EventType::NodeDataChanged if sense == Sense::Data && self.follows => {
+                // Our predecessor announced its admission (or someone wrote into it): we may
+                // be the head of the waiters now.
+                Verdict::Relist {
+                    after_vanish: false,
+                }
+            }
             zk::EventType::NodeDataChanged if sense == Sense::Data => {
                 if self.flaw.is(Mutant::DataChangeAdmits)
                     && (self.blocking == 1 || target.admits_on_release)
@@ -156,6 +178,33 @@ pub(crate) fn release_marked(kind: Kind, lock_delay: bool, crowded: bool) -> boo
     lock_delay || (kind.marks_release() && crowded)
 }
 
+/// Whether a semaphore waiter admitted by the listing that showed `behind` nodes after its
+/// own (`None`: admitted on an event, with no listing) announces its admission with a write
+/// into its node: the waiter right behind it watches its data and becomes the head of the
+/// waiters then (the queue module's "The semaphore's gate").
+pub(crate) fn announces_admission(kind: Kind, behind: Option<usize>, flaw: Flaw) -> bool {
+    matches!(kind, Kind::Semaphore(_))
+        && !flaw.is(Mutant::SilentAdmission)
+        && behind.is_none_or(|behind| behind > 0)
+}
+
+/// Whether a follower's watch on its predecessor `target`, set at data version `version`,
+/// came too late for an announcement: the version is not the one this follower last acted on
+/// (`acted`, the node and version it listed again for; 0 for a node it never saw written), so
+/// a write it has not seen landed before the watch, and it lists again rather than wait for
+/// an event that already happened.
+pub(crate) fn announced_before_watch(
+    acted: Option<&(String, i32)>,
+    target: &str,
+    version: i32,
+    flaw: Flaw,
+) -> bool {
+    let seen = acted
+        .filter(|(node, _)| node == target)
+        .map_or(0, |(_, v)| *v);
+    version != seen && !flaw.is(Mutant::UnseenAnnouncement)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +221,7 @@ mod tests {
             blocking,
             watch: names,
             others: blocking,
+            behind: 0,
         };
         Ahead::new(Kind::Mutex, &position, lock_delay, Flaw::default())
     }
@@ -250,19 +300,69 @@ mod tests {
     }
 
     #[test]
-    fn a_semaphore_lease_never_admits_past_the_others_on_its_release() {
-        let names = mutex_names(&[1, 2]);
+    fn a_semaphore_head_never_admits_past_the_others_on_a_release() {
+        // The head of the waiters under lock-delay watches its n nearest: one's release
+        // admits it; a marker alone does not.
+        let position = Position {
+            present: true,
+            blocking: 1,
+            watch: mutex_names(&[1, 2]),
+            others: 2,
+            behind: 0,
+        };
+        let mut head = Ahead::new(Kind::Semaphore(2), &position, true, Flaw::default());
+        assert!(!head.follows());
+        assert_eq!(
+            head.on_event(1, Sense::Data, &event(CHANGED, 5)),
+            Verdict::Wait
+        );
+        assert_eq!(
+            head.on_event(1, Sense::Deletion, &event(DELETED, 5)),
+            Verdict::Proceed { vanished: false }
+        );
+    }
+
+    #[test]
+    fn a_semaphore_follower_watches_its_predecessor_once_and_lists_again_on_any_change() {
         let position = Position {
             present: true,
             blocking: 2,
-            watch: names,
-            others: 2,
+            watch: mutex_names(&[3]),
+            others: 4,
+            behind: 1,
         };
-        let mut ahead = Ahead::new(Kind::Semaphore(2), &position, false, Flaw::default());
-        assert_eq!(ahead.senses(0), &[Sense::Deletion]);
-        assert_eq!(
-            ahead.on_event(0, Sense::Deletion, &event(DELETED, NONE)),
-            Verdict::Relist { after_vanish: true }
-        );
+        for (change, after_vanish) in [(CHANGED, false), (DELETED, true)] {
+            let mut follower = Ahead::new(Kind::Semaphore(2), &position, false, Flaw::default());
+            assert!(follower.follows());
+            assert_eq!(follower.senses(0), &[Sense::Data]);
+            assert_eq!(
+                follower.on_event(0, Sense::Data, &event(change, NONE)),
+                Verdict::Relist { after_vanish }
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_semaphore_admitted_with_someone_behind_or_unlisted_announces() {
+        let none = Flaw::default();
+        let sem = Kind::Semaphore(3);
+        assert!(announces_admission(sem, Some(2), none));
+        assert!(announces_admission(sem, None, none));
+        assert!(!announces_admission(sem, Some(0), none));
+        assert!(!announces_admission(Kind::Mutex, Some(2), none));
+    }
+
+    #[test]
+    fn a_watch_set_after_an_unseen_write_lists_again_once() {
+        let none = Flaw::default();
+        // Never written: wait on the watch.
+        assert!(!announced_before_watch(None, "p", 0, none));
+        // Written before the watch: list again, once for that version.
+        assert!(announced_before_watch(None, "p", 1, none));
+        let acted = ("p".to_owned(), 1);
+        assert!(!announced_before_watch(Some(&acted), "p", 1, none));
+        assert!(announced_before_watch(Some(&acted), "p", 2, none));
+        // What we acted on was another node's.
+        assert!(announced_before_watch(Some(&acted), "q", 1, none));
     }
 }

@@ -182,6 +182,7 @@ impl Kind {
                 ahead.push((d, child, role));
             }
         }
+        let ahead_count = ahead.len();
         let watch_nearest = |mut nodes: Vec<(i32, &String, Role)>, n: usize| -> Vec<String> {
             // The n nearest (largest, least negative distances) in linear time: a listing of a
             // long queue is never sorted; only the n picked are ordered, nearest first.
@@ -206,18 +207,24 @@ impl Kind {
                 (writers.len(), watch_nearest(writers, 1))
             }
             Kind::Semaphore(n) => {
-                // Any of the n nearest nodes ahead going away admits us when exactly n are
-                // ahead; nodes further ahead going away never do (those n still block).
+                // The head of the waiters (exactly n ahead) is admitted when any node ahead
+                // goes: it watches the n nearest (or, with no lock-delay, the queue's children
+                // as a whole: the queue module's "The semaphore's gate"). Any other waiter
+                // watches its predecessor alone, a waiter too, which tells it when it becomes
+                // the head: it announces its admission, or goes.
                 let n = n.max(1) as usize;
                 let blocking = (ahead.len() + 1).saturating_sub(n);
-                (blocking, watch_nearest(ahead, n))
+                let watch = if blocking == 1 { n } else { 1 };
+                (blocking, watch_nearest(ahead, watch))
             }
         };
+        let behind = others - ahead_count;
         Position {
             present,
             blocking,
             watch: if blocking > 0 { watch } else { Vec::new() },
             others,
+            behind,
         }
     }
 }
@@ -235,6 +242,8 @@ pub(crate) struct Position {
     pub(crate) watch: Vec<String>,
     /// How many queue nodes other than ours the listing shows, ahead or behind.
     pub(crate) others: usize,
+    /// How many of them sort after ours.
+    pub(crate) behind: usize,
 }
 
 impl Position {
@@ -322,6 +331,7 @@ mod tests {
                 blocking: 4,
                 watch: vec![children[1].clone()],
                 others: 4,
+                behind: 0,
             }
         );
         let first = Kind::Mutex.position(&children, &children[4], 1);
@@ -332,6 +342,7 @@ mod tests {
                 blocking: 0,
                 watch: vec![],
                 others: 4,
+                behind: 4,
             }
         );
         let gone = Kind::Mutex.position(&children, "_c_0f-lock-0000000004", 4);
@@ -422,10 +433,10 @@ mod tests {
     }
 
     #[test]
-    fn a_semaphore_of_n_watches_its_n_nearest_predecessors() {
+    fn a_semaphore_head_watches_its_n_nearest_and_a_follower_its_predecessor() {
         let children = names(&[1, 2, 3, 4, 5]);
         // With 3 permits: nodes 1, 2, 3 hold; 4 is blocked by one (any of 1..3 leaving
-        // admits it) and watches all three; 5 is blocked by two and watches 2, 3, 4.
+        // admits it) and watches all three (under lock-delay; else the children as a whole).
         for (i, seq) in [(0, 1), (1, 2), (2, 3)] {
             assert_eq!(
                 Kind::Semaphore(3)
@@ -444,16 +455,11 @@ mod tests {
                 children[0].clone()
             ]
         );
+        // 5 is blocked by two: it follows 4, the head of the waiters, alone.
         let five = Kind::Semaphore(3).position(&children, &children[4], 5);
         assert_eq!(five.blocking, 2);
-        assert_eq!(
-            five.watch,
-            vec![
-                children[3].clone(),
-                children[2].clone(),
-                children[1].clone()
-            ]
-        );
+        assert_eq!(five.watch, vec![children[3].clone()]);
+        assert_eq!((four.behind, five.behind), (1, 0));
         // One permit is a mutex.
         assert_eq!(
             Kind::Semaphore(1).position(&children, &children[4], 5),

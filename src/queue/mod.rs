@@ -63,6 +63,40 @@
 //!   notifies two sessions, not one. `zkfence_grant_proofs_total` counts grants by how their
 //!   lease was proved.
 //!
+//! # The semaphore's gate
+//!
+//! A semaphore of `n` admits a waiter once fewer than `n` nodes sort before it, and any node
+//! ahead may go first, so no single node tells a waiter that its turn came. Watching its `n`
+//! nearest, as each waiter once did, woke up to `n` waiters per release, one of which was
+//! admitted. Instead:
+//!
+//! - **The head of the waiters** (exactly `n` nodes ahead) is the one waiter that may be
+//!   admitted by the next release. It lists the queue with a child watch on the lock path (one
+//!   request, the listing it needs anyway), and lists again whenever that fires: a release, or
+//!   a node that came or went. It proceeds only on a listing that shows fewer than `n` ahead.
+//!   With lock-delay on it watches its `n` nearest instead, for their release markers.
+//! - **Every other waiter follows its predecessor**, a waiter too, with one data watch. It
+//!   cannot be admitted before its predecessor is, and its predecessor's admission makes it the
+//!   head; so it lists again when that node's data changes or the node goes.
+//! - **An admitted waiter announces it** when its admitting listing showed a node behind its
+//!   own, or when it was admitted on an event with no listing: it writes its node's data again,
+//!   unchanged, before its hold's own watch is set. A node that queued behind ours after that
+//!   listing listed the queue after our admission, so it heads the waiters or is admitted, and
+//!   needs no announcement.
+//! - **A follower whose watch came after the announcement** sees it in the version its watch
+//!   reports: a node of ours is created at version 0, so a version it has not acted on means a
+//!   write it did not see, and it lists again (once per version: a revocation request written
+//!   into a waiting node is a write too, and one listing settles it).
+//!
+//! A release then notifies the head, and its admission the next waiter: two notifications and
+//! two listings however many permits and waiters, as Curator's `InterProcessSemaphoreV2` with
+//! its one gate waiter. A node's arrival notifies the head as well. The announcement is a write:
+//! one commit per admission behind which others wait. Missing one never breaks the count
+//! (every admission is decided by a listing); it would leave the next waiter sitting out a free
+//! permit until its predecessor goes, which `tests/kinds.rs` checks with the `SilentAdmission`
+//! and `UnseenAnnouncement` mutants. A waiter sets no watch on its own node (the announcement
+//! would fire it); the head's listings, or the next one's, find it gone.
+//!
 //! Apache Curator's nodes never carry release markers: a Curator holder's release is a plain
 //! deletion, after which a zkfence successor lists again; a Curator waiter woken by our marked
 //! release lists again and finds the node gone. Server writes per contended acquisition: our
@@ -117,7 +151,9 @@ use crate::zk::watch::{watch_changed, NodeWatch};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
-use self::handoff::{release_marked, withdrawal_marked, Ahead, Sense, Verdict};
+use self::handoff::{
+    announced_before_watch, release_marked, withdrawal_marked, Ahead, Sense, Verdict,
+};
 use self::in_process::InProcessTurn;
 use self::kind::{Kind, Position};
 
@@ -325,6 +361,7 @@ struct Queued {
 }
 
 /// How the wait for our turn ended, when it did not run out.
+#[derive(Default)]
 struct Waited {
     /// A node we waited on vanished without a release (lock-delay applies).
     vanished: bool,
@@ -337,6 +374,9 @@ struct Waited {
     own_watch: Option<NodeWatch>,
     /// Our herald in the last listing ([`Kind::herald`]), watched once our lease lapses.
     herald: Option<String>,
+    /// A semaphore follower's predecessor and the data version it listed again for (see
+    /// `handoff::announced_before_watch`).
+    acted: Option<(String, i32)>,
 }
 
 impl<'a> Attempt<'a> {
@@ -528,21 +568,13 @@ impl<'a> Attempt<'a> {
     /// no longer queue for). `Ok(None)`: the wait ran out (our node is removed).
     async fn wait_in_queue(&mut self, node: &Queued, own_due: Instant) -> Result<Option<Waited>> {
         let mut listing = node.listing.clone();
-        let mut waited = Waited {
-            vanished: false,
-            behind_writers: false,
-            crowded: false,
-            own_watch: None,
-            herald: None,
-        };
+        let mut waited = Waited::default();
         // Whether we list again because a node we watched vanished without a release: if
         // nothing blocks us then, that node may have been a failed holder (lock-delay).
         let mut after_vanish = false;
+        let mut gate = Gate::default();
         loop {
-            let children = match listing.take() {
-                Some(children) => children,
-                None => self.list(node).await?,
-            };
+            let children = self.listing(node, &mut listing, &mut gate).await?;
             if self.remove_duplicates(&children, node).await? {
                 continue; // list again without them
             }
@@ -554,6 +586,7 @@ impl<'a> Attempt<'a> {
                 return Err(self.node_deleted(node).await);
             }
             if position.blocking == 0 {
+                self.announce_admission(node, Some(position.behind));
                 waited.vanished = after_vanish && self.lock_delay_on();
                 return Ok(Some(waited));
             }
@@ -563,23 +596,26 @@ impl<'a> Attempt<'a> {
                 self.pending.remove().await?;
                 return Ok(None);
             }
-            let mut ahead = Ahead::new(
-                self.queue.kind,
-                &position,
-                self.lock_delay_on(),
-                self.queue.options.flaw,
-            );
-            let own_now = Instant::now() >= own_due;
-            let watching = match self
-                .arm(&position, &ahead, &children, node, &mut waited, own_now)
-                .await?
-            {
+            let flaw = self.queue.options.flaw;
+            let mut ahead = Ahead::new(self.queue.kind, &position, self.lock_delay_on(), flaw);
+            let armed = if self.gated(&position) {
+                gate.armed()
+            } else {
+                let own_now = Instant::now() >= own_due;
+                (self.arm(&position, &ahead, &children, node, &mut waited, own_now)).await?
+            };
+            let watching = match armed {
                 Armed::Watching(watching) => watching,
                 Armed::Gone if matches!(ahead.on_gone(), Verdict::Proceed { .. }) => {
+                    self.announce_admission(node, None);
                     return Ok(Some(waited));
                 }
                 Armed::Gone | Armed::Retry => {
                     after_vanish = false;
+                    continue;
+                }
+                Armed::Ungated => {
+                    gate.next = true; // list again, setting the gate's watch
                     continue;
                 }
             };
@@ -589,12 +625,16 @@ impl<'a> Attempt<'a> {
             {
                 Some(Verdict::Proceed { vanished }) => {
                     self.still_queued(node, &mut waited.own_watch).await?;
+                    self.announce_admission(node, None);
                     waited.vanished = vanished;
                     return Ok(Some(waited));
                 }
                 Some(Verdict::Relist {
                     after_vanish: vanish,
-                }) => after_vanish = vanish,
+                }) => {
+                    after_vanish = vanish;
+                    gate.next = self.heads_next(&ahead, &position, vanish);
+                }
                 Some(Verdict::Wait) | None => {
                     // The wait ran out.
                     self.withdraw().await?;
@@ -602,6 +642,50 @@ impl<'a> Attempt<'a> {
                 }
             }
         }
+    }
+
+    /// Whether this acquire's waiters wait at a gate when they head the waiters: a semaphore's,
+    /// with no lock-delay (which needs to see each holder's release marker, so its head
+    /// watches its `n` nearest instead). See "The semaphore's gate".
+    fn gates(&self) -> bool {
+        matches!(self.queue.kind, Kind::Semaphore(_)) && !self.lock_delay_on()
+    }
+
+    /// Whether a semaphore follower at `position` that lists again (after a deletion if
+    /// `vanish`) most likely heads the waiters now, so that its listing sets the gate: its
+    /// predecessor announced its admission (a data change, not a deletion), or it was right
+    /// behind the head.
+    fn heads_next(&self, ahead: &Ahead, position: &Position, vanish: bool) -> bool {
+        ahead.follows() && self.gates() && (!vanish || position.blocking == 2)
+    }
+
+    /// Whether we wait at the gate at `position`: we head a semaphore's waiters.
+    fn gated(&self, position: &Position) -> bool {
+        self.gates() && position.blocking == 1
+    }
+
+    /// Whether we watch our own node while we wait: not as a semaphore's waiter, whose own
+    /// announcement of its admission would fire that watch (the gate's listing, or the next
+    /// one, finds our node gone instead).
+    fn watches_own(&self) -> bool {
+        !matches!(self.queue.kind, Kind::Semaphore(_))
+    }
+
+    /// A semaphore waiter admitted by a listing that showed `behind` nodes after ours (`None`:
+    /// on an event, with no listing) writes its node's data again, unchanged, so that the
+    /// follower watching it learns that it may now head the waiters (see "The semaphore's
+    /// gate"). Sent now, before the hold's own watch on the node, so that it cannot fire
+    /// that watch; its reply is awaited aside, and the grant does not wait for it.
+    fn announce_admission(&self, node: &Queued, behind: Option<usize>) {
+        let (kind, flaw) = (self.queue.kind, self.queue.options.flaw);
+        if !handoff::announces_admission(kind, behind, flaw) {
+            return;
+        }
+        // Only if nobody wrote into our node meanwhile (version 0): else a revocation request
+        // there would be overwritten.
+        let written = self.client.set_data(&node.path, self.data, Some(0));
+        let (client, path) = (self.client.clone(), node.path.clone());
+        tokio::spawn(announced(client, path, self.data.to_vec(), written));
     }
 
     /// Waits on the watches set on the nodes ahead until an event decides (see
@@ -646,24 +730,28 @@ impl<'a> Attempt<'a> {
                     }
                     Woke::Blocker {
                         event,
-                        target: HERALD,
-                        ..
-                    } => {
-                        // A hint, never a decision: prove our session now, off the path of
-                        // the handoffs to come.
-                        self.session_over(&event)?;
-                        if event.event_type == zk::EventType::NodeDeleted {
-                            self.warm_up(node);
-                        }
-                        continue;
-                    }
-                    Woke::Blocker {
-                        event,
                         target,
                         sense,
                     } => (event, target, sense),
                 };
             self.session_over(&event)?;
+            match target {
+                // The queue changed: a holder left, or a node came or went.
+                GATE => {
+                    return Ok(Some(Verdict::Relist {
+                        after_vanish: false,
+                    }))
+                }
+                // A hint, never a decision: prove our session now, off the path of the
+                // handoffs to come.
+                HERALD => {
+                    if event.event_type == zk::EventType::NodeDeleted {
+                        self.warm_up(node);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             if sense == Sense::Deletion {
                 // The release marker's event came first (zookeeper-client hands events over
                 // in order), but both were ready when we polled: take it first.
@@ -785,11 +873,8 @@ impl<'a> Attempt<'a> {
                     && names::distance(seq, node.sequence) > 0
             });
         Ok(Some(Waited {
-            vanished: false,
             behind_writers: between,
-            crowded: false,
-            own_watch: None,
-            herald: None,
+            ..Waited::default()
         }))
     }
 
@@ -804,6 +889,37 @@ impl<'a> Attempt<'a> {
         let (client, path) = (self.client, self.path);
         match retrying(client, || client.list_children(path)).await? {
             Ok(children) => Ok(children),
+            Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
+            Err(err) => Err(Error::from_request("list", path, self.session, err)),
+        }
+    }
+
+    /// The listing to judge our position by: the one we have (the create's), or a new one,
+    /// which sets the gate's watch when `gate` asks for it.
+    async fn listing(
+        &self,
+        node: &Queued,
+        listing: &mut Option<Vec<String>>,
+        gate: &mut Gate,
+    ) -> Result<Vec<String>> {
+        if let Some(children) = listing.take() {
+            return Ok(children);
+        }
+        gate.park(); // a watch the last listing set and nothing waited on
+        if !std::mem::take(&mut gate.next) {
+            return self.list(node).await;
+        }
+        let (children, watch) = self.list_watched(node).await?;
+        gate.watch = Some(watch);
+        Ok(children)
+    }
+
+    /// Lists the queue and sets a child watch on the lock path in the same request: the gate
+    /// of a semaphore's head of the waiters (see "The semaphore's gate").
+    async fn list_watched(&self, node: &Queued) -> Result<(Vec<String>, NodeWatch)> {
+        let (client, path) = (self.client, self.path);
+        match retrying(client, || client.list_and_watch_children(path)).await? {
+            Ok((children, watcher)) => Ok((children, Box::pin(watch_changed(watcher)))),
             Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
             Err(err) => Err(Error::from_request("list", path, self.session, err)),
         }
@@ -843,7 +959,8 @@ impl<'a> Attempt<'a> {
     ) -> Result<Armed> {
         let own_watch = &mut waited.own_watch;
         let client = self.client;
-        let own = (own && own_watch.is_none()).then(|| client.check_and_watch_stat(&node.path));
+        let own = (own && own_watch.is_none() && self.watches_own())
+            .then(|| client.check_and_watch_stat(&node.path));
         let targets: Vec<String> = (position.watch.iter())
             .map(|n| child_path(self.path, n))
             .collect();
@@ -855,11 +972,11 @@ impl<'a> Attempt<'a> {
                 let watch: Pin<Box<dyn Future<Output = WatchReply> + Send + '_>> = match sense {
                     Sense::Deletion => {
                         let reply = client.list_and_watch_children(target);
-                        Box::pin(async move { reply.await.map(|(_, w)| w) })
+                        Box::pin(async move { reply.await.map(|(_, w)| (w, 0)) })
                     }
                     Sense::Data => {
                         let reply = client.get_and_watch_data(target);
-                        Box::pin(async move { reply.await.map(|(_, _, w)| w) })
+                        Box::pin(async move { reply.await.map(|(_, stat, w)| (w, stat.version)) })
                     }
                 };
                 sent.push((i, sense, watch));
@@ -874,13 +991,17 @@ impl<'a> Attempt<'a> {
             }
         }
         let (mut watching, mut gone, mut failed) = (Vec::with_capacity(sent.len()), false, None);
+        let mut late = false; // a follower's watch set after an announcement it did not see
         for (i, sense, reply) in sent {
             match reply.await {
-                Ok(watcher) => watching.push(Watching {
-                    target: i,
-                    sense,
-                    watch: Box::pin(watch_changed(watcher)),
-                }),
+                Ok((watcher, version)) => {
+                    late |= ahead.follows() && self.late(&position.watch[i], version, waited);
+                    watching.push(Watching {
+                        target: i,
+                        sense,
+                        watch: Box::pin(watch_changed(watcher)),
+                    });
+                }
                 // Gone between the listing and the watch (whether released or not is unknown:
                 // no lock-delay).
                 Err(zk::Error::NoNode) => gone = true,
@@ -892,14 +1013,28 @@ impl<'a> Attempt<'a> {
         if let Some((target, err)) = failed {
             return self.watch_failed(target, err).await;
         }
-        if gone {
+        if gone || late {
             park(std::mem::take(&mut watching));
         }
         Ok(if gone {
             Armed::Gone
+        } else if late {
+            Armed::Retry
         } else {
             Armed::Watching(watching)
         })
+    }
+
+    /// Whether a semaphore follower's watch on its predecessor `name`, set at data `version`,
+    /// came after a write it has not seen (see `handoff::announced_before_watch`); then it
+    /// notes that version as acted on, and lists again.
+    fn late(&self, name: &str, version: i32, waited: &mut Waited) -> bool {
+        let flaw = self.queue.options.flaw;
+        if !announced_before_watch(waited.acted.as_ref(), name, version, flaw) {
+            return false;
+        }
+        waited.acted = Some((name.to_owned(), version));
+        true
     }
 
     /// Our lease no longer vouches for a grant while we still wait: watches our herald (see
@@ -960,7 +1095,7 @@ impl<'a> Attempt<'a> {
         own_due: Instant,
         herald_due: Option<Instant>,
     ) -> Woke {
-        let unarmed = own_watch.is_none();
+        let unarmed = own_watch.is_none() && self.watches_own();
         let own_changed = async {
             match own_watch.as_mut() {
                 Some(watch) => watch.await,
@@ -1108,6 +1243,81 @@ impl<'a> Attempt<'a> {
 /// `Position::watch`: its event only warms the lease.
 const HERALD: usize = usize::MAX;
 
+/// The `target` of a semaphore head's child watch on the lock path (see "The semaphore's
+/// gate"), which is not one of `Position::watch` either.
+const GATE: usize = usize::MAX - 1;
+
+/// A semaphore head's gate (see "The semaphore's gate"): the child watch on the lock path
+/// that our last listing set, if it set one, and whether the next listing sets one. A watch
+/// nothing waited on is parked when the next listing comes or the wait ends (see [`park`]).
+#[derive(Default)]
+struct Gate {
+    watch: Option<NodeWatch>,
+    next: bool,
+}
+
+impl Gate {
+    /// The watch to wait on at the head of the waiters; [`Armed::Ungated`] if our listing set
+    /// none.
+    fn armed(&mut self) -> Armed {
+        match self.watch.take() {
+            Some(watch) => Armed::Watching(vec![Watching {
+                target: GATE,
+                sense: Sense::Deletion,
+                watch,
+            }]),
+            None => Armed::Ungated,
+        }
+    }
+
+    /// Leaves the watch, if one is set, to fire in its own time (see [`park`]).
+    fn park(&mut self) {
+        if let Armed::Watching(watching) = self.armed() {
+            park(watching);
+        }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.park();
+    }
+}
+
+/// The rest of a semaphore waiter's announcement (see `Attempt::announce_admission`), once
+/// `written` was sent: after a lost reply it writes again; if someone wrote into our node
+/// while we waited (a revocation request), it writes back what it finds there, so that the
+/// request stays and the follower still sees a change. A node already gone needs nothing:
+/// its deletion fires the follower's watch too.
+async fn announced(
+    client: zk::Client,
+    path: String,
+    data: Vec<u8>,
+    written: impl Future<Output = std::result::Result<zk::Stat, zk::Error>>,
+) {
+    let mut result = written.await;
+    if result.as_ref().is_err_and(is_connection_error) {
+        if await_reconnect(&client, &mut 0).await.is_err() {
+            return;
+        }
+        result = client.set_data(&path, &data, Some(0)).await;
+    }
+    if let Err(zk::Error::BadVersion) = result {
+        result = match client.get_data(&path).await {
+            Ok((data, stat)) => client.set_data(&path, &data, Some(stat.version)).await,
+            Err(err) => Err(err),
+        };
+    }
+    match result {
+        Ok(_) | Err(zk::Error::NoNode) => {}
+        // A write of someone else's came between: it fired the follower's watch as ours would.
+        Err(zk::Error::BadVersion) => {}
+        Err(err) => {
+            tracing::warn!(node = %path, cause = %err, "could not announce a semaphore admission; the waiter behind learns of it when this lease ends");
+        }
+    }
+}
+
 /// Sets a child watch on the herald at `path` and waits for it: `NodeDeleted` when the herald
 /// goes (or was gone when the watch was set), or a `NodeChildrenChanged` that means nothing
 /// (an ephemeral node has no children) when the watch could not be set (a hint: a broken
@@ -1138,8 +1348,12 @@ fn park(watching: Vec<Watching>) {
     if watching.is_empty() {
         return;
     }
+    // Outside a runtime (an acquire dropped after its runtime), the watches are dropped.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
     metrics::gauge!(PARKED_WATCHES).increment(watching.len() as f64);
-    tokio::spawn(async move {
+    runtime.spawn(async move {
         let watches = watching.into_iter().map(|w| async move {
             w.watch.await;
             metrics::gauge!(PARKED_WATCHES).decrement(1.0);
@@ -1168,16 +1382,19 @@ fn take_ready(watching: &mut Vec<Watching>, target: usize, sense: Sense) -> Vec<
     ready
 }
 
-/// The reply to setting a watch.
-type WatchReply = std::result::Result<zk::OneshotWatcher, zk::Error>;
+/// The reply to setting a watch, with the watched node's data version (0 for a child watch).
+type WatchReply = std::result::Result<(zk::OneshotWatcher, i32), zk::Error>;
 
 /// What arming the watches found.
 enum Armed {
     Watching(Vec<Watching>),
     /// A watched node was gone already.
     Gone,
-    /// The connection broke: list again.
+    /// The connection broke, or a semaphore follower's watch came after an announcement it
+    /// had not seen: list again.
     Retry,
+    /// We head a semaphore's waiters, and the listing set no gate: list again, setting it.
+    Ungated,
 }
 
 /// The largest create request zkfence sends: ZooKeeper's default `jute.maxbuffer` (1 MiB − 1),

@@ -60,6 +60,7 @@ pub struct Position {
     /// The listing shows a crowded queue: our release will be marked.
     pub crowded: bool,
     others: usize,
+    behind: usize,
 }
 
 impl Position {
@@ -69,6 +70,7 @@ impl Position {
             blocking: self.blocking,
             watch: self.watch.clone(),
             others: self.others,
+            behind: self.behind,
         }
     }
 }
@@ -84,6 +86,7 @@ pub fn position(kind: LockKind, children: &[String], own: &str) -> Option<Positi
         crowded: position.crowded(),
         watch: position.watch,
         others: position.others,
+        behind: position.behind,
     })
 }
 

@@ -224,6 +224,7 @@ mod tests {
                 blocking: 2,
                 watch: vec![children[1].clone()],
                 others: 2,
+                behind: 0,
             }
         );
     }
