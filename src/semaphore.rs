@@ -50,8 +50,10 @@ use crate::zk::retry::retrying;
 /// to the old count of holders.
 ///
 /// Cost per release with waiters queued: two notifications, two listings of the queue (each
-/// the size of the queue), and one write of the admitted waiter's node; a new contender
-/// arriving also wakes the first waiter, which lists again.
+/// the size of the queue), and one write of the admitted waiter's node, which the node's ACL
+/// must let its creator make; a new contender arriving also wakes the first waiter, which
+/// lists twice. With lock-delay every waiter watches the `permits` nodes ahead of it instead
+/// (to see each holder's release marker), and a release wakes up to `permits` waiters.
 ///
 /// # Examples
 ///

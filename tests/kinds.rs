@@ -289,7 +289,7 @@ impl Gated {
             proxies,
             clients,
         };
-        gated.await_gate(0).await;
+        gated.settle_head().await;
         let nodes = in_order(&gated.hosts).await;
         for (i, client) in gated.clients.iter().enumerate().skip(1) {
             let predecessor = &nodes[permits as usize + i - 1];
@@ -303,21 +303,38 @@ impl Gated {
         gated
     }
 
+    /// How many listings waiter `i` has sent.
+    fn lists(&self, i: usize) -> u64 {
+        let counts = self.proxies[i].counts();
+        [8, 12].iter().filter_map(|op| counts.get(op)).sum()
+    }
+
     /// Waits until waiter `i` has set its gate, the child watch on the lock path that it sets
     /// with its second listing (the server's watch lists show data watches only), and the
     /// server has processed it.
     async fn await_gate(&self, i: usize) {
-        let lists = || {
-            let counts = self.proxies[i].counts();
-            [8, 12].iter().filter_map(|op| counts.get(op)).sum::<u64>()
-        };
         wait_until(
             Duration::from_secs(10),
             &format!("waiter {i} to list again, watching the lock path"),
-            || async { lists() >= 2 },
+            || async { self.lists(i) >= 2 },
         )
         .await;
         self.clients[i].sync(PATH).await.unwrap();
+    }
+
+    /// Waits until the head has set its gate again after every arrival behind it: each that
+    /// came after its gate was set notified it once, and it then listed twice (a plain listing,
+    /// and the one that sets the gate), after the two it made when it queued.
+    async fn settle_head(&self) {
+        // Every arrival's notification is ahead of this reply on the head's connection.
+        self.clients[0].sync(PATH).await.unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            "the head to list again after each arrival",
+            || async { self.lists(0) == 2 + 2 * self.proxies[0].notifications() },
+        )
+        .await;
+        self.clients[0].sync(PATH).await.unwrap();
     }
 
     /// The notifications each waiter has received so far.

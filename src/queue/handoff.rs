@@ -57,7 +57,10 @@ pub(crate) struct Ahead {
 impl Ahead {
     /// For a waiter of `kind` at `position`.
     pub(crate) fn new(kind: Kind, position: &Position, lock_delay: bool, flaw: Flaw) -> Ahead {
-        let targets = (position.watch.iter())
+        // With lock-delay every semaphore waiter watches its n nearest, for their markers.
+        let follows = matches!(kind, Kind::Semaphore(_)) && position.blocking > 1 && !lock_delay;
+        let watched = if follows { 1 } else { position.watch.len() };
+        let targets = (position.watch.iter().take(watched))
             .map(|name| Target {
                 admits_on_release: flaw.is(Mutant::AnyReleaseAdmits)
                     || kind.admitted_by_release(name),
@@ -68,15 +71,21 @@ impl Ahead {
             blocking: position.blocking,
             targets,
             lock_delay,
-            follows: matches!(kind, Kind::Semaphore(_)) && position.blocking > 1,
+            follows,
             flaw,
         }
     }
 
-    /// Whether this is a semaphore waiter behind the head of the waiters, which watches its
-    /// predecessor's data alone (see the queue module's "The semaphore's gate").
+    /// Whether this is a semaphore waiter behind the head of the waiters with no lock-delay,
+    /// which watches its predecessor's data alone (see the queue module's "The semaphore's
+    /// gate").
     pub(crate) fn follows(&self) -> bool {
         self.follows
+    }
+
+    /// How many of the position's nodes (the nearest first) this waiter watches.
+    pub(crate) fn watched(&self) -> usize {
+        self.targets.len()
     }
 
     /// The watches to set on target `i`: its deletion always; its data when a marked release
@@ -181,9 +190,16 @@ pub(crate) fn release_marked(kind: Kind, lock_delay: bool, crowded: bool) -> boo
 /// Whether a semaphore waiter admitted by the listing that showed `behind` nodes after its
 /// own (`None`: admitted on an event, with no listing) announces its admission with a write
 /// into its node: the waiter right behind it watches its data and becomes the head of the
-/// waiters then (the queue module's "The semaphore's gate").
-pub(crate) fn announces_admission(kind: Kind, behind: Option<usize>, flaw: Flaw) -> bool {
+/// waiters then (the queue module's "The semaphore's gate"). Not with lock-delay, where every
+/// waiter watches its `n` nearest.
+pub(crate) fn announces_admission(
+    kind: Kind,
+    lock_delay: bool,
+    behind: Option<usize>,
+    flaw: Flaw,
+) -> bool {
     matches!(kind, Kind::Semaphore(_))
+        && !lock_delay
         && !flaw.is(Mutant::SilentAdmission)
         && behind.is_none_or(|behind| behind > 0)
 }
@@ -327,13 +343,18 @@ mod tests {
         let position = Position {
             present: true,
             blocking: 2,
-            watch: mutex_names(&[3]),
+            watch: mutex_names(&[3, 2]),
             others: 4,
             behind: 1,
         };
+        // Under lock-delay it watches both nearest, as the head does.
+        let delayed = Ahead::new(Kind::Semaphore(2), &position, true, Flaw::default());
+        assert!(!delayed.follows());
+        assert_eq!(delayed.watched(), 2);
         for (change, after_vanish) in [(CHANGED, false), (DELETED, true)] {
             let mut follower = Ahead::new(Kind::Semaphore(2), &position, false, Flaw::default());
             assert!(follower.follows());
+            assert_eq!(follower.watched(), 1);
             assert_eq!(follower.senses(0), &[Sense::Data]);
             assert_eq!(
                 follower.on_event(0, Sense::Data, &event(change, NONE)),
@@ -346,10 +367,11 @@ mod tests {
     fn only_a_semaphore_admitted_with_someone_behind_or_unlisted_announces() {
         let none = Flaw::default();
         let sem = Kind::Semaphore(3);
-        assert!(announces_admission(sem, Some(2), none));
-        assert!(announces_admission(sem, None, none));
-        assert!(!announces_admission(sem, Some(0), none));
-        assert!(!announces_admission(Kind::Mutex, Some(2), none));
+        assert!(announces_admission(sem, false, Some(2), none));
+        assert!(announces_admission(sem, false, None, none));
+        assert!(!announces_admission(sem, false, Some(0), none));
+        assert!(!announces_admission(sem, true, None, none));
+        assert!(!announces_admission(Kind::Mutex, false, Some(2), none));
     }
 
     #[test]

@@ -207,15 +207,14 @@ impl Kind {
                 (writers.len(), watch_nearest(writers, 1))
             }
             Kind::Semaphore(n) => {
-                // The head of the waiters (exactly n ahead) is admitted when any node ahead
-                // goes: it watches the n nearest (or, with no lock-delay, the queue's children
-                // as a whole: the queue module's "The semaphore's gate"). Any other waiter
-                // watches its predecessor alone, a waiter too, which tells it when it becomes
-                // the head: it announces its admission, or goes.
+                // Any of the n nearest nodes ahead going away admits us when exactly n are
+                // ahead; nodes further ahead going away never do (those n still block). With
+                // no lock-delay, the queue watches fewer (the queue module's "The semaphore's
+                // gate"): the head of the waiters the children as a whole, any other waiter
+                // the nearest alone.
                 let n = n.max(1) as usize;
                 let blocking = (ahead.len() + 1).saturating_sub(n);
-                let watch = if blocking == 1 { n } else { 1 };
-                (blocking, watch_nearest(ahead, watch))
+                (blocking, watch_nearest(ahead, n))
             }
         };
         let behind = others - ahead_count;
@@ -433,10 +432,10 @@ mod tests {
     }
 
     #[test]
-    fn a_semaphore_head_watches_its_n_nearest_and_a_follower_its_predecessor() {
+    fn a_semaphore_waiter_is_blocked_by_its_n_nearest() {
         let children = names(&[1, 2, 3, 4, 5]);
         // With 3 permits: nodes 1, 2, 3 hold; 4 is blocked by one (any of 1..3 leaving
-        // admits it) and watches all three (under lock-delay; else the children as a whole).
+        // admits it): all three.
         for (i, seq) in [(0, 1), (1, 2), (2, 3)] {
             assert_eq!(
                 Kind::Semaphore(3)
@@ -455,10 +454,17 @@ mod tests {
                 children[0].clone()
             ]
         );
-        // 5 is blocked by two: it follows 4, the head of the waiters, alone.
+        // 5 is blocked by two: 2, 3, 4 (with no lock-delay it follows 4 alone).
         let five = Kind::Semaphore(3).position(&children, &children[4], 5);
         assert_eq!(five.blocking, 2);
-        assert_eq!(five.watch, vec![children[3].clone()]);
+        assert_eq!(
+            five.watch,
+            vec![
+                children[3].clone(),
+                children[2].clone(),
+                children[1].clone()
+            ]
+        );
         assert_eq!((four.behind, five.behind), (1, 0));
         // One permit is a mutex.
         assert_eq!(

@@ -73,8 +73,9 @@
 //! - **The head of the waiters** (exactly `n` nodes ahead) is the one waiter that may be
 //!   admitted by the next release. It lists the queue with a child watch on the lock path (one
 //!   request, the listing it needs anyway), and lists again whenever that fires: a release, or
-//!   a node that came or went. It proceeds only on a listing that shows fewer than `n` ahead.
-//!   With lock-delay on it watches its `n` nearest instead, for their release markers.
+//!   a node that came or went (a plain listing, and a second one setting the watch again if
+//!   it still heads the waiters). It proceeds only on a listing that shows fewer than `n`
+//!   ahead.
 //! - **Every other waiter follows its predecessor**, a waiter too, with one data watch. It
 //!   cannot be admitted before its predecessor is, and its predecessor's admission makes it the
 //!   head; so it lists again when that node's data changes or the node goes.
@@ -85,8 +86,10 @@
 //!   needs no announcement.
 //! - **A follower whose watch came after the announcement** sees it in the version its watch
 //!   reports: a node of ours is created at version 0, so a version it has not acted on means a
-//!   write it did not see, and it lists again (once per version: a revocation request written
-//!   into a waiting node is a write too, and one listing settles it).
+//!   write it did not see, and it lists again (a revocation request written into a waiting
+//!   node is a write too: it costs the follower a listing or two).
+//! - **With lock-delay**, which must see each holder's release marker, every semaphore waiter
+//!   watches its `n` nearest as before, and nobody announces.
 //!
 //! A release then notifies the head, and its admission the next waiter: two notifications and
 //! two listings however many permits and waiters, as Curator's `InterProcessSemaphoreV2` with
@@ -94,8 +97,10 @@
 //! one commit per admission behind which others wait. Missing one never breaks the count
 //! (every admission is decided by a listing); it would leave the next waiter sitting out a free
 //! permit until its predecessor goes, which `tests/kinds.rs` checks with the `SilentAdmission`
-//! and `UnseenAnnouncement` mutants. A waiter sets no watch on its own node (the announcement
-//! would fire it); the head's listings, or the next one's, find it gone.
+//! and `UnseenAnnouncement` mutants; the announcement is retried across reconnects, and needs
+//! the node's ACL to let its creator write it. A waiter sets no watch on its own node (the
+//! announcement would fire it): the head's listings find it gone, a follower its next listing
+//! (when its predecessor is admitted or goes). The queue model leaves the gate out.
 //!
 //! Apache Curator's nodes never carry release markers: a Curator holder's release is a plain
 //! deletion, after which a zkfence successor lists again; a Curator waiter woken by our marked
@@ -678,7 +683,7 @@ impl<'a> Attempt<'a> {
     /// that watch; its reply is awaited aside, and the grant does not wait for it.
     fn announce_admission(&self, node: &Queued, behind: Option<usize>) {
         let (kind, flaw) = (self.queue.kind, self.queue.options.flaw);
-        if !handoff::announces_admission(kind, behind, flaw) {
+        if !handoff::announces_admission(kind, self.lock_delay_on(), behind, flaw) {
             return;
         }
         // Only if nobody wrote into our node meanwhile (version 0): else a revocation request
@@ -961,7 +966,7 @@ impl<'a> Attempt<'a> {
         let client = self.client;
         let own = (own && own_watch.is_none() && self.watches_own())
             .then(|| client.check_and_watch_stat(&node.path));
-        let targets: Vec<String> = (position.watch.iter())
+        let targets: Vec<String> = (position.watch.iter().take(ahead.watched()))
             .map(|n| child_path(self.path, n))
             .collect();
         let mut sent = Vec::new();
@@ -1249,7 +1254,8 @@ const GATE: usize = usize::MAX - 1;
 
 /// A semaphore head's gate (see "The semaphore's gate"): the child watch on the lock path
 /// that our last listing set, if it set one, and whether the next listing sets one. A watch
-/// nothing waited on is parked when the next listing comes or the wait ends (see [`park`]).
+/// still here, not waited on, is parked (see [`park`]) when the next listing comes or the gate
+/// is dropped; one waited on goes as the other watches do.
 #[derive(Default)]
 struct Gate {
     watch: Option<NodeWatch>,
@@ -1285,10 +1291,12 @@ impl Drop for Gate {
 }
 
 /// The rest of a semaphore waiter's announcement (see `Attempt::announce_admission`), once
-/// `written` was sent: after a lost reply it writes again; if someone wrote into our node
-/// while we waited (a revocation request), it writes back what it finds there, so that the
-/// request stays and the follower still sees a change. A node already gone needs nothing:
-/// its deletion fires the follower's watch too.
+/// `written` was sent: after a lost reply it writes again, across reconnects, until the
+/// session ends; if someone wrote into our node while we waited (a revocation request), it
+/// writes back what it finds there, so that the request stays and the follower still sees a
+/// change. A node already gone needs nothing: its deletion fires the follower's watch too. A
+/// node whose ACL refuses us its data leaves the follower to learn of our admission only when
+/// we release: said in a warning, as the lock's docs say it.
 async fn announced(
     client: zk::Client,
     path: String,
@@ -1297,21 +1305,25 @@ async fn announced(
 ) {
     let mut result = written.await;
     if result.as_ref().is_err_and(is_connection_error) {
-        if await_reconnect(&client, &mut 0).await.is_err() {
-            return;
-        }
-        result = client.set_data(&path, &data, Some(0)).await;
+        let Ok(again) = retrying(&client, || client.set_data(&path, &data, Some(0))).await else {
+            return; // the session ended: so did the hold
+        };
+        result = again;
     }
     if let Err(zk::Error::BadVersion) = result {
-        result = match client.get_data(&path).await {
-            Ok((data, stat)) => client.set_data(&path, &data, Some(stat.version)).await,
-            Err(err) => Err(err),
+        let write_back = || async {
+            let (data, stat) = client.get_data(&path).await?;
+            client.set_data(&path, &data, Some(stat.version)).await
         };
+        let Ok(again) = retrying(&client, write_back).await else {
+            return;
+        };
+        result = again;
     }
     match result {
-        Ok(_) | Err(zk::Error::NoNode) => {}
-        // A write of someone else's came between: it fired the follower's watch as ours would.
-        Err(zk::Error::BadVersion) => {}
+        // Gone, or written by someone else between our read and our write (which fired the
+        // follower's watch as ours would have).
+        Ok(_) | Err(zk::Error::NoNode | zk::Error::BadVersion) => {}
         Err(err) => {
             tracing::warn!(node = %path, cause = %err, "could not announce a semaphore admission; the waiter behind learns of it when this lease ends");
         }

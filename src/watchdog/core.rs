@@ -27,7 +27,7 @@ pub(crate) enum Event {
     },
     /// The guard was released or dropped.
     Unregister { id: u64 },
-    /// A session state change (from the persistent watch or the state channel).
+    /// A session state change (from the state channel, a folded flap put back).
     State(zk::SessionState),
     /// The client is on this session id (checked against the one the guards hold).
     SessionId(i64),

@@ -82,7 +82,9 @@ enum Wake {
     Event(Option<Event>),
     /// The first deferred node watch is due.
     Sweep,
-    State(zk::SessionState),
+    /// A session state, after the Disconnected that the state channel folded into it, if
+    /// it did (see [`SessionStates`]).
+    State(Option<zk::SessionState>, zk::SessionState),
     NodeGone(u64),
     Due,
     Probed(Vec<ProbeReply>),
@@ -159,7 +161,7 @@ impl Driver {
                 // anything else runs.
                 _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
                 event = self.events.recv() => Wake::Event(event),
-                state = next_state(&mut states) => Wake::State(state),
+                (folded, state) = next_state(&mut states) => Wake::State(folded, state),
                 Some((id, true)) = node_watches.next() => Wake::NodeGone(id),
                 _ = sleep_on_lease_clock(due_at) => Wake::Due,
                 Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
@@ -175,7 +177,12 @@ impl Driver {
                         self.watch_later(node, Instant::now(), &mut node_watches, &mut deferred);
                     }
                 }
-                Wake::State(state) => self.on_state(state),
+                Wake::State(folded, state) => {
+                    // Both in one turn: a guard registered between them would be judged by
+                    // the break that came before it.
+                    folded.into_iter().for_each(|folded| self.on_state(folded));
+                    self.on_state(state);
+                }
                 Wake::NodeGone(id) => {
                     self.core.apply(Event::NodeGone { id }, clock::now());
                 }
@@ -780,14 +787,16 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
 }
 
 /// The session's states from `zookeeper-client`'s state channel, which keeps only the latest
-/// one, with the transitions it folded together put back.
+/// one, with the Disconnected it folded away put back.
 ///
-/// The client publishes a state only when it differs from the one before, so the channel
-/// showing the state we last took from it again means that others came and went in between,
-/// unseen: a Disconnected→SyncConnected flap over before this task looked. Such a change
-/// yields Disconnected, then the state (the lease must see the break). Before, a persistent
-/// watch on a path nobody creates carried every transition, at the cost of two server watches
-/// per session (ZooKeeper registers a persistent watch in its data and child tables).
+/// The client publishes a state only when it differs from the one before, and it moves from
+/// one connected state to another (SyncConnected, ConnectedReadOnly) only through a
+/// reconnect. So a connected state taken right after a connected one (the same again, or the
+/// other) means that a Disconnected came and went unseen: a flap over before this task
+/// looked. Such a change yields that Disconnected before the state (the lease must see the
+/// break). Before, a persistent watch on a path nobody creates carried every transition, at
+/// the cost of two server watches per session (ZooKeeper registers a persistent watch in its
+/// data and child tables) and an `addWatch` per session.
 struct SessionStates {
     watcher: zk::StateWatcher,
     fold: Unfold,
@@ -799,10 +808,7 @@ impl SessionStates {
         let last = watcher.state();
         SessionStates {
             watcher,
-            fold: Unfold {
-                last,
-                pending: None,
-            },
+            fold: Unfold { last },
         }
     }
 
@@ -812,43 +818,36 @@ impl SessionStates {
     }
 }
 
-/// What [`SessionStates`] remembers to put a folded flap back.
+/// What [`SessionStates`] remembers to put a folded flap back: the state last taken.
 #[derive(Debug)]
 struct Unfold {
-    /// The state last taken.
     last: zk::SessionState,
-    /// The state to yield after a Disconnected put back.
-    pending: Option<zk::SessionState>,
 }
 
 impl Unfold {
-    /// What a change to `state` yields: Disconnected first when the channel shows the state we
-    /// last took again (see [`SessionStates`]), then `state` (from [`Self::next_pending`]).
-    fn changed_to(&mut self, state: zk::SessionState) -> zk::SessionState {
-        let folded = state == self.last && !state.is_terminated();
+    /// What a change to `state` yields: the Disconnected folded into it, if the channel
+    /// folded one (see [`SessionStates`]), then `state`.
+    fn changed_to(
+        &mut self,
+        state: zk::SessionState,
+    ) -> (Option<zk::SessionState>, zk::SessionState) {
+        use zk::SessionState::{ConnectedReadOnly, SyncConnected};
+        let connected = |s| matches!(s, SyncConnected | ConnectedReadOnly);
+        // A connected state after the same one or the other: a reconnect came between.
+        let folded = connected(state) && connected(self.last);
         self.last = state;
-        if folded {
-            self.pending = Some(state);
-            return zk::SessionState::Disconnected;
-        }
-        state
-    }
-
-    /// The state held back behind a Disconnected put back, once.
-    fn next_pending(&mut self) -> Option<zk::SessionState> {
-        self.pending.take()
+        (folded.then_some(zk::SessionState::Disconnected), state)
     }
 }
 
-/// The next session state (see [`SessionStates`]). Cancel safe: a state taken from the channel
-/// is yielded in the same poll, or kept in `pending`.
-async fn next_state(states: &mut Option<SessionStates>) -> zk::SessionState {
+/// The next session state, after a Disconnected folded into it (see [`SessionStates`]).
+/// Cancel safe: a state taken from the channel is yielded in the same poll.
+async fn next_state(
+    states: &mut Option<SessionStates>,
+) -> (Option<zk::SessionState>, zk::SessionState) {
     let Some(states) = states else {
         return std::future::pending().await;
     };
-    if let Some(state) = states.fold.next_pending() {
-        return state;
-    }
     let state = states.watcher.changed().await;
     states.fold.changed_to(state)
 }
@@ -856,24 +855,30 @@ async fn next_state(states: &mut Option<SessionStates>) -> zk::SessionState {
 #[cfg(test)]
 mod tests {
     use super::Unfold;
-    use zookeeper_client::SessionState::{Disconnected, Expired, SyncConnected};
+    use zookeeper_client::SessionState::{ConnectedReadOnly, Disconnected, Expired, SyncConnected};
 
     #[test]
     fn a_change_back_to_the_last_state_is_a_flap_put_back() {
         let mut fold = Unfold {
             last: SyncConnected,
-            pending: None,
         };
         // Seen one by one: as they come.
-        assert_eq!(fold.changed_to(Disconnected), Disconnected);
-        assert_eq!(fold.changed_to(SyncConnected), SyncConnected);
-        assert_eq!(fold.next_pending(), None);
+        assert_eq!(fold.changed_to(Disconnected), (None, Disconnected));
+        assert_eq!(fold.changed_to(SyncConnected), (None, SyncConnected));
         // Folded: the channel shows SyncConnected again.
-        assert_eq!(fold.changed_to(SyncConnected), Disconnected);
-        assert_eq!(fold.next_pending(), Some(SyncConnected));
-        assert_eq!(fold.next_pending(), None);
+        assert_eq!(
+            fold.changed_to(SyncConnected),
+            (Some(Disconnected), SyncConnected)
+        );
+        // From one connected state to the other: a reconnect in between.
+        assert_eq!(
+            fold.changed_to(ConnectedReadOnly),
+            (Some(Disconnected), ConnectedReadOnly)
+        );
+        // Disconnected twice: a connected spell in between, nothing to put back.
+        assert_eq!(fold.changed_to(Disconnected), (None, Disconnected));
+        assert_eq!(fold.changed_to(Disconnected), (None, Disconnected));
         // A terminal state is never put back behind a Disconnected.
-        assert_eq!(fold.changed_to(Expired), Expired);
-        assert_eq!(fold.changed_to(Expired), Expired);
+        assert_eq!(fold.changed_to(Expired), (None, Expired));
     }
 }
