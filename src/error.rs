@@ -109,19 +109,36 @@ pub enum Error {
     },
 
     /// This session keeps as many lock nodes as it may: one more would take their paths past
-    /// [`LockOptions::with_session_node_bytes`] (past about 128 KiB of watched paths
-    /// `zookeeper-client` 0.11 cannot set the session's watches again after a disconnect;
-    /// past the servers' `jute.maxbuffer` the session's expiry wedges the ensemble,
-    /// ZOOKEEPER-4306).
+    /// [`LockOptions::with_session_node_bytes`]. When a session ends, its leader deletes its
+    /// ephemeral nodes in one close-session transaction that lists their paths; past the
+    /// servers' `jute.maxbuffer` it cannot be written, and the ensemble wedges (ZOOKEEPER-4306).
     ///
     /// [`LockOptions::with_session_node_bytes`]: crate::LockOptions::with_session_node_bytes
-    #[error("session {session} keeps {nodes} lock nodes ({bytes} bytes of paths), and one more would pass its budget of {limit} bytes: past it the session could not ride out a disconnect (zookeeper-client re-sends its watches wrongly past 128 KiB of paths) and its expiry could wedge the ensemble (ZOOKEEPER-4306); spread the locks over more sessions (a client each), or release some first")]
+    #[error("session {session} keeps {nodes} lock nodes ({bytes} bytes of paths), and one more would pass its budget of {limit} bytes: past the servers' jute.maxbuffer its expiry could wedge the ensemble (ZOOKEEPER-4306); spread the locks over more sessions (a client each), release some first, or raise LockOptions::with_session_node_bytes with the servers' jute.maxbuffer (at most half of it)")]
     SessionNodeBudget {
         /// The session.
         session: zk::SessionId,
         /// The lock nodes it keeps (held or queued) in this process.
         nodes: u64,
         /// Their paths' bytes, as the close-session transaction counts them.
+        bytes: u64,
+        /// The budget.
+        limit: u64,
+    },
+
+    /// This session has as many acquires in progress as it may: the watches of one more could
+    /// take the session's watched paths past what `zookeeper-client` 0.11 can set again after
+    /// a disconnect (128 KiB: past it the session never reconnects, and every lock on it is
+    /// lost). The watches of acquires that may wait (from their start to their grant) may take
+    /// [`WAITING_WATCH_BYTES`](crate::WAITING_WATCH_BYTES) of paths; holds are not limited this
+    /// way (past their share they are read back instead of watched), nor is `try_acquire`.
+    #[error("session {session} has {waiting} acquires in progress, whose watches may take {bytes} bytes of paths, and one more would pass the budget of {limit} bytes: past 128 KiB of watched paths zookeeper-client cannot set a session's watches again after a disconnect, and every lock on it would be lost; spread the acquires over more sessions (a client each), or wait for some to be granted first")]
+    SessionWatchBudget {
+        /// The session.
+        session: zk::SessionId,
+        /// The acquires in progress on it in this process (that may wait).
+        waiting: u64,
+        /// The bytes of paths their watches may take.
         bytes: u64,
         /// The budget.
         limit: u64,

@@ -26,7 +26,8 @@ use crate::zk::nodes::Deleted;
 /// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]
 pub(crate) struct Holding {
-    client: zk::Client,
+    /// The session it is held on (its client is the release's).
+    session: zk::SessionId,
     lock_path: Arc<str>,
     node: Arc<str>,
     token: FencingToken,
@@ -179,7 +180,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn session_id(&self) -> zk::SessionId {
-        self.holding.client.session_id()
+        self.holding.session
     }
 
     /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
@@ -325,10 +326,13 @@ impl<M: Mode> Held<M> {
     /// Resolves when someone asks this holder to let go: a revocation request, which Apache
     /// Curator's `Revoker.attemptRevoke` and [`FencedLock::request_revocation`] write into the
     /// lock node. It costs nothing while held: the watchdog's watch on the node, there anyway,
-    /// carries it. It only asks: the lock stays held until released. It stays pending while no
+    /// carries it (on a session holding past its watch share, [`HOLD_WATCH_BYTES`], the
+    /// watchdog's read of the node once a probe period). It only asks: the lock stays held
+    /// until released. It stays pending while no
     /// revocation is asked, also after the hold ends; select on it with [`lost`](Held::lost).
     ///
     /// [`FencedLock::request_revocation`]: crate::FencedLock::request_revocation
+    /// [`HOLD_WATCH_BYTES`]: crate::HOLD_WATCH_BYTES
     ///
     /// # Cancel safety
     ///
@@ -348,9 +352,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub async fn revocation_requested(&self) {
-        let mut requested = self.holding.state.revocation();
-        // The state lives as long as this handle, so the channel never closes under us.
-        let _ = requested.wait_for(|asked| *asked).await;
+        self.holding.state.revocation().await
     }
 
     /// Whether someone has asked this holder to let go (see
@@ -368,7 +370,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn is_revocation_requested(&self) -> bool {
-        *self.holding.state.revocation().borrow()
+        self.holding.state.is_revocation_requested()
     }
 
     /// The synchronous check: this guard ended (released, while others hold on), or the
@@ -519,7 +521,7 @@ impl<M: Mode> LockGuard<M> {
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
         let holding = Arc::new(Holding {
-            client,
+            session: client.session_id(),
             lock_path,
             node,
             token,

@@ -203,8 +203,9 @@
 //! pipelined), and the release. A waiter watches its own node (an administrator deleting it
 //! fails the acquire) only once it has waited 10 ms; a shorter wait leaves that to the holder's
 //! watchdog, which arms its watch on a node held for 10 ms. Either way a deletion by someone
-//! else is found within 10 ms plus a round trip; session expiry needs no watch (the lease
-//! covers it). With 1,000 waiters released one after the other (`zkfence-bench --scale`), the
+//! else is found within 10 ms plus a round trip, or, for a hold past the session's watch share
+//! ([`HOLD_WATCH_BYTES`]), by the watchdog's read of it within a probe period; session expiry
+//! needs no watch (the lease covers it). With 1,000 waiters released one after the other (`zkfence-bench --scale`), the
 //! measured cost was 1.00 request per handoff.
 //!
 //! **Mutants of the handoff**, built with the `mutants` feature, must each produce a second
@@ -355,10 +356,13 @@ pub use crate::multi::{FencedMultiLock, MultiGuard, MultiHeld};
 #[cfg(feature = "mutants")]
 #[doc(hidden)]
 pub use crate::mutants::{FenceMutant, Mutant};
-pub use crate::options::{LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES};
+pub use crate::options::{
+    LockOptions, ParentMode, MAX_LOCK_DELAY, SESSION_NODE_BYTES, WAITING_WATCH_BYTES,
+};
 pub use crate::rwlock::FencedRwLock;
 pub use crate::semaphore::FencedSemaphore;
 pub use crate::token::{FencingToken, TokenError};
+pub use crate::watchdog::HOLD_WATCH_BYTES;
 /// **For zkfence's models only** (`model/`): the watchdog's own lease, jeopardy and resume
 /// code, driven with explicit times, and ([`model_api::queue`]) the queue's predicates and
 /// handoff as values. Only built with the `model` feature.

@@ -21,6 +21,7 @@
 //! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
 //! | [`Mutant::SilentAdmission`] | a semaphore waiter admitted with others behind it announces it (the queue module's "The semaphore's gate"); a liveness rule | `tests/kinds.rs::the_silent_admission_mutant_is_caught`: the follower sits out a free permit |
 //! | [`Mutant::UnseenAnnouncement`] | a follower whose watch came after its predecessor's announcement lists again (same section); liveness | `tests/kinds.rs::the_unseen_announcement_mutant_is_caught`: a waiter whose replies come a second late sits out the free permit |
+//! | [`Mutant::WatchEveryHold`] | a session's holds keep at most `HOLD_WATCH_BYTES` of node paths watched, the rest read back once a probe period (the watchdog's "Why a share"); a rule for holds to outlive a disconnect | `tests/grace.rs::the_watch_every_hold_mutant_is_caught`: the session never reconnects, and every hold is lost |
 //!
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
 //! (`SyncLease` to `LeanThroughPause`, and `AnchorOnReconnect`) exhaustively and prints each one's counterexample; its
@@ -132,6 +133,10 @@ pub enum Mutant {
     /// A semaphore waiter that sets its watch on its predecessor after that predecessor
     /// announced its admission waits for an announcement that already happened.
     UnseenAnnouncement,
+    /// The watchdog watches every held node, however many: past 128 KiB of watched paths
+    /// `zookeeper-client` 0.11 cannot set them again after a disconnect, and the session never
+    /// reconnects.
+    WatchEveryHold,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

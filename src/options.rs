@@ -69,10 +69,37 @@ pub struct LockOptions {
     pub(crate) flaw: Flaw,
 }
 
-/// The default of [`LockOptions::with_session_node_bytes`]: below the 128 KiB of watched paths
-/// past which `zookeeper-client` 0.11 cannot set a session's watches again after a disconnect,
-/// and far below ZooKeeper's default `jute.maxbuffer` (1 MiB), which a session's expiry must fit.
-pub const SESSION_NODE_BYTES: usize = 96 * 1024;
+/// The default of [`LockOptions::with_session_node_bytes`]: half of ZooKeeper's default
+/// `jute.maxbuffer` (1 MiB), which a session's close-session transaction, listing the paths of
+/// all its ephemeral nodes, must fit (ZOOKEEPER-4306). About 5,500 locks of 30-byte lock paths.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(zkfence::SESSION_NODE_BYTES, 512 * 1024);
+/// ```
+pub const SESSION_NODE_BYTES: usize = 512 * 1024;
+
+/// The most bytes of paths the watches of one session's acquires may take while they wait: an
+/// acquire that may wait counts four times its node's path (its predecessor's data and child
+/// watches, its own node's and its herald's; `2n + 2` times for a semaphore of `n` with
+/// lock-delay, which watches its `n` nearest) from its start to its grant, and one past the
+/// budget fails at once with [`Error::SessionWatchBudget`](crate::Error::SessionWatchBudget).
+/// About 180 acquires of 30-byte lock paths in progress at once per session; `try_acquire`
+/// counts nothing.
+///
+/// **Why:** after a disconnect `zookeeper-client` 0.11 sets a session's watches again in
+/// `SetWatches` requests of at most 128 KiB of paths, and when it needs two it mismatches
+/// their replies and drops the connection, every time, until the session expires. The held
+/// nodes' watches take at most [`HOLD_WATCH_BYTES`](crate::HOLD_WATCH_BYTES) (a hold past it is read back once a probe
+/// period instead), these at most this, and 16 KiB is left for the application's own.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(zkfence::WAITING_WATCH_BYTES, 64 * 1024);
+/// ```
+pub const WAITING_WATCH_BYTES: usize = 64 * 1024;
 
 /// The longest lock-delay [`LockOptions::with_lock_delay`] accepts.
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
@@ -411,27 +438,23 @@ impl LockOptions {
     }
 
     /// The most bytes of lock node paths one session may keep at once, across every lock it
-    /// holds or waits for in this process (default [`SESSION_NODE_BYTES`], 96 KiB). An acquire
+    /// holds or waits for in this process (default [`SESSION_NODE_BYTES`], 512 KiB). An acquire
     /// past it fails at once with [`Error::SessionNodeBudget`](crate::Error::SessionNodeBudget).
     ///
-    /// **Why**, two limits, the tighter first:
-    /// - **Reconnects** (`zookeeper-client` 0.11): a held node is watched, and after a
-    ///   disconnect the client sets its watches again in `SetWatches` requests of at most
-    ///   128 KiB of paths each; when it needs two or more, it mismatches their replies and
-    ///   drops the connection, every time, until the session expires. Past about 128 KiB of
-    ///   watched paths a session cannot ride out a disconnect, and every hold on it is lost.
-    ///   96 KiB leaves room for the watches of waiters and of the application on the same
-    ///   client.
-    /// - **Expiry** (ZOOKEEPER-4306, open): when a session ends, its leader deletes all of its
-    ///   ephemeral nodes in one close-session transaction that lists their paths (4 bytes and
-    ///   the path each). Past the servers' `jute.maxbuffer` (1 MiB by default) that transaction
-    ///   cannot be written, and the ensemble can wedge, also across restarts.
+    /// **Why** (ZOOKEEPER-4306, open): when a session ends, its leader deletes all of its
+    /// ephemeral nodes in one close-session transaction that lists their paths (4 bytes and the
+    /// path each). Past the servers' `jute.maxbuffer` (1 MiB by default) that transaction cannot
+    /// be written, and the ensemble can wedge, also across restarts.
     ///
     /// A lock node's path is the lock path, `/`, and about 60 bytes of name
-    /// (`_c_<uuid>-lock-<seq>`): with 30-byte lock paths, 96 KiB is about 1,000 locks per
-    /// session. Spread more over several sessions (a client each: 10,000 locks over 10
-    /// clients). Raise this only with a client that re-sends its watches correctly, and never
-    /// past half of the servers' `jute.maxbuffer`.
+    /// (`_c_<uuid>-lock-<seq>`): with 30-byte lock paths, 512 KiB is about 5,500 locks per
+    /// session. For more, raise the servers' `jute.maxbuffer` and this with it, never past half
+    /// of it (10,000 locks of 30-byte paths want about 1 MiB here and 2 MiB there), or spread
+    /// the locks over several sessions (a client each).
+    ///
+    /// Reconnects do not limit holds: the watchdog keeps at most [`HOLD_WATCH_BYTES`](crate::HOLD_WATCH_BYTES) of held
+    /// nodes watched, and reads the rest back once a probe period. Waiting acquires are limited
+    /// apart, by [`WAITING_WATCH_BYTES`].
     ///
     /// # Examples
     ///

@@ -35,7 +35,8 @@ impl Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     session: i64,
-    path: String,
+    /// Shared with the registry's copy of the key.
+    path: Arc<str>,
 }
 
 impl Key {
@@ -43,7 +44,7 @@ impl Key {
         let chroot = chroot.trim_end_matches('/');
         Key {
             session,
-            path: format!("{chroot}{path}"),
+            path: Arc::from(format!("{chroot}{path}")),
         }
     }
 }
@@ -83,7 +84,10 @@ impl<T> Owners<T> {
             owner,
             hold: Arc::downgrade(hold),
         };
-        self.map().entry(key.clone()).or_default().push(entry);
+        // Most locks have one hold: room for one (an empty `Vec` grows to four at once).
+        (self.map().entry(key.clone()))
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push(entry);
     }
 
     /// Forgets `hold` (and any hold that has ended meanwhile).

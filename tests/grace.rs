@@ -260,3 +260,197 @@ async fn every_hold_of_a_session_resumes_together_after_jeopardy() {
         guard.release().await.unwrap();
     }
 }
+
+/// Locks held on one session in [`holds_through_a_reconnect`]: their node paths (about 250
+/// bytes each, with the test's chroot) come to about 175 KB, past the 128 KiB of watched paths
+/// that `zookeeper-client` 0.11 can set again after a disconnect. The first [`UNCONTENDED`]
+/// are taken at once (the watchdog arms their watches 10 ms in), the rest after a wait (each
+/// acquire arms a watch on its own node, which its hold takes over).
+const MANY_HOLDS: usize = 700;
+const UNCONTENDED: usize = 300;
+
+/// The requests' opcodes counted here: `getData` (a hold's watch being armed), `multiRead`
+/// (the watchdog reading back the holds past its watch share) and `removeWatches` (a waiter's
+/// own watch dropped at its grant, past the share).
+const OP_GET_DATA: i32 = 4;
+const OP_MULTI_READ: i32 = 22;
+const OP_REMOVE_WATCHES: i32 = 18;
+
+/// What [`holds_through_a_reconnect`] leaves for the test to look at.
+struct ManyHolds {
+    hosts: String,
+    proxy: CountingProxy,
+    client: zookeeper_client::Client,
+    paths: Vec<String>,
+    guards: Vec<zkfence::LockGuard>,
+    /// Whether the client answered again within the deadline after its connection was cut.
+    reconnected: bool,
+}
+
+/// Takes [`MANY_HOLDS`] locks on one session behind a proxy (with a grace, riding out
+/// disconnects), lets the watchdog arm their watches, cuts the connection, and sees whether
+/// the client comes back within 8 s.
+async fn holds_through_a_reconnect(name: &str, options: LockOptions) -> ManyHolds {
+    let hosts = chroot(shared(), name).await;
+    let proxy = CountingProxy::start(hosts.split('/').next().unwrap()).await;
+    let chroot = &hosts[hosts.find('/').unwrap()..];
+    let client = connect(&format!("{}{chroot}", proxy.addr), Duration::from_secs(10)).await;
+    let options = options
+        .with_grace(Duration::from_secs(60))
+        .with_ride_out_disconnects(true);
+    let long = "x".repeat(150);
+    let paths: Vec<String> = (0..MANY_HOLDS)
+        .map(|i| format!("/locks/{long}/{i}"))
+        .collect();
+    let mut guards = Vec::new();
+    for path in &paths[..UNCONTENDED] {
+        let lock = FencedLock::new(client.clone(), path.as_str(), options.clone()).unwrap();
+        guards.push(lock.acquire().await.unwrap());
+    }
+    let other = connect(&hosts, Duration::from_secs(10)).await;
+    for batch in paths[UNCONTENDED..].chunks(50) {
+        guards.extend(after_a_wait(&proxy, &client, &other, batch, &options).await);
+    }
+    // The watches are armed 10 ms into each hold: wait until no more are being armed.
+    let mut armed = 0;
+    wait_until(Duration::from_secs(20), "the holds' watches armed", || {
+        let now = proxy.counts().get(&OP_GET_DATA).copied().unwrap_or(0);
+        let settled = now == armed && now > 0;
+        armed = now;
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            settled
+        }
+    })
+    .await;
+    proxy.reset();
+    let reconnected = tokio::time::timeout(Duration::from_secs(8), async {
+        while client.check_stat("/").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .is_ok();
+    ManyHolds {
+        hosts,
+        proxy,
+        client,
+        paths,
+        guards,
+        reconnected,
+    }
+}
+
+/// Takes the locks on `paths` on `client` after another session held each: every acquire
+/// waits, and arms a watch on its own node (an `exists`) before it is granted.
+async fn after_a_wait(
+    proxy: &CountingProxy,
+    client: &zookeeper_client::Client,
+    other: &zookeeper_client::Client,
+    paths: &[String],
+    options: &LockOptions,
+) -> Vec<zkfence::LockGuard> {
+    const OP_EXISTS: i32 = 3;
+    let mut held = Vec::new();
+    for path in paths {
+        let lock = FencedLock::new(other.clone(), path.as_str(), LockOptions::default());
+        held.push(lock.unwrap().acquire().await.unwrap());
+    }
+    let exists = || proxy.counts().get(&OP_EXISTS).copied().unwrap_or(0);
+    let before = exists();
+    let mut waiting = tokio::task::JoinSet::new();
+    for path in paths {
+        let lock = FencedLock::new(client.clone(), path.as_str(), options.clone()).unwrap();
+        waiting.spawn(async move { lock.acquire().await });
+    }
+    wait_until(Duration::from_secs(20), "every waiter's own watch", || {
+        let armed = exists() >= before + paths.len() as u64;
+        async move { armed }
+    })
+    .await;
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    let mut guards = Vec::new();
+    while let Some(guard) = waiting.join_next().await {
+        guards.push(guard.unwrap().unwrap());
+    }
+    guards
+}
+
+/// Holds past the watchdog's watch share are read back, not watched, so a session with more
+/// than 128 KiB of held node paths still sets its watches again in one request after a
+/// disconnect and keeps every hold; the holds without a watch still hear of their node's
+/// deletion and of a revocation request, within a probe period. Both ways a hold gets its
+/// watch count against the share: the watchdog's, and the one a waiting acquire hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_past_the_watch_share_ride_out_a_reconnect_and_are_read_back() {
+    let many = holds_through_a_reconnect("watch-share", LockOptions::default()).await;
+    assert!(many.reconnected, "the client never came back after the cut");
+    let count = |op| many.proxy.counts().get(&op).copied().unwrap_or(0);
+    // About 48 KiB of 250-byte paths: the uncontended holds fill the share, and every waiter's
+    // own watch is dropped at its grant.
+    let watched = count(OP_GET_DATA);
+    assert!(
+        watched < UNCONTENDED as u64,
+        "{watched} node watches armed for {UNCONTENDED} uncontended holds"
+    );
+    let dropped = count(OP_REMOVE_WATCHES);
+    assert!(
+        dropped >= (MANY_HOLDS - UNCONTENDED) as u64,
+        "{dropped} waiters' watches dropped past the share"
+    );
+    for (i, guard) in many.guards.iter().enumerate() {
+        tokio::time::timeout(Duration::from_secs(30), guard.steady())
+            .await
+            .unwrap_or_else(|_| panic!("hold {i} not steady again"))
+            .unwrap_or_else(|e| panic!("hold {i} lost: {e}"));
+    }
+    // The newest holds are past the share: read back once a probe period (3 s here), also
+    // after the cut.
+    let reads = count(OP_MULTI_READ);
+    wait_until(
+        Duration::from_secs(10),
+        "a read of the unwatched holds",
+        || {
+            let now = count(OP_MULTI_READ);
+            async move { now > reads }
+        },
+    )
+    .await;
+    let admin = connect(&many.hosts, Duration::from_secs(10)).await;
+    let last = many.guards.last().unwrap();
+    admin.delete(last.node_path(), None).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(10), last.lost())
+        .await
+        .expect("the unwatched hold heard of its node's deletion");
+    assert_eq!(reason, LossReason::NodeDeleted);
+    let asked = &many.guards[MANY_HOLDS - 2];
+    let lock = FencedLock::new(
+        many.client.clone(),
+        many.paths[MANY_HOLDS - 2].as_str(),
+        LockOptions::default(),
+    )
+    .unwrap();
+    assert!(lock.request_revocation(asked.node_path()).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(10), asked.revocation_requested())
+        .await
+        .expect("the unwatched hold heard of the revocation request");
+    assert_eq!(asked.check(), Ok(()));
+    for guard in many.guards {
+        let _ = guard.release().await;
+    }
+}
+
+/// The mutant that watches every held node: past 128 KiB of watched paths the client cannot
+/// set them again after the cut, and never answers again.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_every_hold_mutant_is_caught() {
+    let options = LockOptions::default().with_mutant(zkfence::Mutant::WatchEveryHold);
+    let many = holds_through_a_reconnect("watch-every-hold", options).await;
+    assert!(
+        !many.reconnected,
+        "the client came back with every hold watched: the mutant went unnoticed"
+    );
+}

@@ -867,6 +867,67 @@ async fn unreachable_ensemble_fails_the_acquire_instead_of_hanging() {
     );
 }
 
+/// A session refuses one more waiting acquire once its waiters' watches could pass
+/// `WAITING_WATCH_BYTES` of paths (past 128 KiB of watched paths the client could not set
+/// them again after a disconnect), and takes one again once a waiter is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_refuses_waiters_past_its_watch_budget() {
+    let hosts = chroot(shared(), "watch-budget").await;
+    let holder = connect(&hosts, Duration::from_secs(10)).await;
+    let client = connect(&hosts, Duration::from_secs(10)).await;
+    // Long lock paths, so that a few dozen waiters fill the budget: each counts four times
+    // its node's path on the server (the chroot, the lock path, `/`, 58 bytes of name).
+    let path = format!("/watch-budget/{}", "w".repeat(400));
+    let chroot = hosts[hosts.find('/').unwrap()..].len();
+    let per_waiter = 4 * (chroot + path.len() + 1 + 58);
+    let fit = zkfence::WAITING_WATCH_BYTES / per_waiter;
+    let lock = |client: &zookeeper_client::Client| {
+        FencedLock::new(client.clone(), path.as_str(), LockOptions::default()).unwrap()
+    };
+    let held = lock(&holder).acquire().await.unwrap();
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..fit {
+        let lock = lock(&client);
+        waiters.spawn(async move { lock.acquire().await });
+    }
+    wait_until(Duration::from_secs(20), "every waiter queued", || async {
+        children(&hosts, &path).await.len() == fit + 1
+    })
+    .await;
+    let refused = tokio::time::timeout(Duration::from_secs(5), lock(&client).acquire())
+        .await
+        .expect("refused at once")
+        .unwrap_err();
+    let Error::SessionWatchBudget { waiting, limit, .. } = &refused else {
+        panic!("expected the watch budget's error, got {refused:?}");
+    };
+    assert_eq!(*waiting as usize, fit);
+    assert_eq!(*limit as usize, zkfence::WAITING_WATCH_BYTES);
+    assert!(refused.to_string().contains("128 KiB"), "{refused}");
+    assert!(refused.to_string().contains("spread"), "{refused}");
+    assert_eq!(
+        children(&hosts, &path).await.len(),
+        fit + 1,
+        "a node for the refused acquire"
+    );
+    // The first waiter's grant gives its reservation back: one more may wait.
+    held.release().await.unwrap();
+    let first = waiters.join_next().await.unwrap().unwrap().unwrap();
+    let lock = lock(&client);
+    waiters.spawn(async move { lock.acquire().await });
+    wait_until(
+        Duration::from_secs(10),
+        "one more waiter queued",
+        || async { children(&hosts, &path).await.len() == fit + 1 },
+    )
+    .await;
+    first.release().await.unwrap();
+    // Each is granted in turn, as the one before lets go.
+    while let Some(next) = waiters.join_next().await {
+        next.unwrap().unwrap().release().await.unwrap();
+    }
+}
+
 /// ZOOKEEPER-4306: a session whose expiry would have to delete more lock node paths than its
 /// budget refuses the next acquire at once, with an error that says how to spread the locks;
 /// a release makes room again.

@@ -278,7 +278,9 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
         return Ok(None);
     };
     let mut interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
-    reserve_node(queue, &mut interest)?;
+    // An acquire that cannot wait (`try_acquire`, a downgrade's read lock) sets no watch.
+    let waits = !matches!(wait, Wait::Never) && under.is_none();
+    reserve_node(queue, &mut interest, waits)?;
     let data = data.unwrap_or(&queue.options.data);
     let mut attempt = Attempt::new(queue, wait, data, interest);
     let Some(created) = attempt.create().await? else {
@@ -306,21 +308,48 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
 /// (`__READ__`, `__WRIT__`) and ten digits.
 const NODE_NAME_BYTES: u64 = 3 + 36 + 1 + 8 + 10;
 
-/// Reserves what our node will add to the session's close-session transaction: 4 bytes of
-/// length and the node's full path on the server (the chroot, the lock path, `/`, its name).
-fn reserve_node(queue: &Queue, interest: &mut Interest) -> Result<()> {
+/// Reserves what our node will add to the session's close-session transaction (4 bytes of
+/// length and the node's full path on the server: the chroot, the lock path, `/`, its name),
+/// and, for an acquire that `waits`, the paths its watches may take until its grant (see
+/// [`waiting_watch_paths`]), each about as long as our node's path.
+fn reserve_node(queue: &Queue, interest: &mut Interest, waits: bool) -> Result<()> {
     let client = &queue.client;
     let chroot = client.path().trim_end_matches('/').len() as u64;
-    let bytes = 4 + chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;
+    let path = chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;
     let limit = queue.options.session_node_bytes as u64;
+    let session = client.session_id();
     interest
-        .reserve_node(bytes, limit)
+        .reserve_node(4 + path, limit)
         .map_err(|(nodes, bytes)| Error::SessionNodeBudget {
-            session: client.session_id(),
+            session,
             nodes,
             bytes,
             limit,
+        })?;
+    if !waits {
+        return Ok(());
+    }
+    let limit = crate::WAITING_WATCH_BYTES as u64;
+    let paths = waiting_watch_paths(queue.kind, queue.options.lock_delay.is_some());
+    interest
+        .reserve_waiting(paths * path, limit)
+        .map_err(|(waiting, bytes)| Error::SessionWatchBudget {
+            session,
+            waiting,
+            bytes,
+            limit,
         })
+}
+
+/// How many paths a waiting acquire of `kind` may have watched at once, as the client sets
+/// them again after a disconnect (a path watched for its data and its children counts twice):
+/// its predecessor's two, its own node's and its herald's; a semaphore's waiter with lock-delay
+/// watches its `n` nearest nodes both ways, and its herald.
+fn waiting_watch_paths(kind: Kind, lock_delay: bool) -> u64 {
+    match kind {
+        Kind::Semaphore(n) if lock_delay => 2 * u64::from(n) + 2,
+        _ => 4,
+    }
 }
 
 /// One acquire in progress: what its steps share.
@@ -1231,7 +1260,8 @@ impl<'a> Attempt<'a> {
     }
 
     /// Hands our node back as a grant, for the front type to build its guard from.
-    fn into_grant(self, node: Queued, waited: Waited, turn: Option<InProcessTurn>) -> Grant {
+    fn into_grant(mut self, node: Queued, waited: Waited, turn: Option<InProcessTurn>) -> Grant {
+        self.interest.granted();
         let mark = release_marked(self.queue.kind, self.lock_delay_on(), waited.crowded);
         Grant {
             client: self.client.clone(),
@@ -1444,7 +1474,7 @@ enum Woke {
 /// How long a waiter waits before it watches its own node. A handoff sooner than this costs
 /// no request and no notification for it (the commonest wait, behind one holder with a short
 /// critical section); the holder's watchdog then arms the watch (see
-/// `crate::watchdog::driver::NODE_WATCH_DELAY`). A deletion of our node by someone else in
+/// `crate::watchdog::nodes::NODE_WATCH_DELAY`). A deletion of our node by someone else in
 /// this window is caught when either watch is armed, its read finding the node gone: a loss
 /// within this delay plus one round trip, as for a holder that never waited. Session expiry
 /// needs no watch: the lease covers it, and a session's events stop with it.

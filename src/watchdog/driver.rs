@@ -14,28 +14,20 @@ use zookeeper_client as zk;
 use super::clock;
 use super::core::{Answer, Core, Event, NodeToWatch};
 use super::lease::{LeaseCell, RunRecord};
+use super::nodes::Nodes;
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
 use crate::wait::sleep_until_opt;
-use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error};
-use crate::zk::watch::watch_changed;
+use crate::zk::retry::answered_by_server;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
 /// handle, which would keep the session open, is let go.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// What a revocation request writes into a holder's node: Apache Curator's marker
-/// (`LockInternals.REVOKE_MESSAGE`), so that Curator's `Revoker` and zkfence reach each other's
-/// holders. A guard's node watch reads it ([`watch_node`]); `FencedLock::request_revocation`
-/// writes it.
-pub(crate) const REVOKE: &[u8] = b"__REVOKE__";
-
 /// The most probes in flight at once: one, but for the cold phase's extra probes.
 const MOST_IN_FLIGHT: usize = 4;
 
-/// A guard's node watched until it is deleted (`true`) or the session ends.
-type WatchTask = Pin<Box<dyn Future<Output = (u64, bool)> + Send>>;
 /// One probe: a `multi` per chunk of its checks, sent together; a reply per chunk.
 type Probe = Pin<Box<dyn Future<Output = Vec<ProbeReply>> + Send>>;
 
@@ -54,6 +46,8 @@ pub(crate) struct Driver {
     /// When the ticker runs next: it tells the lease that the process runs (`LeaseCell::ran`),
     /// so that a cold proof leans only across a stretch without a pause.
     tick_at: Instant,
+    /// The guards' nodes: watched, or read back past the session's watch share.
+    nodes: Nodes,
 }
 
 /// A grant waiting for a proof: its node (checked by the probes until then), the budget the
@@ -73,10 +67,6 @@ struct Probing {
     turn: usize,
 }
 
-/// Guards' nodes to watch once they have been held for `NODE_WATCH_DELAY`, in the order they
-/// were registered (so by when they are due).
-type Deferred = std::collections::VecDeque<(Instant, NodeToWatch)>;
-
 /// What woke the task.
 enum Wake {
     Event(Option<Event>),
@@ -85,7 +75,10 @@ enum Wake {
     /// A session state, after the Disconnected that the state channel folded into it, if
     /// it did (see [`SessionStates`]).
     State(Option<zk::SessionState>, zk::SessionState),
-    NodeGone(u64),
+    /// A node watch ended: its node deleted (`true`), or the session over.
+    Watched(u64, bool),
+    /// A read of the unwatched holds' nodes came back: each read, and whether it is gone.
+    Read(Vec<(u64, bool)>),
     Due,
     Probed(Vec<ProbeReply>),
     ProbeTime,
@@ -122,6 +115,7 @@ impl Driver {
             },
             provers: Vec::new(),
             tick_at: clock::now(),
+            nodes: Nodes::new(),
         }
     }
 
@@ -140,8 +134,6 @@ impl Driver {
     }
 
     pub(crate) async fn run(mut self) {
-        let mut node_watches: FuturesUnordered<WatchTask> = FuturesUnordered::new();
-        let mut deferred = Deferred::new();
         let mut idle_since: Option<Instant> = None;
         // The state channel, and the state as it is now, taken from it (so that what comes
         // next on it is a change from this).
@@ -151,10 +143,10 @@ impl Driver {
         }
         self.tick();
         loop {
-            self.take_posted(&mut node_watches, &mut deferred);
+            self.take_posted();
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
             let (due_at, probe_at) = (self.core.next_deadline(), self.probe_at());
-            let sweep_at = deferred.front().map(|(due, _)| *due);
+            let sweep_at = self.nodes.next_due();
             let wake = tokio::select! {
                 biased;
                 // First: after a pause its time is long past, and it records the gap before
@@ -162,7 +154,8 @@ impl Driver {
                 _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
                 event = self.events.recv() => Wake::Event(event),
                 (folded, state) = next_state(&mut states) => Wake::State(folded, state),
-                Some((id, true)) = node_watches.next() => Wake::NodeGone(id),
+                Some((id, gone)) = self.nodes.watches.next() => Wake::Watched(id, gone),
+                Some(read) = self.nodes.reads.next() => Wake::Read(read),
                 _ = sleep_on_lease_clock(due_at) => Wake::Due,
                 Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
                 _ = sleep_on_lease_clock(probe_at) => Wake::ProbeTime,
@@ -174,7 +167,7 @@ impl Driver {
                 Wake::Event(None) => break,
                 Wake::Event(Some(event)) => {
                     if let Some(node) = self.on_event(event) {
-                        self.watch_later(node, Instant::now(), &mut node_watches, &mut deferred);
+                        (self.nodes).add(node, Instant::now(), &self.core, self.client.as_ref());
                     }
                 }
                 Wake::State(folded, state) => {
@@ -183,16 +176,24 @@ impl Driver {
                     folded.into_iter().for_each(|folded| self.on_state(folded));
                     self.on_state(state);
                 }
-                Wake::NodeGone(id) => {
-                    self.core.apply(Event::NodeGone { id }, clock::now());
+                Wake::Watched(id, gone) => {
+                    if gone {
+                        self.core.apply(Event::NodeGone { id }, clock::now());
+                    }
+                    (self.nodes).watch_ended(id, &self.core, self.client.as_ref());
+                }
+                Wake::Read(read) => {
+                    for id in self.nodes.gone(read) {
+                        self.core.apply(Event::NodeGone { id }, clock::now());
+                    }
                 }
                 Wake::Due => self.core.check_lease(clock::now()),
                 Wake::Probed(reply) => self.on_probe(reply),
                 Wake::ProbeTime => self.send_probe(),
-                Wake::Sweep => self.sweep(&mut node_watches, &mut deferred),
+                Wake::Sweep => self.nodes.sweep(&self.core, self.client.as_ref()),
                 Wake::Detach => self.detach(),
             }
-            self.stop_looking(&deferred);
+            self.stop_looking();
             let idle = self.idle();
             if idle && self.core.terminal.is_some() && self.try_close() {
                 break;
@@ -203,11 +204,7 @@ impl Driver {
     }
 
     /// Takes the registrations and ends the guards posted (see [`SessionWatch::post`]).
-    fn take_posted(
-        &mut self,
-        node_watches: &mut FuturesUnordered<WatchTask>,
-        deferred: &mut Deferred,
-    ) {
+    fn take_posted(&mut self) {
         let Some(watch) = self.watch.upgrade() else {
             return;
         };
@@ -233,49 +230,18 @@ impl Driver {
                 _ => {}
             }
             if let Some(node) = self.on_event(event) {
-                self.watch_later(node, at, node_watches, deferred);
-            }
-        }
-    }
-
-    /// A registered guard's node: watched now if the acquire set a watch on it, else once
-    /// the guard has been held for [`NODE_WATCH_DELAY`] since `registered`.
-    fn watch_later(
-        &self,
-        node: NodeToWatch,
-        registered: Instant,
-        node_watches: &mut FuturesUnordered<WatchTask>,
-        deferred: &mut Deferred,
-    ) {
-        match (&self.client, node.pending.is_some()) {
-            (Some(client), true) => node_watches.push(Box::pin(watch_node(client.clone(), node))),
-            _ => deferred.push_back((registered + NODE_WATCH_DELAY, node)),
-        }
-    }
-
-    /// Arms the watches that are due, on the nodes of guards still held.
-    fn sweep(&mut self, node_watches: &mut FuturesUnordered<WatchTask>, deferred: &mut Deferred) {
-        let now = Instant::now();
-        while deferred.front().is_some_and(|(due, _)| *due <= now) {
-            let Some((_, node)) = deferred.pop_front() else {
-                break;
-            };
-            if node.state.token.is_cancelled() || !self.core.holds(node.id) {
-                continue; // released (or lost) before its watch was due: none needed
-            }
-            if let Some(client) = &self.client {
-                node_watches.push(Box::pin(watch_node(client.clone(), node)));
+                (self.nodes).add(node, at, &self.core, self.client.as_ref());
             }
         }
     }
 
     /// Lets posts wake the task again once nothing brings it back on its own (no deferred
     /// watch), then takes what was posted before the flag went down.
-    fn stop_looking(&mut self, deferred: &Deferred) {
+    fn stop_looking(&mut self) {
         let Some(watch) = self.watch.upgrade() else {
             return;
         };
-        if !deferred.is_empty() {
+        if self.nodes.has_deferred() {
             watch
                 .looking
                 .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -310,6 +276,7 @@ impl Driver {
         }
         self.client = None;
         self.probing.in_flight = FuturesUnordered::new();
+        self.nodes.detach();
     }
 
     /// Applies a message; a newly registered guard's node to watch, if there is one.
@@ -324,7 +291,12 @@ impl Driver {
                 self.prove(Prover { node, budget, done });
                 None
             }
-            event => self.core.apply(event, clock::now()),
+            event => {
+                if let Event::Unregister { id } = event {
+                    self.nodes.forget(id);
+                }
+                self.core.apply(event, clock::now())
+            }
         }
     }
 
@@ -418,6 +390,8 @@ impl Driver {
         let sync = self.core.probes_by_sync();
         let probe = abandon_after(self.timeout, probe_session(client.clone(), target, sync));
         self.probing.in_flight.push(Box::pin(probe));
+        let period = self.core.lease.probe_period();
+        (self.nodes).read_if_due(&self.core, client, now, period, self.timeout);
         self.probing.last_sent = Some(now);
         self.probing.turn = self.probing.turn.wrapping_add(1);
     }
@@ -727,63 +701,6 @@ fn chunk_checks(checks: &[Check]) -> Vec<&[Check]> {
         chunks.push(&checks[start..]);
     }
     chunks
-}
-
-/// How long a guard must be held before the watchdog arms its own watch on the guard's node.
-/// Most holds are shorter than this and then cost no request beyond create, list and delete.
-/// A node deleted by someone else within this window is caught when the watch is armed (the
-/// read finds it gone), so detection takes at most this delay plus one round trip.
-/// A guard that waited long in the queue already has its watch from the acquire.
-const NODE_WATCH_DELAY: Duration = Duration::from_millis(10);
-
-/// Watches one guard's node until it is deleted (`true`) or the session ends (`false`),
-/// starting from the acquire's pending watch when there is one. Each (re)arm reads the node's
-/// data: Curator's revocation marker there is told to the guard (a revocation request costs
-/// the one read its data change causes, and nothing per hold).
-///
-/// Once armed, a released guard's watch is not dropped early: dropping a pending watcher makes
-/// the client send a removeWatches request, while the release's own delete is about to fire it
-/// anyway. The result for an unregistered guard is ignored by [`Core`].
-async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
-    let NodeToWatch {
-        id,
-        node,
-        state,
-        mut pending,
-    } = node;
-    let token = state.token.clone();
-    let mut attempt = 0;
-    loop {
-        let event = match pending.take() {
-            Some(pending) => pending.await,
-            // getData, not exists: on a missing node it arms no watch (exists would arm a
-            // creation watch that we would then have to remove).
-            None => match client.get_and_watch_data(&node).await {
-                Ok((data, _, watcher)) => {
-                    if data == REVOKE {
-                        state.revocation_requested();
-                    }
-                    watch_changed(watcher).await
-                }
-                Err(zk::Error::NoNode) => return (id, true),
-                Err(err) if is_connection_error(&err) => {
-                    if await_reconnect(&client, &mut attempt).await.is_err() {
-                        return (id, false);
-                    }
-                    continue;
-                }
-                Err(_) => return (id, false),
-            },
-        };
-        match event.event_type {
-            zk::EventType::NodeDeleted => return (id, true),
-            zk::EventType::Session => return (id, false),
-            // The guard is over (released, our own marked release fires this, or lost):
-            // watching again would cost a request for nothing.
-            _ if token.is_cancelled() => return (id, false),
-            _ => {} // data changed under a live guard: watch again
-        }
-    }
 }
 
 /// The session's states from `zookeeper-client`'s state channel, which keeps only the latest

@@ -7,7 +7,9 @@
 //!   state: a change back to the state last seen means a flap that came and went unseen, and
 //!   is taken as a Disconnected first (the client publishes only changes).
 //! - **Each guard's own node**, with a data watch: deleted by an admin or a parent cleanup
-//!   means [`LossReason::NodeDeleted`].
+//!   means [`LossReason::NodeDeleted`]. Past the session's watch share
+//!   ([`HOLD_WATCH_BYTES`](crate::HOLD_WATCH_BYTES), the `nodes` module says why) a hold's
+//!   node is read back once a probe period instead.
 //! - **The lease** (the argument is [`lease`]'s): the driver keeps its proofs coming with a
 //!   probe, a `multi` holding one `check` of a held node, which also finds a node that is gone.
 //!
@@ -24,6 +26,7 @@ mod driver;
 pub(crate) mod lease;
 #[cfg(feature = "model")]
 pub(crate) mod model;
+mod nodes;
 mod registry;
 mod state;
 
@@ -35,8 +38,9 @@ use crate::metrics::WATCHED_SESSIONS;
 
 pub(crate) use self::core::Event;
 use self::driver::Driver;
-pub(crate) use self::driver::REVOKE;
 use self::lease::LeasePolicy;
+pub use self::nodes::HOLD_WATCH_BYTES;
+pub(crate) use self::nodes::REVOKE;
 pub(crate) use self::registry::{session_began, Creating, Interest};
 pub(crate) use self::state::{GuardState, Halt, Terms};
 

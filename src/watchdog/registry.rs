@@ -44,6 +44,10 @@ pub(crate) struct SessionWatch {
     /// bytes as the close-session transaction counts them (ZOOKEEPER-4306).
     nodes: AtomicU64,
     node_bytes: AtomicU64,
+    /// The acquires of this process that may wait on the session (from their start to their
+    /// grant), and the bytes of paths their watches may take (`crate::WAITING_WATCH_BYTES`).
+    waiting: AtomicU64,
+    waiting_bytes: AtomicU64,
     closed: AtomicBool,
     next_id: AtomicU64,
 }
@@ -58,6 +62,8 @@ pub(crate) struct Interest {
     watch: Arc<SessionWatch>,
     /// The bytes of the lock node this acquire (then its hold) keeps on the session.
     node_bytes: u64,
+    /// The bytes of paths this acquire's watches may take while it waits.
+    waiting_bytes: u64,
 }
 
 impl Interest {
@@ -70,25 +76,52 @@ impl Interest {
     /// nodes and bytes when it would pass the budget.
     pub(crate) fn reserve_node(&mut self, bytes: u64, limit: u64) -> Result<(), (u64, u64)> {
         let watch = &self.watch;
-        let mut current = watch.node_bytes.load(Ordering::SeqCst);
-        loop {
-            if current + bytes > limit {
-                return Err((watch.nodes.load(Ordering::SeqCst), current));
-            }
-            match (watch.node_bytes).compare_exchange(
-                current,
-                current + bytes,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => break,
-                Err(now) => current = now,
-            }
-        }
-        watch.nodes.fetch_add(1, Ordering::SeqCst);
+        reserve((&watch.nodes, &watch.node_bytes), bytes, limit)?;
         self.node_bytes += bytes;
         Ok(())
     }
+
+    /// Reserves `bytes` of the session's budget `limit` for the paths this acquire's watches
+    /// may take while it waits, until its grant ([`Self::granted`]) or its end. `Err` with the
+    /// session's waiting acquires and their bytes when it would pass the budget.
+    pub(crate) fn reserve_waiting(&mut self, bytes: u64, limit: u64) -> Result<(), (u64, u64)> {
+        let watch = &self.watch;
+        reserve((&watch.waiting, &watch.waiting_bytes), bytes, limit)?;
+        self.waiting_bytes += bytes;
+        Ok(())
+    }
+
+    /// The acquire was granted: its waiting watches' reservation goes back (the hold's own
+    /// watch counts against the watchdog's share instead).
+    pub(crate) fn granted(&mut self) {
+        if self.waiting_bytes > 0 {
+            self.watch.waiting.fetch_sub(1, Ordering::SeqCst);
+            (self.watch.waiting_bytes).fetch_sub(self.waiting_bytes, Ordering::SeqCst);
+            self.waiting_bytes = 0;
+        }
+    }
+}
+
+/// Adds `bytes` to a budget's bytes and one to its count, unless that would take the bytes
+/// past `limit`; `Err` with the count and the bytes then.
+fn reserve(
+    (count, counter): (&AtomicU64, &AtomicU64),
+    bytes: u64,
+    limit: u64,
+) -> Result<(), (u64, u64)> {
+    let mut current = counter.load(Ordering::SeqCst);
+    loop {
+        if current + bytes > limit {
+            return Err((count.load(Ordering::SeqCst), current));
+        }
+        match counter.compare_exchange(current, current + bytes, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => break,
+            Err(now) => current = now,
+        }
+    }
+    count.fetch_add(1, Ordering::SeqCst);
+    Ok(())
 }
 
 /// An acquire creating its node (see [`SessionWatch::start_creating`]).
@@ -105,6 +138,7 @@ impl Drop for Creating {
 
 impl Drop for Interest {
     fn drop(&mut self) {
+        self.granted();
         if self.node_bytes > 0 {
             self.watch.nodes.fetch_sub(1, Ordering::SeqCst);
             (self.watch.node_bytes).fetch_sub(self.node_bytes, Ordering::SeqCst);
@@ -140,6 +174,7 @@ pub(super) fn join(
             let interest = Interest {
                 watch,
                 node_bytes: 0,
+                waiting_bytes: 0,
             };
             return (interest, None);
         }
@@ -154,6 +189,7 @@ pub(super) fn join(
     let interest = Interest {
         watch,
         node_bytes: 0,
+        waiting_bytes: 0,
     };
     (interest, Some(rx))
 }
@@ -201,6 +237,8 @@ impl SessionWatch {
             creating: AtomicU64::new(0),
             nodes: AtomicU64::new(0),
             node_bytes: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            waiting_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
         };

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -70,10 +70,14 @@ pub(crate) struct GuardState {
     /// `spell.is_some()`, readable without the lock (`check()` runs before every poll of a
     /// section).
     in_jeopardy: AtomicBool,
-    /// The same, for `Held::jeopardy()` and `Held::steady()`.
-    jeopardy: watch::Sender<bool>,
-    /// Whether someone asked the holder to let go (a revocation request in the node's data).
-    revocation: watch::Sender<bool>,
+    /// The same, for `Held::jeopardy()` and `Held::steady()`: made by the first of them (a
+    /// watch channel is about 400 bytes, and most holds never have one), and sent to only
+    /// under the `spell` lock, which its making takes too.
+    jeopardy: OnceLock<watch::Sender<bool>>,
+    /// Whether someone asked the holder to let go (a revocation request in the node's data),
+    /// and who waits for it.
+    revoked: AtomicBool,
+    revocation: Notify,
 }
 
 impl GuardState {
@@ -85,8 +89,9 @@ impl GuardState {
             terms,
             spell: Mutex::new(None),
             in_jeopardy: AtomicBool::new(false),
-            jeopardy: watch::Sender::new(false),
-            revocation: watch::Sender::new(false),
+            jeopardy: OnceLock::new(),
+            revoked: AtomicBool::new(false),
+            revocation: Notify::new(),
         }
     }
 
@@ -108,9 +113,10 @@ impl GuardState {
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
         self.token.cancel();
-        if self.spell().take().is_some() {
+        let mut spell = self.spell();
+        if spell.take().is_some() {
             self.in_jeopardy.store(false, Ordering::Release);
-            self.jeopardy.send_replace(false);
+            self.tell_jeopardy(&spell);
         }
         first
     }
@@ -158,7 +164,7 @@ impl GuardState {
         }
         *current = Some(spell);
         self.in_jeopardy.store(true, Ordering::Release);
-        self.jeopardy.send_replace(true);
+        self.tell_jeopardy(&current);
         true
     }
 
@@ -173,7 +179,7 @@ impl GuardState {
         }
         *current = None;
         self.in_jeopardy.store(false, Ordering::Release);
-        self.jeopardy.send_replace(false);
+        self.tell_jeopardy(&current);
         Some(spell)
     }
 
@@ -185,22 +191,47 @@ impl GuardState {
     /// Someone asked the holder to let go: Apache Curator's revocation marker was found in the
     /// node's data.
     pub(crate) fn revocation_requested(&self) {
-        self.revocation
-            .send_if_modified(|requested| !std::mem::replace(requested, true));
+        if !self.revoked.swap(true, Ordering::AcqRel) {
+            self.revocation.notify_waiters();
+        }
     }
 
-    /// A receiver that reads `true` once a revocation was requested.
-    pub(crate) fn revocation(&self) -> watch::Receiver<bool> {
-        self.revocation.subscribe()
+    /// Whether a revocation was requested.
+    pub(crate) fn is_revocation_requested(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Resolves once a revocation was requested.
+    pub(crate) async fn revocation(&self) {
+        loop {
+            let notified = self.revocation.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a request after the read wakes it.
+            notified.as_mut().enable();
+            if self.is_revocation_requested() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// A receiver that reads `true` while the hold is in jeopardy.
     pub(crate) fn jeopardy(&self) -> watch::Receiver<bool> {
+        let spell = self.spell();
+        let sender = (self.jeopardy).get_or_init(|| watch::Sender::new(spell.is_some()));
         // Marked changed: its first `changed()` resolves at once with the state as it is, so a
         // loop over `changed()` also acts on a jeopardy that began before it subscribed.
-        let mut receiver = self.jeopardy.subscribe();
+        let mut receiver = sender.subscribe();
         receiver.mark_changed();
         receiver
+    }
+
+    /// Tells the jeopardy's receivers, if there are any, what `spell` (the locked spell,
+    /// just changed) now says.
+    fn tell_jeopardy(&self, spell: &Option<Spell>) {
+        if let Some(sender) = self.jeopardy.get() {
+            sender.send_replace(spell.is_some());
+        }
     }
 
     fn spell(&self) -> std::sync::MutexGuard<'_, Option<Spell>> {

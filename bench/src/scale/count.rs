@@ -19,6 +19,8 @@ const OP_CLOSE_SESSION: i32 = -11;
 pub(super) const OP_MULTI: i32 = 14;
 /// ZooKeeper's getData opcode: a held lock's node watch.
 pub(super) const OP_GET_DATA: i32 = 4;
+/// `multiRead`: the watchdog reading back the holds past its watch share.
+pub(super) const OP_MULTI_READ: i32 = 22;
 /// The opcodes that write (each a transaction): create, delete, setData, setACL, multi,
 /// create2, createContainer, createTTL.
 const WRITES: [i32; 8] = [1, 2, 5, 7, 14, 15, 19, 21];

@@ -12,7 +12,7 @@ use zkfence::{Acquire, FencedLock, LockGuard, LockOptions, ParentMode, SESSION_N
 use zookeeper_client as zk;
 
 use super::bed::{Bed, Mntr, DEFAULT_JUTE_MAXBUFFER};
-use super::count::{over_probes, sessions, Seen, Window, OP_GET_DATA, OP_MULTI};
+use super::count::{over_probes, sessions, Seen, Window, OP_GET_DATA, OP_MULTI, OP_MULTI_READ};
 use super::line::Line;
 use super::proxy::Proxy;
 
@@ -44,11 +44,10 @@ pub(super) async fn holds(bed: &Bed<'_>, round: usize, locks: usize) -> Result<L
         bed.server.jute_maxbuffer().map(|j| j as f64),
     );
     let before = Footprint::now(bed).await;
-    let watches = count(&proxy, OP_GET_DATA);
     let window = Window::open(&bed.server, &[&proxy]).await;
     let guards = hold_all(&clients, &parent, locks, &options).await?;
     let acquired = window.close(&bed.server, &[&proxy]).await;
-    armed(&proxy, watches + locks as u64).await;
+    armed(&proxy).await;
     let after = Footprint::now(bed).await;
     acquisition(&mut line, &acquired, locks);
     before.per_hold(&after, &mut line, locks);
@@ -180,14 +179,19 @@ async fn hold_all(
     Ok(guards)
 }
 
-/// Waits (up to two minutes) until every held lock's node watch is armed (one getData each:
-/// `watches` of them through `proxy` in all), and half a second more.
-async fn armed(proxy: &Proxy, watches: u64) {
+/// Waits (up to two minutes) until the watchdog has armed the held locks' node watches (one
+/// getData each, as many as its watch share takes): the count stops growing for a second.
+async fn armed(proxy: &Proxy) {
     let by = Instant::now() + Duration::from_secs(120);
-    while count(proxy, OP_GET_DATA) < watches && Instant::now() < by {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut seen = count(proxy, OP_GET_DATA);
+    while Instant::now() < by {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = count(proxy, OP_GET_DATA);
+        if now == seen {
+            break;
+        }
+        seen = now;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 /// The requests with `opcode` `proxy` has passed on so far.
@@ -285,6 +289,13 @@ fn holding(bed: &Bed<'_>, line: &mut Line, idle: &Seen, sessions: usize) {
         (multis > 0.0).then(|| seconds * 1e3 * sessions as f64 / multis),
     );
     line.set("held_seconds", Some(seconds));
+    // The holds past the watchdog's watch share, read back once a probe period.
+    let reads = idle.counts.op(OP_MULTI_READ) as f64;
+    line.set(
+        "multi_reads_per_period_per_session",
+        Some(reads / periods / sessions.max(1) as f64),
+    );
+    line.set("bytes_per_s", Some(idle.counts.bytes() as f64 / seconds));
     line.set("multis_per_s", Some(multis / seconds));
     line.set(
         "multis_per_period_per_session",

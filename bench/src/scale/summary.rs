@@ -161,6 +161,8 @@ fn holds_table(out: &mut String, lines: &[Line]) {
             row.extend(
                 [
                     "multis_per_period_per_session",
+                    "multi_reads_per_period_per_session",
+                    "bytes_per_s",
                     "server_writes_per_s",
                     "client_cpu_ms_per_s",
                     "restart_down_ms",
@@ -187,6 +189,8 @@ fn holds_table(out: &mut String, lines: &[Line]) {
         "server data B/hold zkfence",
         "÷ zkclient",
         "probes/period/session held",
+        "reads/period/session held",
+        "bytes/s held",
         "server writes/s held",
         "client CPU ms/s held",
         "restart: down ms",
@@ -450,6 +454,19 @@ fn targets(out: &mut String, lines: &[Line]) {
         .filter_map(|l| l.get("steady_after_up_periods"))
         .collect();
     let _ = writeln!(out, "- all of K = 1,000 holds steady again after a restart with a grace, in probe periods after the server serves again (≤ 2): {}", verdict(&steady, 2.0));
+    let ten: Size = vec![("locks", 10_000)];
+    let of_ten = |figure: &str| -> Vec<f64> {
+        (lines.iter())
+            .filter(|l| is(l, "holds", "zkfence", &ten))
+            .filter_map(|l| l.get(figure))
+            .collect()
+    };
+    let _ = writeln!(out, "- all of 10,000 holds on one session steady again after a restart, in probe periods (≤ 2, issue 37): {}", verdict(&of_ten("steady_after_up_periods"), 2.0));
+    let _ = writeln!(
+        out,
+        "- memory per hold at 10,000, bytes (≤ 1,024, issue 37): {}",
+        verdict(&of_ten("rss_bytes_per_hold"), 1024.0)
+    );
     let n16: Size = vec![("permits", 16)];
     let requests = ("requests_per_release", "requests_per_release");
     let semaphore = ratios(
