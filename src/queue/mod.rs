@@ -690,7 +690,8 @@ impl<'a> Attempt<'a> {
     /// predecessor announced its admission (a data change, not a deletion), or it was right
     /// behind the head.
     fn heads_next(&self, ahead: &Ahead, position: &Position, vanish: bool) -> bool {
-        ahead.follows() && self.gates() && (!vanish || position.blocking == 2)
+        // A follower is a gated waiter already (a semaphore's, with no lock-delay).
+        ahead.follows() && (!vanish || position.blocking == 2)
     }
 
     /// Whether we wait at the gate at `position`: we head a semaphore's waiters.
