@@ -497,7 +497,7 @@ impl<M: Mode> LockGuard<M> {
         holder: Holder,
     ) -> LockGuard<M> {
         let Grant {
-            client,
+            session,
             token,
             interest,
             node_watch,
@@ -521,7 +521,7 @@ impl<M: Mode> LockGuard<M> {
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
         let holding = Arc::new(Holding {
-            session: client.session_id(),
+            session,
             lock_path,
             node,
             token,

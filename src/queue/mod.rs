@@ -240,7 +240,8 @@ impl Queue {
 
 /// What a successful acquire hands back: the front type builds its guard from it.
 pub(crate) struct Grant {
-    pub(crate) client: zk::Client,
+    /// The session our node is on (the holding names it; the release keeps the client).
+    pub(crate) session: zk::SessionId,
     pub(crate) token: FencingToken,
     /// The session's watchdog, kept running for the holder.
     pub(crate) interest: Interest,
@@ -1265,7 +1266,7 @@ impl<'a> Attempt<'a> {
         self.interest.granted();
         let mark = release_marked(self.queue.kind, self.lock_delay_on(), waited.crowded);
         Grant {
-            client: self.client.clone(),
+            session: self.client.session_id(),
             token: node.token,
             interest: self.interest,
             node_watch: waited.own_watch,
