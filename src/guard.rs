@@ -18,9 +18,9 @@ use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
-use crate::reentrancy::{Key, Owner, Owners};
+use crate::reentrancy::{Key, Owned, Owner, Owners};
 use crate::token::FencingToken;
-use crate::watchdog::{Event, GuardState, Halt, Interest, Terms};
+use crate::watchdog::{Event, GuardState, Halt, Interest, LazyCancel, Terms};
 use crate::zk::nodes::Deleted;
 
 /// One acquisition: what its guards and their [`Held`] handles share.
@@ -28,7 +28,7 @@ use crate::zk::nodes::Deleted;
 pub(crate) struct Holding {
     /// The session it is held on (its client is the release's).
     session: zk::SessionId,
-    lock_path: Arc<str>,
+    /// The node, a child of the lock path (which is its parent's path).
     node: Arc<str>,
     token: FencingToken,
     state: Arc<GuardState>,
@@ -38,9 +38,12 @@ pub(crate) struct Holding {
     /// Which lock it is and who owns it, for reentrancy.
     key: Key,
     kind: Kind,
-    owner: Arc<Mutex<Owner>>,
+    owner: Mutex<Owner>,
     /// Its guards, and what the last of them ends it with.
     guards: Mutex<Guards>,
+    /// The first guard's own cancellation (a nested guard's is an allocation of its own), its
+    /// token made only when asked for.
+    first: LazyCancel,
 }
 
 /// The live guards of a holding, and what the last one takes with it.
@@ -56,6 +59,12 @@ struct Guards {
 /// The holdings of this process and who owns each, for reentrancy (see
 /// [`crate::reentrancy`]).
 static HOLDINGS: LazyLock<Owners<Holding>> = LazyLock::new(Owners::default);
+
+impl Owned for Holding {
+    fn owner(&self) -> Owner {
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 impl Holding {
     fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
@@ -94,9 +103,10 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
 /// ```
 pub struct Held<M: Mode = Exclusive> {
     holding: Arc<Holding>,
-    /// This guard's cancellation: a child of the holding's, also cancelled when this guard
-    /// ends while others hold on.
-    own: CancellationToken,
+    /// This guard's cancellation, when it is a nested guard's (the first guard's is in the
+    /// holding): a child of the holding's, also cancelled when this guard ends while others
+    /// hold on.
+    own: Option<Arc<LazyCancel>>,
     mode: PhantomData<fn() -> M>,
 }
 
@@ -113,7 +123,7 @@ impl<M: Mode> Clone for Held<M> {
 impl<M: Mode> std::fmt::Debug for Held<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
-            .field("lock_path", &self.holding.lock_path)
+            .field("lock_path", &self.lock_path())
             .field("node", &self.holding.node)
             .field("token", &self.holding.token)
             .field("mode", &std::any::type_name::<M>())
@@ -165,7 +175,8 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn lock_path(&self) -> &str {
-        &self.holding.lock_path
+        let node = &self.holding.node;
+        node.rsplit_once('/').map_or(node, |(parent, _)| parent)
     }
 
     /// The ZooKeeper session holding the lock.
@@ -185,6 +196,8 @@ impl<M: Mode> Held<M> {
 
     /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
     /// hand a [`child_token`](CancellationToken::child_token) to the work done under the lock.
+    /// The first call makes it (a hold never asked for one keeps none); every call, from any
+    /// clone of the handle, returns the same token.
     ///
     /// # Examples
     ///
@@ -201,7 +214,8 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.own.clone()
+        let holding = &self.holding.state;
+        self.own().token(|| holding.token().child_token())
     }
 
     /// Waits until the lock is lost or released, and says why.
@@ -221,7 +235,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) -> LossReason {
-        self.own.cancelled().await;
+        self.cancellation_token().cancelled().await;
         self.holding.state.reason().unwrap_or(LossReason::Released)
     }
 
@@ -310,6 +324,7 @@ impl<M: Mode> Held<M> {
     /// ```
     pub async fn steady(&self) -> Result<()> {
         let mut jeopardy = self.holding.state.jeopardy();
+        let own = self.cancellation_token();
         loop {
             match self.halt() {
                 Ok(()) => return Ok(()),
@@ -318,7 +333,7 @@ impl<M: Mode> Held<M> {
             }
             tokio::select! {
                 _ = jeopardy.changed() => {}
-                _ = self.own.cancelled() => {}
+                _ = own.cancelled() => {}
             }
         }
     }
@@ -373,11 +388,16 @@ impl<M: Mode> Held<M> {
         self.holding.state.is_revocation_requested()
     }
 
+    /// This guard's cancellation.
+    fn own(&self) -> &LazyCancel {
+        self.own.as_deref().unwrap_or(&self.holding.first)
+    }
+
     /// The synchronous check: this guard ended (released, while others hold on), or the
     /// holding's own state.
     pub(crate) fn halt(&self) -> std::result::Result<(), Halt> {
         let state = &self.holding.state;
-        if self.own.is_cancelled() && state.reason().is_none() {
+        if self.own().is_cancelled() && state.reason().is_none() {
             return Err(Halt::Lost(LossReason::Released));
         }
         state.check()
@@ -486,14 +506,13 @@ pub(crate) struct Holder {
 }
 
 impl<M: Mode> LockGuard<M> {
-    /// The first guard of `grant`, held on `lock_path` with `options`' lease and disconnect
+    /// The first guard of `grant`, held with `options`' lease and disconnect
     /// policy; registered with the session's watchdog, which watches its node from now on, and
     /// recorded as `holder`'s for reentrancy.
     pub(crate) fn new(
         grant: Grant,
-        lock_path: Arc<str>,
         options: &LockOptions,
-        label: String,
+        label: Arc<str>,
         holder: Holder,
     ) -> LockGuard<M> {
         let Grant {
@@ -522,7 +541,6 @@ impl<M: Mode> LockGuard<M> {
         metrics::gauge!(HELD_LOCKS).increment(1.0);
         let holding = Arc::new(Holding {
             session,
-            lock_path,
             node,
             token,
             state,
@@ -530,15 +548,16 @@ impl<M: Mode> LockGuard<M> {
             acquired_at: Instant::now(),
             key: holder.key,
             kind: holder.kind,
-            owner: Arc::new(Mutex::new(holder.owner)),
+            owner: Mutex::new(holder.owner),
             guards: Mutex::new(Guards {
                 count: 1,
                 interest: Some(interest),
                 release: Some(release),
             }),
+            first: LazyCancel::default(),
         });
-        HOLDINGS.insert(&holding.key, holding.kind, holding.owner.clone(), &holding);
-        LockGuard::of(holding)
+        HOLDINGS.insert(&holding.key, holding.kind, &holding);
+        LockGuard::of(holding, None)
     }
 
     /// One more guard of `holding` (a reentrant acquire): the same node and token, no
@@ -555,11 +574,12 @@ impl<M: Mode> LockGuard<M> {
                 None => guards.count += 1,
             }
         }
-        Ok(Some(LockGuard::of(holding)))
+        Ok(Some(LockGuard::of(holding, Some(Arc::default()))))
     }
 
-    fn of(holding: Arc<Holding>) -> LockGuard<M> {
-        let own = holding.state.token.child_token();
+    /// A guard of `holding`, with its own cancellation `own`: `None` for the first guard,
+    /// whose cancellation is the holding's `first`.
+    fn of(holding: Arc<Holding>, own: Option<Arc<LazyCancel>>) -> LockGuard<M> {
         LockGuard {
             held: Held {
                 holding,
@@ -705,7 +725,7 @@ impl<M: Mode> LockGuard<M> {
         if std::mem::replace(&mut self.ended, true) {
             return None;
         }
-        self.held.own.cancel();
+        self.held.own().cancel();
         let holding = &self.held.holding;
         let (interest, release) = {
             let mut guards = holding.guards();

@@ -104,6 +104,9 @@ impl Contender {
 /// ```
 pub struct FencedLock<M: Mode = Exclusive> {
     queue: Arc<Queue>,
+    /// Which lock this is among this process's holds (reentrancy): made once, since a
+    /// client's session and chroot never change.
+    key: Key,
     mode: PhantomData<fn() -> M>,
 }
 
@@ -111,6 +114,7 @@ impl<M: Mode> Clone for FencedLock<M> {
     fn clone(&self) -> Self {
         FencedLock {
             queue: self.queue.clone(),
+            key: self.key.clone(),
             mode: PhantomData,
         }
     }
@@ -183,8 +187,14 @@ impl<M: Mode> FencedLock<M> {
         // The kinds that exclude every other holder are the ones that queue in-process.
         debug_assert_eq!(M::EXCLUSIVE, kind.queues_in_process());
         let queue = Queue::new(client, path, options, kind, admission)?;
+        let key = Key::new(
+            queue.client.session_id().0,
+            queue.client.path(),
+            &queue.path,
+        );
         Ok(FencedLock {
             queue: Arc::new(queue),
+            key,
             mode: PhantomData,
         })
     }
@@ -494,8 +504,7 @@ impl<M: Mode> FencedLock<M> {
 
     /// Which lock this is, for the holds of this process.
     fn key(&self) -> Key {
-        let client = &self.queue.client;
-        Key::new(client.session_id().0, client.path(), &self.queue.path)
+        self.key.clone()
     }
 
     /// What an acquire by the calling task gets, given what it already holds on this lock
@@ -572,13 +581,7 @@ impl<M: Mode> FencedLock<M> {
             kind: queue.kind,
             owner: Owner::current(),
         };
-        LockGuard::new(
-            grant,
-            queue.path.clone(),
-            &queue.options,
-            queue.label.clone(),
-            holder,
-        )
+        LockGuard::new(grant, &queue.options, queue.label.clone(), holder)
     }
 }
 

@@ -154,7 +154,11 @@ impl Drop for InProcessWaiter {
     }
 }
 
-/// The `lock` label value: the configured name, or empty.
-pub(crate) fn lock_label(label: &Option<std::sync::Arc<str>>) -> String {
-    label.as_deref().unwrap_or("").to_owned()
+/// The `lock` label value: the configured name, or empty. Shared: every acquire and hold
+/// of the lock labels its metrics with it, and a clone allocates nothing (nor does a lock
+/// without a name: they share one empty label).
+pub(crate) fn lock_label(label: &Option<std::sync::Arc<str>>) -> std::sync::Arc<str> {
+    static UNNAMED: std::sync::LazyLock<std::sync::Arc<str>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::from(""));
+    label.clone().unwrap_or_else(|| UNNAMED.clone())
 }

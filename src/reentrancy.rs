@@ -35,33 +35,55 @@ impl Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     session: i64,
-    /// Shared with the registry's copy of the key.
+    /// Shared with the registry's copy of the key, and with the lock's path when the client
+    /// has no chroot.
     path: Arc<str>,
 }
 
 impl Key {
-    pub(crate) fn new(session: i64, chroot: &str, path: &str) -> Key {
-        let chroot = chroot.trim_end_matches('/');
-        Key {
-            session,
-            path: Arc::from(format!("{chroot}{path}")),
-        }
+    /// The key of `path` on a client of `session` and `chroot`.
+    pub(crate) fn new(session: i64, chroot: &str, path: &Arc<str>) -> Key {
+        let path = match chroot.trim_end_matches('/') {
+            "" => path.clone(),
+            chroot => Arc::from(format!("{chroot}{path}")),
+        };
+        Key { session, path }
     }
 }
 
-/// One hold in [`Owners`]: its kind, its owner (which the hold's guards share, so that an
-/// adoption moves it), and the hold itself.
+/// A hold that says who owns it now (an adoption moves it).
+pub(crate) trait Owned {
+    /// Its owner.
+    fn owner(&self) -> Owner;
+}
+
+/// One hold in [`Owners`]: its kind, and the hold itself, which knows its owner.
 #[derive(Debug)]
 struct Entry<T> {
     kind: Kind,
-    owner: Arc<Mutex<Owner>>,
     hold: Weak<T>,
+}
+
+/// The holds on one lock. Most locks have one, kept in the map without an allocation.
+#[derive(Debug)]
+enum Holds<T> {
+    One(Entry<T>),
+    Many(Vec<Entry<T>>),
+}
+
+impl<T> Holds<T> {
+    fn entries(&self) -> &[Entry<T>] {
+        match self {
+            Holds::One(entry) => std::slice::from_ref(entry),
+            Holds::Many(entries) => entries,
+        }
+    }
 }
 
 /// The holds of this process (of one type `T`), by lock, with who owns each.
 #[derive(Debug)]
 pub(crate) struct Owners<T> {
-    holds: Mutex<HashMap<Key, Vec<Entry<T>>>>,
+    holds: Mutex<HashMap<Key, Holds<T>>>,
 }
 
 impl<T> Default for Owners<T> {
@@ -72,45 +94,61 @@ impl<T> Default for Owners<T> {
     }
 }
 
-impl<T> Owners<T> {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Vec<Entry<T>>>> {
+impl<T: Owned> Owners<T> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Holds<T>>> {
         self.holds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records `hold`, of `kind`, owned by `owner`.
-    pub(crate) fn insert(&self, key: &Key, kind: Kind, owner: Arc<Mutex<Owner>>, hold: &Arc<T>) {
+    /// Records `hold`, of `kind`.
+    pub(crate) fn insert(&self, key: &Key, kind: Kind, hold: &Arc<T>) {
         let entry = Entry {
             kind,
-            owner,
             hold: Arc::downgrade(hold),
         };
-        // Most locks have one hold: room for one (an empty `Vec` grows to four at once).
-        (self.map().entry(key.clone()))
-            .or_insert_with(|| Vec::with_capacity(1))
-            .push(entry);
+        let mut map = self.map();
+        let Some(holds) = map.get_mut(key) else {
+            map.insert(key.clone(), Holds::One(entry));
+            return;
+        };
+        let entries = match std::mem::replace(holds, Holds::Many(Vec::new())) {
+            Holds::One(first) => vec![first, entry],
+            Holds::Many(mut entries) => {
+                entries.push(entry);
+                entries
+            }
+        };
+        *holds = Holds::Many(entries);
     }
 
     /// Forgets `hold` (and any hold that has ended meanwhile).
     pub(crate) fn remove(&self, key: &Key, hold: &Arc<T>) {
         let mut map = self.map();
-        if let Some(entries) = map.get_mut(key) {
-            let gone = Arc::downgrade(hold);
-            entries.retain(|e| !e.hold.ptr_eq(&gone) && e.hold.strong_count() > 0);
-            if entries.is_empty() {
-                map.remove(key);
+        let gone = Arc::downgrade(hold);
+        let keep = |e: &Entry<T>| !e.hold.ptr_eq(&gone) && e.hold.strong_count() > 0;
+        let empty = match map.get_mut(key) {
+            None => return,
+            Some(Holds::One(entry)) => !keep(entry),
+            Some(Holds::Many(entries)) => {
+                entries.retain(keep);
+                entries.is_empty()
             }
+        };
+        if empty {
+            map.remove(key);
         }
     }
 
-    /// The live holds on `key` that `owner` owns, with their kinds.
+    /// The live holds on `key` that `owner` owns, with their kinds. Their owners are read
+    /// after the map's lock is let go, and so are the holds dropped that `owner` does not own.
     pub(crate) fn owned_by(&self, key: &Key, owner: Owner) -> Vec<(Kind, Arc<T>)> {
-        let map = self.map();
-        let Some(entries) = map.get(key) else {
-            return Vec::new();
+        let live: Vec<(Kind, Arc<T>)> = match self.map().get(key) {
+            Some(holds) => (holds.entries().iter())
+                .filter_map(|e| e.hold.upgrade().map(|hold| (e.kind, hold)))
+                .collect(),
+            None => return Vec::new(),
         };
-        (entries.iter())
-            .filter(|e| *e.owner.lock().unwrap_or_else(|p| p.into_inner()) == owner)
-            .filter_map(|e| e.hold.upgrade().map(|hold| (e.kind, hold)))
+        (live.into_iter())
+            .filter(|(_, hold)| hold.owner() == owner)
             .collect()
     }
 }
@@ -228,25 +266,38 @@ mod tests {
         );
     }
 
+    impl Owned for Mutex<Owner> {
+        fn owner(&self) -> Owner {
+            *self.lock().unwrap()
+        }
+    }
+
     #[test]
     fn only_the_owners_live_holds_are_found() {
-        let owners: Owners<u32> = Owners::default();
-        let key = Key::new(7, "/", "/locks/a");
-        assert_eq!(key, Key::new(7, "", "/locks/a"));
+        let owners: Owners<Mutex<Owner>> = Owners::default();
+        let path = Arc::from("/locks/a");
+        let key = Key::new(7, "/", &path);
+        assert_eq!(key, Key::new(7, "", &path));
+        assert_eq!(
+            Key::new(7, "/app/", &path),
+            Key::new(7, "/app", &"/locks/a".into())
+        );
+        assert_ne!(key, Key::new(7, "/app", &path));
+        assert_ne!(key, Key::new(8, "/", &path));
         let me = Owner::Thread(std::thread::current().id());
         let other = std::thread::spawn(|| std::thread::current().id())
             .join()
             .unwrap();
-        let mine = Arc::new(1);
-        let theirs = Arc::new(2);
-        owners.insert(&key, Kind::Mutex, Arc::new(Mutex::new(me)), &mine);
-        let their_owner = Arc::new(Mutex::new(Owner::Thread(other)));
-        owners.insert(&key, Kind::Read, their_owner.clone(), &theirs);
+        let mine = Arc::new(Mutex::new(me));
+        let theirs = Arc::new(Mutex::new(Owner::Thread(other)));
+        owners.insert(&key, Kind::Mutex, &mine);
+        owners.insert(&key, Kind::Read, &theirs);
         let found = owners.owned_by(&key, me);
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].0, *found[0].1), (Kind::Mutex, 1));
+        assert_eq!(found[0].0, Kind::Mutex);
+        assert!(Arc::ptr_eq(&found[0].1, &mine));
         // An adoption moves the owner.
-        *their_owner.lock().unwrap() = me;
+        *theirs.lock().unwrap() = me;
         assert_eq!(owners.owned_by(&key, me).len(), 2);
         owners.remove(&key, &mine);
         drop(theirs);

@@ -57,12 +57,27 @@ async fn a_nested_acquire_gets_the_same_token_with_no_request_and_the_node_goes_
         assert_eq!(token, outer.token());
     }
     assert_eq!(by_clone.node_path(), outer.node_path());
-    // The outer hold ends first: the node stays while nested holds remain.
+    // The outer hold ends first: the node stays while nested holds remain. The outer guard's
+    // handles and its token (asked for before its end, or after) say it ended; the nested
+    // guards' do not.
+    let (outer_held, outer_token) = (outer.held(), outer.cancellation_token());
+    let nested_token = by_clone.cancellation_token();
     outer.release().await.unwrap();
     by_other.release().await.unwrap();
     assert_eq!(children(&hosts, LOCK).await.len(), 1);
     assert_eq!(by_clone.check(), Ok(()));
+    assert_eq!(
+        outer_held.check(),
+        Err(Error::LockLost(LossReason::Released))
+    );
+    assert!(outer_token.is_cancelled() && outer_held.cancellation_token().is_cancelled());
+    assert_eq!(outer_held.lost().await, LossReason::Released);
+    assert!(!nested_token.is_cancelled() && !by_timeout.cancellation_token().is_cancelled());
     drop(by_clone);
+    assert!(
+        nested_token.is_cancelled(),
+        "a nested guard's end cancels its own token"
+    );
     assert_eq!(children(&hosts, LOCK).await.len(), 1);
     by_timeout.release().await.unwrap();
     assert!(

@@ -37,7 +37,7 @@ enum Ours {
 /// including the acquire future being dropped. Its state changes only through its methods.
 #[derive(Debug)]
 pub(crate) struct PendingNode {
-    client: zk::Client,
+    client: Arc<zk::Client>,
     parent: String,
     /// `_c_<uuid>-<marker>`: finds the node when the create's reply was lost.
     prefix: String,
@@ -48,7 +48,7 @@ pub(crate) struct PendingNode {
 }
 
 impl PendingNode {
-    pub(crate) fn new(client: zk::Client, parent: String, prefix: String, mark: bool) -> Self {
+    pub(crate) fn new(client: Arc<zk::Client>, parent: String, prefix: String, mark: bool) -> Self {
         PendingNode {
             client,
             parent,
@@ -152,7 +152,7 @@ impl Drop for PendingNode {
 /// delete, it deletes in the background.
 #[derive(Debug)]
 pub(crate) struct Release {
-    client: zk::Client,
+    client: Arc<zk::Client>,
     node: Arc<str>,
     mark: bool,
     /// The in-process queue turn, given up only once the node is deleted, so the process's
@@ -207,7 +207,7 @@ async fn remove_by_prefix(
 
 /// Deletes `node` in a task of its own (retrying across ConnectionLoss), with the release
 /// marker when `mark`; `turn` is given up once the delete is done.
-fn spawn_cleanup(client: zk::Client, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
+fn spawn_cleanup(client: Arc<zk::Client>, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
     spawn_task(async move {
         let _turn = turn;
         let outcome = match delete_node(&client, &node, marker(mark)).await {

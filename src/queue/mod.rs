@@ -169,7 +169,7 @@ pub(crate) struct Queue {
     pub(crate) path: Arc<str>,
     pub(crate) options: LockOptions,
     /// The `lock` label of its metrics.
-    pub(crate) label: String,
+    pub(crate) label: Arc<str>,
     pub(crate) kind: Kind,
     /// The kind's admission check, if it has one (the semaphore's).
     admission: Option<Box<dyn Admission>>,
@@ -418,6 +418,7 @@ impl<'a> Attempt<'a> {
     fn new(queue: &'a Queue, wait: Wait, data: &'a [u8], interest: Interest) -> Attempt<'a> {
         let client = &queue.client;
         let creating = Some(interest.watch().start_creating());
+        let shared = interest.watch().shared_client(client);
         Attempt {
             creating,
             warming: std::sync::Mutex::new(None),
@@ -429,7 +430,7 @@ impl<'a> Attempt<'a> {
             wait,
             interest,
             pending: PendingNode::new(
-                client.clone(),
+                shared,
                 queue.path.to_string(),
                 names::protected_prefix(&names::fresh_id(), queue.kind.marker()),
                 withdrawal_marked(

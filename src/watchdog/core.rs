@@ -35,7 +35,7 @@ pub(crate) enum Event {
     NodeGone { id: u64 },
     /// A client handle for probes and node watches, sent when interest rises from zero: the
     /// task lets its handle go when idle, so that it never keeps a session open by itself.
-    Attach(zk::Client),
+    Attach(Arc<zk::Client>),
     /// Messages were posted for the driver to take (see `SessionWatch::post`).
     Posted,
     /// An acquire was granted `node` while the lease could not vouch for a hold of `budget`
@@ -370,10 +370,8 @@ impl Core {
         let due: Vec<(u64, bool)> = self
             .guards
             .iter()
-            .filter(|(_, e)| {
-                e.counted && (e.state.token.is_cancelled() || now >= e.state.deadline())
-            })
-            .map(|(id, e)| (*id, e.state.token.is_cancelled()))
+            .filter(|(_, e)| e.counted && (e.state.is_cancelled() || now >= e.state.deadline()))
+            .map(|(id, e)| (*id, e.state.is_cancelled()))
             .collect();
         for (id, cancelled) in due {
             if cancelled {
@@ -463,6 +461,13 @@ impl Core {
     /// Whether guard `id` is registered (not yet unregistered).
     pub(crate) fn holds(&self, id: u64) -> bool {
         self.guards.contains_key(&id)
+    }
+
+    /// Guard `id`'s node and state, while it is registered and has not ended.
+    pub(super) fn live_node(&self, id: u64) -> Option<(&Arc<str>, &Arc<GuardState>)> {
+        (self.guards.get(&id))
+            .filter(|e| !e.state.is_cancelled())
+            .map(|e| (&e.node, &e.state))
     }
 
     /// What the next probe checks: every guard in jeopardy, when there is one (only a

@@ -37,7 +37,7 @@ type Probe = Pin<Box<dyn Future<Output = Vec<ProbeReply>> + Send>>;
 pub(crate) struct Driver {
     watch: Weak<SessionWatch>,
     events: mpsc::UnboundedReceiver<Event>,
-    client: Option<zk::Client>,
+    client: Option<Arc<zk::Client>>,
     core: Core,
     timeout: Duration,
     probing: Probing,
@@ -91,7 +91,7 @@ impl Driver {
     pub(crate) fn new(
         watch: Weak<SessionWatch>,
         events: mpsc::UnboundedReceiver<Event>,
-        client: Option<zk::Client>,
+        client: Option<Arc<zk::Client>>,
     ) -> Driver {
         let strong = watch.upgrade();
         let (session, lease, timeout) = match &strong {
@@ -137,7 +137,7 @@ impl Driver {
         let mut idle_since: Option<Instant> = None;
         // The state channel, and the state as it is now, taken from it (so that what comes
         // next on it is a change from this).
-        let mut states = self.client.as_ref().map(SessionStates::new);
+        let mut states = self.client.as_deref().map(SessionStates::new);
         if let Some(states) = &states {
             self.on_state(states.first());
         }
@@ -627,7 +627,11 @@ struct ProbeReply {
 ///
 /// Under the mutants' `sync` rule it is a `sync` then a read of the first target: unsound,
 /// since a leader answers its own clients' syncs without a quorum.
-async fn probe_session(client: zk::Client, targets: Vec<Check>, sync: bool) -> Vec<ProbeReply> {
+async fn probe_session(
+    client: Arc<zk::Client>,
+    targets: Vec<Check>,
+    sync: bool,
+) -> Vec<ProbeReply> {
     let sent = clock::now();
     let copy = |chunk: &[Check]| chunk.to_vec();
     if sync {

@@ -42,7 +42,7 @@ use self::lease::LeasePolicy;
 pub use self::nodes::HOLD_WATCH_BYTES;
 pub(crate) use self::nodes::REVOKE;
 pub(crate) use self::registry::{session_began, Creating, Interest};
-pub(crate) use self::state::{GuardState, Halt, Terms};
+pub(crate) use self::state::{GuardState, Halt, LazyCancel, Terms};
 
 /// The session's watchdog, started if it is not running, with one more unit of interest, for
 /// a lock on `lock_path` leasing with `policy`.
@@ -55,7 +55,8 @@ pub(crate) fn watch_session(
     if let Some(events) = events {
         metrics::gauge!(WATCHED_SESSIONS).increment(1.0);
         let watch = Arc::downgrade(interest.watch());
-        tokio::spawn(Driver::new(watch, events, Some(client.clone())).run());
+        let client = interest.watch().shared_client(client);
+        tokio::spawn(Driver::new(watch, events, Some(client)).run());
     }
     interest
 }
@@ -91,7 +92,7 @@ mod tests {
             budget: policy().budget(T),
             ride_out,
             grace,
-            label: String::new(),
+            label: "".into(),
         }
     }
 
@@ -143,7 +144,7 @@ mod tests {
         watch.send(Event::State(zk::SessionState::Disconnected));
         settle().await;
         assert_eq!(strict.check(), Err(Halt::Lost(LossReason::Disconnected)));
-        assert!(strict.token.is_cancelled());
+        assert!(strict.is_cancelled());
         assert_eq!(patient.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(9_799)).await;
         settle().await;
@@ -155,7 +156,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(2)).await;
         settle().await;
         assert!(
-            patient.token.is_cancelled(),
+            patient.is_cancelled(),
             "the watchdog did not cancel at the deadline"
         );
         assert_eq!(patient.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
@@ -239,10 +240,7 @@ mod tests {
         assert_eq!(guard.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
-        assert!(
-            guard.token.is_cancelled(),
-            "check() cancels the token itself"
-        );
+        assert!(guard.is_cancelled(), "check() cancels the token itself");
     }
 
     #[tokio::test(start_paused = true)]
@@ -293,7 +291,7 @@ mod tests {
         core.check_lease(clock::now());
         assert_eq!(guard.check(), Err(Halt::Jeopardy));
         assert!(*guard.jeopardy().borrow());
-        assert!(!guard.token.is_cancelled(), "the token fired in jeopardy");
+        assert!(!guard.is_cancelled(), "the token fired in jeopardy");
         // The grace counts from the lapse: it runs out GRACE after the deadline.
         assert_eq!(core.next_deadline(), Some(deadline + GRACE));
         tokio::time::advance(GRACE - Duration::from_millis(1)).await;
@@ -302,7 +300,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         core.check_lease(clock::now());
         assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
-        assert!(guard.token.is_cancelled());
+        assert!(guard.is_cancelled());
         assert!(!*guard.jeopardy().borrow());
         assert_eq!(
             core.next_deadline(),
@@ -331,7 +329,7 @@ mod tests {
         core.found(id, sent, clock::now());
         assert_eq!(guard.check(), Ok(()));
         assert!(!*guard.jeopardy().borrow());
-        assert!(!guard.token.is_cancelled());
+        assert!(!guard.is_cancelled());
         // Its lease deadline is scheduled again, its grace no longer.
         assert_eq!(core.next_deadline(), Some(guard.deadline()));
     }
@@ -339,11 +337,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_disconnect_under_a_grace_suspends_a_strict_guard_and_leaves_a_riding_one() {
         let (mut core, id, strict, _) = core_with(terms(false, GRACE));
-        let riding = Arc::new(GuardState::new(
-            tokio_util::sync::CancellationToken::new(),
-            core.lease.clone(),
-            terms(true, GRACE),
-        ));
+        let riding = Arc::new(GuardState::new(core.lease.clone(), terms(true, GRACE)));
         core.apply(
             Event::Register {
                 id: 2,
@@ -400,11 +394,11 @@ mod tests {
         );
         // The watchdog's timer slept on the monotonic clock; it wakes within its longest
         // sleep and finds the lapse on the lease clock, with nobody calling check().
-        assert!(!watched.token.is_cancelled());
+        assert!(!watched.is_cancelled());
         tokio::time::advance(clock::LONGEST_SLEEP).await;
         settle().await;
         assert!(
-            watched.token.is_cancelled(),
+            watched.is_cancelled(),
             "the watchdog slept through a suspend"
         );
     }

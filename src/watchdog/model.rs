@@ -11,7 +11,6 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::clock;
@@ -137,7 +136,7 @@ impl Settings {
             budget: self.budget(),
             ride_out: self.ride_out,
             grace: self.grace,
-            label: String::new(),
+            label: "".into(),
         }
     }
 }
@@ -231,11 +230,7 @@ impl Watchdog {
     /// The guard is registered with the watchdog at `now`, on `node` (`Event::Register`).
     pub fn register(&mut self, settings: &Settings, node: &str, now: i64) {
         self.with(|core| {
-            let state = GuardState::new(
-                CancellationToken::new(),
-                core.lease.clone(),
-                settings.terms(),
-            );
+            let state = GuardState::new(core.lease.clone(), settings.terms());
             let register = Event::Register {
                 id: GUARD,
                 node: node.into(),

@@ -19,7 +19,7 @@
 //! within a probe period instead of at once. A watched hold that ends hands its share to the
 //! oldest hold without one.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -85,8 +85,9 @@ pub(super) struct Nodes {
     /// Guards' nodes to watch once they have been held for [`NODE_WATCH_DELAY`], in the
     /// order they were registered (so by when they are due).
     deferred: VecDeque<(Instant, NodeToWatch)>,
-    /// Held guards past the share, oldest first.
-    unwatched: BTreeMap<u64, NodeToWatch>,
+    /// Held guards past the share, oldest first: their ids alone, as [`Core`] has their nodes
+    /// and states (most holds of a session with thousands are here).
+    unwatched: BTreeSet<u64>,
     /// When the last round of reads went.
     read_at: Option<Instant>,
 }
@@ -99,7 +100,7 @@ impl Nodes {
             watched: HashMap::new(),
             watched_bytes: 0,
             deferred: VecDeque::new(),
-            unwatched: BTreeMap::new(),
+            unwatched: BTreeSet::new(),
             read_at: None,
         }
     }
@@ -110,16 +111,16 @@ impl Nodes {
     /// `registered`.
     pub(super) fn add(
         &mut self,
-        mut node: NodeToWatch,
+        node: NodeToWatch,
         registered: Instant,
         core: &Core,
-        client: Option<&zk::Client>,
+        client: Option<&Arc<zk::Client>>,
     ) {
         match client.filter(|_| node.pending.is_some()) {
-            Some(client) if self.fits(core, client, &node) => self.arm(client, node),
+            Some(client) if self.fits(core, client, &node.node) => self.arm(client, node),
             Some(_) => {
-                node.pending = None;
-                self.unwatched.insert(node.id, node);
+                // Its watch goes (the client removes it) with the node handed over here.
+                self.unwatched.insert(node.id);
             }
             None => (self.deferred).push_back((registered + NODE_WATCH_DELAY, node)),
         }
@@ -136,7 +137,7 @@ impl Nodes {
 
     /// Arms the watches that are due, on the nodes of guards still held, within the share;
     /// the guards past it wait for their turn unwatched.
-    pub(super) fn sweep(&mut self, core: &Core, client: Option<&zk::Client>) {
+    pub(super) fn sweep(&mut self, core: &Core, client: Option<&Arc<zk::Client>>) {
         let now = Instant::now();
         while self.deferred.front().is_some_and(|(due, _)| *due <= now) {
             let Some((_, node)) = self.deferred.pop_front() else {
@@ -145,35 +146,43 @@ impl Nodes {
             if ended(core, &node) {
                 continue; // released (or lost) before its watch was due: none needed
             }
-            match client.filter(|client| self.fits(core, client, &node)) {
+            match client.filter(|client| self.fits(core, client, &node.node)) {
                 Some(client) => self.arm(client, node),
-                None => {
-                    // Past the share (or no client now): read back. A watch the acquire set
-                    // goes (the client removes it), as no budget counts it.
-                    let mut node = node;
-                    node.pending = None;
-                    self.unwatched.insert(node.id, node);
-                }
+                // Past the share (or no client now): read back. A watch the acquire set goes
+                // with the node handed over here (the client removes it), as no budget
+                // counts it.
+                None => drop(self.unwatched.insert(node.id)),
             }
         }
     }
 
     /// A watch ended (its guard's node deleted, or the session over): its share goes to the
     /// oldest unwatched holds.
-    pub(super) fn watch_ended(&mut self, id: u64, core: &Core, client: Option<&zk::Client>) {
+    pub(super) fn watch_ended(&mut self, id: u64, core: &Core, client: Option<&Arc<zk::Client>>) {
         if let Some(bytes) = self.watched.remove(&id) {
             self.watched_bytes -= bytes;
         }
         let Some(client) = client else {
             return;
         };
-        while let Some((&id, node)) = self.unwatched.first_key_value() {
-            let (gone, fits) = (ended(core, node), self.fits(core, client, node));
-            if !gone && !fits {
+        while let Some(&id) = self.unwatched.first() {
+            let live = core.live_node(id);
+            if live.is_some_and(|(node, _)| !self.fits(core, client, node)) {
                 break;
             }
-            if let Some(node) = self.unwatched.remove(&id).filter(|_| !gone) {
-                self.arm(client, node);
+            self.unwatched.remove(&id);
+            if let Some((node, state)) = live {
+                let (node, state) = (node.clone(), state.clone());
+                let pending = None;
+                self.arm(
+                    client,
+                    NodeToWatch {
+                        id,
+                        node,
+                        state,
+                        pending,
+                    },
+                );
             }
         }
     }
@@ -188,7 +197,7 @@ impl Nodes {
     pub(super) fn read_if_due(
         &mut self,
         core: &Core,
-        client: &zk::Client,
+        client: &Arc<zk::Client>,
         now: Instant,
         period: Duration,
         limit: Duration,
@@ -198,10 +207,13 @@ impl Nodes {
             return;
         }
         // A hold that ended (lost, or released and not yet unregistered) needs no read.
-        self.unwatched.retain(|_, node| !ended(core, node));
+        self.unwatched.retain(|id| core.live_node(*id).is_some());
         self.read_at = Some(now);
-        let nodes: Vec<(u64, Arc<str>, Arc<GuardState>)> = (self.unwatched.values())
-            .map(|n| (n.id, n.node.clone(), n.state.clone()))
+        let nodes: Vec<(u64, Arc<str>, Arc<GuardState>)> = (self.unwatched.iter())
+            .filter_map(|id| {
+                let (node, state) = core.live_node(*id)?;
+                Some((*id, node.clone(), state.clone()))
+            })
             .collect();
         let mut chunk = Vec::new();
         let mut bytes = 0;
@@ -224,7 +236,7 @@ impl Nodes {
     /// The guards whose nodes a read found gone and that are still unwatched holds.
     pub(super) fn gone(&self, read: Vec<(u64, bool)>) -> Vec<u64> {
         (read.into_iter())
-            .filter(|(id, gone)| *gone && self.unwatched.contains_key(id))
+            .filter(|(id, gone)| *gone && self.unwatched.contains(id))
             .map(|(id, _)| id)
             .collect()
     }
@@ -235,7 +247,7 @@ impl Nodes {
     }
 
     /// Whether `node`'s watch fits within the share: its path on the server counts once.
-    fn fits(&self, core: &Core, client: &zk::Client, node: &NodeToWatch) -> bool {
+    fn fits(&self, core: &Core, client: &zk::Client, node: &str) -> bool {
         // The mutant's flaw: every hold watched, whatever the client can re-arm.
         let share = match core.lease.flaw().is(Mutant::WatchEveryHold) {
             true => usize::MAX,
@@ -246,8 +258,8 @@ impl Nodes {
             <= share
     }
 
-    fn arm(&mut self, client: &zk::Client, node: NodeToWatch) {
-        let bytes = server_bytes(client, &node);
+    fn arm(&mut self, client: &Arc<zk::Client>, node: NodeToWatch) {
+        let bytes = server_bytes(client, &node.node);
         if let Some(old) = self.watched.insert(node.id, bytes) {
             self.watched_bytes -= old;
         }
@@ -259,12 +271,12 @@ impl Nodes {
 
 /// Whether `node`'s guard ended (released or lost) or left the watchdog.
 fn ended(core: &Core, node: &NodeToWatch) -> bool {
-    node.state.token.is_cancelled() || !core.holds(node.id)
+    node.state.is_cancelled() || !core.holds(node.id)
 }
 
 /// The bytes of `node`'s path as the client sends it to the server (the chroot included).
-fn server_bytes(client: &zk::Client, node: &NodeToWatch) -> usize {
-    client.path().trim_end_matches('/').len() + node.node.len()
+fn server_bytes(client: &zk::Client, node: &str) -> usize {
+    client.path().trim_end_matches('/').len() + node.len()
 }
 
 /// Reads `nodes` in one `multi` read: which are gone, and a revocation request told to each
@@ -272,7 +284,7 @@ fn server_bytes(client: &zk::Client, node: &NodeToWatch) -> usize {
 /// (a reply lost on a live connection never comes), finds nothing: the next round reads them
 /// again.
 async fn read_nodes(
-    client: zk::Client,
+    client: Arc<zk::Client>,
     nodes: Vec<(u64, Arc<str>, Arc<GuardState>)>,
     limit: Duration,
 ) -> Vec<(u64, bool)> {
@@ -314,21 +326,23 @@ async fn read_nodes(
 /// Once armed, a released guard's watch is not dropped early: dropping a pending watcher makes
 /// the client send a removeWatches request, while the release's own delete is about to fire it
 /// anyway. The result for an unregistered guard is ignored by [`Core`].
-async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
+async fn watch_node(client: Arc<zk::Client>, node: NodeToWatch) -> (u64, bool) {
     let NodeToWatch {
         id,
         node,
         state,
         mut pending,
     } = node;
-    let token = state.token.clone();
     let mut attempt = 0;
     loop {
         let event = match pending.take() {
             Some(pending) => pending.await,
             // getData, not exists: on a missing node it arms no watch (exists would arm a
             // creation watch that we would then have to remove).
-            None => match client.get_and_watch_data(&node).await {
+            // The request's future is boxed, and so is the reconnect's: this task lasts as long
+            // as the hold, and its size is that of the largest future it awaits, which would
+            // otherwise be one of these (a watch costs its hold about 500 bytes more).
+            None => match Box::pin(client.get_and_watch_data(&node)).await {
                 Ok((data, _, watcher)) => {
                     if data == REVOKE {
                         state.revocation_requested();
@@ -337,7 +351,10 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
                 }
                 Err(zk::Error::NoNode) => return (id, true),
                 Err(err) if is_connection_error(&err) => {
-                    if await_reconnect(&client, &mut attempt).await.is_err() {
+                    if Box::pin(await_reconnect(&client, &mut attempt))
+                        .await
+                        .is_err()
+                    {
                         return (id, false);
                     }
                     continue;
@@ -350,7 +367,7 @@ async fn watch_node(client: zk::Client, node: NodeToWatch) -> (u64, bool) {
             zk::EventType::Session => return (id, false),
             // The guard is over (released, our own marked release fires this, or lost):
             // watching again would cost a request for nothing.
-            _ if token.is_cancelled() => return (id, false),
+            _ if state.is_cancelled() => return (id, false),
             _ => {} // data changed under a live guard: watch again
         }
     }

@@ -1,15 +1,14 @@
 //! The watchdogs of this process, one per live session: the per-session part that acquires
-//! and guards share (its lease, its event channel, its cancellation), and the counted interest
+//! and guards share (its lease, its event channel, its client handle), and the counted interest
 //! that keeps a watchdog running. The messages themselves are `core`'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use super::clock;
@@ -26,7 +25,6 @@ pub(crate) struct SessionWatch {
     /// A node the probe may check when no guard is held: the newest lock path (we list it,
     /// so we can read it).
     probe_path: Mutex<Arc<str>>,
-    pub(super) token: CancellationToken,
     events: mpsc::UnboundedSender<Event>,
     /// Guards' registrations and ends, with when they were posted: the driver takes them in
     /// batches (see [`SessionWatch::post`]).
@@ -50,6 +48,10 @@ pub(crate) struct SessionWatch {
     waiting_bytes: AtomicU64,
     closed: AtomicBool,
     next_id: AtomicU64,
+    /// The client handle the session's nodes are deleted with, shared by their releases while
+    /// any lasts: a hold keeps a pointer rather than a client of its own (112 bytes and an
+    /// allocation). The last one handed out; a client of another chroot gets its own.
+    release_client: Mutex<Weak<zk::Client>>,
 }
 
 /// The watchdogs of this process, one per live session.
@@ -167,7 +169,7 @@ pub(super) fn join(
                 // the caller's create can record its reply).
                 watch.lease.restart(clock::now());
                 if !watch.attached.swap(true, Ordering::SeqCst) {
-                    watch.send(Event::Attach(client.clone()));
+                    watch.send(Event::Attach(watch.shared_client(client)));
                 }
             }
             let watch = watch.clone();
@@ -228,7 +230,6 @@ impl SessionWatch {
             timeout,
             lease: Arc::new(LeaseCell::new(timeout)),
             probe_path: Mutex::new(Arc::from("/")),
-            token: CancellationToken::new(),
             events,
             posted: Mutex::new(Vec::new()),
             looking: AtomicBool::new(false),
@@ -241,8 +242,21 @@ impl SessionWatch {
             waiting_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            release_client: Mutex::new(Weak::new()),
         };
         (watch, rx)
+    }
+
+    /// A handle on `client`'s session and chroot, shared with the session's other acquires and
+    /// holds on that chroot, which delete their nodes with it.
+    pub(crate) fn shared_client(&self, client: &zk::Client) -> Arc<zk::Client> {
+        let mut shared = (self.release_client.lock()).unwrap_or_else(|e| e.into_inner());
+        if let Some(same) = shared.upgrade().filter(|c| c.path() == client.path()) {
+            return same;
+        }
+        let fresh = Arc::new(client.clone());
+        *shared = Arc::downgrade(&fresh);
+        fresh
     }
 
     pub(crate) fn lease(&self) -> &LeaseCell {
@@ -278,8 +292,8 @@ impl SessionWatch {
     /// Posts a guard's registration or end for the driver to take with others: it wakes the
     /// driver only if the driver is not about to look anyway, so that a stream of short holds
     /// on one session costs the driver one wake per `NODE_WATCH_DELAY`, not two per hold.
-    /// Nothing here needs the driver sooner: a guard's check, its session's cancellation and
-    /// its lease's clock do not wait for it, and its node's watch is armed only after that
+    /// Nothing here needs the driver sooner: a guard's check, its cancellation and its
+    /// lease's clock do not wait for it, and its node's watch is armed only after that
     /// delay (or, set by the acquire, is already armed).
     pub(crate) fn post(&self, event: Event) {
         self.posted
@@ -317,10 +331,10 @@ impl SessionWatch {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The shared state of a new guard on this session: cancelled with the session's token,
-    /// leasing on the session's lease.
+    /// The shared state of a new guard on this session, leasing on the session's lease (its
+    /// cancellation is its own, its token made when first asked for).
     pub(crate) fn guard_state(&self, terms: Terms) -> GuardState {
-        GuardState::new(self.token.child_token(), self.lease.clone(), terms)
+        GuardState::new(self.lease.clone(), terms)
     }
 
     /// An acquire starts creating its node: the driver probes (the cold phase's extra probes)

@@ -25,7 +25,7 @@ pub(crate) struct Terms {
     /// How long the hold may stay in jeopardy before it is lost; zero: a lapse is a loss.
     pub(crate) grace: Duration,
     /// The `lock` label of its metrics.
-    pub(crate) label: String,
+    pub(crate) label: Arc<str>,
 }
 
 /// Why `check()` refused.
@@ -58,10 +58,52 @@ pub(crate) struct Spell {
     pub(crate) cause: LossReason,
 }
 
+/// A cancellation whose token is made only when someone asks for one: most holds are never
+/// asked, and a token is an allocation (about 130 bytes with its parent's record of it).
+#[derive(Debug, Default)]
+pub(crate) struct LazyCancel {
+    /// Set once cancelled (read without the lock).
+    cancelled: AtomicBool,
+    /// Made and cancelled under this lock, which `cancelled` is set under too, so a token made
+    /// after the cancel is made cancelled.
+    token: Mutex<Option<CancellationToken>>,
+}
+
+impl LazyCancel {
+    /// Whether it was cancelled.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Cancels it, and the token if one was made.
+    pub(crate) fn cancel(&self) {
+        let token = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        self.cancelled.store(true, Ordering::Release);
+        if let Some(token) = token.as_ref() {
+            token.cancel();
+        }
+    }
+
+    /// Its token, `make` made on the first call (and cancelled if this is already): cancelled
+    /// with it, and by whatever cancels what `make` derives it from.
+    pub(crate) fn token(&self, make: impl FnOnce() -> CancellationToken) -> CancellationToken {
+        let mut token = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        (token.get_or_insert_with(|| {
+            let made = make();
+            if self.cancelled.load(Ordering::Acquire) {
+                made.cancel();
+            }
+            made
+        }))
+        .clone()
+    }
+}
+
 /// What one guard shares with the watchdog.
 #[derive(Debug)]
 pub(crate) struct GuardState {
-    pub(crate) token: CancellationToken,
+    /// Cancelled when the hold ends, lost or released.
+    cancel: LazyCancel,
     reason: OnceLock<LossReason>,
     lease: Arc<LeaseCell>,
     pub(crate) terms: Terms,
@@ -81,9 +123,9 @@ pub(crate) struct GuardState {
 }
 
 impl GuardState {
-    pub(super) fn new(token: CancellationToken, lease: Arc<LeaseCell>, terms: Terms) -> Self {
+    pub(super) fn new(lease: Arc<LeaseCell>, terms: Terms) -> Self {
         GuardState {
-            token,
+            cancel: LazyCancel::default(),
             reason: OnceLock::new(),
             lease,
             terms,
@@ -93,6 +135,16 @@ impl GuardState {
             revoked: AtomicBool::new(false),
             revocation: Notify::new(),
         }
+    }
+
+    /// The hold's cancellation token, made on the first call: cancelled when it ends.
+    pub(crate) fn token(&self) -> CancellationToken {
+        self.cancel.token(CancellationToken::new)
+    }
+
+    /// Whether the hold has ended, lost or released.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 
     /// The current lease deadline, on the lease clock.
@@ -105,14 +157,14 @@ impl GuardState {
         self.reason
             .get()
             .copied()
-            .or_else(|| self.token.is_cancelled().then_some(LossReason::Released))
+            .or_else(|| self.cancel.is_cancelled().then_some(LossReason::Released))
     }
 
     /// Records `reason` and cancels, once; returns whether this call did it. A spell in
     /// progress ends with it.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
-        self.token.cancel();
+        self.cancel.cancel();
         let mut spell = self.spell();
         if spell.take().is_some() {
             self.in_jeopardy.store(false, Ordering::Release);
@@ -256,21 +308,21 @@ impl GuardState {
         StateSnapshot {
             terms: self.terms.clone(),
             reason: self.reason.get().copied(),
-            cancelled: self.token.is_cancelled(),
+            cancelled: self.cancel.is_cancelled(),
             spell: self.current_spell(),
         }
     }
 
     /// A guard in the state `snapshot` describes, on `lease`.
     pub(crate) fn restore(snapshot: &StateSnapshot, lease: Arc<LeaseCell>) -> GuardState {
-        let state = GuardState::new(CancellationToken::new(), lease, snapshot.terms.clone());
+        let state = GuardState::new(lease, snapshot.terms.clone());
         if let Some(spell) = snapshot.spell {
             state.enter_jeopardy(spell);
         }
         if let Some(reason) = snapshot.reason {
             state.lose(reason);
         } else if snapshot.cancelled {
-            state.token.cancel();
+            state.cancel.cancel();
         }
         state
     }
@@ -279,6 +331,27 @@ impl GuardState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lazy_cancel_makes_its_token_once_and_cancels_it_whenever_it_was_made() {
+        let before = LazyCancel::default();
+        let token = before.token(CancellationToken::new);
+        let again = before.token(|| panic!("made twice"));
+        assert!(!before.is_cancelled() && !token.is_cancelled());
+        before.cancel();
+        assert!(before.is_cancelled() && token.is_cancelled() && again.is_cancelled());
+
+        let after = LazyCancel::default();
+        after.cancel();
+        assert!(after.is_cancelled());
+        assert!(after.token(CancellationToken::new).is_cancelled());
+
+        // A child made of a parent's lazy token is cancelled with the parent.
+        let (parent, child) = (LazyCancel::default(), LazyCancel::default());
+        let token = child.token(|| parent.token(CancellationToken::new).child_token());
+        parent.cancel();
+        assert!(token.is_cancelled() && !child.is_cancelled());
+    }
 
     #[test]
     fn a_halt_is_the_error_check_reports() {

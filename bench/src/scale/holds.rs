@@ -222,6 +222,8 @@ pub(super) fn acquisition(line: &mut Line, seen: &Seen, locks: usize) {
 pub(super) struct Footprint {
     /// Resident memory, bytes.
     rss: u64,
+    /// The allocator's bytes in use (chunks with their headers), as glibc counts them.
+    heap: u64,
     /// Tokio tasks alive.
     tasks: usize,
     /// The server's figures.
@@ -233,6 +235,7 @@ impl Footprint {
     pub(super) async fn now(bed: &Bed<'_>) -> Footprint {
         Footprint {
             rss: rss_bytes(),
+            heap: heap_bytes(),
             tasks: tokio::runtime::Handle::current()
                 .metrics()
                 .num_alive_tasks(),
@@ -246,6 +249,8 @@ impl Footprint {
         let per = locks.max(1) as f64;
         let rss = later.rss.saturating_sub(self.rss) as f64;
         line.set("rss_bytes_per_hold", Some(rss / per));
+        let heap = later.heap as f64 - self.heap as f64;
+        line.set("heap_bytes_per_hold", Some(heap / per));
         let tasks = later.tasks as f64 - self.tasks as f64;
         line.set("tasks_per_hold", Some(tasks / per));
         for (name, key) in [
@@ -272,6 +277,16 @@ fn rss_bytes() -> u64 {
         .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64
+}
+
+/// The bytes the allocator has handed out and not got back, in every arena and in mapped
+/// chunks, each chunk counted with its header and rounding (glibc's `mallinfo2`): what the
+/// holds cost the heap, without the page-sized steps and the allocator's spare pages that make
+/// the resident size noisy.
+fn heap_bytes() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let info = unsafe { libc::mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
 }
 
 /// The watchdog's cost while holding: probes (multis) per second and per probe period per

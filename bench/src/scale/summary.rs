@@ -155,6 +155,7 @@ fn holds_table(out: &mut String, lines: &[Line]) {
             row.extend(k("acquire_all_s"));
             row.extend(k("acquire_requests_per_lock"));
             row.extend(k("rss_bytes_per_hold"));
+            row.extend(k("heap_bytes_per_hold"));
             let watches = side_by_side(lines, "holds", "zkclient", size, "server_watches_per_hold");
             row.extend(watches.into_iter().take(2));
             row.extend(k("server_data_bytes_per_hold"));
@@ -183,6 +184,8 @@ fn holds_table(out: &mut String, lines: &[Line]) {
         "requests/acquire zkfence",
         "÷ zkclient",
         "RSS B/hold zkfence",
+        "÷ zkclient",
+        "heap B/hold zkfence",
         "÷ zkclient",
         "server watches/hold zkfence",
         "zkclient",
@@ -466,6 +469,11 @@ fn targets(out: &mut String, lines: &[Line]) {
         out,
         "- memory per hold at 10,000, bytes (≤ 1,024, issue 37): {}",
         verdict(&of_ten("rss_bytes_per_hold"), 1024.0)
+    );
+    let _ = writeln!(
+        out,
+        "- heap per hold at 10,000 (the allocator's bytes in use), bytes (≤ 1,024): {}",
+        verdict(&of_ten("heap_bytes_per_hold"), 1024.0)
     );
     let n16: Size = vec![("permits", 16)];
     let requests = ("requests_per_release", "requests_per_release");
