@@ -28,8 +28,10 @@ use crate::zk::nodes::Deleted;
 pub(crate) struct Holding {
     /// The session it is held on (its client is the release's).
     session: zk::SessionId,
-    /// The node, a child of the lock path (which is its parent's path).
+    /// The node's path on the server, the client's chroot included (as the session's watchdog
+    /// watches it); its path under the chroot, a child of the lock path, starts at `at`.
     node: Arc<str>,
+    at: usize,
     token: FencingToken,
     state: Arc<GuardState>,
     /// Our registration with the session's watchdog.
@@ -124,7 +126,7 @@ impl<M: Mode> std::fmt::Debug for Held<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
             .field("lock_path", &self.lock_path())
-            .field("node", &self.holding.node)
+            .field("node", &self.node_path())
             .field("token", &self.holding.token)
             .field("mode", &std::any::type_name::<M>())
             .finish_non_exhaustive()
@@ -160,7 +162,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn node_path(&self) -> &str {
-        &self.holding.node
+        &self.holding.node[self.holding.at..]
     }
 
     /// The lock path this guard holds.
@@ -175,7 +177,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn lock_path(&self) -> &str {
-        let node = &self.holding.node;
+        let node = self.node_path();
         node.rsplit_once('/').map_or(node, |(parent, _)| parent)
     }
 
@@ -531,7 +533,7 @@ impl<M: Mode> LockGuard<M> {
             label,
         }));
         let id = watch.next_id();
-        let node = release.node().clone();
+        let (node, at) = (release.node().clone(), release.chroot_len());
         watch.post(Event::Register {
             id,
             node: node.clone(),
@@ -542,6 +544,7 @@ impl<M: Mode> LockGuard<M> {
         let holding = Arc::new(Holding {
             session,
             node,
+            at,
             token,
             state,
             id,
@@ -706,13 +709,13 @@ impl<M: Mode> LockGuard<M> {
         };
         match &outcome {
             Ok(()) => {
-                tracing::debug!(node = %holding.node, fencing_token = %holding.token, "released")
+                tracing::debug!(node = %self.node_path(), fencing_token = %holding.token, "released")
             }
             Err(err) => {
                 if !err.is_lock_lost() {
                     metrics::counter!(RELEASE_ERRORS_TOTAL).increment(1);
                 }
-                tracing::warn!(node = %holding.node, fencing_token = %holding.token, cause = %err, "release reported an error");
+                tracing::warn!(node = %self.node_path(), fencing_token = %holding.token, cause = %err, "release reported an error");
             }
         }
         outcome

@@ -725,3 +725,46 @@ async fn every_lease_mutant_keeps_its_lock_on_a_healthy_server() {
         guard.release().await.unwrap();
     }
 }
+
+/// Two clients of one session under different chroots (`zk::Client::chroot`) share the
+/// session's watchdog: each hold's node is watched and probed where its own client put it. A
+/// hold through the second chroot stays held past its node watch and several probes, and an
+/// admin's deletion of its node is still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_of_one_session_under_two_chroots_are_watched_where_they_are() {
+    let hosts = chroot(shared(), "two-chroots").await;
+    let first = connect(&hosts, T).await;
+    let root = hosts[hosts.find('/').unwrap()..].to_string();
+    let admin = connect(&hosts[..hosts.find('/').unwrap()], T).await;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let inner = format!("{root}/b");
+    match admin.create(&inner, &[], &persistent).await {
+        Ok(_) | Err(zk::Error::NodeExists) => {}
+        Err(err) => panic!("creating {inner}: {err}"),
+    }
+    let second = first.clone().chroot(inner.clone()).unwrap();
+    assert_eq!(second.session_id(), first.session_id());
+    // The first lock starts the session's watchdog with its client, the outer chroot.
+    let outer = FencedLock::new(first, "/locks/outer", LockOptions::default()).unwrap();
+    let outer_guard = outer.acquire().await.unwrap();
+    let lock = FencedLock::new(second, "/locks/inner", LockOptions::default()).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    // Its node watch is armed within milliseconds and a probe goes every T/3: past two probe
+    // periods, a watch or probe at the wrong path would have called the node deleted.
+    let lost = tokio::time::timeout(T, guard.lost()).await;
+    assert!(
+        lost.is_err(),
+        "a hold under the second chroot was lost: {lost:?}"
+    );
+    assert_eq!(guard.check(), Ok(()));
+    admin
+        .delete(&format!("{inner}{}", guard.node_path()), None)
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(T, guard.lost())
+        .await
+        .expect("loss found");
+    assert_eq!(reason, LossReason::NodeDeleted);
+    assert_eq!(outer_guard.check(), Ok(()));
+    outer_guard.release().await.unwrap();
+}

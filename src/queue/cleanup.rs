@@ -113,9 +113,14 @@ impl PendingNode {
         turn: Option<InProcessTurn>,
     ) -> Release {
         self.ours = Ours::Nothing;
+        let chroot = self.client.path().trim_end_matches('/');
         Release {
             client: self.client.clone(),
-            node: node.into(),
+            node: match chroot {
+                "" => node.into(),
+                chroot => format!("{chroot}{node}").into(),
+            },
+            at: chroot.len(),
             mark,
             turn,
             pending: true,
@@ -129,7 +134,7 @@ impl Drop for PendingNode {
         let mark = self.mark;
         match std::mem::replace(&mut self.ours, Ours::Nothing) {
             Ours::Nothing => {}
-            Ours::Node(node) => spawn_cleanup(client, node.into(), mark, None),
+            Ours::Node(node) => spawn_cleanup(client, (node.into(), 0), mark, None),
             Ours::Unnamed => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
@@ -153,7 +158,11 @@ impl Drop for PendingNode {
 #[derive(Debug)]
 pub(crate) struct Release {
     client: Arc<zk::Client>,
+    /// The node's path on the server (the client's chroot included), which the session's
+    /// watchdog watches whatever the chroot of the client it holds.
     node: Arc<str>,
+    /// Where the path under the client's chroot starts in `node`.
+    at: usize,
     mark: bool,
     /// The in-process queue turn, given up only once the node is deleted, so the process's
     /// next contender does not queue behind its own stale node.
@@ -163,9 +172,14 @@ pub(crate) struct Release {
 }
 
 impl Release {
-    /// The node this release deletes.
+    /// The node this release deletes, its path on the server (the chroot included).
     pub(crate) fn node(&self) -> &Arc<str> {
         &self.node
+    }
+
+    /// Where the node's path under the client's chroot starts in [`Self::node`].
+    pub(crate) fn chroot_len(&self) -> usize {
+        self.at
     }
 
     /// Deletes the node now, retried across ConnectionLoss until it is known gone or the
@@ -173,7 +187,7 @@ impl Release {
     /// be ours: the drop keeps trying in the background (with the turn). If this future is
     /// dropped before the delete is confirmed, the drop deletes in the background too.
     pub(crate) async fn now(&mut self) -> Result<Deleted> {
-        let deleted = delete_node(&self.client, &self.node, marker(self.mark)).await;
+        let deleted = delete_node(&self.client, &self.node[self.at..], marker(self.mark)).await;
         self.pending = matches!(&deleted, Err(err) if !err.is_session_terminal());
         if !self.pending {
             self.turn = None;
@@ -185,7 +199,7 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         if self.pending {
-            let node = self.node.clone();
+            let node = (self.node.clone(), self.at);
             spawn_cleanup(self.client.clone(), node, self.mark, self.turn.take());
         }
     }
@@ -205,12 +219,19 @@ async fn remove_by_prefix(
     Ok(())
 }
 
-/// Deletes `node` in a task of its own (retrying across ConnectionLoss), with the release
-/// marker when `mark`; `turn` is given up once the delete is done.
-fn spawn_cleanup(client: Arc<zk::Client>, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
+/// Deletes `node` (its path under `client`'s chroot starting at the index beside it) in a task
+/// of its own (retrying across ConnectionLoss), with the release marker when `mark`; `turn`
+/// is given up once the delete is done.
+fn spawn_cleanup(
+    client: Arc<zk::Client>,
+    (node, at): (Arc<str>, usize),
+    mark: bool,
+    turn: Option<InProcessTurn>,
+) {
     spawn_task(async move {
         let _turn = turn;
-        let outcome = match delete_node(&client, &node, marker(mark)).await {
+        let node = &node[at..];
+        let outcome = match delete_node(&client, node, marker(mark)).await {
             Ok(Deleted::Confirmed) => "deleted",
             Ok(Deleted::Absent) => "absent",
             Ok(Deleted::Unconfirmed) => "unconfirmed",

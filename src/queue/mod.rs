@@ -827,8 +827,10 @@ impl<'a> Attempt<'a> {
     /// session over).
     fn ask_for_proof(&self, node: &Queued, budget: std::time::Duration) -> oneshot::Receiver<()> {
         let (done, proved) = oneshot::channel();
+        // The watchdog reads paths on the server: the chroot included.
+        let chroot = self.client.path().trim_end_matches('/');
         self.interest.watch().send(Event::Prove {
-            node: node.path.as_str().into(),
+            node: format!("{chroot}{}", node.path).into(),
             budget,
             done,
         });

@@ -23,7 +23,7 @@ pub(crate) struct SessionWatch {
     pub(super) timeout: Duration,
     pub(super) lease: Arc<LeaseCell>,
     /// A node the probe may check when no guard is held: the newest lock path (we list it,
-    /// so we can read it).
+    /// so we can read it), on the server (its client's chroot included).
     probe_path: Mutex<Arc<str>>,
     events: mpsc::UnboundedSender<Event>,
     /// Guards' registrations and ends, with when they were posted: the driver takes them in
@@ -50,8 +50,16 @@ pub(crate) struct SessionWatch {
     next_id: AtomicU64,
     /// The client handle the session's nodes are deleted with, shared by their releases while
     /// any lasts: a hold keeps a pointer rather than a client of its own (112 bytes and an
-    /// allocation). The last one handed out; a client of another chroot gets its own.
+    /// allocation). The last one handed out; a client of another chroot gets its own. (The
+    /// watchdog's is its own, at the server's root: see [`root_client`].)
     release_client: Mutex<Weak<zk::Client>>,
+}
+
+/// A handle on `client`'s session at the server's root: the session's watchdog reads and
+/// watches its holds' nodes by their paths on the server, whatever chroot each was taken
+/// under (two clients of one session may have different chroots, `zk::Client::chroot`).
+pub(crate) fn root_client(client: &zk::Client) -> zk::Client {
+    client.clone().chroot("/").unwrap_or_else(|same| same)
 }
 
 /// The watchdogs of this process, one per live session.
@@ -161,7 +169,7 @@ pub(super) fn join(
     if let Some(watch) = sessions.get(&session) {
         // A task whose runtime shut down has dropped its receiver: replace it.
         if !watch.closed.load(Ordering::Acquire) && !watch.events.is_closed() {
-            watch.adopt(policy, lock_path);
+            watch.adopt(policy, client, lock_path);
             // The driver lets its client handle go only while nobody is interested, so it
             // needs one again only when interest rises from zero (not on every acquire).
             if watch.interest.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -169,7 +177,7 @@ pub(super) fn join(
                 // the caller's create can record its reply).
                 watch.lease.restart(clock::now());
                 if !watch.attached.swap(true, Ordering::SeqCst) {
-                    watch.send(Event::Attach(watch.shared_client(client)));
+                    watch.send(Event::Attach(Arc::new(root_client(client))));
                 }
             }
             let watch = watch.clone();
@@ -185,7 +193,7 @@ pub(super) fn join(
     if let Some(at) = take_began(session) {
         watch.lease.began(at);
     }
-    watch.adopt(policy, lock_path);
+    watch.adopt(policy, client, lock_path);
     let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
     let interest = Interest {
@@ -263,12 +271,13 @@ impl SessionWatch {
         &self.lease
     }
 
-    /// A lock with `policy` on `lock_path` uses this session.
-    fn adopt(&self, policy: &LeasePolicy, lock_path: &str) {
+    /// A lock with `policy` on `lock_path` under `client`'s chroot uses this session.
+    fn adopt(&self, policy: &LeasePolicy, client: &zk::Client, lock_path: &str) {
         self.lease.adopt(policy, self.timeout);
+        let chroot = client.path().trim_end_matches('/');
         let mut path = self.probe_path.lock().unwrap_or_else(|e| e.into_inner());
-        if **path != *lock_path {
-            *path = Arc::from(lock_path);
+        if path.strip_prefix(chroot) != Some(lock_path) {
+            *path = Arc::from(format!("{chroot}{lock_path}"));
         }
     }
 
