@@ -522,6 +522,7 @@ impl<M: Mode> LockGuard<M> {
             token,
             interest,
             node_watch,
+            chroot_len,
             release,
             ..
         } = grant;
@@ -533,7 +534,7 @@ impl<M: Mode> LockGuard<M> {
             label,
         }));
         let id = watch.next_id();
-        let (node, at) = (release.node().clone(), release.chroot_len());
+        let (node, at) = (release.node().clone(), chroot_len);
         watch.post(Event::Register {
             id,
             node: node.clone(),

@@ -43,7 +43,7 @@ pub(crate) struct Key {
 impl Key {
     /// The key of `path` on a client of `session` and `chroot`.
     pub(crate) fn new(session: i64, chroot: &str, path: &Arc<str>) -> Key {
-        let path = match chroot.trim_end_matches('/') {
+        let path = match crate::zk::chroot_prefix(chroot) {
             "" => path.clone(),
             chroot => Arc::from(format!("{chroot}{path}")),
         };

@@ -747,7 +747,7 @@ async fn holds_of_one_session_under_two_chroots_are_watched_where_they_are() {
     // The first lock starts the session's watchdog with its client, the outer chroot.
     let outer = FencedLock::new(first, "/locks/outer", LockOptions::default()).unwrap();
     let outer_guard = outer.acquire().await.unwrap();
-    let lock = FencedLock::new(second, "/locks/inner", LockOptions::default()).unwrap();
+    let lock = FencedLock::new(second.clone(), "/locks/inner", LockOptions::default()).unwrap();
     let guard = lock.acquire().await.unwrap();
     // Its node watch is armed within milliseconds and a probe goes every T/3: past two probe
     // periods, a watch or probe at the wrong path would have called the node deleted.
@@ -766,5 +766,18 @@ async fn holds_of_one_session_under_two_chroots_are_watched_where_they_are() {
         .expect("loss found");
     assert_eq!(reason, LossReason::NodeDeleted);
     assert_eq!(outer_guard.check(), Ok(()));
+    // Releases delete the nodes by their paths on the server, with one handle for the session,
+    // whatever chroot each hold was taken under.
+    let other = FencedLock::new(second, "/locks/other", LockOptions::default()).unwrap();
+    let other_guard = other.acquire().await.unwrap();
+    let released = [
+        format!("{inner}{}", other_guard.node_path()),
+        format!("{root}{}", outer_guard.node_path()),
+    ];
+    other_guard.release().await.unwrap();
     outer_guard.release().await.unwrap();
+    for node in released {
+        let stat = admin.check_stat(&node).await.unwrap();
+        assert_eq!(stat, None, "{node} is still there after its release");
+    }
 }

@@ -29,15 +29,21 @@ enum Ours {
     Nothing,
     /// A create was sent and its reply has not arrived: a node named with our prefix may exist.
     Unnamed,
-    /// Our node, by its full path.
+    /// Our node, by its path on the server.
     Node(String),
 }
 
 /// Our queue node while an acquire runs: deleted on every way out that is not a grant,
 /// including the acquire future being dropped. Its state changes only through its methods.
+///
+/// It deletes with the session's handle at the server's root, and so keeps the paths as the
+/// server knows them (the chroot included): the release it becomes is the one mechanism for
+/// every chroot a session's holds were taken under.
 #[derive(Debug)]
 pub(crate) struct PendingNode {
+    /// The session's client at the server's root.
     client: Arc<zk::Client>,
+    /// The lock path on the server.
     parent: String,
     /// `_c_<uuid>-<marker>`: finds the node when the create's reply was lost.
     prefix: String,
@@ -48,6 +54,8 @@ pub(crate) struct PendingNode {
 }
 
 impl PendingNode {
+    /// A pending node under `parent` (its path on the server), to be deleted with `client` (at
+    /// the server's root).
     pub(crate) fn new(client: Arc<zk::Client>, parent: String, prefix: String, mark: bool) -> Self {
         PendingNode {
             client,
@@ -76,9 +84,9 @@ impl PendingNode {
         self.ours = Ours::Nothing;
     }
 
-    /// Our node exists at `path`.
-    pub(crate) fn created(&mut self, path: String) {
-        self.ours = Ours::Node(path);
+    /// Our node exists, named `name`.
+    pub(crate) fn created(&mut self, name: &str) {
+        self.ours = Ours::Node(child_path(&self.parent, name));
     }
 
     /// Whether a waiter that gives up from now on deletes with the marker.
@@ -104,23 +112,23 @@ impl PendingNode {
         Ok(())
     }
 
-    /// The acquire succeeded with our node at `node`: it becomes the holder's, to be released
+    /// The acquire succeeded with our node `name`: it becomes the holder's, to be released
     /// with the marker when `mark`, and `turn` given up once it is deleted.
     pub(crate) fn into_release(
         mut self,
-        node: &str,
+        name: &str,
         mark: bool,
         turn: Option<InProcessTurn>,
     ) -> Release {
-        self.ours = Ours::Nothing;
-        let chroot = self.client.path().trim_end_matches('/');
+        let node = match std::mem::replace(&mut self.ours, Ours::Nothing) {
+            Ours::Node(node) => node.into(),
+            // A grant comes after our create's reply ([`Self::created`]); named again all
+            // the same rather than trusted.
+            Ours::Nothing | Ours::Unnamed => child_path(&self.parent, name).into(),
+        };
         Release {
             client: self.client.clone(),
-            node: match chroot {
-                "" => node.into(),
-                chroot => format!("{chroot}{node}").into(),
-            },
-            at: chroot.len(),
+            node,
             mark,
             turn,
             pending: true,
@@ -134,7 +142,7 @@ impl Drop for PendingNode {
         let mark = self.mark;
         match std::mem::replace(&mut self.ours, Ours::Nothing) {
             Ours::Nothing => {}
-            Ours::Node(node) => spawn_cleanup(client, (node.into(), 0), mark, None),
+            Ours::Node(node) => spawn_cleanup(client, node.into(), mark, None),
             Ours::Unnamed => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
@@ -157,12 +165,10 @@ impl Drop for PendingNode {
 /// delete, it deletes in the background.
 #[derive(Debug)]
 pub(crate) struct Release {
+    /// The session's client at the server's root, shared with its other holds and its watchdog.
     client: Arc<zk::Client>,
-    /// The node's path on the server (the client's chroot included), which the session's
-    /// watchdog watches whatever the chroot of the client it holds.
+    /// The node's path on the server (the chroot included), as the watchdog knows it too.
     node: Arc<str>,
-    /// Where the path under the client's chroot starts in `node`.
-    at: usize,
     mark: bool,
     /// The in-process queue turn, given up only once the node is deleted, so the process's
     /// next contender does not queue behind its own stale node.
@@ -177,17 +183,12 @@ impl Release {
         &self.node
     }
 
-    /// Where the node's path under the client's chroot starts in [`Self::node`].
-    pub(crate) fn chroot_len(&self) -> usize {
-        self.at
-    }
-
     /// Deletes the node now, retried across ConnectionLoss until it is known gone or the
     /// session is over, then gives up the in-process turn. On another error the node may still
     /// be ours: the drop keeps trying in the background (with the turn). If this future is
     /// dropped before the delete is confirmed, the drop deletes in the background too.
     pub(crate) async fn now(&mut self) -> Result<Deleted> {
-        let deleted = delete_node(&self.client, &self.node[self.at..], marker(self.mark)).await;
+        let deleted = delete_node(&self.client, &self.node, marker(self.mark)).await;
         self.pending = matches!(&deleted, Err(err) if !err.is_session_terminal());
         if !self.pending {
             self.turn = None;
@@ -199,7 +200,7 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         if self.pending {
-            let node = (self.node.clone(), self.at);
+            let node = self.node.clone();
             spawn_cleanup(self.client.clone(), node, self.mark, self.turn.take());
         }
     }
@@ -219,18 +220,13 @@ async fn remove_by_prefix(
     Ok(())
 }
 
-/// Deletes `node` (its path under `client`'s chroot starting at the index beside it) in a task
-/// of its own (retrying across ConnectionLoss), with the release marker when `mark`; `turn`
-/// is given up once the delete is done.
-fn spawn_cleanup(
-    client: Arc<zk::Client>,
-    (node, at): (Arc<str>, usize),
-    mark: bool,
-    turn: Option<InProcessTurn>,
-) {
+/// Deletes `node` (its path on the server; `client` is at the root) in a task of its own
+/// (retrying across ConnectionLoss), with the release marker when `mark`; `turn` is given up
+/// once the delete is done.
+fn spawn_cleanup(client: Arc<zk::Client>, node: Arc<str>, mark: bool, turn: Option<InProcessTurn>) {
     spawn_task(async move {
         let _turn = turn;
-        let node = &node[at..];
+        let node = &*node;
         let outcome = match delete_node(&client, node, marker(mark)).await {
             Ok(Deleted::Confirmed) => "deleted",
             Ok(Deleted::Absent) => "absent",

@@ -153,6 +153,7 @@ use crate::watchdog::{self, Creating, Event, Interest};
 use crate::zk::nodes::{child_path, create_parents, delete_node, find_own_node};
 use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error, retrying};
 use crate::zk::watch::{watch_changed, NodeWatch};
+use crate::zk::{chroot_prefix, server_path};
 
 use self::cleanup::PendingNode;
 pub(crate) use self::cleanup::Release;
@@ -247,7 +248,10 @@ pub(crate) struct Grant {
     pub(crate) interest: Interest,
     /// The watch on our node set while we waited, if any: the watchdog takes it over.
     pub(crate) node_watch: Option<NodeWatch>,
-    /// What the release must do; its node is the holder's.
+    /// How long a prefix the client's chroot puts before its paths on the server: the
+    /// release's node is such a path, and the holder's node path is what follows.
+    pub(crate) chroot_len: usize,
+    /// What the release must do; its node (its path on the server) is the holder's.
     pub(crate) release: Release,
     /// A read lock taken under a write lock (a downgrade): writers queued between the two
     /// nodes, so the write lock must be kept until the read lock ends.
@@ -315,7 +319,7 @@ const NODE_NAME_BYTES: u64 = 3 + 36 + 1 + 8 + 10;
 /// [`waiting_watch_paths`]), each about as long as our node's path.
 fn reserve_node(queue: &Queue, interest: &mut Interest, waits: bool) -> Result<()> {
     let client = &queue.client;
-    let chroot = client.path().trim_end_matches('/').len() as u64;
+    let chroot = chroot_prefix(client.path()).len() as u64;
     let path = chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;
     let limit = queue.options.session_node_bytes as u64;
     let session = client.session_id();
@@ -418,7 +422,7 @@ impl<'a> Attempt<'a> {
     fn new(queue: &'a Queue, wait: Wait, data: &'a [u8], interest: Interest) -> Attempt<'a> {
         let client = &queue.client;
         let creating = Some(interest.watch().start_creating());
-        let shared = interest.watch().shared_client(client);
+        let root = interest.watch().root_handle(client);
         Attempt {
             creating,
             warming: std::sync::Mutex::new(None),
@@ -430,8 +434,8 @@ impl<'a> Attempt<'a> {
             wait,
             interest,
             pending: PendingNode::new(
-                shared,
-                queue.path.to_string(),
+                root,
+                server_path(client, &queue.path),
                 names::protected_prefix(&names::fresh_id(), queue.kind.marker()),
                 withdrawal_marked(
                     queue.kind,
@@ -555,7 +559,7 @@ impl<'a> Attempt<'a> {
             lock_data,
         } = created;
         let path = child_path(self.path, &name);
-        self.pending.created(path.clone());
+        self.pending.created(&name);
         let unexpected = |message: String| Error::ZooKeeper {
             op: "create",
             path: path.clone(),
@@ -828,9 +832,8 @@ impl<'a> Attempt<'a> {
     fn ask_for_proof(&self, node: &Queued, budget: std::time::Duration) -> oneshot::Receiver<()> {
         let (done, proved) = oneshot::channel();
         // The watchdog reads paths on the server: the chroot included.
-        let chroot = self.client.path().trim_end_matches('/');
         self.interest.watch().send(Event::Prove {
-            node: format!("{chroot}{}", node.path).into(),
+            node: server_path(self.client, &node.path).into(),
             budget,
             done,
         });
@@ -1273,7 +1276,8 @@ impl<'a> Attempt<'a> {
             token: node.token,
             interest: self.interest,
             node_watch: waited.own_watch,
-            release: self.pending.into_release(&node.path, mark, turn),
+            chroot_len: chroot_prefix(self.client.path()).len(),
+            release: self.pending.into_release(&node.name, mark, turn),
             behind_writers: waited.behind_writers,
         }
     }

@@ -55,7 +55,7 @@ pub(crate) fn watch_session(
     if let Some(events) = events {
         metrics::gauge!(WATCHED_SESSIONS).increment(1.0);
         let watch = Arc::downgrade(interest.watch());
-        let client = Arc::new(registry::root_client(client));
+        let client = interest.watch().root_handle(client);
         tokio::spawn(Driver::new(watch, events, Some(client)).run());
     }
     interest

@@ -117,7 +117,7 @@ impl Nodes {
         client: Option<&Arc<zk::Client>>,
     ) {
         match client.filter(|_| node.pending.is_some()) {
-            Some(client) if self.fits(core, client, &node.node) => self.arm(client, node),
+            Some(client) if self.fits(core, &node.node) => self.arm(client, node),
             Some(_) => {
                 // Its watch goes (the client removes it) with the node handed over here.
                 self.unwatched.insert(node.id);
@@ -146,7 +146,7 @@ impl Nodes {
             if ended(core, &node) {
                 continue; // released (or lost) before its watch was due: none needed
             }
-            match client.filter(|client| self.fits(core, client, &node.node)) {
+            match client.filter(|_| self.fits(core, &node.node)) {
                 Some(client) => self.arm(client, node),
                 // Past the share (or no client now): read back. A watch the acquire set goes
                 // with the node handed over here (the client removes it), as no budget
@@ -167,7 +167,7 @@ impl Nodes {
         };
         while let Some(&id) = self.unwatched.first() {
             let live = core.live_node(id);
-            if live.is_some_and(|(node, _)| !self.fits(core, client, node)) {
+            if live.is_some_and(|(node, _)| !self.fits(core, node)) {
                 break;
             }
             self.unwatched.remove(&id);
@@ -247,19 +247,17 @@ impl Nodes {
     }
 
     /// Whether `node`'s watch fits within the share: its path on the server counts once.
-    fn fits(&self, core: &Core, client: &zk::Client, node: &str) -> bool {
+    fn fits(&self, core: &Core, node: &str) -> bool {
         // The mutant's flaw: every hold watched, whatever the client can re-arm.
         let share = match core.lease.flaw().is(Mutant::WatchEveryHold) {
             true => usize::MAX,
             false => HOLD_WATCH_BYTES,
         };
-        self.watched_bytes
-            .saturating_add(server_bytes(client, node))
-            <= share
+        self.watched_bytes.saturating_add(node.len()) <= share
     }
 
     fn arm(&mut self, client: &Arc<zk::Client>, node: NodeToWatch) {
-        let bytes = server_bytes(client, &node.node);
+        let bytes = node.node.len();
         if let Some(old) = self.watched.insert(node.id, bytes) {
             self.watched_bytes -= old;
         }
@@ -272,11 +270,6 @@ impl Nodes {
 /// Whether `node`'s guard ended (released or lost) or left the watchdog.
 fn ended(core: &Core, node: &NodeToWatch) -> bool {
     node.state.is_cancelled() || !core.holds(node.id)
-}
-
-/// The bytes of `node`'s path as the client sends it to the server (the chroot included).
-fn server_bytes(client: &zk::Client, node: &str) -> usize {
-    client.path().trim_end_matches('/').len() + node.len()
 }
 
 /// Reads `nodes` in one `multi` read: which are gone, and a revocation request told to each

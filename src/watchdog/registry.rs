@@ -15,6 +15,7 @@ use super::clock;
 use super::core::Event;
 use super::lease::{LeaseCell, LeasePolicy};
 use super::state::{GuardState, Terms};
+use crate::zk::chroot_prefix;
 
 /// The per-session shared part: what acquires and guards hold.
 #[derive(Debug)]
@@ -48,11 +49,9 @@ pub(crate) struct SessionWatch {
     waiting_bytes: AtomicU64,
     closed: AtomicBool,
     next_id: AtomicU64,
-    /// The client handle the session's nodes are deleted with, shared by their releases while
-    /// any lasts: a hold keeps a pointer rather than a client of its own (112 bytes and an
-    /// allocation). The last one handed out; a client of another chroot gets its own. (The
-    /// watchdog's is its own, at the server's root: see [`root_client`].)
-    release_client: Mutex<Weak<zk::Client>>,
+    /// The session's one client handle at the server's root ([`SessionWatch::root_handle`]),
+    /// while anything keeps it: the watchdog, pending nodes and releases.
+    root: Mutex<Weak<zk::Client>>,
 }
 
 /// A handle on `client`'s session at the server's root: the session's watchdog reads and
@@ -177,7 +176,7 @@ pub(super) fn join(
                 // the caller's create can record its reply).
                 watch.lease.restart(clock::now());
                 if !watch.attached.swap(true, Ordering::SeqCst) {
-                    watch.send(Event::Attach(Arc::new(root_client(client))));
+                    watch.send(Event::Attach(watch.root_handle(client)));
                 }
             }
             let watch = watch.clone();
@@ -250,20 +249,22 @@ impl SessionWatch {
             waiting_bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
-            release_client: Mutex::new(Weak::new()),
+            root: Mutex::new(Weak::new()),
         };
         (watch, rx)
     }
 
-    /// A handle on `client`'s session and chroot, shared with the session's other acquires and
-    /// holds on that chroot, which delete their nodes with it.
-    pub(crate) fn shared_client(&self, client: &zk::Client) -> Arc<zk::Client> {
-        let mut shared = (self.release_client.lock()).unwrap_or_else(|e| e.into_inner());
-        if let Some(same) = shared.upgrade().filter(|c| c.path() == client.path()) {
-            return same;
+    /// The session's handle at the server's root ([`root_client`] of `client`, a client of
+    /// this session), one for the watchdog and every pending node and release of the session,
+    /// whatever chroot each was taken under: a hold keeps a pointer rather than a client of its
+    /// own (112 bytes and an allocation).
+    pub(crate) fn root_handle(&self, client: &zk::Client) -> Arc<zk::Client> {
+        let mut root = self.root.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(root) = root.upgrade() {
+            return root;
         }
-        let fresh = Arc::new(client.clone());
-        *shared = Arc::downgrade(&fresh);
+        let fresh = Arc::new(root_client(client));
+        *root = Arc::downgrade(&fresh);
         fresh
     }
 
@@ -274,7 +275,7 @@ impl SessionWatch {
     /// A lock with `policy` on `lock_path` under `client`'s chroot uses this session.
     fn adopt(&self, policy: &LeasePolicy, client: &zk::Client, lock_path: &str) {
         self.lease.adopt(policy, self.timeout);
-        let chroot = client.path().trim_end_matches('/');
+        let chroot = chroot_prefix(client.path());
         let mut path = self.probe_path.lock().unwrap_or_else(|e| e.into_inner());
         if path.strip_prefix(chroot) != Some(lock_path) {
             *path = Arc::from(format!("{chroot}{lock_path}"));
