@@ -135,6 +135,7 @@ impl<T: Owned> Owners<T> {
         };
         if empty {
             map.remove(key);
+            shrink_after_burst(&mut map);
         }
     }
 
@@ -150,6 +151,21 @@ impl<T: Owned> Owners<T> {
         (live.into_iter())
             .filter(|(_, hold)| hold.owner() == owner)
             .collect()
+    }
+}
+
+/// With room for this many holds or fewer, a map of holds keeps what it has: most processes
+/// keep a few holds, and would otherwise give the room back and take it again on every acquire.
+const KEEP_ROOM: usize = 1024;
+
+/// Gives back most of `map`'s room once it holds under a quarter of what it has room for: a
+/// burst of thousands of holds would otherwise leave this process-wide map as large as at its
+/// peak for good (about 90 bytes for each hold it once had). Keeping room for twice what is
+/// left, a shrink costs a pass over the entries left and comes only after as many removals, so
+/// removals stay O(1) amortized.
+fn shrink_after_burst<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > KEEP_ROOM && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
     }
 }
 
@@ -210,6 +226,43 @@ pub(crate) fn describe(kind: Kind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Owned for () {
+        fn owner(&self) -> Owner {
+            Owner::current()
+        }
+    }
+
+    #[test]
+    fn the_map_gives_back_a_bursts_room_and_keeps_a_few_holds() {
+        let owners = Owners::<()>::default();
+        let hold = Arc::new(());
+        let keys: Vec<Key> = (0..10_000)
+            .map(|i| Key::new(1, "", &Arc::from(format!("/locks/{i}"))))
+            .collect();
+        for key in &keys {
+            owners.insert(key, Kind::Mutex, &hold);
+        }
+        let peak = owners.map().capacity();
+        assert!(peak >= 10_000, "room for every hold: {peak}");
+        for key in &keys[..9_990] {
+            owners.remove(key, &hold);
+        }
+        let after = owners.map().capacity();
+        assert!(
+            after <= KEEP_ROOM,
+            "room kept after the burst: {after} (peak {peak})"
+        );
+        for key in &keys[9_990..] {
+            assert_eq!(owners.owned_by(key, Owner::current()).len(), 1);
+        }
+        // A few holds coming and going keep their room: no shrink below KEEP_ROOM.
+        let small = Owners::<()>::default();
+        small.insert(&keys[0], Kind::Mutex, &hold);
+        let room = small.map().capacity();
+        small.remove(&keys[0], &hold);
+        assert_eq!(small.map().capacity(), room);
+    }
 
     #[test]
     fn a_task_re_enters_only_a_reentrant_lock_of_the_same_kind() {
