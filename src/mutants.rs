@@ -18,6 +18,7 @@
 //! | [`Mutant::LeanThroughPause`] | a cold proof leans only across a stretch the watchdog's ticker shows the process ran through (the lease module's "The cold proofs") | the lease model: `one_holder_at_a_time`, a holder paused right after its first acquire whose probe on waking leans |
 //! | [`Mutant::UnmarkedAdmits`] | only a marked release of the node it watches admits a successor that queued behind more than one node (the queue module's "The handoff") | the queue model (`model/`): `grants_in_queue_order`, a waiter between the holder and the successor gives up |
 //! | [`Mutant::GrantWithoutProof`] | a grant the lease cannot vouch for waits for a committed probe of the granted node (the queue's `prove`) | the queue model: `grants_on_a_proven_lease`, a grant after a wait longer than the lease |
+//! | [`Mutant::UnreadAfterLockDelay`] | a grant after a lock-delay rests on a read of its own node answered after the vanish (the queue's `reread`) | `tests/kinds.rs::the_unread_after_lock_delay_mutant_is_caught`: a semaphore waiter deleted in one transaction with its session's holder is granted |
 //! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
 //! | [`Mutant::SilentAdmission`] | a semaphore waiter admitted with others behind it announces it (the queue module's "The semaphore's gate"); a liveness rule | `tests/kinds.rs::the_silent_admission_mutant_is_caught`: the follower sits out a free permit |
 //! | [`Mutant::UnseenAnnouncement`] | a follower whose watch came after its predecessor's announcement lists again (same section); liveness | `tests/kinds.rs::the_unseen_announcement_mutant_is_caught`: a waiter whose replies come a second late sits out the free permit |
@@ -133,6 +134,11 @@ pub enum Mutant {
     /// A semaphore waiter that sets its watch on its predecessor after that predecessor
     /// announced its admission waits for an announcement that already happened.
     UnseenAnnouncement,
+    /// A grant after a lock-delay does not read its own node again: the node that vanished
+    /// may have gone in one transaction with ours (a session closed from outside, an
+    /// administrator's `multi`), and a waiter that watches nothing of its own (a semaphore's)
+    /// is granted a node that is gone, on a lease proved before the vanish.
+    UnreadAfterLockDelay,
     /// The watchdog watches every held node, however many: past 128 KiB of watched paths
     /// `zookeeper-client` 0.11 cannot set them again after a disconnect, and the session never
     /// reconnects.

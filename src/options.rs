@@ -414,6 +414,11 @@ impl LockOptions {
     /// marker is a write: the lock nodes' ACL must grant the creator WRITE (the default ACL
     /// does); without it a release falls back to a plain delete.
     ///
+    /// A delayed waiter reads its own node once more after the delay (one round trip) and
+    /// fails with [`Error::NodeDeletedWhileWaiting`](crate::Error::NodeDeletedWhileWaiting)
+    /// (or the session's error) if it is gone: the failure it waited out may have been its own
+    /// session's, closed from outside with all its nodes in one transaction.
+    ///
     /// # Examples
     ///
     /// ```

@@ -868,6 +868,93 @@ async fn a_session_failing_as_holder_and_waiter_delays_the_successor() {
     guard.release().await.unwrap();
 }
 
+/// One session holds and waits; an administrator deletes both its nodes in one transaction,
+/// the holder's first, as a session closed from outside does, but the session lives on and
+/// stays connected. The waiter hears its predecessor vanish without a release, and its own
+/// node's deletion may come in a read behind that (or never, for a semaphore's waiter, which
+/// does not watch its own node). Rounds in which the waiter's acquire returned a lock rather
+/// than [`Error::NodeDeletedWhileWaiting`], as text (empty: none did). `settle`: how long the
+/// waiter waits before the deletion (past 10 ms, a mutex waiter watches its own node).
+async fn grants_to_a_node_deleted_with_its_holder<L>(
+    name: &str,
+    make: impl Fn(zookeeper_client::Client) -> L,
+    settle: Duration,
+) -> Vec<String>
+where
+    L: Acquire + 'static,
+    L::Guard: std::fmt::Debug + 'static,
+{
+    let hosts = chroot(shared(), name).await;
+    let admin = connect(&hosts, T).await;
+    let mut granted = Vec::new();
+    // Whether the two deletions reach the waiter in one read or two is up to the network:
+    // several rounds, so that both happen.
+    for round in 0..6 {
+        let client = connect(&hosts, T).await;
+        let (holding, waiting) = (make(client.clone()), make(client));
+        let _held = holding.acquire().await.unwrap();
+        let waits = tokio::spawn(async move { waiting.acquire().await });
+        queued(&hosts, 2).await;
+        let nodes = in_order(&hosts).await;
+        tokio::time::sleep(settle).await;
+        let mut both = admin.new_multi_writer();
+        for node in &nodes {
+            both.add_delete(&format!("{PATH}/{node}"), None).unwrap();
+        }
+        both.commit().await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), waits)
+            .await
+            .expect("the waiter to finish")
+            .unwrap();
+        match outcome {
+            Err(Error::NodeDeletedWhileWaiting { .. }) => {}
+            Err(other) => panic!("round {round}: the waiter's error is {other:?}"),
+            Ok(guard) => granted.push(format!("round {round}: {guard:?}")),
+        }
+    }
+    granted
+}
+
+/// A mutex waiter, past its 10 ms: its own node is watched, but the grant must not rest on
+/// the lease its holder proved before the deletion, nor miss its own node's deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_waiter_deleted_with_its_sessions_holder_is_never_granted() {
+    let options = LockOptions::default().with_lock_delay(Duration::from_millis(300));
+    let make = |client| FencedLock::new(client, PATH, options.clone()).unwrap();
+    let granted =
+        grants_to_a_node_deleted_with_its_holder("one-txn-mutex", make, Duration::from_millis(100))
+            .await;
+    assert!(granted.is_empty(), "granted: {granted:?}");
+}
+
+/// A semaphore's waiter watches nothing of its own: only a read after the lock-delay finds
+/// its node gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_deleted_with_its_sessions_holder_is_never_granted() {
+    let options = LockOptions::default().with_lock_delay(Duration::from_millis(300));
+    let make = |client| FencedSemaphore::new(client, PATH, 1, options.clone()).unwrap();
+    let granted =
+        grants_to_a_node_deleted_with_its_holder("one-txn-semaphore", make, Duration::ZERO).await;
+    assert!(granted.is_empty(), "granted: {granted:?}");
+}
+
+/// The mutant whose grant after a lock-delay does not read its node again: the suite must see
+/// a semaphore's waiter granted a node deleted with its holder's.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unread_after_lock_delay_mutant_is_caught() {
+    let options = LockOptions::default()
+        .with_lock_delay(Duration::from_millis(300))
+        .with_mutant(zkfence::Mutant::UnreadAfterLockDelay);
+    let make = |client| FencedSemaphore::new(client, PATH, 1, options.clone()).unwrap();
+    let granted =
+        grants_to_a_node_deleted_with_its_holder("one-txn-mutant", make, Duration::ZERO).await;
+    assert!(
+        !granted.is_empty(),
+        "no round granted: the mutant went unnoticed"
+    );
+}
+
 /// Holder, waiter, successor with lock-delay on: the waiter gives up (its node goes without a
 /// marker, so that it can never pass for a release), and the holder then releases. The
 /// successor takes the release at once: a waiter giving up is not a failed holder.

@@ -18,6 +18,41 @@ fn state(pid: i32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// Each live process of group `pgid`: its pid, its parent's pid and its state letter.
+fn group(pgid: i32) -> Vec<(i32, i32, char)> {
+    alive_in_group(pgid)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            Some((pid, fields.get(1)?.parse().ok()?, fields[0].chars().next()?))
+        })
+        .collect()
+}
+
+/// Whether no process of group `pgid` can run: each is stopped (`T`), or is a parent in `D`
+/// waiting on a stopped child of the group. Debian's `sh` (dash) starts `sleep` with vfork, and
+/// a vfork parent waits in `D` (killable, deaf to SIGSTOP) until its child execs: a SIGSTOP
+/// that lands between the vfork and the exec stops the child and leaves the parent in `D`,
+/// as unable to run as if it were stopped, until SIGCONT lets the child exec.
+fn group_stopped(pgid: i32) -> bool {
+    let members = group(pgid);
+    let stopped = |pid: i32| members.iter().any(|&(p, _, s)| p == pid && s == 'T');
+    !members.is_empty()
+        && members.iter().all(|&(pid, _, s)| {
+            s == 'T'
+                || s == 'D'
+                    && members
+                        .iter()
+                        .any(|&(child, parent, _)| parent == pid && stopped(child))
+        })
+}
+
+/// Whether some process of group `pgid` is stopped (`T`).
+fn any_stopped(pgid: i32) -> bool {
+    group(pgid).iter().any(|&(_, _, s)| s == 'T')
+}
+
 fn read_pid(path: &std::path::Path) -> i32 {
     std::fs::read_to_string(path)
         .unwrap()
@@ -121,23 +156,31 @@ fn run_through(
         .unwrap()
 }
 
-/// Waits up to `timeout` for process `pid` to be stopped (`stopped`) or running, and fails
-/// with zkfence's log and the proxy's open connections if it does not come to that.
+/// Waits up to `timeout` for process group `pgid` to be stopped as a whole (`stopped`) or to
+/// have no stopped process, and fails with zkfence's log and the proxy's open connections if it
+/// does not come to that.
 async fn await_state(
-    pid: i32,
+    pgid: i32,
     stopped: bool,
     timeout: Duration,
     proxy: &CountingProxy,
     dir: &std::path::Path,
 ) {
     let deadline = tokio::time::Instant::now() + timeout;
-    while (state(pid) == Some('T')) != stopped {
+    let reached = || {
+        if stopped {
+            group_stopped(pgid)
+        } else {
+            !any_stopped(pgid)
+        }
+    };
+    while !reached() {
         if tokio::time::Instant::now() >= deadline {
             let log = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
             panic!(
-                "after {timeout:?} the command is {:?} (stopped wanted: {stopped}); \
-                 {} connections open through the proxy; zkfence's log:\n{log}",
-                state(pid),
+                "after {timeout:?} the command's group is {:?} (pid, parent, state; stopped \
+                 wanted: {stopped}); {} connections open through the proxy; zkfence's log:\n{log}",
+                group(pgid),
                 proxy.connections(),
             );
         }
@@ -157,16 +200,21 @@ async fn on_jeopardy_stop_stops_the_command_and_lets_it_go_on_when_the_lock_hold
     let dir = temp("jeopardy-stop");
     let child = run_through(&proxy, &hosts[hosts.find('/').unwrap()..], &[], &dir);
     started(&dir).await;
-    let pid = read_pid(&dir.join("pid"));
+    // The command's shell leads its process group (zkfence starts it in a group of its own).
+    let pgid = read_pid(&dir.join("pid"));
     // The server goes away at once: jeopardy, and the command is stopped, not killed.
     proxy.refuse(true);
     proxy.reset();
     // The disconnect is jeopardy at once (no ride-out), within the 10 s session.
-    await_state(pid, true, Duration::from_secs(10), &proxy, &dir).await;
+    await_state(pgid, true, Duration::from_secs(10), &proxy, &dir).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(state(pid), Some('T'), "the command went on in jeopardy");
+    assert!(
+        group_stopped(pgid),
+        "the command went on in jeopardy: {:?}",
+        group(pgid)
+    );
     proxy.refuse(false);
-    await_state(pid, false, Duration::from_secs(20), &proxy, &dir).await;
+    await_state(pgid, false, Duration::from_secs(20), &proxy, &dir).await;
     let output = go(&dir, child).await;
     let stderr = stderr_of(&dir);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
@@ -185,12 +233,13 @@ async fn on_jeopardy_keep_lets_the_command_run_through_jeopardy() {
         &dir,
     );
     started(&dir).await;
-    let pid = read_pid(&dir.join("pid"));
+    // The command's shell leads its process group (zkfence starts it in a group of its own).
+    let pgid = read_pid(&dir.join("pid"));
     proxy.refuse(true);
     proxy.reset();
     // The disconnect is seen within milliseconds; for a second the command is never stopped.
     for _ in 0..50 {
-        assert_ne!(state(pid), Some('T'), "stopped although --on-jeopardy keep");
+        assert!(!any_stopped(pgid), "stopped although --on-jeopardy keep");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     proxy.refuse(false);

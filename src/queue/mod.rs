@@ -143,6 +143,7 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::metrics::{lock_label, GRANT_PROOFS_TOTAL, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
+use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::token::FencingToken;
@@ -296,16 +297,21 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
         Some(write) => attempt.beside(&node, write).await?,
         None => attempt.wait_turn(&node).await?,
     };
-    let Some(waited) = waited else {
+    let Some(mut waited) = waited else {
         return Ok(None);
     };
-    if !attempt.delay(waited.vanished).await? || !attempt.prove(&node).await? {
+    if !attempt.delay(waited.vanished).await? {
         return Ok(None);
     }
-    // A session that ended while we waited (or during the lock-delay) grants nothing.
-    if let Some(err) = Error::from_session_state(client.state(), client.session_id()) {
-        return Err(err);
+    if waited.vanished {
+        attempt.reread(&node).await?;
     }
+    if !attempt.prove(&node).await? {
+        return Ok(None);
+    }
+    // A session that ended while we waited (or during the lock-delay), or a node of ours whose
+    // deletion came in behind the event we proceeded on, grants nothing.
+    attempt.still_queued(&node, &mut waited.own_watch).await?;
     Ok(Some(attempt.into_grant(node, waited, turn)))
 }
 
@@ -863,10 +869,14 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Before we proceed on the deletion of the node ahead: our own node's deletion may have
-    /// come in the same transaction (a session closed from outside deletes all its nodes), its
-    /// notification right behind. Without a request: the own watch has fired, or the client
-    /// knows its session is over.
+    /// Before we proceed on the deletion of the node ahead, and again at the grant: our own
+    /// node's deletion may have come in the same transaction (a session closed from outside
+    /// deletes all its nodes), its notification right behind. Without a request: the own
+    /// watch has fired, or the client knows its session is over. At the grant it is exact
+    /// whenever the grant rests on a reply that came after the deletion that let us in (a
+    /// node ahead found gone while arming, a listing, the read after a lock-delay): the server
+    /// sends a transaction's notifications before its replies to later requests, and
+    /// `zookeeper-client` hands them on in that order.
     async fn still_queued(&self, node: &Queued, own_watch: &mut Option<NodeWatch>) -> Result<()> {
         use futures_util::FutureExt as _;
         if let Some(event) = own_watch.as_mut().and_then(|w| w.now_or_never()) {
@@ -1211,6 +1221,28 @@ impl<'a> Attempt<'a> {
         }
         tokio::time::sleep_until(until).await;
         Ok(true)
+    }
+
+    /// After a lock-delay: reads our node once more, so that the grant rests on a reply that
+    /// came after the vanish. The node that vanished without a release was a session's that
+    /// ended, and its deletion may have taken ours in the same transaction: a session closed
+    /// from outside deletes all its nodes at once (it may have been ours, holding and
+    /// waiting), as does an administrator's `multi`. Its notification may come behind the one
+    /// we proceeded on, and a semaphore's waiter watches nothing of its own; a lease proved
+    /// before the vanish vouches for the session, not for the node. Our server sent that
+    /// notification after applying the transaction, so it answers this read from a state in
+    /// which our node is gone (a reconnect reaches only a server at least as far along).
+    /// One round trip, on a path that has just slept out the lock-delay.
+    async fn reread(&self, node: &Queued) -> Result<()> {
+        if self.queue.options.flaw.is(Mutant::UnreadAfterLockDelay) {
+            return Ok(());
+        }
+        let (client, path) = (self.client, node.path.as_str());
+        match retrying(client, || client.check_stat(path)).await? {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) | Err(zk::Error::NoNode) => Err(self.node_deleted(node).await),
+            Err(err) => Err(Error::from_request("exists", path, self.session, err)),
+        }
     }
 
     /// Makes sure the lease can vouch for the hold we were granted: a session that only waited
