@@ -26,8 +26,6 @@ use crate::zk::nodes::Deleted;
 /// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]
 pub(crate) struct Holding {
-    /// The session it is held on (its client is the release's).
-    session: zk::SessionId,
     /// The node's path on the server, the client's chroot included (as the session's watchdog
     /// watches it); its path under the chroot, a child of the lock path, starts at `at`.
     node: Arc<str>,
@@ -37,7 +35,8 @@ pub(crate) struct Holding {
     /// Our registration with the session's watchdog.
     id: u64,
     acquired_at: Instant,
-    /// Which lock it is and who owns it, for reentrancy.
+    /// Which lock it is (the session it is held on, and the lock path), and who owns it, for
+    /// reentrancy.
     key: Key,
     kind: Kind,
     owner: Mutex<Owner>,
@@ -193,7 +192,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn session_id(&self) -> zk::SessionId {
-        self.holding.session
+        self.holding.key.session()
     }
 
     /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
@@ -518,7 +517,6 @@ impl<M: Mode> LockGuard<M> {
         holder: Holder,
     ) -> LockGuard<M> {
         let Grant {
-            session,
             token,
             interest,
             node_watch,
@@ -543,7 +541,6 @@ impl<M: Mode> LockGuard<M> {
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
         let holding = Arc::new(Holding {
-            session,
             node,
             at,
             token,

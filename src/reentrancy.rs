@@ -41,6 +41,11 @@ pub(crate) struct Key {
 }
 
 impl Key {
+    /// The session whose holds these are.
+    pub(crate) fn session(&self) -> zookeeper_client::SessionId {
+        zookeeper_client::SessionId(self.session)
+    }
+
     /// The key of `path` on a client of `session` and `chroot`.
     pub(crate) fn new(session: i64, chroot: &str, path: &Arc<str>) -> Key {
         let path = match crate::zk::chroot_prefix(chroot) {

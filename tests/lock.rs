@@ -107,6 +107,7 @@ async fn waiters_are_served_in_queue_order() {
     assert_eq!(queue.len(), 6);
     assert_eq!(queue[0].node, guard.node_path().rsplit('/').next().unwrap());
     assert_eq!(queue[0].session_id, first.client().session_id());
+    assert_eq!(guard.session_id(), first.client().session_id());
     assert!(
         queue[0].identity().starts_with("host:"),
         "identity data: {}",

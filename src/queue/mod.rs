@@ -242,8 +242,6 @@ impl Queue {
 
 /// What a successful acquire hands back: the front type builds its guard from it.
 pub(crate) struct Grant {
-    /// The session our node is on (the holding names it; the release keeps the client).
-    pub(crate) session: zk::SessionId,
     pub(crate) token: FencingToken,
     /// The session's watchdog, kept running for the holder.
     pub(crate) interest: Interest,
@@ -1304,7 +1302,6 @@ impl<'a> Attempt<'a> {
         self.interest.granted();
         let mark = release_marked(self.queue.kind, self.lock_delay_on(), waited.crowded);
         Grant {
-            session: self.client.session_id(),
             token: node.token,
             interest: self.interest,
             node_watch: waited.own_watch,
