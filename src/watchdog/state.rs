@@ -112,13 +112,22 @@ pub(crate) struct GuardState {
     /// `spell.is_some()`, readable without the lock (`check()` runs before every poll of a
     /// section).
     in_jeopardy: AtomicBool,
-    /// The same, for `Held::jeopardy()` and `Held::steady()`: made by the first of them (a
-    /// watch channel is about 400 bytes, and most holds never have one), and sent to only
-    /// under the `spell` lock, which its making takes too.
-    jeopardy: OnceLock<watch::Sender<bool>>,
-    /// Whether someone asked the holder to let go (a revocation request in the node's data),
-    /// and who waits for it.
+    /// Whether someone asked the holder to let go (a revocation request in the node's data).
     revoked: AtomicBool,
+    /// Who waits for a jeopardy or a revocation, made by the first of them.
+    signals: OnceLock<Box<Signals>>,
+}
+
+/// What a hold's waiters wait on (`Held::jeopardy()`, `Held::steady()`, `Held::revoked()`),
+/// made by the first of them: a watch channel is about 400 bytes and a `Notify` 32 inline, and
+/// most holds never have a waiter. Made, and told, only under the guard's `spell` lock: a
+/// waiter that makes it (or subscribes) under the lock and then reads the state misses no
+/// change made after the read.
+#[derive(Debug)]
+struct Signals {
+    /// Reads `true` while the hold is in jeopardy.
+    jeopardy: watch::Sender<bool>,
+    /// Notified once, when a revocation is requested.
     revocation: Notify,
 }
 
@@ -131,9 +140,8 @@ impl GuardState {
             terms,
             spell: Mutex::new(None),
             in_jeopardy: AtomicBool::new(false),
-            jeopardy: OnceLock::new(),
             revoked: AtomicBool::new(false),
-            revocation: Notify::new(),
+            signals: OnceLock::new(),
         }
     }
 
@@ -244,7 +252,10 @@ impl GuardState {
     /// node's data.
     pub(crate) fn revocation_requested(&self) {
         if !self.revoked.swap(true, Ordering::AcqRel) {
-            self.revocation.notify_waiters();
+            let _spell = self.spell();
+            if let Some(signals) = self.signals.get() {
+                signals.revocation.notify_waiters();
+            }
         }
     }
 
@@ -256,10 +267,13 @@ impl GuardState {
     /// Resolves once a revocation was requested.
     pub(crate) async fn revocation(&self) {
         loop {
-            let notified = self.revocation.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read: a request after the read wakes it.
-            notified.as_mut().enable();
+            // Made under the lock that the request notifies under: a request after it is made
+            // wakes it (a `Notified` hears `notify_waiters` from its making on), and one before
+            // shows in the flag read below.
+            let notified = {
+                let spell = self.spell();
+                self.signals(&spell).revocation.notified()
+            };
             if self.is_revocation_requested() {
                 return;
             }
@@ -270,19 +284,29 @@ impl GuardState {
     /// A receiver that reads `true` while the hold is in jeopardy.
     pub(crate) fn jeopardy(&self) -> watch::Receiver<bool> {
         let spell = self.spell();
-        let sender = (self.jeopardy).get_or_init(|| watch::Sender::new(spell.is_some()));
         // Marked changed: its first `changed()` resolves at once with the state as it is, so a
         // loop over `changed()` also acts on a jeopardy that began before it subscribed.
-        let mut receiver = sender.subscribe();
+        let mut receiver = self.signals(&spell).jeopardy.subscribe();
         receiver.mark_changed();
         receiver
+    }
+
+    /// The hold's signals, made on the first call with the jeopardy that `spell` (the locked
+    /// spell) says.
+    fn signals(&self, spell: &Option<Spell>) -> &Signals {
+        self.signals.get_or_init(|| {
+            Box::new(Signals {
+                jeopardy: watch::Sender::new(spell.is_some()),
+                revocation: Notify::new(),
+            })
+        })
     }
 
     /// Tells the jeopardy's receivers, if there are any, what `spell` (the locked spell,
     /// just changed) now says.
     fn tell_jeopardy(&self, spell: &Option<Spell>) {
-        if let Some(sender) = self.jeopardy.get() {
-            sender.send_replace(spell.is_some());
+        if let Some(signals) = self.signals.get() {
+            signals.jeopardy.send_replace(spell.is_some());
         }
     }
 
@@ -351,6 +375,51 @@ mod tests {
         let token = child.token(|| parent.token(CancellationToken::new).child_token());
         parent.cancel();
         assert!(token.is_cancelled() && !child.is_cancelled());
+    }
+
+    fn state() -> GuardState {
+        let terms = Terms {
+            budget: Duration::from_secs(9),
+            ride_out: false,
+            grace: Duration::from_secs(30),
+            label: "".into(),
+        };
+        GuardState::new(Arc::new(LeaseCell::new(Duration::from_secs(10))), terms)
+    }
+
+    #[tokio::test]
+    async fn signals_are_made_by_the_first_waiter_and_miss_nothing_before_or_after() {
+        use futures_util::FutureExt as _;
+        // Nobody waited: a revocation and a jeopardy make nothing.
+        let quiet = state();
+        quiet.revocation_requested();
+        quiet.enter_jeopardy(Spell {
+            since: clock::now(),
+            cause: LossReason::Disconnected,
+        });
+        assert!(quiet.signals.get().is_none());
+        // A request before the wait: it resolves at once.
+        assert!(quiet.revocation().now_or_never().is_some());
+        // A jeopardy that began before the subscription reads true, and its end is told.
+        let mut receiver = quiet.jeopardy();
+        assert!(*receiver.borrow_and_update());
+        assert!(quiet.lose(LossReason::Disconnected));
+        assert!(receiver.has_changed().unwrap() && !*receiver.borrow_and_update());
+
+        // A request while one waits wakes it.
+        let waited = Arc::new(state());
+        let waiting = tokio::spawn({
+            let waited = waited.clone();
+            async move { waited.revocation().await }
+        });
+        while waited.signals.get().is_none() {
+            tokio::task::yield_now().await;
+        }
+        waited.revocation_requested();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiter to wake")
+            .unwrap();
     }
 
     #[test]
