@@ -870,11 +870,11 @@ impl<'a> Attempt<'a> {
     /// Before we proceed on the deletion of the node ahead, and again at the grant: our own
     /// node's deletion may have come in the same transaction (a session closed from outside
     /// deletes all its nodes), its notification right behind. Without a request: the own
-    /// watch has fired, or the client knows its session is over. At the grant it is exact
-    /// whenever the grant rests on a reply that came after the deletion that let us in (a
-    /// node ahead found gone while arming, a listing, the read after a lock-delay): the server
-    /// sends a transaction's notifications before its replies to later requests, and
-    /// `zookeeper-client` hands them on in that order.
+    /// watch has fired, or the client knows its session is over. At the grant, for a waiter
+    /// that watches its own node, it is exact whenever the grant rests on a reply that came
+    /// after the deletion that let us in (a node ahead found gone while arming, a listing, the
+    /// read after a lock-delay): the server sends a transaction's notifications before its
+    /// replies to later requests, and `zookeeper-client` hands them on in that order.
     async fn still_queued(&self, node: &Queued, own_watch: &mut Option<NodeWatch>) -> Result<()> {
         use futures_util::FutureExt as _;
         if let Some(event) = own_watch.as_mut().and_then(|w| w.now_or_never()) {
