@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::{alive_in_group, exited, go, run_sh, started, temp, EXIT_0_ON_GO};
+use common::{alive_in_group, exited, go, group, run_sh, started, temp, EXIT_0_ON_GO};
 use zkfence_harness::{chroot, shared, wait_until};
 use zkfence_testkit::CountingProxy;
 
@@ -18,18 +18,6 @@ fn state(pid: i32) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// Each live process of group `pgid`: its pid, its parent's pid and its state letter.
-fn group(pgid: i32) -> Vec<(i32, i32, char)> {
-    alive_in_group(pgid)
-        .into_iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            Some((pid, fields.get(1)?.parse().ok()?, fields[0].chars().next()?))
-        })
-        .collect()
-}
-
 /// Whether no process of group `pgid` can run: each is stopped (`T`), or is a parent in `D`
 /// waiting on a stopped child of the group. Debian's `sh` (dash) starts `sleep` with vfork, and
 /// a vfork parent waits in `D` (killable, deaf to SIGSTOP) until its child execs: a SIGSTOP
@@ -37,20 +25,17 @@ fn group(pgid: i32) -> Vec<(i32, i32, char)> {
 /// as unable to run as if it were stopped, until SIGCONT lets the child exec.
 fn group_stopped(pgid: i32) -> bool {
     let members = group(pgid);
-    let stopped = |pid: i32| members.iter().any(|&(p, _, s)| p == pid && s == 'T');
+    let stopped = |pid: i32| members.iter().any(|m| m.pid == pid && m.state == 'T');
     !members.is_empty()
-        && members.iter().all(|&(pid, _, s)| {
-            s == 'T'
-                || s == 'D'
-                    && members
-                        .iter()
-                        .any(|&(child, parent, _)| parent == pid && stopped(child))
+        && members.iter().all(|m| {
+            m.state == 'T'
+                || m.state == 'D' && members.iter().any(|c| c.parent == m.pid && stopped(c.pid))
         })
 }
 
 /// Whether some process of group `pgid` is stopped (`T`).
 fn any_stopped(pgid: i32) -> bool {
-    group(pgid).iter().any(|&(_, _, s)| s == 'T')
+    group(pgid).iter().any(|m| m.state == 'T')
 }
 
 fn read_pid(path: &std::path::Path) -> i32 {
@@ -178,8 +163,8 @@ async fn await_state(
         if tokio::time::Instant::now() >= deadline {
             let log = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
             panic!(
-                "after {timeout:?} the command's group is {:?} (pid, parent, state; stopped \
-                 wanted: {stopped}); {} connections open through the proxy; zkfence's log:\n{log}",
+                "after {timeout:?} the command's group is {:?} (stopped wanted: {stopped}); {} \
+                 connections open through the proxy; zkfence's log:\n{log}",
                 group(pgid),
                 proxy.connections(),
             );

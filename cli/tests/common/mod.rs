@@ -41,9 +41,18 @@ pub(crate) fn text(output: &Output) -> (String, String) {
     zkfence_harness::text(output)
 }
 
+/// A live process of a group, as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Member {
+    pub(crate) pid: i32,
+    pub(crate) parent: i32,
+    /// Its state letter (`T` when stopped).
+    pub(crate) state: char,
+}
+
 /// The processes of group `pgid` that are alive (zombies, already dead, left out).
-pub(crate) fn alive_in_group(pgid: i32) -> Vec<i32> {
-    let mut alive = Vec::new();
+pub(crate) fn group(pgid: i32) -> Vec<Member> {
+    let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -52,12 +61,25 @@ pub(crate) fn alive_in_group(pgid: i32) -> Vec<i32> {
         let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
+        // After the name: state, parent, process group.
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
-            alive.push(pid);
+        let (Some(state), Some(Ok(parent)), Some(group)) = (
+            fields.first().and_then(|s| s.chars().next()),
+            fields.get(1).map(|p| p.parse()),
+            fields.get(2),
+        ) else {
+            continue;
+        };
+        if state != 'Z' && *group == pgid.to_string() {
+            members.push(Member { pid, parent, state });
         }
     }
-    alive
+    members
+}
+
+/// The pids of the processes of group `pgid` that are alive.
+pub(crate) fn alive_in_group(pgid: i32) -> Vec<i32> {
+    group(pgid).iter().map(|m| m.pid).collect()
 }
 
 /// A fresh directory for one test, named after the test file (`cli-<name>-<pid>`).
