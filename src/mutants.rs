@@ -18,7 +18,7 @@
 //! | [`Mutant::LeanThroughPause`] | a cold proof leans only across a stretch the watchdog's ticker shows the process ran through (the lease module's "The cold proofs") | the lease model: `one_holder_at_a_time`, a holder paused right after its first acquire whose probe on waking leans |
 //! | [`Mutant::UnmarkedAdmits`] | only a marked release of the node it watches admits a successor that queued behind more than one node (the queue module's "The handoff") | the queue model (`model/`): `grants_in_queue_order`, a waiter between the holder and the successor gives up |
 //! | [`Mutant::GrantWithoutProof`] | a grant the lease cannot vouch for waits for a committed probe of the granted node (the queue's `prove`) | the queue model: `grants_on_a_proven_lease`, a grant after a wait longer than the lease |
-//! | [`Mutant::UnreadAfterLockDelay`] | a grant after a lock-delay rests on a read of its own node answered after the vanish (the queue's `reread`) | `tests/kinds.rs::the_unread_after_lock_delay_mutant_is_caught`: a semaphore waiter deleted in one transaction with its session's holder is granted |
+//! | [`Mutant::UnreadAfterLockDelay`] | a grant after a lock-delay rests on a read of its own node answered after the vanish (the queue's `reread`) | the queue model: `grants_on_a_live_node`, a waiter deleted in one transaction with its session's holder; and `tests/kinds.rs::the_unread_after_lock_delay_mutant_is_caught`: a semaphore waiter deleted so is granted |
 //! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
 //! | [`Mutant::SilentAdmission`] | a semaphore waiter admitted with others behind it announces it (the queue module's "The semaphore's gate"); a liveness rule | `tests/kinds.rs::the_silent_admission_mutant_is_caught`: the follower sits out a free permit |
 //! | [`Mutant::UnseenAnnouncement`] | a follower whose watch came after its predecessor's announcement lists again (same section); liveness | `tests/kinds.rs::the_unseen_announcement_mutant_is_caught`: a waiter whose replies come a second late sits out the free permit |
@@ -27,7 +27,7 @@
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
 //! (`SyncLease` to `LeanThroughPause`, and `AnchorOnReconnect`) exhaustively and prints each one's counterexample; its
 //! queue model checks the queue's mutants (`MarkedWithdrawal`, `AnyReleaseAdmits`,
-//! `DataChangeAdmits`, `UnmarkedAdmits`, `GrantWithoutProof`) the same way, driving the
+//! `DataChangeAdmits`, `UnmarkedAdmits`, `GrantWithoutProof`, `UnreadAfterLockDelay`) the same way, driving the
 //! library's own queue predicates and handoff (`model_api::queue`).
 //!
 //! The storage fences have mutants of their own, [`FenceMutant`], one per rule of

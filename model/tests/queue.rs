@@ -5,7 +5,9 @@
 
 use zkfence::model_api::queue::LockKind::{self, Mutex, Read, Write};
 use zkfence::Mutant;
-use zkfence_model::queue::checker::{EXAMPLES, MARKER, ONE_HOLDER, ORDER, PROVEN, SAFETY};
+use zkfence_model::queue::checker::{
+    EXAMPLES, LIVE, MARKER, ONE_HOLDER, ORDER, PROVEN, REREAD, SAFETY,
+};
 use zkfence_model::queue::{run, QueueConfig};
 use zkfence_model::Outcome;
 
@@ -21,8 +23,13 @@ const MIXES: [[LockKind; 3]; 3] = [
 ];
 
 fn search(what: &str, config: QueueConfig, stop: Option<&'static str>) -> Outcome {
+    let session = if config.shared {
+        ", A and B on one session"
+    } else {
+        ""
+    };
     let bounds = format!(
-        "{:?}, lock-delay {}, {} fault(s)",
+        "{:?}, lock-delay {}{session}, {} fault(s)",
         config.kinds, config.lock_delay, config.faults
     );
     let outcome = run(config, threads(), stop);
@@ -55,12 +62,40 @@ fn the_library_queue_keeps_every_property() {
     }
 }
 
+/// The mixes checked with A and B acquiring on one session (it holds and waits), whose nodes
+/// a close it is not told of deletes in one transaction.
+const SHARED_MIXES: [[LockKind; 3]; 2] = [[Mutex, Mutex, Mutex], [Write, Write, Read]];
+
+#[test]
+fn a_session_holding_and_waiting_keeps_every_property_when_both_nodes_go_at_once() {
+    for kinds in SHARED_MIXES {
+        for lock_delay in [false, true] {
+            let config = QueueConfig::new(kinds, lock_delay, None).sharing();
+            let outcome = search("the library's queue", config, None);
+            if let Err(why) = outcome.verdict(&SAFETY, &EXAMPLES) {
+                panic!("the library's queue ({kinds:?}, lock-delay {lock_delay}, shared) {why}");
+            }
+            if lock_delay {
+                assert!(
+                    outcome.counterexample(REREAD).is_some(),
+                    "no waiter found its node gone after a lock-delay in {kinds:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Checks that `mutant` breaks `property` in `config`, and prints the counterexample.
+fn caught_in(config: QueueConfig, property: &'static str) {
+    let mutant = config.mutant.expect("a mutant");
+    let what = format!("{mutant:?}");
+    search(&what, config, Some(property)).assert_caught(&what, property);
+}
+
 /// Checks that `mutant` breaks `property` with `kinds` and lock-delay as given, and prints
 /// the counterexample.
 fn caught(mutant: Mutant, kinds: [LockKind; 3], lock_delay: bool, property: &'static str) {
-    let config = QueueConfig::new(kinds, lock_delay, Some(mutant));
-    let what = format!("{mutant:?}");
-    search(&what, config, Some(property)).assert_caught(&what, property);
+    caught_in(QueueConfig::new(kinds, lock_delay, Some(mutant)), property);
 }
 
 #[test]
@@ -70,6 +105,8 @@ fn every_queue_mutant_is_caught_by_a_counterexample() {
     caught(Mutant::DataChangeAdmits, [Mutex; 3], false, ONE_HOLDER);
     caught(Mutant::AnyReleaseAdmits, [Read, Read, Write], true, ORDER);
     caught(Mutant::GrantWithoutProof, [Mutex; 3], false, PROVEN);
+    let unread = QueueConfig::new([Mutex; 3], true, Some(Mutant::UnreadAfterLockDelay));
+    caught_in(unread.sharing(), LIVE);
 }
 
 /// The deep run: two faults in a schedule, every mix, with and without lock-delay. Run it
@@ -86,6 +123,18 @@ fn deep_run() {
             let outcome = search("the library's queue, deep", config, None);
             if let Err(why) = outcome.verdict(&SAFETY, &[]) {
                 panic!("the library's queue ({kinds:?}, lock-delay {lock_delay}) {why}");
+            }
+        }
+    }
+    for kinds in SHARED_MIXES {
+        for lock_delay in [false, true] {
+            let config = QueueConfig {
+                faults: 2,
+                ..QueueConfig::new(kinds, lock_delay, None).sharing()
+            };
+            let outcome = search("the library's queue, deep", config, None);
+            if let Err(why) = outcome.verdict(&SAFETY, &[]) {
+                panic!("the library's queue ({kinds:?}, lock-delay {lock_delay}, shared) {why}");
             }
         }
     }

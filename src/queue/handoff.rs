@@ -180,6 +180,12 @@ pub(crate) fn withdrawal_marked(kind: Kind, lock_delay: bool, flaw: Flaw) -> boo
     flaw.is(Mutant::MarkedWithdrawal) || (lock_delay && !kind.marks_release())
 }
 
+/// Whether a grant reads its own node again before it is handed out: after a lock-delay
+/// (`vanished`: a node ahead went without a release; see the queue's `Attempt::reread`).
+pub(crate) fn rereads_after_delay(vanished: bool, flaw: Flaw) -> bool {
+    vanished && !flaw.is(Mutant::UnreadAfterLockDelay)
+}
+
 /// Whether a holder of `kind` releases with the marker: always with lock-delay on; otherwise
 /// when its kind holds alone and it waited in a crowded queue (the queue module's "The
 /// handoff").
@@ -297,6 +303,18 @@ mod tests {
             apart.on_event(0, Sense::Deletion, &event(DELETED, 41)),
             Verdict::Relist { after_vanish: true }
         );
+    }
+
+    #[test]
+    fn a_grant_reads_its_node_again_only_after_a_lock_delay() {
+        assert!(rereads_after_delay(true, Flaw::default()));
+        assert!(!rereads_after_delay(false, Flaw::default()));
+        // The mutant skips it (the queue model and `tests/kinds.rs` must catch that).
+        #[cfg(feature = "mutants")]
+        assert!(!rereads_after_delay(
+            true,
+            Flaw::of(Mutant::UnreadAfterLockDelay)
+        ));
     }
 
     #[test]

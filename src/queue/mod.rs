@@ -114,16 +114,20 @@
 //! lock-delay on and off) on a linearizable server: creates in any order, each listing, the
 //! watches the waiter asks for, events in the transactions' order, marked and plain
 //! releases, waiters that give up, sessions that expire, revocation requests written into any
-//! node, and waits that outlast the lease. Every decision is this module's: the kinds'
-//! `position`, the handoff's `Ahead`, `release_marked`, `withdrawal_marked` and the grant
-//! rule (`LeaseCell::grants_at_once`). In every state no two holders exclude each other, a
+//! node, and waits that outlast the lease; and, with two of the contenders on one session,
+//! both their nodes deleted in one transaction they are not told of. Every decision is this
+//! module's: the kinds' `position`, the handoff's `Ahead`, `release_marked`,
+//! `withdrawal_marked`, `rereads_after_delay` and the grant rule
+//! (`LeaseCell::grants_at_once`). In every state no two holders exclude each other, a
 //! holder's live predecessors that block its kind are all gone, a grant holds on a lease that
-//! holds, and tokens increase; and every schedule ends with every contender served. It assumes
+//! holds, a grant after a lock-delay never rests on a reply sent after its node went, and
+//! tokens increase; and every schedule ends with every contender served. It assumes
 //! of ZooKeeper what the argument above does: sequential nodes, an atomic `multi`, one-shot
 //! watches that fire in the transactions' order, in order with replies, and a zxid shared by
 //! a transaction's events. It leaves out connection loss (a lost reply, a watch set twice),
-//! semaphores and elections (their own tests), and time beyond whether a wait outlasted the
-//! lease (the lease model's).
+//! semaphores and elections (their own tests), the waiter's watch on its own node (a grant
+//! that rests on no read made after its node went is that watch's and the watchdog's to
+//! cancel), and time beyond whether a wait outlasted the lease (the lease model's).
 
 pub(crate) mod cleanup;
 mod handoff;
@@ -143,7 +147,6 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::metrics::{lock_label, GRANT_PROOFS_TOTAL, LOCK_DELAYS_TOTAL, PARKED_WATCHES};
-use crate::mutants::Mutant;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::in_process::InProcessQueue;
 use crate::token::FencingToken;
@@ -301,7 +304,7 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
     if !attempt.delay(waited.vanished).await? {
         return Ok(None);
     }
-    if waited.vanished {
+    if handoff::rereads_after_delay(waited.vanished, queue.options.flaw) {
         attempt.reread(&node).await?;
     }
     if !attempt.prove(&node).await? {
@@ -1232,9 +1235,6 @@ impl<'a> Attempt<'a> {
     /// which our node is gone (a reconnect reaches only a server at least as far along).
     /// One round trip, on a path that has just slept out the lock-delay.
     async fn reread(&self, node: &Queued) -> Result<()> {
-        if self.queue.options.flaw.is(Mutant::UnreadAfterLockDelay) {
-            return Ok(());
-        }
         let (client, path) = (self.client, node.path.as_str());
         match retrying(client, || client.check_stat(path)).await? {
             Ok(Some(_)) => Ok(()),

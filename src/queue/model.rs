@@ -203,3 +203,10 @@ pub fn release_marked(kind: LockKind, lock_delay: bool, crowded: bool) -> bool {
 pub fn withdrawal_marked(kind: LockKind, lock_delay: bool, mutant: Option<Mutant>) -> bool {
     handoff::withdrawal_marked(kind.kind(), lock_delay, flaw(mutant))
 }
+
+/// Whether a grant whose waiter proceeded past a node that went without a release
+/// (`vanished`, with lock-delay on) reads its own node again before it is handed out (the
+/// acquire's `rereads_after_delay`), under `mutant`.
+pub fn rereads_after_delay(vanished: bool, mutant: Option<Mutant>) -> bool {
+    handoff::rereads_after_delay(vanished, flaw(mutant))
+}

@@ -24,6 +24,11 @@ pub const PROVEN: &str = "grants_on_a_proven_lease";
 /// Each exclusive grant's token is above every earlier grant's; each shared grant's above
 /// every earlier exclusive grant's.
 pub const TOKENS: &str = "tokens_increase_with_grants";
+/// A guard granted after a lock-delay is handed out only while its node is there, unless it
+/// took nothing the server sent after the node went: a node of ours deleted in one
+/// transaction with the node we proceeded past (a session's close, an administrator's `multi`)
+/// is found gone before the grant.
+pub const LIVE: &str = "grants_on_a_live_node";
 /// Every schedule ends with every contender served: it held and released, or its acquire
 /// ended (gave up, or its session expired); no waiter is left stranded.
 pub const SERVED: &str = "every_contender_is_served";
@@ -36,9 +41,12 @@ pub const PROVED: &str = "a_long_wait_is_proved_before_its_grant";
 /// An example the search must find: a waiter lists again after a watched node went without a
 /// release.
 pub const RELIST: &str = "a_waiter_lists_again_after_a_vanish";
+/// An example a search with A and B on one session and lock-delay on must find: a waiter past
+/// a lock-delay reads its own node and finds it gone.
+pub const REREAD: &str = "a_waiter_finds_its_node_gone_after_a_lock_delay";
 
 /// The queue model's safety properties, and its liveness one.
-pub const SAFETY: [&str; 5] = [ONE_HOLDER, ORDER, PROVEN, TOKENS, SERVED];
+pub const SAFETY: [&str; 6] = [ONE_HOLDER, ORDER, PROVEN, LIVE, TOKENS, SERVED];
 /// The examples every run of the library's rule must find.
 pub const EXAMPLES: [&str; 2] = [PROVED, RELIST];
 
@@ -90,6 +98,7 @@ impl Model for QueueModel {
                 })
             }),
             Property::always(PROVEN, |_, state: &State| state.ghost.unproven.is_none()),
+            Property::always(LIVE, |_, state: &State| state.ghost.granted_gone.is_none()),
             Property::always(TOKENS, |_, state: &State| !state.ghost.token_regressed),
             Property::eventually(SERVED, |_, state: &State| {
                 (state.contenders.iter()).all(|k| matches!(k.phase, Phase::Done(_)))
@@ -97,6 +106,7 @@ impl Model for QueueModel {
             Property::sometimes(MARKER, |_, state: &State| state.ghost.marker_handoff),
             Property::sometimes(PROVED, |_, state: &State| state.ghost.proved_grant),
             Property::sometimes(RELIST, |_, state: &State| state.ghost.relisted_after_vanish),
+            Property::sometimes(REREAD, |_, state: &State| state.ghost.reread_found_gone),
         ]
     }
 }

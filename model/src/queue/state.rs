@@ -60,6 +60,8 @@ pub enum Request {
     },
     /// The grant's proof: a committed check of our node.
     Probe,
+    /// The grant's read of our node after a lock-delay (an `exists`).
+    Reread,
     /// Our node's deletion: plain, or (`marked`) a `multi` that sets its data first.
     Delete {
         /// Carries the release marker.
@@ -83,6 +85,8 @@ pub enum Message {
     },
     /// The proof's reply: our node was there (committed) or not.
     Probed(bool),
+    /// The read's reply after a lock-delay: our node was there or not.
+    Reread(bool),
     /// Watches on one node fired in one notification.
     Event {
         /// The listing they belong to.
@@ -107,7 +111,7 @@ pub enum End {
     Released,
     /// It gave up waiting (its node withdrawn).
     GaveUp,
-    /// Its session expired while it waited.
+    /// Its session expired while it waited, or its node was found gone.
     Failed,
     /// Its session expired while it held.
     Lost,
@@ -124,6 +128,8 @@ pub enum Phase {
     Arming,
     /// Waiting on its watches.
     Waiting,
+    /// Past a lock-delay: its read of its own node is on its way.
+    Rereading,
     /// Granted after a wait its lease does not vouch for: its proof is on its way.
     Proving,
     /// It holds.
@@ -165,6 +171,11 @@ pub struct Contender {
     pub long: bool,
     /// Proofs sent.
     pub probes: u8,
+    /// Its current listing was sent because a watched node went without a release: if
+    /// nothing blocks it then, that node may have been a failed holder (lock-delay).
+    pub after_vanish: bool,
+    /// It proceeded past a node that went without a release, and sat out the lock-delay.
+    pub delayed: bool,
     /// The library's watchdog of its session (its lease).
     pub watchdog: Watchdog,
 }
@@ -186,6 +197,16 @@ pub struct Ghost {
     pub proved_grant: bool,
     /// A waiter listed again after a watched node went without a release.
     pub relisted_after_vanish: bool,
+    /// A contender was handed its grant after a lock-delay while its node was gone, having
+    /// taken a message the server sent after the deletion.
+    pub granted_gone: Option<usize>,
+    /// Per contender whose node a [`Close`](super::world::Action::Close) deleted: how many
+    /// of the messages it has yet to take were sent before that transaction.
+    pub before_close: [Option<u8>; CONTENDERS],
+    /// Per contender: it took a message the server sent after a close deleted its node.
+    pub past_close: [bool; CONTENDERS],
+    /// A waiter past a lock-delay found its own node gone, and failed.
+    pub reread_found_gone: bool,
 }
 
 /// The queue model's state.
@@ -201,7 +222,7 @@ pub struct State {
     pub watches: Vec<Watch>,
     /// The contenders.
     pub contenders: [Contender; CONTENDERS],
-    /// Faults so far (give-ups, expiries, revocation requests).
+    /// Faults so far (give-ups, expiries, closes, revocation requests).
     pub faults: u8,
     /// What the properties watch.
     pub ghost: Ghost,

@@ -26,6 +26,7 @@ fn phase(state: &State, c: usize) -> String {
         Phase::Listing => "listing",
         Phase::Arming => "setting watches",
         Phase::Waiting => "waiting",
+        Phase::Rereading => "past a lock-delay, reading its node",
         Phase::Proving => "granted, proving",
         Phase::Holding if state.holds(c) => "HOLDING",
         Phase::Holding => "holding, node gone",
@@ -51,6 +52,7 @@ fn action_line(before: &State, action: Action) -> String {
                 format!("server sets {}'s {sense:?} watch on {target}", who(c))
             }
             Some(Request::Probe) => format!("server answers {}'s proof", who(c)),
+            Some(Request::Reread) => format!("server answers {}'s read of its node", who(c)),
             Some(Request::Delete { marked: true }) => {
                 format!(
                     "server deletes {}'s node, marked (set data + delete)",
@@ -77,6 +79,9 @@ fn action_line(before: &State, action: Action) -> String {
             Some(Message::Probed(found)) => {
                 format!("{} gets its proof's reply (node there: {found})", who(c))
             }
+            Some(Message::Reread(found)) => {
+                format!("{} gets its read's reply (node there: {found})", who(c))
+            }
             Some(Message::Event {
                 data,
                 child,
@@ -101,6 +106,10 @@ fn action_line(before: &State, action: Action) -> String {
         Action::Release(c) => format!("{} releases", who(c)),
         Action::GiveUp(c) => format!("FAULT: {} gives up waiting", who(c)),
         Action::Expire(c) => format!("FAULT: {}'s session expires", who(c)),
+        Action::Close(c) => format!(
+            "FAULT: A's and B's nodes deleted in one transaction, {}'s first",
+            who(c)
+        ),
         Action::Revoke(c) => format!(
             "FAULT: a revocation request is written into {}'s node",
             who(c)

@@ -25,8 +25,12 @@ pub struct QueueConfig {
     pub kinds: [LockKind; CONTENDERS],
     /// Lock-delay on: every release is marked, a failed holder's successor waits.
     pub lock_delay: bool,
-    /// The most faults in one schedule (give-ups, expiries, revocation requests).
+    /// The most faults in one schedule (give-ups, expiries, closes, revocation requests).
     pub faults: u8,
+    /// A and B are two acquires on one session (it holds and waits): its expiry deletes both
+    /// their nodes in one transaction, and so may a close it is not told of
+    /// ([`Action::Close`]).
+    pub shared: bool,
     /// The mutant under test.
     pub mutant: Option<Mutant>,
     /// The lease settings (the lease model's).
@@ -41,8 +45,27 @@ impl QueueConfig {
             kinds,
             lock_delay,
             faults: 1,
+            shared: false,
             mutant,
             settings: settings(mutant),
+        }
+    }
+
+    /// The same, with A and B acquiring on one session.
+    pub fn sharing(self) -> Self {
+        QueueConfig {
+            shared: true,
+            ..self
+        }
+    }
+
+    /// The contenders whose acquires run on `c`'s session.
+    fn session_of(&self, c: usize) -> &'static [usize] {
+        match (self.shared, c) {
+            (true, 0 | 1) => &[0, 1],
+            (_, 0) => &[0],
+            (_, 1) => &[1],
+            _ => &[2],
         }
     }
 }
@@ -62,8 +85,14 @@ pub enum Action {
     /// Fault: a waiter (or a grant waiting for its proof) gives up: its deadline passed, or it
     /// was cancelled.
     GiveUp(usize),
-    /// Fault: the contender's session expires; the server deletes its node.
+    /// Fault: the contender's session expires; the server deletes its nodes (A's and B's in
+    /// one transaction when they share it).
     Expire(usize),
+    /// Fault, with A and B on one session: the server deletes both their nodes in one
+    /// transaction, this contender's first, and the session goes on unaware (an
+    /// administrator's `multi`; a session closed from outside, before its client hears of
+    /// it). Each learns of it only from what the server sends after.
+    Close(usize),
     /// Fault: someone writes into the contender's node (a revocation request).
     Revoke(usize),
 }
@@ -72,7 +101,7 @@ impl Action {
     fn is_fault(self) -> bool {
         matches!(
             self,
-            Action::GiveUp(_) | Action::Expire(_) | Action::Revoke(_)
+            Action::GiveUp(_) | Action::Expire(_) | Action::Close(_) | Action::Revoke(_)
         )
     }
 }
@@ -100,6 +129,8 @@ pub fn initial(config: &QueueConfig) -> State {
             crowded: false,
             long: false,
             probes: 0,
+            after_vanish: false,
+            delayed: false,
             watchdog,
         }
     };
@@ -143,6 +174,9 @@ impl State {
             if self.node_of(c).is_some() && !matches!(k.phase, Phase::Done(_)) {
                 actions.push(Action::Expire(c));
                 actions.push(Action::Revoke(c));
+                if config.shared && c < 2 {
+                    actions.push(Action::Close(c));
+                }
             }
         }
     }
@@ -156,6 +190,11 @@ impl State {
             }
             Action::Deliver(c) => {
                 let message = self.contenders[c].inbox.remove(0);
+                match &mut self.ghost.before_close[c] {
+                    Some(0) => self.ghost.past_close[c] = true,
+                    Some(sent) => *sent -= 1,
+                    None => {}
+                }
                 self.take(c, message, config);
             }
             Action::WaitLong(c) => {
@@ -176,7 +215,26 @@ impl State {
                 k.phase = Phase::Done(End::GaveUp);
                 k.inbox.clear();
             }
-            Action::Expire(c) => self.expire(c),
+            Action::Expire(c) => {
+                self.zxid += 1; // one transaction for all the session's nodes
+                for &member in config.session_of(c) {
+                    self.expire(member);
+                }
+            }
+            Action::Close(first) => {
+                self.zxid += 1;
+                for member in [0, 1] {
+                    if self.node_of(member).is_some() {
+                        let sent = self.contenders[member].inbox.len() as u8;
+                        self.ghost.before_close[member] = Some(sent);
+                    }
+                }
+                for member in [first, 1 - first] {
+                    if let Some(node) = self.node_of(member) {
+                        self.delete(node.seq);
+                    }
+                }
+            }
             Action::Revoke(c) => {
                 let seq = self.node_of(c).map(|n| n.seq);
                 if let Some(seq) = seq {
@@ -224,6 +282,7 @@ impl State {
                 Message::Armed { generation, set }
             }
             Request::Probe => Message::Probed(self.node_of(c).is_some()),
+            Request::Reread => Message::Reread(self.node_of(c).is_some()),
             Request::Delete { marked } => {
                 if let Some(node) = self.node_of(c) {
                     self.zxid += 1;
@@ -276,16 +335,16 @@ impl State {
         }
     }
 
-    /// Contender `c`'s session expires: the server deletes its node (no marker) and its
-    /// watches; its acquire fails, or its hold is lost.
+    /// Contender `c`'s session expires, in the current transaction: the server deletes its
+    /// node (no marker) and its watches; its acquire fails, or its hold is lost.
     fn expire(&mut self, c: usize) {
         if let Some(node) = self.node_of(c) {
-            self.zxid += 1;
             self.watches.retain(|w| w.owner != c);
             self.delete(node.seq);
         }
         let k = &mut self.contenders[c];
         let end = match k.phase {
+            Phase::Done(end) => end, // a session member that was done already
             Phase::Holding => End::Lost,
             _ => End::Failed,
         };
@@ -318,6 +377,18 @@ impl State {
                 k.phase = Phase::Listing;
             }
             Message::Listing(children) => self.listed(c, &children, config),
+            Message::Reread(found) => {
+                if self.contenders[c].phase != Phase::Rereading {
+                    return;
+                }
+                match found {
+                    true => self.grant(c, config),
+                    false => {
+                        self.ghost.reread_found_gone = true;
+                        self.contenders[c].phase = Phase::Done(End::Failed);
+                    }
+                }
+            }
             Message::Armed { generation, set } => {
                 let k = &mut self.contenders[c];
                 if generation != k.generation || k.phase != Phase::Arming {
@@ -392,7 +463,8 @@ impl State {
         }
         k.crowded |= position.crowded;
         if position.blocking == 0 {
-            self.proceed(c, false, config);
+            let vanished = k.after_vanish && config.lock_delay;
+            self.proceed(c, false, vanished, config);
             return;
         }
         let waiter = Waiter::new(k.kind, &position, config.lock_delay, config.mutant);
@@ -461,12 +533,13 @@ impl State {
             Verdict::Wait => {}
             // Whether it vanished unmarked decides lock-delay's wait, time the model does not
             // count.
-            Verdict::Proceed { .. } => {
+            Verdict::Proceed { vanished } => {
                 let past_many = evented && k.blocking > 1;
-                self.proceed(c, past_many, config);
+                self.proceed(c, past_many, vanished, config);
             }
             Verdict::Relist { after_vanish } => {
                 self.ghost.relisted_after_vanish |= after_vanish;
+                k.after_vanish = after_vanish;
                 k.generation += 1; // the older watches stay set, parked
                 k.waiter = None;
                 k.outbox.push(Request::List);
@@ -476,15 +549,28 @@ impl State {
     }
 
     /// Nothing ahead blocks contender `c` any more: lock-delay (time the model does not
-    /// count), then the grant: at once if the library's lease vouches for it, else after a
-    /// committed probe of our node.
-    fn proceed(&mut self, c: usize, past_many: bool, config: &QueueConfig) {
+    /// count) if a node ahead went without a release (`vanished`) and then, as the library
+    /// decides (`rereads_after_delay`), a read of our own node; then the grant.
+    fn proceed(&mut self, c: usize, past_many: bool, vanished: bool, config: &QueueConfig) {
         self.ghost.marker_handoff |= past_many;
-        let now = self.clock(c);
         let k = &mut self.contenders[c];
         // A wait long enough for others to queue behind us counts as crowded.
         k.crowded |= k.long;
         k.waiter = None;
+        k.delayed = vanished;
+        if queue::rereads_after_delay(vanished, config.mutant) {
+            k.outbox.push(Request::Reread);
+            k.phase = Phase::Rereading;
+            return;
+        }
+        self.grant(c, config);
+    }
+
+    /// Contender `c` is granted: at once if the library's lease vouches for it, else after a
+    /// committed probe of our node.
+    fn grant(&mut self, c: usize, config: &QueueConfig) {
+        let now = self.clock(c);
+        let k = &mut self.contenders[c];
         match k.watchdog.grant(&config.settings, false, now) {
             true => self.hold(c, config),
             false => {
@@ -499,10 +585,25 @@ impl State {
     /// and whether its token follows the earlier grants'.
     fn hold(&mut self, c: usize, config: &QueueConfig) {
         let now = self.clock(c);
+        let gone = self.node_of(c).is_none();
         let k = &mut self.contenders[c];
         k.phase = Phase::Holding;
         if !k.watchdog.proven(&config.settings, now) {
             self.ghost.unproven.get_or_insert(c);
+        }
+        if gone {
+            // A grant on a node a close deleted holds nothing (no holder property counts it),
+            // and the watchdog cancels it when the deletion's notification comes. A grant may
+            // rest on replies sent before the close; one after a lock-delay must not rest on
+            // one sent after it: the library reads its node again. Any other grant promises
+            // no more than the zero-request handoff does: a node of ours deleted in a
+            // transaction before the event we proceeded on is the watchdog's to find (or the
+            // waiter's own-node watch, which this model leaves out), one round trip after the
+            // grant at most.
+            if self.contenders[c].delayed && self.ghost.past_close[c] {
+                self.ghost.granted_gone.get_or_insert(c);
+            }
+            return;
         }
         let token = k.seq.unwrap_or_default();
         let exclusive = k.kind != LockKind::Read;
