@@ -27,6 +27,7 @@ pub(crate) mod failover;
 mod fences;
 mod measure;
 mod options;
+mod pin;
 mod redis_lock;
 mod report;
 mod rounds;
@@ -167,6 +168,16 @@ async fn with_server(args: &Args) -> u8 {
         }
     };
     let server_pid = server.map(|s| s.pid());
+    if args.pin_server {
+        let pinned = match server_pid {
+            Some(pid) => pin::pin(pid),
+            None => Err("--pin-server pins the throwaway server; it cannot pin one given by --connect: run without one of them".to_string()),
+        };
+        if let Err(err) = pinned {
+            eprintln!("zkfence-bench: {err}");
+            return EXIT_USAGE;
+        }
+    }
     let result = if args.fences {
         fences::fences(args, &hosts).await
     } else if args.scale {

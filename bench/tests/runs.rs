@@ -149,3 +149,26 @@ async fn bench_rounds_interleave_the_peers_and_summarise_the_ratios() {
         "{report}"
     );
 }
+
+/// `--pin-server` pins the throwaway server: with `--connect` there is none to pin, and the
+/// bench says so before it measures anything, with the usage exit status.
+#[test]
+fn pin_server_with_a_server_of_the_users_is_a_usage_error() {
+    let args = [
+        "--connect",
+        "127.0.0.1:9",
+        "--rounds",
+        "1",
+        "--configs",
+        "1",
+        "--pin-server",
+    ];
+    let output = bench(&args).output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("--pin-server") && stderr.contains("--connect"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains('{'), "nothing measured: {stdout}");
+}
