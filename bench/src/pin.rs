@@ -47,8 +47,7 @@ fn pin_process(pid: i32, set: &libc::cpu_set_t, what: &str) -> Result<(), String
     Ok(())
 }
 
-/// Pins the server `server_pid` (and its children: Debian's ZooKeeper runs under a shell) to
-/// CPU 0, and this process to the others.
+/// Pins the server's JVM, `server_pid`, to CPU 0, and this process to the others.
 pub(super) fn pin(server_pid: i32) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
@@ -58,14 +57,6 @@ pub(super) fn pin(server_pid: i32) -> Result<(), String> {
     }
     let server = mask([0]);
     pin_process(server_pid, &server, "the ZooKeeper server")?;
-    let children = fs::read_to_string(format!("/proc/{server_pid}/task/{server_pid}/children"))
-        .unwrap_or_default();
-    for child in children
-        .split_whitespace()
-        .filter_map(|c| c.parse::<i32>().ok())
-    {
-        pin_process(child, &server, "the ZooKeeper server")?;
-    }
     let own = mask(1..cpus);
     pin_process(std::process::id() as i32, &own, "the bench")?;
     eprintln!(
