@@ -61,11 +61,10 @@ impl QueueConfig {
 
     /// The contenders whose acquires run on `c`'s session.
     fn session_of(&self, c: usize) -> &'static [usize] {
+        static ALONE: [[usize; 1]; CONTENDERS] = [[0], [1], [2]];
         match (self.shared, c) {
             (true, 0 | 1) => &[0, 1],
-            (_, 0) => &[0],
-            (_, 1) => &[1],
-            _ => &[2],
+            _ => &ALONE[c],
         }
     }
 }
@@ -223,7 +222,7 @@ impl State {
             }
             Action::Close(first) => {
                 self.zxid += 1;
-                for member in [0, 1] {
+                for &member in config.session_of(first) {
                     if self.node_of(member).is_some() {
                         let sent = self.contenders[member].inbox.len() as u8;
                         self.ghost.before_close[member] = Some(sent);
