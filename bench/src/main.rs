@@ -171,11 +171,18 @@ async fn with_server(args: &Args) -> u8 {
     if args.pin_server {
         let pinned = match server_pid {
             Some(pid) => pin::pin(pid),
-            None => Err("--pin-server pins the throwaway server; it cannot pin one given by --connect: run without one of them".to_string()),
+            None => Err(pin::PinError::Usage("--pin-server pins the throwaway server; it cannot pin one given by --connect: run without one of them".to_string())),
         };
-        if let Err(err) = pinned {
-            eprintln!("zkfence-bench: {err}");
-            return EXIT_USAGE;
+        match pinned {
+            Ok(()) => {}
+            Err(pin::PinError::Usage(err)) => {
+                eprintln!("zkfence-bench: {err}");
+                return EXIT_USAGE;
+            }
+            Err(pin::PinError::Failed(err)) => {
+                eprintln!("zkfence-bench: {err}");
+                return EXIT_FAILURE;
+            }
         }
     }
     let result = if args.fences {

@@ -83,7 +83,7 @@ Examples:
   zkfence-bench --connect 127.0.0.1:2181 --mode contended --contenders 8 --seconds 5
   zkfence-bench --matrix                     # every impl and mode, on a throwaway local server
   zkfence-bench --rounds 5                   # zkfence and its peers in turns, ratios with their spread
-  zkfence-bench --rounds 3 --pin-server      # the same with the server on CPU 0, the clients on the rest
+  zkfence-bench --rounds 3 --pin-server      # the same with the server on a CPU, the clients on the rest
   zkfence-bench --failover --rounds 5        # leader failover (kill -9, SIGSTOP) vs Curator's LeaderLatch
   zkfence-bench --fences --rounds 5          # fenced writes vs unfenced ones: PostgreSQL, ZooKeeper
   zkfence-bench --scale --rounds 2           # holds, waiters, semaphore, rwlock, election at scale
@@ -134,9 +134,9 @@ pub(crate) struct Args {
     /// their median and range; on a throwaway local server without --connect.
     #[arg(long, value_name = "R", env = "ZKFENCE_BENCH_ROUNDS")]
     pub(super) rounds: Option<usize>,
-    /// Run the throwaway ZooKeeper server on CPU 0 and the clients (this process, its runs,
-    /// Curator's worker) on the other CPUs, so that they do not compete for cores; needs two
-    /// CPUs or more, and no --connect.
+    /// Run the throwaway ZooKeeper server on the first CPU this process may use and the clients
+    /// (this process, its runs, Curator's worker) on the others, so that they do not compete
+    /// for cores; needs two CPUs or more, and no --connect.
     #[arg(long, env = "ZKFENCE_BENCH_PIN_SERVER")]
     pub(super) pin_server: bool,
     /// With --rounds: the configurations, as contender counts (1: uncontended).
