@@ -218,6 +218,28 @@ pub enum FenceMutant {
     /// An object store's conditional writes taken on trust, never probed (the check of a
     /// deployment skips it): a store that ignores them passes.
     NoProbe,
+    /// A refused claim only raises its error (PostgreSQL): inside a savepoint the client rolls
+    /// back to (psql's `ON_ERROR_ROLLBACK`, a nested psycopg `transaction()`, Django's nested
+    /// `atomic()`), the refusal is undone with the savepoint and the stale write commits.
+    RefusalInSavepoint,
+    /// The seal does nothing (MySQL/MariaDB): a deadlock's victim that carries on commits its
+    /// writes in a new transaction that holds no claim.
+    NoOpSeal,
+    /// The claim sets no bound on how long its transaction may sit idle (PostgreSQL,
+    /// MySQL/MariaDB): a holder frozen after its claim keeps the fence row locked, and its
+    /// successor waits until it wakes.
+    NoIdleBound,
+    /// The first claim of a scope reads the missing row with a locking read (MySQL/MariaDB
+    /// under REPEATABLE READ: a gap lock), so that a frozen first claim blocks the first
+    /// claims of unrelated scopes.
+    GapLockingFirstClaim,
+    /// The scope compared as the bytes the client sent (MySQL/MariaDB: a `VARBINARY` scope in
+    /// the connection's character set): a latin1 client's scope is another fence than a utf8mb4
+    /// client's, and its stale token passes.
+    ClientCharsetScope,
+    /// The claim raises any key it is given (Redis): a claim on a key that is not a fence key
+    /// overwrites the number it holds.
+    AnyKeyClaim,
 }
 
 /// The fence mutant a fence is built with, if any: never one without the `mutants` feature.

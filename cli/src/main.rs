@@ -85,8 +85,18 @@ fn quiet_caught_upstream_panics() {
 
 fn main() -> ExitCode {
     quiet_caught_upstream_panics();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return parse_error(err),
+    };
+    // `fence verify` provokes refusals on purpose, and the library warns of each: without
+    // RUST_LOG, it logs errors only.
+    let default = match &cli.command {
+        Command::Fence(args) if args.provokes_refusals() => "error",
+        _ => "warn",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
@@ -95,10 +105,6 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .init();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err) => return parse_error(err),
-    };
     if let Command::Lifeline = cli.command {
         return ExitCode::from(lifeline::main());
     }

@@ -326,3 +326,45 @@ async fn a_service_that_only_received_the_ticket_refuses_a_frozen_holders_late_w
     let notes: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(notes, ["first", "second"]);
 }
+
+/// `rebase` lowers a fence: a `--to` above it is refused (exit 64, nothing changed) unless
+/// `--raise`; on a real ZooKeeper fence node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebase_refuses_to_raise_a_fence_without_raise() {
+    let hosts = chroot(shared(), "cli-fence-rebase-up").await;
+    let (servers, root) = hosts.split_at(hosts.find('/').unwrap());
+    let url = format!("zk://{servers}{root}/fence");
+    let client = zkfence_harness::connect(&hosts, Duration::from_secs(10)).await;
+    let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client, "/fence").unwrap();
+    let scope = "/locks/up";
+    let held = 0x2_0000_0005;
+    let ticket = zkfence::fence::conformance::ticket(scope, held);
+    fence.claim(&ticket).await.unwrap();
+    let higher = (held + 1).to_string();
+    let rebase = ["fence", "rebase", &url, "--scope", scope, "--yes", "--to"];
+    let (code, out, err) = run(&[&rebase[..], &[&higher]].concat()).await;
+    assert_eq!(code, Some(64), "{out}{err}");
+    assert!(err.contains("--raise"), "{err}");
+    assert!(err.contains("above"), "{err}");
+    assert_eq!(fence.seen(scope).await.unwrap(), Some(held));
+    let (code, out, err) = run(&[&rebase[..], &[&higher, "--raise"]].concat()).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(fence.seen(scope).await.unwrap(), Some(held + 1));
+    let (code, out, err) = run(&[&rebase[..], &["7"]].concat()).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(&format!("moved from {}", held + 1)), "{out}");
+    assert_eq!(fence.seen(scope).await.unwrap(), Some(7));
+}
+
+/// `zkfence fence script s3://`, as docs/fences.md has it: the protocol, no bucket needed;
+/// a command that reaches the store asks for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_s3_prints_the_protocol_without_a_bucket() {
+    let (code, out, err) = run(&["fence", "script", "s3://"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("zkfence-fence 1"), "{out}");
+    assert!(out.contains("If-Match"), "{out}");
+    let (code, _, err) = run(&["fence", "show", "s3://"]).await;
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("bucket"), "{err}");
+}

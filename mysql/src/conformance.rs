@@ -2,12 +2,14 @@
 //! kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
 //! verify mysql://…` against a user's deployment.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use zkfence::fence::conformance::{
-    rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
+    rescoped, scratch_name, BoxFuture, CarryOn, FenceStore, Frozen, Hooks, ReplySwitch, Setup,
 };
 use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
@@ -252,11 +254,17 @@ impl ConformanceStore {
         if !self.scopes.is_empty() {
             let like = format!("{}/%", self.scopes);
             let table = sql::qualified(self.fence.database(), "zkfence_fence");
-            conn.exec_drop(
-                format!("DELETE FROM {table} WHERE scope LIKE ?"),
-                (like.as_bytes(),),
-            )
-            .await?;
+            let deleted = conn
+                .exec_drop(
+                    format!("DELETE FROM {table} WHERE scope LIKE ?"),
+                    (like.as_bytes(),),
+                )
+                .await;
+            match deleted {
+                // No fence installed there: no scope to remove.
+                Err(mysql_async::Error::Server(e)) if e.code == 1146 => {}
+                deleted => deleted?,
+            }
         }
         conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.db))
             .await
@@ -327,7 +335,7 @@ impl ConformanceStore {
     }
 
     /// The claim as the `mariadb` client sends it, on `conn` (autocommit off): the token a text
-    /// literal; refused by SQLSTATE `ZF001`.
+    /// literal; refused by SQLSTATE `ZF001`. The procedure as installed where the fence looks.
     async fn claim_as_text(
         &self,
         conn: &mut Conn,
@@ -335,7 +343,8 @@ impl ConformanceStore {
         token: &str,
     ) -> Result<bool, String> {
         let sql = format!(
-            "CALL zkfence_claim({}, {})",
+            "CALL {}({}, {})",
+            sql::qualified(self.fence.database(), "zkfence_claim"),
             sql::hex(self.scope(scope).as_bytes()),
             literal(token)
         );
@@ -343,6 +352,154 @@ impl ConformanceStore {
             Ok(()) => Ok(true),
             Err(mysql_async::Error::Server(e)) if e.state == crate::REFUSED => Ok(false),
             Err(err) => Err(err.to_string()),
+        }
+    }
+
+    /// The installed seal's call for `scope`.
+    fn seal_call(&self, scope: &str) -> String {
+        format!(
+            "CALL {}({})",
+            sql::qualified(self.fence.database(), "zkfence_seal"),
+            sql::hex(self.scope(scope).as_bytes())
+        )
+    }
+
+    /// The recipe's writes for counter `key` under `token`: the increment and its log entry.
+    fn writes(&self, key: &str, token: &str) -> [String; 2] {
+        let (k, t, db) = (literal(key), literal(token), &self.db);
+        [
+            format!("INSERT INTO `{db}`.kit_counter (k, value) VALUES ({k}, 1) ON DUPLICATE KEY UPDATE value = value + 1"),
+            format!("INSERT INTO `{db}`.kit_log (k, token) VALUES ({k}, {t})"),
+        ]
+    }
+
+    /// `mariadb --force`: each statement sent, each error ignored.
+    async fn carry_on_ignoring(&self, scope: &str, token: &str, key: &str) -> Result<bool, String> {
+        let before = self.log(key).await?.len();
+        let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+        let _ = conn.query_drop("SET autocommit = 0").await;
+        let _ = self.claim_as_text(&mut conn, scope, token).await;
+        let [counter, log] = self.writes(key, token);
+        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
+            let _ = conn.query_drop(statement).await;
+        }
+        Ok(self.log(key).await?.len() > before)
+    }
+
+    /// Each statement in a savepoint of its own, rolled back to after an error (psql's
+    /// `ON_ERROR_ROLLBACK`, a nested transaction of an ORM), then `COMMIT`.
+    async fn carry_on_in_savepoints(
+        &self,
+        scope: &str,
+        token: &str,
+        key: &str,
+    ) -> Result<bool, String> {
+        let before = self.log(key).await?.len();
+        let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+        let _ = conn.query_drop("SET autocommit = 0").await;
+        let _ = conn.query_drop("SAVEPOINT zkfence_kit").await;
+        if !matches!(self.claim_as_text(&mut conn, scope, token).await, Ok(true)) {
+            let _ = conn.query_drop("ROLLBACK TO SAVEPOINT zkfence_kit").await;
+        }
+        let [counter, log] = self.writes(key, token);
+        for statement in [counter, log, self.seal_call(scope)] {
+            let _ = conn.query_drop("SAVEPOINT zkfence_kit").await;
+            if conn.query_drop(statement).await.is_err() {
+                let _ = conn.query_drop("ROLLBACK TO SAVEPOINT zkfence_kit").await;
+            }
+        }
+        let _ = conn.query_drop("COMMIT").await;
+        Ok(self.log(key).await?.len() > before)
+    }
+
+    /// The claim accepted, then the transaction made a deadlock's victim (tried again, on
+    /// fresh rows, until it is the one InnoDB rolls back, for up to 60 s), then the client goes
+    /// on: its writes, the seal, `COMMIT`, each error ignored.
+    async fn carry_on_after_rollback(
+        &self,
+        scope: &str,
+        token: &str,
+        key: &str,
+    ) -> Result<bool, String> {
+        let before = self.log(key).await?.len();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut conn = loop {
+            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            (conn.query_drop("SET autocommit = 0").await).map_err(|e| e.to_string())?;
+            if !self.claim_as_text(&mut conn, scope, token).await? {
+                return Err(format!(
+                    "the claim of {token} on {scope} was refused: the case needs it accepted"
+                ));
+            }
+            if self.lose_a_deadlock(&mut conn, scope, token).await? {
+                break conn;
+            }
+            let _ = conn.query_drop(sql::ROLLBACK).await;
+            if Instant::now() > deadline {
+                return Err(
+                    "the fenced transaction was never the deadlock's victim in 60 s".into(),
+                );
+            }
+        };
+        let [counter, log] = self.writes(key, token);
+        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
+            let _ = conn.query_drop(statement).await;
+        }
+        Ok(self.log(key).await?.len() > before)
+    }
+
+    /// Runs `conn`'s fenced transaction into a deadlock with another fenced transaction (of
+    /// `scope`'s sibling scope, on two rows of `kit_items` taken in opposite orders), the other
+    /// one made the heavier (50 rows more), so that InnoDB rolls back `conn`'s: both changed a
+    /// non-transactional table (the claim's count), which InnoDB weighs above rows, and then
+    /// it rolls back the one with fewer. Whether `conn`'s was the victim (`false`: the other
+    /// was, and `conn`'s transaction is still open).
+    async fn lose_a_deadlock(
+        &self,
+        conn: &mut Conn,
+        scope: &str,
+        token: &str,
+    ) -> Result<bool, String> {
+        static ROUND: AtomicU32 = AtomicU32::new(0);
+        let round = ROUND.fetch_add(1, Ordering::Relaxed);
+        let db = &self.db;
+        let row = |name: &str| {
+            format!(
+                "INSERT INTO `{db}`.kit_items (k) VALUES ('deadlock-{}-{round}-{name}')",
+                std::process::id()
+            )
+        };
+        let e = |e: mysql_async::Error| e.to_string();
+        conn.query_drop(row("a")).await.map_err(e)?;
+        let mut side = self.direct().await.map_err(e)?;
+        side.query_drop("SET autocommit = 0").await.map_err(e)?;
+        let sibling = format!("{scope}-deadlock");
+        if !self.claim_as_text(&mut side, &sibling, token).await? {
+            return Err(format!(
+                "the other transaction's claim of {sibling} was refused"
+            ));
+        }
+        for i in 0..50 {
+            side.query_drop(row(&format!("s{i}"))).await.map_err(e)?;
+        }
+        side.query_drop(row("b")).await.map_err(e)?;
+        let blocked = row("a");
+        let other = tokio::spawn(async move {
+            let outcome = side.query_drop(blocked).await;
+            let _ = side.query_drop(sql::ROLLBACK).await;
+            outcome
+        });
+        let ours = conn.query_drop(row("b")).await;
+        let other = tokio::time::timeout(Duration::from_secs(60), other).await;
+        let other = other.map_err(|_| "the other transaction never finished".to_owned())?;
+        let other = other.map_err(|e| e.to_string())?;
+        match (ours, other) {
+            (Err(mysql_async::Error::Server(err)), Ok(())) if err.code == 1213 => Ok(true),
+            (Ok(()), Err(mysql_async::Error::Server(err))) if err.code == 1213 => Ok(false),
+            (ours, other) => Err(format!(
+                "two transactions that take two rows in opposite orders did not deadlock (is \
+                 innodb_deadlock_detect off?): ours {ours:?}, the other {other:?}"
+            )),
         }
     }
 }
@@ -477,25 +634,52 @@ impl FenceStore for ConformanceStore {
         scope: &'a str,
         token: &'a str,
         key: &'a str,
+        how: CarryOn,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
-            let before = self.log(key).await?.len();
-            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
-            // `mariadb --force`: each statement sent, each error ignored.
-            let _ = conn.query_drop("SET autocommit = 0").await;
-            let _ = self.claim_as_text(&mut conn, scope, token).await;
-            let (k, t, db) = (literal(key), literal(token), &self.db);
-            let statements = [
-                format!("INSERT INTO `{db}`.kit_counter (k, value) VALUES ({k}, 1) ON DUPLICATE KEY UPDATE value = value + 1"),
-                format!("INSERT INTO `{db}`.kit_log (k, token) VALUES ({k}, {t})"),
-                format!("CALL zkfence_seal({})", sql::hex(self.scope(scope).as_bytes())),
-                "COMMIT".to_owned(),
-            ];
-            for statement in statements {
-                let _ = conn.query_drop(statement).await;
+            match how {
+                CarryOn::Ignoring => self.carry_on_ignoring(scope, token, key).await,
+                CarryOn::InSavepoints => self.carry_on_in_savepoints(scope, token, key).await,
+                CarryOn::AfterRollbackUnderWork => {
+                    self.carry_on_after_rollback(scope, token, key).await
+                }
             }
-            Ok(self.log(key).await?.len() > before)
         }))
+    }
+
+    fn installed(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            (self.fence.check_installed(&mut conn).await).map_err(|e| e.to_string())?
+        }))
+    }
+
+    fn frozen_claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> Option<BoxFuture<'a, Result<Frozen, String>>> {
+        Some(Box::pin(async move {
+            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            // REPEATABLE READ, the server's default and the mariadb client's: where a first
+            // claim's locking read of a missing row would take a gap lock.
+            let open = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SET autocommit = 0";
+            (conn.query_drop(open).await).map_err(|e| e.to_string())?;
+            let token = ticket.token().as_i64().to_string();
+            match self
+                .claim_as_text(&mut conn, ticket.scope(), &token)
+                .await?
+            {
+                true => Ok(Box::new(conn) as Frozen),
+                false => Err(format!("the frozen holder's claim of {token} was refused")),
+            }
+        }))
+    }
+
+    fn frozen_bound(&self) -> BoxFuture<'_, Result<Option<Duration>, String>> {
+        Box::pin(async move {
+            let mut conn = self.direct().await.map_err(|e| e.to_string())?;
+            (self.fence.installed_idle_bound(&mut conn).await).map_err(|e| e.to_string())?
+        })
     }
 }
 

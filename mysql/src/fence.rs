@@ -3,6 +3,7 @@
 use crate::sql::{self, MAX_SCOPE_BYTES, REFUSED, ROLLED_BACK};
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel};
@@ -34,6 +35,7 @@ pub struct MySqlFence {
     database: Option<String>,
     isolation: IsolationLevel,
     max_attempts: u32,
+    idle_timeout: Duration,
     flaw: Flaw,
 }
 
@@ -73,6 +75,7 @@ impl MySqlFence {
             database: None,
             isolation: IsolationLevel::ReadCommitted,
             max_attempts: 10,
+            idle_timeout: Duration::from_secs(sql::IDLE_BOUND_SECS),
             flaw: Flaw::None,
         }
     }
@@ -132,6 +135,42 @@ impl MySqlFence {
         self
     }
 
+    /// How long a fenced transaction may sit idle after its claim (no statement from its
+    /// client) before MariaDB ends it, 10 s by default, rounded up to whole seconds; zero sets
+    /// no bound. [`install`](Self::install) writes it into the claim procedure, which lowers
+    /// the session's `idle_transaction_timeout`, `idle_write_transaction_timeout` and
+    /// `idle_readonly_transaction_timeout` to it (never raising one set lower): a holder frozen
+    /// inside its transaction (a GC pause, a SIGSTOP, a lost VM) then loses its connection,
+    /// which rolls its transaction back and frees the fence row, instead of keeping its
+    /// successor waiting until it wakes (and failing the successor at
+    /// `innodb_lock_wait_timeout`, 50 s by default). The lowered values stay for the rest of
+    /// the session, so a fenced transaction's work must not pause longer between statements.
+    /// Oracle MySQL has no such variables: there the claim sets nothing (see the crate docs).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let fence = zkfence_mysql::MySqlFence::new().with_idle_timeout(Duration::from_secs(30));
+    /// assert!(fence.install_sql().contains("DECLARE idle_bound INT DEFAULT 30;"));
+    /// ```
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    /// The idle bound [`with_idle_timeout`](Self::with_idle_timeout) set (10 s by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let fence = zkfence_mysql::MySqlFence::new();
+    /// assert_eq!(fence.idle_timeout(), std::time::Duration::from_secs(10));
+    /// ```
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
     /// **For zkfence's own tests.** This fence with one of its rules broken (see
     /// [`zkfence::FenceMutant`]); the conformance kit must catch it. Mutants of other stores
     /// leave it sound.
@@ -153,6 +192,10 @@ impl MySqlFence {
             M::RowsAffected => Flaw::RowsAffected,
             M::UnsealedCommit => Flaw::UnsealedCommit,
             M::CommitAfterRefusal => Flaw::Claim(sql::Claim::CommitAfterRefusal),
+            M::NoOpSeal => Flaw::Claim(sql::Claim::NoOpSeal),
+            M::NoIdleBound => Flaw::Claim(sql::Claim::NoIdleBound),
+            M::GapLockingFirstClaim => Flaw::Claim(sql::Claim::GapLockingFirst),
+            M::ClientCharsetScope => Flaw::Claim(sql::Claim::ClientCharsetScope),
             _ => Flaw::None,
         };
         self
@@ -174,8 +217,21 @@ impl MySqlFence {
         }
     }
 
+    /// The code this fence installs on a server, MariaDB's (with the idle bound) or Oracle
+    /// MySQL's (without: it has no idle transaction timeout).
+    pub(crate) fn code(&self, mariadb: bool) -> sql::Code {
+        let secs = self.idle_timeout.as_secs() + u64::from(self.idle_timeout.subsec_nanos() > 0);
+        sql::Code {
+            claim: self.claim_rule(),
+            idle_bound: (mariadb && secs > 0).then_some(secs),
+        }
+    }
+
     /// The install script, for the `mysql`/`mariadb` client (with `DELIMITER` lines):
-    /// idempotent. [`install`](Self::install) runs the same statements.
+    /// idempotent. [`install`](Self::install) runs the same statements. It is MariaDB's: its
+    /// claim sets the idle bound ([`with_idle_timeout`](Self::with_idle_timeout)) through
+    /// variables Oracle MySQL lacks, which refuses it; on MySQL run
+    /// [`install`](Self::install) (`zkfence fence install`), which leaves the bound out there.
     ///
     /// # Examples
     ///
@@ -185,7 +241,7 @@ impl MySqlFence {
     /// assert!(script.contains("CREATE PROCEDURE zkfence_claim"));
     /// ```
     pub fn install_sql(&self) -> String {
-        sql::install_script(self.db(), self.claim_rule())
+        sql::install_script(self.db(), self.code(true))
     }
 
     /// Creates the fence table (and the database) if missing, and replaces the procedures with
@@ -209,7 +265,8 @@ impl MySqlFence {
     /// # Ok(()) }
     /// ```
     pub async fn install(&self, conn: &mut impl Queryable) -> Result<(), mysql_async::Error> {
-        for statement in sql::install(self.db(), self.claim_rule()) {
+        let mariadb = is_mariadb(conn).await?;
+        for statement in sql::install(self.db(), self.code(mariadb)) {
             match conn.query_drop(statement).await {
                 // Another process installing at the same moment created it first.
                 Err(mysql_async::Error::Server(e)) if e.code == 1304 => {}
@@ -338,7 +395,9 @@ impl MySqlFence {
     /// - [`FenceError::Invalid`]: a transaction is already open on the connection, or a scope
     ///   is too long; nothing was done.
     /// - [`FenceError::Store`]: `work`'s error, or the database's (after the last attempt, a
-    ///   deadlock); rolled back.
+    ///   deadlock); rolled back. On MariaDB that includes a connection the server closed
+    ///   because `work` sat idle between two statements longer than the idle bound
+    ///   ([`with_idle_timeout`](Self::with_idle_timeout)): rolled back with it.
     ///
     /// # Cancel safety
     ///
@@ -682,6 +741,223 @@ impl MySqlFence {
         }
         Ok(old)
     }
+}
+
+impl MySqlFence {
+    /// The database the fence lives in: this fence's, else the connection's (`None`: none).
+    pub(crate) async fn home(&self, conn: &mut Conn) -> Result<Option<String>, mysql_async::Error> {
+        match self.db() {
+            Some(db) => Ok(Some(db.to_owned())),
+            None => Ok(conn
+                .query_first::<Option<String>, _>("SELECT DATABASE()")
+                .await?
+                .flatten()),
+        }
+    }
+
+    /// Whether the fence installed where this fence looks is the code this version installs
+    /// (with the idle bound it was installed with): `Ok(Err(why))` with one line that says what
+    /// differs and what to run.
+    pub(crate) async fn check_installed(
+        &self,
+        conn: &mut Conn,
+    ) -> Result<Result<(), String>, mysql_async::Error> {
+        let Some(db) = self.home(conn).await? else {
+            return Ok(Err(
+                "no database selected: name the fence's database in the URL (mysql://…/DB)".into(),
+            ));
+        };
+        let again = format!("run `zkfence fence install mysql://…/{db}` again");
+        let columns: Vec<Column> = conn
+            .exec(
+                "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, COLUMN_KEY \
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'zkfence_fence' \
+                 ORDER BY ORDINAL_POSITION",
+                (&db,),
+            )
+            .await?;
+        let routines: Vec<(String, Option<String>)> = conn
+            .exec(
+                "SELECT ROUTINE_NAME, ROUTINE_DEFINITION FROM information_schema.ROUTINES \
+                 WHERE ROUTINE_SCHEMA = ? AND ROUTINE_TYPE = 'PROCEDURE' \
+                 AND ROUTINE_NAME IN ('zkfence_claim', 'zkfence_seal')",
+                (&db,),
+            )
+            .await?;
+        if columns.is_empty() && routines.is_empty() {
+            return Ok(Err(format!(
+                "the fence is not installed in `{db}`: run `zkfence fence install mysql://…/{db}`"
+            )));
+        }
+        if let Some(why) = table_differs(&db, &again, &columns) {
+            return Ok(Err(why));
+        }
+        let installed_claim = routines
+            .iter()
+            .find(|(name, _)| name == "zkfence_claim")
+            .and_then(|(_, body)| body.clone());
+        let mariadb = is_mariadb(conn).await?;
+        let mut code = self.code(mariadb);
+        if let Some(bound) = installed_claim.as_deref().and_then(sql::idle_bound_of) {
+            code.idle_bound = Some(bound).filter(|_| mariadb);
+        }
+        for (name, statement) in sql::procedures(self.db(), code) {
+            if let Some(why) = body_differs(&db, &again, name, &statement, &routines) {
+                return Ok(Err(why));
+            }
+            if let Some(why) = parameters_differ(conn, &db, &again, name, code.claim).await? {
+                return Ok(Err(why));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// The idle bound the installed claim sets (`Ok(None)`: none), or why there can be none
+    /// (Oracle MySQL).
+    pub(crate) async fn installed_idle_bound(
+        &self,
+        conn: &mut Conn,
+    ) -> Result<Result<Option<Duration>, String>, mysql_async::Error> {
+        if !is_mariadb(conn).await? {
+            return Ok(Err(ORACLE_MYSQL_IDLE.to_owned()));
+        }
+        let Some(db) = self.home(conn).await? else {
+            return Ok(Ok(None));
+        };
+        let body: Option<Option<String>> = conn
+            .exec_first(
+                "SELECT ROUTINE_DEFINITION FROM information_schema.ROUTINES \
+                 WHERE ROUTINE_SCHEMA = ? AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = 'zkfence_claim'",
+                (&db,),
+            )
+            .await?;
+        let bound = body.flatten().as_deref().and_then(sql::idle_bound_of);
+        Ok(Ok(bound.map(Duration::from_secs)))
+    }
+}
+
+/// What Oracle MySQL does with a frozen holder, and what to do.
+pub(crate) const ORACLE_MYSQL_IDLE: &str = "this is Oracle MySQL, which has no \
+    idle_transaction_timeout (MariaDB's): a holder frozen inside its fenced transaction keeps \
+    the fence row locked until its connection dies, and each successor fails after \
+    innodb_lock_wait_timeout (50 s by default) meanwhile; give fenced connections a short \
+    wait_timeout (SET SESSION wait_timeout = 10, on connections that idle no longer than that \
+    between statements), or kill sessions idle in a transaction from an EVENT (see \
+    docs/fences.md, MySQL and MariaDB)";
+
+/// `text` with its runs of whitespace as one space, trimmed.
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A column of the fence table as `information_schema.COLUMNS` shows it: name, type, maximum
+/// length, key.
+type Column = (String, String, Option<u64>, String);
+
+/// Why the fence table's `columns` are not this version's (`None`: they are).
+fn table_differs(db: &str, again: &str, columns: &[Column]) -> Option<String> {
+    let shape: Vec<Column> = [
+        ("scope", "varbinary", Some(MAX_SCOPE_BYTES as u64), "PRI"),
+        ("token", "bigint", None, ""),
+        ("claims", "bigint", None, ""),
+        ("updated", "timestamp", None, ""),
+    ]
+    .iter()
+    .map(|(n, t, l, k)| (n.to_string(), t.to_string(), *l, k.to_string()))
+    .collect();
+    let lower = |c: &Column| {
+        (
+            c.0.to_lowercase(),
+            c.1.to_lowercase(),
+            c.2,
+            c.3.to_uppercase(),
+        )
+    };
+    if columns.iter().map(lower).collect::<Vec<_>>() != shape {
+        let found: Vec<String> = columns.iter().map(|c| format!("{} {}", c.0, c.1)).collect();
+        return Some(format!(
+            "the table `{db}`.zkfence_fence is not this version's (columns: {}): {again}",
+            match found.is_empty() {
+                true => "none".to_owned(),
+                false => found.join(", "),
+            }
+        ));
+    }
+    None
+}
+
+/// Why the installed procedure `name` is not `statement` (`None`: it is): missing, unreadable,
+/// or a different text. `routines`: the installed procedures' names and texts.
+fn body_differs(
+    db: &str,
+    again: &str,
+    name: &str,
+    statement: &str,
+    routines: &[(String, Option<String>)],
+) -> Option<String> {
+    let Some((_, body)) = routines.iter().find(|(n, _)| n == name) else {
+        return Some(format!("the procedure `{db}`.{name} is missing: {again}"));
+    };
+    let Some(body) = body else {
+        return Some(format!(
+            "cannot read the text of `{db}`.{name} (ROUTINE_DEFINITION is NULL: connect \
+             as its definer, or grant SELECT on mysql.proc) to compare it with this \
+             version's"
+        ));
+    };
+    if squeeze(body) != squeeze(sql::body(statement)) {
+        return Some(format!(
+            "the procedure `{db}`.{name} differs from this version's (an older version, \
+             or edited): {again}"
+        ));
+    }
+    None
+}
+
+/// Why the installed procedure `name`'s parameters are not those of `claim`'s (`None`: they
+/// are).
+async fn parameters_differ(
+    conn: &mut Conn,
+    db: &str,
+    again: &str,
+    name: &str,
+    claim: sql::Claim,
+) -> Result<Option<String>, mysql_async::Error> {
+    let params: Vec<(String, String, Option<String>)> = conn
+        .exec(
+            "SELECT PARAMETER_NAME, DTD_IDENTIFIER, CHARACTER_SET_NAME \
+             FROM information_schema.PARAMETERS WHERE SPECIFIC_SCHEMA = ? \
+             AND SPECIFIC_NAME = ? AND PARAMETER_NAME IS NOT NULL ORDER BY ORDINAL_POSITION",
+            (db, name),
+        )
+        .await?;
+    let expected = sql::parameters(name, claim);
+    let same = params.len() == expected.len()
+        && params.iter().zip(&expected).all(|(got, want)| {
+            got.0 == want.0
+                && got.1.eq_ignore_ascii_case(&want.1)
+                && (want.2.is_none() || got.2 == want.2)
+        });
+    if same {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "the parameters of `{db}`.{name} differ from this version's ({}): {again}",
+        expected
+            .iter()
+            .map(|(n, t, c)| match c {
+                Some(c) => format!("{n} {t} CHARACTER SET {c}"),
+                None => format!("{n} {t}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Whether the server is MariaDB (not Oracle MySQL).
+pub(crate) async fn is_mariadb(conn: &mut impl Queryable) -> Result<bool, mysql_async::Error> {
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+    Ok(version.is_some_and(|v| v.contains("MariaDB")))
 }
 
 /// `failed` with the store's error converted to `E`'s.

@@ -9,10 +9,12 @@
 //! calls the same way ([`MySqlFence::install_sql`] prints the script for the `mysql`/`mariadb`
 //! client; `zkfence fence install mysql://…` runs it):
 //!
-//! - `zkfence_claim(scope, token)` reads the scope's fence row **`FOR UPDATE`**, decides from
-//!   the token it read, and raises it (or creates it), or signals SQLSTATE [`REFUSED`]
+//! - `zkfence_claim(scope, token)` creates the scope's fence row if missing, reads it **`FOR
+//!   UPDATE`**, decides from the token it read, and raises it, or signals SQLSTATE [`REFUSED`]
 //!   (`ZF001`, the message ending with the token the fence holds). The row stays locked until
-//!   the transaction ends, so fenced transactions of a scope run one at a time.
+//!   the transaction ends, so fenced transactions of a scope run one at a time. On MariaDB it
+//!   also bounds how long the transaction may then sit idle
+//!   ([`MySqlFence::with_idle_timeout`], 10 s by default).
 //! - `zkfence_seal(scope)`, called last before `COMMIT`: checks that this transaction still
 //!   holds the scope's claim, or signals [`ROLLED_BACK`] (`ZF003`).
 //!
@@ -20,7 +22,7 @@
 //!
 //! ```sql
 //! SET autocommit = 0;                               -- once per connection: the claim insists
-//! CALL zkfence_claim('/locks/orders', 4294967339);  -- first: the token as ZKFENCE_TOKEN gives it
+//! CALL zkfence_claim('/locks/orders', '4294967339'); -- first: the token as text, as ZKFENCE_TOKEN holds it
 //! UPDATE orders SET state = 'paid' WHERE id = 7;
 //! CALL zkfence_seal('/locks/orders');               -- last before COMMIT
 //! COMMIT;
@@ -37,8 +39,20 @@
 //! | SQLSTATE | meaning | what to do |
 //! | --- | --- | --- |
 //! | `ZF001` ([`REFUSED`]) | a newer holder claimed the scope; the message ends with its token | stop writing under this hold |
-//! | `ZF002` ([`BAD_CLAIM`]) | not a claim: a null or empty scope, a negative token, autocommit on, or a connection an earlier error left read-only | fix the call |
+//! | `ZF002` ([`BAD_CLAIM`]) | not a claim: a null, empty or too long scope (over 1024 bytes of UTF-8), a token that is not decimal text (negative, a float's text), autocommit on, or a connection an earlier error left read-only | fix the call |
 //! | `ZF003` ([`ROLLED_BACK`]) | the seal found the claim rolled back under the work (a deadlock or lock wait timeout the client did not pass on), or no claim at all | run the whole transaction again |
+//!
+//! **The scope is text, compared as UTF-8** (`utf8mb4`) whatever the client's character set: the
+//! procedures take it as `VARCHAR … CHARACTER SET utf8mb4`, so the server converts a latin1
+//! client's `'/locks/café'` before the fence compares it, and the fence table keeps its UTF-8
+//! bytes (`VARBINARY`, compared byte for byte: no collation folds two lock paths into one, and
+//! trailing spaces count). A scope sent as bytes (`X'…'`, `UNHEX('…')`) is taken as UTF-8.
+//!
+//! **The token is text**: send it quoted (`'4294967339'`), or as an integer literal. The
+//! procedure reads the decimal text it receives, and the server turns an unquoted literal into
+//! text first: `42.0` (a DECIMAL) arrives as `'42.0'` and is refused (`ZF002`), but `4.2e1` (a
+//! DOUBLE) arrives as `'42'` and claims 42, which the procedure cannot tell from a real `42`;
+//! a token that went through a float has lost digits past 2⁵³ anyway. Never send a float.
 //!
 //! Autocommit must be off, not merely a transaction begun with `START TRANSACTION`: a deadlock
 //! ends such a transaction and the server returns to autocommit, so the statements after it
@@ -66,7 +80,27 @@
 //!   InnoDB table the rollback does: equal only in the transaction of the latest claim.)
 //! - **An error does not end a MySQL transaction.** A signalled refusal leaves the transaction
 //!   open and its earlier statements in place; a client that ignores it would commit them. The
-//!   claim rolls back and makes the session read-only before it signals.
+//!   claim rolls back and makes the session read-only before it signals (so the refusal
+//!   survives a client that rolls back to a savepoint it took before the claim, too).
+//! - **A locking read of a missing row takes a gap lock** under REPEATABLE READ (InnoDB's
+//!   default, and the `mariadb` client's): a first claim that read the missing row `FOR
+//!   UPDATE` would block the first claims of every other new scope in that gap until it ends.
+//!   The claim inserts a missing row first (`INSERT … ON DUPLICATE KEY UPDATE`, which locks
+//!   only that record) and reads the row that then exists; two first claims at once queue on
+//!   that record, and the higher token wins.
+//! - **A frozen holder keeps the fence row.** A writer stopped after its claim (a GC pause,
+//!   SIGSTOP, a VM that lost its host) keeps its transaction open and the row locked; its
+//!   successor waits `innodb_lock_wait_timeout` (50 s) and fails, again and again, until the
+//!   frozen process wakes. On MariaDB the claim lowers the session's
+//!   `idle_transaction_timeout`, `idle_write_transaction_timeout` and
+//!   `idle_readonly_transaction_timeout` to the installed bound (never raising a value set
+//!   lower, and for the rest of the session): the server closes a connection idle that long
+//!   inside a transaction, which rolls it back and frees the row. **Oracle MySQL has none of
+//!   these variables**: [`MySqlFence::install`] leaves the bound out there, a frozen holder
+//!   keeps the row until its connection dies, and `zkfence fence verify` says so. There, give
+//!   fenced connections a short `wait_timeout` (`SET SESSION wait_timeout = 10` on connections
+//!   that never idle longer between statements), or kill sessions idle in a transaction from an
+//!   `EVENT` that reads `information_schema.INNODB_TRX` and `PROCESSLIST`.
 //!
 //! # Using it
 //!

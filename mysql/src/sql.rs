@@ -6,16 +6,32 @@ use std::fmt::Write as _;
 
 pub use zkfence::fence::{BAD_CLAIM, REFUSED, ROLLED_BACK};
 
-/// The longest scope, in bytes: the fence table's key is `VARBINARY(1024)` (InnoDB keys are
-/// limited to 3072 bytes).
+/// The longest scope, in bytes of UTF-8: the fence table's key is `VARBINARY(1024)` (InnoDB keys
+/// are limited to 3072 bytes), holding the scope's UTF-8 (`utf8mb4`) bytes whatever the client's
+/// character set.
 pub const MAX_SCOPE_BYTES: usize = 1024;
+
+/// How long a fenced transaction may sit idle after its claim by default before MariaDB ends it
+/// ([`MySqlFence::with_idle_timeout`](crate::MySqlFence::with_idle_timeout)), in seconds.
+pub(crate) const IDLE_BOUND_SECS: u64 = 10;
+
+/// The parameter type of a scope: text, converted by the server from the client's character
+/// set to `utf8mb4` (a mutant's: the bytes as sent). Room for more characters than the key
+/// holds bytes, so that a long scope is refused by its length rather than cut short.
+fn scope_param(claim: Claim) -> String {
+    match claim {
+        Claim::ClientCharsetScope => format!("VARBINARY({MAX_SCOPE_BYTES})"),
+        _ => format!("VARCHAR({}) CHARACTER SET utf8mb4", 2 * MAX_SCOPE_BYTES),
+    }
+}
 
 /// How the claim procedure decides (the sound rule, or a mutant's).
 #[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
-    /// Reads the fence row `FOR UPDATE`; refuses a lower token, accepts an equal one, raises
-    /// to a higher one; creates a missing row. A refusal (or any failed claim, or seal) dooms
+    /// Creates a missing fence row, then reads it `FOR UPDATE`; refuses a lower token, accepts
+    /// an equal one, raises to a higher one; lowers the session's idle transaction timeouts to
+    /// the bound. A refusal (or any failed claim, or seal) dooms
     /// what it refused: rolled back, and the session read-only until it says otherwise.
     Sound,
     /// Refuses an equal token too.
@@ -27,6 +43,23 @@ pub(crate) enum Claim {
     /// A refusal signals and leaves the transaction open and the session writable, as before
     /// the doom: a client that carries on commits its stale write.
     CommitAfterRefusal,
+    /// The seal does nothing.
+    NoOpSeal,
+    /// The claim sets no idle bound on its transaction.
+    NoIdleBound,
+    /// The first claim reads the missing row `FOR UPDATE` before it inserts it: under
+    /// REPEATABLE READ a gap lock, which blocks the first claims of unrelated scopes.
+    GapLockingFirst,
+    /// The scope parameters are `VARBINARY`: the bytes in the client's character set.
+    ClientCharsetScope,
+}
+
+/// What the installed code is made of, besides the database: the claim's rule and the idle
+/// bound it sets (`None`: none, as on Oracle MySQL, which has no idle transaction timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Code {
+    pub(crate) claim: Claim,
+    pub(crate) idle_bound: Option<u64>,
 }
 
 /// `name`, qualified with `database` when there is one.
@@ -38,7 +71,7 @@ pub(crate) fn qualified(database: Option<&str>, name: &str) -> String {
 }
 
 /// The install script's statements, each sent alone (a procedure's body holds semicolons).
-pub(crate) fn install(database: Option<&str>, claim: Claim) -> Vec<String> {
+pub(crate) fn install(database: Option<&str>, code: Code) -> Vec<String> {
     let table = qualified(database, "zkfence_fence");
     let mut statements = Vec::new();
     if let Some(db) = database {
@@ -52,10 +85,7 @@ pub(crate) fn install(database: Option<&str>, claim: Claim) -> Vec<String> {
   updated TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE = InnoDB"
     ));
-    for (name, body) in [
-        ("zkfence_claim", claim_procedure(database, claim)),
-        ("zkfence_seal", seal_procedure(database, claim)),
-    ] {
+    for (name, body) in procedures(database, code) {
         statements.push(format!(
             "DROP PROCEDURE IF EXISTS {}",
             qualified(database, name)
@@ -65,52 +95,92 @@ pub(crate) fn install(database: Option<&str>, claim: Claim) -> Vec<String> {
     statements
 }
 
+/// The parameters a procedure of `code` declares, as `information_schema.PARAMETERS` shows
+/// them: name, type (`DTD_IDENTIFIER`), character set.
+pub(crate) fn parameters(name: &str, claim: Claim) -> Vec<(String, String, Option<String>)> {
+    let scope = match claim {
+        Claim::ClientCharsetScope => (format!("varbinary({MAX_SCOPE_BYTES})"), None),
+        _ => (
+            format!("varchar({})", 2 * MAX_SCOPE_BYTES),
+            Some("utf8mb4".to_owned()),
+        ),
+    };
+    let mut params = vec![("p_scope".to_owned(), scope.0, scope.1)];
+    if name == "zkfence_claim" {
+        params.push(("p_token_text".to_owned(), "varchar(255)".to_owned(), None));
+    }
+    params
+}
+
+/// The procedures' names and their `CREATE PROCEDURE` statements.
+pub(crate) fn procedures(database: Option<&str>, code: Code) -> [(&'static str, String); 2] {
+    [
+        ("zkfence_claim", claim_procedure(database, code)),
+        ("zkfence_seal", seal_procedure(database, code.claim)),
+    ]
+}
+
+/// The body of a `CREATE PROCEDURE` statement (from its `BEGIN` line), as
+/// `information_schema.ROUTINES.ROUTINE_DEFINITION` shows it.
+pub(crate) fn body(statement: &str) -> &str {
+    match statement.find("\nBEGIN\n") {
+        Some(at) => &statement[at + 1..],
+        None => statement,
+    }
+}
+
+/// The idle bound, in seconds, that an installed claim's body sets (`None`: none).
+pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
+    let (_, rest) = body.split_once(IDLE_DECLARATION)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// How the claim declares its idle bound: the one place the installed code states it, which
+/// [`idle_bound_of`] reads back.
+const IDLE_DECLARATION: &str = "DECLARE idle_bound INT DEFAULT ";
+
 /// The install script as one text for the `mysql`/`mariadb` command-line client.
-pub(crate) fn install_script(database: Option<&str>, claim: Claim) -> String {
+pub(crate) fn install_script(database: Option<&str>, code: Code) -> String {
     let mut script = String::from(
         "-- zkfence: the fence table (one row per scope, a lock path: the highest fencing token\n\
          -- accepted) and its procedures. Idempotent; run it with the mysql or mariadb client.\n\
          DELIMITER //\n",
     );
-    for statement in install(database, claim) {
+    for statement in install(database, code) {
         let _ = write!(script, "{statement}\n//\n");
     }
     script.push_str("DELIMITER ;\n");
     script
 }
 
-fn claim_procedure(database: Option<&str>, claim: Claim) -> String {
+fn claim_procedure(database: Option<&str>, code: Code) -> String {
+    let claim = code.claim;
     let table = qualified(database, "zkfence_fence");
     let name = qualified(database, "zkfence_claim");
-    let read = match claim {
-        Claim::NoLockingRead => "",
-        _ => " FOR UPDATE",
-    };
     let refuse_if = match claim {
         Claim::StrictlyGreater => "seen >= p_token",
         _ => "seen > p_token",
     };
     let doom = doom(claim);
-    let first = match claim {
-        Claim::NoUpsert => signal(
-            REFUSED,
-            "zkfence: refused: the scope has no fence yet; the fence holds 0",
-            doom,
-        ),
-        _ => format!("INSERT INTO {table} (scope, token) VALUES (p_scope, p_token);"),
-    };
     let bad = |why: &str| signal(BAD_CLAIM, why, doom);
+    let first = first_claim(claim, &table, doom);
+    let read = fence_read(claim, &table);
+    let (bound, bounded) = idle_bound_lines(code);
     let no_autocommit = bad("zkfence_claim: turn autocommit off first (SET autocommit = 0): a transaction begun with START TRANSACTION ends at a deadlock, and the statements after it would commit unfenced");
-    let bad_args = bad("zkfence_claim: give the lock path and its fencing token, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)");
+    let bad_args = bad("zkfence_claim: give the lock path (1 to 1024 bytes of UTF-8) and its fencing token as quoted text, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)");
     let read_only = bad("zkfence_claim: this connection refuses writes since an earlier zkfence error: ROLLBACK; SET SESSION TRANSACTION READ WRITE; then claim again, with a token that still holds the lock");
+    let scope_param = scope_param(claim);
     format!(
-        "CREATE PROCEDURE {name}(IN p_scope VARBINARY({MAX_SCOPE_BYTES}), IN p_token_text VARCHAR(255))
+        "CREATE PROCEDURE {name}(IN p_scope {scope_param}, IN p_token_text VARCHAR(255))
   MODIFIES SQL DATA
   COMMENT 'zkfence: raises the scope''s fence to the token, or signals SQLSTATE {REFUSED} and dooms the transaction; keeps the fence row locked to the end of the transaction'
 BEGIN
   DECLARE seen BIGINT DEFAULT NULL;
+  DECLARE v_claims BIGINT DEFAULT NULL;
   DECLARE p_token BIGINT;
   DECLARE digits VARCHAR(255);
+  DECLARE v_scope VARBINARY({MAX_SCOPE_BYTES});{bound}
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET seen = NULL;
   DECLARE EXIT HANDLER FOR SQLSTATE '25006' BEGIN {read_only} END;
   IF @@autocommit <> 0 THEN
@@ -130,17 +200,19 @@ BEGIN
     {bad_args}
   END IF;
   SET p_token = CAST(digits AS SIGNED);
-  IF p_scope IS NULL OR LENGTH(p_scope) = 0 THEN
+  -- The scope as UTF-8 bytes, whatever the client's character set (the server converted it).
+  IF p_scope IS NULL OR LENGTH(p_scope) = 0 OR LENGTH(p_scope) > {MAX_SCOPE_BYTES} THEN
     {bad_args}
   END IF;
-  SELECT token INTO seen FROM {table} WHERE scope = p_scope{read};
-  IF seen IS NULL THEN
+  SET v_scope = CONVERT(p_scope USING binary);{bounded}
+  {read}
+  IF v_claims = 0 THEN
     {first}
   ELSEIF {refuse_if} THEN
     {refused}
   ELSEIF seen < p_token THEN
     UPDATE {table} SET token = p_token, claims = claims + 1, updated = CURRENT_TIMESTAMP(6)
-      WHERE scope = p_scope;
+      WHERE scope = v_scope;
   END IF;
   {mark}
   SET @zkfence_previous = seen;
@@ -149,6 +221,59 @@ END",
         refused = refuse("seen", doom),
         mark = mark(database),
     )
+}
+
+/// What the claim does on a scope's first claim (a fence row with 0 claims, or none).
+fn first_claim(claim: Claim, table: &str, doom: &str) -> String {
+    match claim {
+        Claim::NoUpsert => signal(
+            REFUSED,
+            "zkfence: refused: the scope has no fence yet; the fence holds 0",
+            doom,
+        ),
+        Claim::NoLockingRead | Claim::GapLockingFirst => {
+            format!("INSERT INTO {table} (scope, token) VALUES (v_scope, p_token);")
+        }
+        _ => format!("UPDATE {table} SET claims = 1 WHERE scope = v_scope;\n    SET seen = NULL;"),
+    }
+}
+
+/// The claim's read of the fence row, into `seen` and `v_claims`: the sound claim inserts a
+/// missing row first (an insert locks only its own record) and then reads an existing record
+/// `FOR UPDATE` (a record lock, no gap); a locking read of a missing row would take a gap lock
+/// under REPEATABLE READ, which blocks every first claim of a scope in that gap. A row it
+/// inserted has 0 claims.
+fn fence_read(claim: Claim, table: &str) -> String {
+    match claim {
+        Claim::NoLockingRead => {
+            format!("SELECT token, claims INTO seen, v_claims FROM {table} WHERE scope = v_scope;\n  IF seen IS NULL THEN\n    SET v_claims = 0;\n  END IF;")
+        }
+        Claim::GapLockingFirst => format!(
+            "SELECT token, claims INTO seen, v_claims FROM {table} WHERE scope = v_scope FOR UPDATE;\n  IF seen IS NULL THEN\n    SET v_claims = 0;\n  END IF;"
+        ),
+        _ => format!(
+            "INSERT INTO {table} (scope, token, claims) VALUES (v_scope, p_token, 0)\n    ON DUPLICATE KEY UPDATE token = token;\n  SELECT token, claims INTO seen, v_claims FROM {table} WHERE scope = v_scope FOR UPDATE;"
+        ),
+    }
+}
+
+/// The claim's idle bound: its declaration, and the statements that lower the session's idle
+/// transaction timeouts to it (both empty: no bound).
+fn idle_bound_lines(code: Code) -> (String, String) {
+    let bound = match (code.claim, code.idle_bound) {
+        (Claim::NoIdleBound, _) | (_, None) => String::new(),
+        (_, Some(secs)) => format!("\n  {IDLE_DECLARATION}{secs};"),
+    };
+    // MariaDB ends a transaction idle longer than these (closing its connection, which rolls
+    // it back and frees the fence row); each lowered to the bound, never raised.
+    let bounded = match bound.is_empty() {
+        true => String::new(),
+        false => ["idle_transaction_timeout", "idle_write_transaction_timeout", "idle_readonly_transaction_timeout"]
+            .iter()
+            .map(|v| format!("\n  IF @@session.{v} = 0 OR @@session.{v} > idle_bound THEN\n    SET SESSION {v} = idle_bound;\n  END IF;"))
+            .collect(),
+    };
+    (bound, bounded)
 }
 
 /// The claim's mark for the seal: the session's count of claims of the scope, kept in a
@@ -169,8 +294,8 @@ fn mark(database: Option<&str>) -> String {
     format!(
         "CREATE TEMPORARY TABLE IF NOT EXISTS {claims} (scope VARBINARY({MAX_SCOPE_BYTES}) NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE = MEMORY;
   CREATE TEMPORARY TABLE IF NOT EXISTS {marks} (scope VARBINARY({MAX_SCOPE_BYTES}) NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE = InnoDB;
-  INSERT INTO {claims} (scope, n) VALUES (p_scope, 1) ON DUPLICATE KEY UPDATE n = n + 1;
-  INSERT INTO {marks} (scope, n) SELECT scope, n FROM {claims} WHERE scope = p_scope
+  INSERT INTO {claims} (scope, n) VALUES (v_scope, 1) ON DUPLICATE KEY UPDATE n = n + 1;
+  INSERT INTO {marks} (scope, n) SELECT scope, n FROM {claims} WHERE scope = v_scope
     ON DUPLICATE KEY UPDATE n = VALUES(n);"
     )
 }
@@ -210,20 +335,29 @@ fn seal_procedure(database: Option<&str>, claim: Claim) -> String {
         "zkfence: this transaction holds no claim of the scope (rolled back under its work by a deadlock or lock wait timeout it did not pass on, or never claimed): nothing of it commits",
         doom(claim),
     );
-    format!(
-        "CREATE PROCEDURE {name}(IN p_scope VARBINARY({MAX_SCOPE_BYTES}))
+    let scope_param = scope_param(claim);
+    let head = format!(
+        "CREATE PROCEDURE {name}(IN p_scope {scope_param})
   MODIFIES SQL DATA
   COMMENT 'zkfence: call last before COMMIT: checks that this transaction still holds the scope''s latest claim, else dooms it'
-BEGIN
+"
+    );
+    if claim == Claim::NoOpSeal {
+        return format!("{head}BEGIN\n  DO 0;\nEND");
+    }
+    format!(
+        "{head}BEGIN
   DECLARE latest BIGINT DEFAULT NULL;
+  DECLARE v_scope VARBINARY({MAX_SCOPE_BYTES});
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET latest = NULL;
   DECLARE CONTINUE HANDLER FOR SQLSTATE '42S02' SET latest = NULL;
+  SET v_scope = CONVERT(p_scope USING binary);
   SELECT c.n INTO latest FROM {claims} AS c JOIN {marks} AS m ON m.scope = c.scope AND m.n = c.n
-    WHERE c.scope = p_scope;
+    WHERE c.scope = v_scope;
   IF latest IS NULL THEN
     {gone}
   END IF;
-  UPDATE {marks} SET n = 0 WHERE scope = p_scope;
+  UPDATE {marks} SET n = 0 WHERE scope = v_scope;
 END"
     )
 }
@@ -329,12 +463,33 @@ mod tests {
 
     #[test]
     fn the_script_delimits_procedures() {
-        let script = install_script(Some("ops"), Claim::Sound);
+        let sound = Code {
+            claim: Claim::Sound,
+            idle_bound: Some(10),
+        };
+        let script = install_script(Some("ops"), sound);
         assert!(script.contains("CREATE PROCEDURE `ops`.zkfence_claim"));
         assert!(script.contains("FOR UPDATE"));
         assert!(script.trim_end().ends_with("DELIMITER ;"));
-        let mutant = install_script(None, Claim::NoLockingRead);
-        assert!(!mutant.contains("FOR UPDATE"));
+        let mutant = Code {
+            claim: Claim::NoLockingRead,
+            ..sound
+        };
+        assert!(!install_script(None, mutant).contains("FOR UPDATE"));
+    }
+
+    #[test]
+    fn the_idle_bound_is_read_back_from_the_claim() {
+        let code = |idle_bound| Code {
+            claim: Claim::Sound,
+            idle_bound,
+        };
+        let [(_, claim), (_, seal)] = procedures(None, code(Some(17)));
+        assert!(body(&claim).starts_with("BEGIN\n"));
+        assert_eq!(idle_bound_of(body(&claim)), Some(17));
+        assert_eq!(idle_bound_of(body(&seal)), None);
+        let [(_, unbounded), _] = procedures(None, code(None));
+        assert_eq!(idle_bound_of(body(&unbounded)), None);
     }
 
     #[test]

@@ -397,6 +397,234 @@ async fn a_connection_left_inside_a_transaction_is_refused_until_rolled_back() {
         .unwrap();
 }
 
+/// A database of the test's own on the shared server with `fence` installed in it, as
+/// `zkfence fence install` leaves a deployment; its URL.
+async fn deployment(name: &str, fence: &MySqlFence) -> String {
+    let root = root().await;
+    let db = format!("deployed_{name}_{}", std::process::id());
+    let mut conn = open(&root).await;
+    conn.query_drop(format!(
+        "DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}"
+    ))
+    .await
+    .unwrap();
+    let url = root.replace("/mysql", &format!("/{db}"));
+    let mut conn = open(&url).await;
+    fence.install(&mut conn).await.unwrap();
+    url
+}
+
+/// The kit's store on the deployment at `url`, as `zkfence fence verify` builds it: the fence
+/// as installed there ([`Setup::Deployed`](conformance::Setup::Deployed)), never a copy of its
+/// own.
+async fn deployed(url: &str, name: &str) -> MyStore {
+    let name = format!("{name}_{}", std::process::id());
+    ConformanceStore::create(
+        url,
+        MySqlFence::new(),
+        &name,
+        conformance::Setup::Deployed,
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the kit's store on the deployment: {e}"))
+}
+
+/// What `zkfence fence verify` runs, on a sound install: every case of the deployment passes
+/// through the installed procedures (the carrying-on clients, the deadlock's victim, the
+/// frozen holder included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_passes_on_a_sound_install() {
+    let url = deployment("sound", &MySqlFence::new()).await;
+    let store = deployed(&url, "verify_sound").await;
+    for case in conformance::DEPLOYMENT {
+        let outcome = conformance::run(case, &store).await.unwrap();
+        assert_eq!(outcome, Ok(()), "{case}");
+    }
+    store.remove().await.unwrap();
+}
+
+/// `installed_fence_is_current`: a database without the fence, and one whose claim was
+/// edited (or is an older version's), fail with the procedure's name and the command to run;
+/// an install with another idle bound is still current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_that_is_missing_or_edited_is_not_current() {
+    let root = root().await;
+    let mut conn = open(&root).await;
+    let empty = format!("not_installed_{}", std::process::id());
+    conn.query_drop(format!(
+        "DROP DATABASE IF EXISTS {empty}; CREATE DATABASE {empty}"
+    ))
+    .await
+    .unwrap();
+    let missing = deployed(&root.replace("/mysql", &format!("/{empty}")), "missing").await;
+    let why = match conformance::installed_fence_is_current(&missing).await {
+        Err(conformance::Failure::Violation(why)) => why,
+        other => panic!("a missing install passed: {other:?}"),
+    };
+    assert!(
+        why.contains("not installed") && why.contains("zkfence fence install mysql://"),
+        "{why}"
+    );
+    missing.remove().await.unwrap();
+
+    let slow = MySqlFence::new().with_idle_timeout(Duration::from_secs(30));
+    let url = deployment("edited", &slow).await;
+    let store = deployed(&url, "edited").await;
+    conformance::installed_fence_is_current(&store)
+        .await
+        .expect("an install with a bound of its own is current");
+    assert_eq!(
+        store.frozen_bound().await.unwrap(),
+        Some(Duration::from_secs(30))
+    );
+    // A hand-edited claim: its compare changed, the rest as installed.
+    let script = slow.install_sql();
+    let claim = (script.split("\n//\n"))
+        .find(|s| s.starts_with("CREATE PROCEDURE zkfence_claim"))
+        .expect("the claim's statement");
+    let edited = claim.replace("ELSEIF seen > p_token", "ELSEIF seen >= p_token");
+    assert_ne!(edited, claim);
+    let mut conn = open(&url).await;
+    conn.query_drop("DROP PROCEDURE zkfence_claim")
+        .await
+        .unwrap();
+    conn.query_drop(edited).await.unwrap();
+    let why = match conformance::installed_fence_is_current(&store).await {
+        Err(conformance::Failure::Violation(why)) => why,
+        other => panic!("an edited install passed: {other:?}"),
+    };
+    assert!(
+        why.contains("zkfence_claim") && why.contains("again"),
+        "{why}"
+    );
+    // Installing again mends it.
+    slow.install(&mut conn).await.unwrap();
+    conformance::installed_fence_is_current(&store)
+        .await
+        .expect("installed again");
+    store.remove().await.unwrap();
+}
+
+/// The idle bound: a holder frozen right after its claim (its connection open and silent) is
+/// cut off by the server at the installed bound, and its successor claims then, not after
+/// `innodb_lock_wait_timeout` (50 s, measured before the bound: the successor failed with
+/// 1205 after 50.0 s); a stricter value the session already had is kept, and the frozen
+/// holder's transaction commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_is_cut_off_at_the_installed_bound() {
+    let bound = Duration::from_secs(3);
+    let store = build("idle_bound", MySqlFence::new().with_idle_timeout(bound)).await;
+    assert_eq!(store.frozen_bound().await.unwrap(), Some(bound));
+    let old = conformance::ticket("/kit/idle", 0x1_0000_0001);
+    let frozen = store.frozen_claim(&old).unwrap().await.unwrap();
+    let frozen_at = std::time::Instant::now();
+    let new = conformance::ticket("/kit/idle", 0x1_0000_0002);
+    store.claim(&new).await.unwrap();
+    let waited = frozen_at.elapsed();
+    eprintln!(
+        "the successor claimed {} ms after the frozen holder's claim (bound {} ms)",
+        waited.as_millis(),
+        bound.as_millis()
+    );
+    assert!(
+        waited >= bound - Duration::from_millis(500) && waited < bound + Duration::from_secs(5),
+        "waited {waited:?} for a bound of {bound:?}"
+    );
+    drop(frozen);
+    assert_eq!(store.seen("/kit/idle").await.unwrap(), Some(0x1_0000_0002));
+
+    // A stricter value the session set is kept; the others are lowered to the bound.
+    let mut conn = store.direct().await.unwrap();
+    conn.query_drop("SET SESSION idle_write_transaction_timeout = 1; SET autocommit = 0")
+        .await
+        .unwrap();
+    conn.query_drop("CALL zkfence_claim('/kit/idle-strict', '5'); CALL zkfence_seal('/kit/idle-strict'); COMMIT")
+        .await
+        .unwrap();
+    let set: Option<(u64, u64, u64)> = conn
+        .query_first("SELECT @@idle_transaction_timeout, @@idle_write_transaction_timeout, @@idle_readonly_transaction_timeout")
+        .await
+        .unwrap();
+    assert_eq!(set, Some((3, 1, 3)));
+}
+
+/// A latin1 client and a utf8mb4 client name the same lock path: the server converts the
+/// scope to utf8mb4 before the fence compares it, so the latin1 client's stale token is
+/// refused on the one fence of `/locks/café`. Whether the latin1 client's 49 was accepted
+/// after the utf8mb4 client's 50.
+async fn latin1_after_utf8mb4(store: &MyStore) -> bool {
+    let mut utf8 = store.direct().await.unwrap();
+    utf8.query_drop("SET NAMES utf8mb4; SET autocommit = 0; CALL zkfence_claim('/locks/café', '50'); CALL zkfence_seal('/locks/café'); COMMIT")
+        .await
+        .unwrap();
+    let mut latin1 = store.direct().await.unwrap();
+    latin1
+        .query_drop("SET NAMES latin1; SET autocommit = 0")
+        .await
+        .unwrap();
+    // The statement in latin1 bytes, as a latin1 client sends it: é is one byte, 0xE9.
+    let claim: &[u8] = b"CALL zkfence_claim('/locks/caf\xe9', '49')";
+    match latin1.query_drop(claim).await {
+        Ok(()) => {
+            let seal: &[u8] = b"CALL zkfence_seal('/locks/caf\xe9'); COMMIT";
+            latin1.query_drop(seal).await.unwrap();
+            true
+        }
+        Err(mysql_async::Error::Server(e)) if e.state == "ZF001" => {
+            assert!(e.message.ends_with(" 50"), "{}", e.message);
+            false
+        }
+        Err(err) => panic!("the latin1 client's claim: {err}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latin1_client_is_refused_on_the_utf8mb4_clients_fence() {
+    let store = new_store("latin1").await;
+    assert!(
+        !latin1_after_utf8mb4(&store).await,
+        "the latin1 client's stale 49 was accepted"
+    );
+    assert_eq!(store.seen("/locks/café").await.unwrap(), Some(50));
+    let mut conn = store.direct().await.unwrap();
+    let rows: Option<i64> = conn
+        .query_first("SELECT COUNT(*) FROM zkfence_fence")
+        .await
+        .unwrap();
+    assert_eq!(rows, Some(1), "one fence row for /locks/café");
+}
+
+/// The token must reach the procedure as text: a quoted `'4.2e1'` or `'42.0'` is an error
+/// (ZF002), and so is an unquoted `42.0` (a DECIMAL literal, whose text the server passes on:
+/// `'42.0'`); an unquoted `4.2e1` is a DOUBLE literal, which the server turns into the text
+/// `'42'` before the procedure sees it, so it claims 42: the procedure cannot tell, and the
+/// docs say to send the token quoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_read_from_the_text_the_procedure_receives() {
+    let store = new_store("float_forms").await;
+    let mut conn = store.direct().await.unwrap();
+    let mut claim = async |token: &str| {
+        conn.query_drop("ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 0")
+            .await
+            .unwrap();
+        let call = format!(
+            "CALL zkfence_claim('/kit/float', {token}); CALL zkfence_seal('/kit/float'); COMMIT"
+        );
+        match conn.query_drop(call).await {
+            Ok(()) => "accepted".to_owned(),
+            Err(mysql_async::Error::Server(e)) => e.state,
+            Err(err) => panic!("{token}: {err}"),
+        }
+    };
+    assert_eq!(claim("'4.2e1'").await, "ZF002");
+    assert_eq!(claim("'42.0'").await, "ZF002");
+    assert_eq!(claim("42.0").await, "ZF002");
+    assert_eq!(claim("4.2e1").await, "accepted");
+    assert_eq!(claim("'41'").await, "ZF001");
+    assert_eq!(store.seen("/kit/float").await.unwrap(), Some(42));
+}
+
 /// The fence rules' mutants, each caught by the case that attacks it.
 #[cfg(feature = "mutants")]
 mod mutants {
@@ -413,6 +641,108 @@ mod mutants {
         let store = store("mutant_carry_on", FenceMutant::CommitAfterRefusal).await;
         let outcome = conformance::carrying_on_after_a_refusal_commits_nothing(&store).await;
         expect_caught("CommitAfterRefusal", outcome);
+    }
+
+    /// The savepoint client alone (psql's `ON_ERROR_ROLLBACK`, an ORM's nested transaction)
+    /// catches it too: the refused claim's savepoint rolled back, the write commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_after_a_refusal_is_caught_by_the_client_in_savepoints() {
+        use zkfence::fence::conformance::CarryOn;
+        let store = store("mutant_savepoints", FenceMutant::CommitAfterRefusal).await;
+        let newer = conformance::ticket("/kit/savepoints", 0x1_0000_0002);
+        store.claim(&newer).await.unwrap();
+        let landed = store
+            .carry_on(
+                "/kit/savepoints",
+                "4294967297",
+                "savepoints",
+                CarryOn::InSavepoints,
+            )
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(landed, "CommitAfterRefusal was not caught in savepoints");
+        let sound = new_store("sound_savepoints").await;
+        sound.claim(&newer).await.unwrap();
+        let landed = sound
+            .carry_on(
+                "/kit/savepoints",
+                "4294967297",
+                "savepoints",
+                CarryOn::InSavepoints,
+            )
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(!landed, "the sound fence let the savepoint client commit");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_no_op_seal_is_caught_by_the_deadlocks_victim_that_carries_on() {
+        let store = store("mutant_noop_seal", FenceMutant::NoOpSeal).await;
+        let outcome =
+            conformance::carrying_on_after_a_rollback_under_work_commits_nothing(&store).await;
+        expect_caught("NoOpSeal", outcome);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_idle_bound_is_caught_by_the_frozen_holder() {
+        let store = store("mutant_no_idle", FenceMutant::NoIdleBound).await;
+        let outcome = conformance::frozen_holder_does_not_block(&store).await;
+        expect_caught("NoIdleBound", outcome);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gap_locking_first_claim_is_caught_by_the_frozen_holder() {
+        let store = store("mutant_gap", FenceMutant::GapLockingFirstClaim).await;
+        let outcome = conformance::frozen_holder_does_not_block(&store).await;
+        expect_caught("GapLockingFirstClaim", outcome);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_charset_scope_is_caught_by_the_latin1_client() {
+        let store = store("mutant_charset", FenceMutant::ClientCharsetScope).await;
+        assert!(
+            latin1_after_utf8mb4(&store).await,
+            "ClientCharsetScope was not caught: the latin1 client's 49 was refused"
+        );
+        eprintln!("ClientCharsetScope caught: a latin1 client's 49 accepted after 50");
+    }
+
+    /// `zkfence fence verify` against installs of the mutants: the deployment's cases catch
+    /// each through the installed procedures, and the install check names the procedure
+    /// (the charset mutant's parameters).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_fails_on_installs_of_the_seal_and_doom_mutants() {
+        for (mutant, case) in [
+            (
+                FenceMutant::NoOpSeal,
+                "carrying_on_after_a_rollback_under_work_commits_nothing",
+            ),
+            (
+                FenceMutant::CommitAfterRefusal,
+                "carrying_on_after_a_refusal_commits_nothing",
+            ),
+            (FenceMutant::NoIdleBound, "frozen_holder_does_not_block"),
+            (
+                FenceMutant::GapLockingFirstClaim,
+                "frozen_holder_does_not_block",
+            ),
+            // No case of the kit speaks latin1: the install check catches it.
+            (
+                FenceMutant::ClientCharsetScope,
+                "installed_fence_is_current",
+            ),
+        ] {
+            let name = format!("{mutant:?}").to_lowercase();
+            let url = deployment(&name, &MySqlFence::new().with_mutant(mutant)).await;
+            let store = deployed(&url, &format!("verify_{name}")).await;
+            let outcome = conformance::run(case, &store).await.unwrap();
+            expect_caught(&format!("{mutant:?} (deployed, {case})"), outcome);
+            let outcome = conformance::run("installed_fence_is_current", &store).await;
+            expect_caught(&format!("{mutant:?} (deployed, install)"), outcome.unwrap());
+            store.remove().await.unwrap();
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,13 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, IsolationLevel};
 use zkfence::fence::conformance::{
-    rescoped, scratch_name, BoxFuture, Conflicted, FenceStore, Hooks, ReplySwitch, Setup,
+    rescoped, scratch_name, BoxFuture, CarryOn, Conflicted, FenceStore, Frozen, Hooks, ReplySwitch,
+    Setup,
 };
 use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
@@ -319,7 +321,7 @@ impl ConformanceStore {
         match client.simple_query(&sql).await {
             Ok(_) => Ok(true),
             Err(err) if err.code().map(|c| c.code()) == Some(crate::REFUSED) => Ok(false),
-            Err(err) => Err(err.to_string()),
+            Err(err) => Err(crate::fence::describe(&err)),
         }
     }
 }
@@ -358,7 +360,8 @@ impl FenceStore for ConformanceStore {
                 "SELECT value FROM {}.kit_counter WHERE key = $1",
                 self.schema
             );
-            let row = (self.reader.query_opt(&sql, &[&key]).await).map_err(|e| e.to_string())?;
+            let row = (self.reader.query_opt(&sql, &[&key]).await)
+                .map_err(|e| crate::fence::describe(&e))?;
             Ok(row.map_or(0, |r| r.get(0)))
         })
     }
@@ -369,7 +372,8 @@ impl FenceStore for ConformanceStore {
                 "SELECT token FROM {}.kit_log WHERE key = $1 ORDER BY seq",
                 self.schema
             );
-            let rows = (self.reader.query(&sql, &[&key]).await).map_err(|e| e.to_string())?;
+            let rows =
+                (self.reader.query(&sql, &[&key]).await).map_err(|e| crate::fence::describe(&e))?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
@@ -377,7 +381,7 @@ impl FenceStore for ConformanceStore {
     fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
         Box::pin(async move {
             let scope = self.scope(scope);
-            (self.fence.seen(&self.reader, &scope).await).map_err(|e| e.to_string())
+            (self.fence.seen(&self.reader, &scope).await).map_err(|e| crate::fence::describe(&e))
         })
     }
 
@@ -387,8 +391,8 @@ impl FenceStore for ConformanceStore {
             // which go by the schema's name.
             let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                        WHERE NOT l.granted AND a.application_name = $1";
-            let row =
-                (self.reader.query_one(sql, &[&self.schema]).await).map_err(|e| e.to_string())?;
+            let row = (self.reader.query_one(sql, &[&self.schema]).await)
+                .map_err(|e| crate::fence::describe(&e))?;
             Ok(row.get::<_, i64>(0) > 0)
         })
     }
@@ -418,7 +422,11 @@ impl FenceStore for ConformanceStore {
         token: &'a str,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
-            let client = self.direct.open(None).await.map_err(|e| e.to_string())?;
+            let client = self
+                .direct
+                .open(None)
+                .await
+                .map_err(|e| crate::fence::describe(&e))?;
             self.claim_as_text(&client, scope, token).await
         }))
     }
@@ -428,27 +436,113 @@ impl FenceStore for ConformanceStore {
         scope: &'a str,
         token: &'a str,
         key: &'a str,
+        how: CarryOn,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        // A deadlock aborts the whole transaction here, and every statement after it fails.
+        let in_savepoints = match how {
+            CarryOn::Ignoring => false,
+            CarryOn::InSavepoints => true,
+            CarryOn::AfterRollbackUnderWork => return None,
+        };
         Some(Box::pin(async move {
             let before = self.log(key).await?.len();
-            let client = self.direct.open(None).await.map_err(|e| e.to_string())?;
+            let client = self
+                .direct
+                .open(None)
+                .await
+                .map_err(|e| crate::fence::describe(&e))?;
             let schema = &self.schema;
-            // psql without ON_ERROR_STOP: each statement sent, each error ignored.
-            let _ = client.simple_query("BEGIN").await;
-            let _ = self.claim_as_text(&client, scope, token).await;
             let (k, t) = (literal(key), literal(token));
+            let claim = format!(
+                "SELECT {}({}, {t})",
+                crate::sql::qualified(self.fence.schema(), "zkfence_claim"),
+                literal(&self.scope(scope)),
+            );
             let statements = [
+                claim,
                 format!(
                     "INSERT INTO {schema}.kit_counter VALUES ({k}, 1) \
                      ON CONFLICT (key) DO UPDATE SET value = {schema}.kit_counter.value + 1"
                 ),
                 format!("INSERT INTO {schema}.kit_log (key, token) VALUES ({k}, {t})"),
-                "COMMIT".to_owned(),
             ];
+            // psql without ON_ERROR_STOP: each statement sent, each error ignored. With
+            // ON_ERROR_ROLLBACK (and psycopg's nested transaction(), Django's nested atomic(),
+            // pgjdbc's autosave): each statement in a savepoint, rolled back to after an error.
+            let _ = client.simple_query("BEGIN").await;
             for statement in statements {
-                let _ = client.simple_query(&statement).await;
+                if !in_savepoints {
+                    let _ = client.simple_query(&statement).await;
+                    continue;
+                }
+                let _ = client.simple_query("SAVEPOINT zkfence_kit").await;
+                let end = match client.simple_query(&statement).await {
+                    Ok(_) => "RELEASE SAVEPOINT zkfence_kit",
+                    Err(_) => "ROLLBACK TO SAVEPOINT zkfence_kit",
+                };
+                let _ = client.simple_query(end).await;
             }
+            let _ = client.simple_query("COMMIT").await;
             Ok(self.log(key).await?.len() > before)
         }))
+    }
+
+    fn installed(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let where_ = match self.fence.schema() {
+                Some(schema) => format!(" in schema {schema}"),
+                None => " in the connection's search path".to_owned(),
+            };
+            match self.fence.installed(&self.reader).await {
+                Ok(Ok(Some(_))) => Ok(()),
+                Ok(Ok(None)) => Err(format!(
+                    "the fence is not installed (no function zkfence_claim(text, bigint){where_}): \
+                     run `zkfence fence install` with this URL"
+                )),
+                Ok(Err(_)) => Err(format!(
+                    "the function zkfence_claim{where_} is not the one this version of zkfence \
+                     installs (edited by hand, or from another version): run `zkfence fence \
+                     install` with this URL to replace it"
+                )),
+                Err(err) => Err(format!(
+                    "cannot read the installed zkfence_claim{where_}: {}",
+                    crate::fence::describe(&err)
+                )),
+            }
+        }))
+    }
+
+    fn frozen_claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> Option<BoxFuture<'a, Result<Frozen, String>>> {
+        Some(Box::pin(async move {
+            let client = self
+                .direct
+                .open(None)
+                .await
+                .map_err(|e| crate::fence::describe(&e))?;
+            client
+                .simple_query("BEGIN")
+                .await
+                .map_err(|e| crate::fence::describe(&e))?;
+            let token = ticket.token().as_i64().to_string();
+            match self.claim_as_text(&client, ticket.scope(), &token).await? {
+                true => Ok(Box::new(client) as Frozen),
+                false => Err(format!("the frozen holder's claim of {token} was refused")),
+            }
+        }))
+    }
+
+    fn frozen_bound(&self) -> BoxFuture<'_, Result<Option<Duration>, String>> {
+        Box::pin(async move {
+            let sql = crate::sql::installed(self.fence.schema());
+            let row =
+                (self.reader.query_opt(&sql, &[]).await).map_err(|e| crate::fence::describe(&e))?;
+            let body = row.map(|r| r.get::<_, String>(0)).unwrap_or_default();
+            Ok(crate::sql::idle_bound_of(&body)
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis))
+        })
     }
 }

@@ -38,6 +38,8 @@ pub struct PostgresFence {
     schema: Option<String>,
     isolation: IsolationLevel,
     max_attempts: u32,
+    /// The longest a claimed transaction may sit idle, in milliseconds (0: no bound).
+    idle_ms: u64,
     flaw: Flaw,
 }
 
@@ -49,6 +51,8 @@ enum Flaw {
     Compare(sql::Compare),
     CheckOutsideTransaction,
     SerializationAsSuccess,
+    RefusalInSavepoint,
+    NoIdleBound,
 }
 
 impl Default for PostgresFence {
@@ -72,6 +76,7 @@ impl PostgresFence {
             schema: None,
             isolation: IsolationLevel::ReadCommitted,
             max_attempts: 10,
+            idle_ms: sql::DEFAULT_IDLE_MS,
             flaw: Flaw::None,
         }
     }
@@ -134,6 +139,26 @@ impl PostgresFence {
         self
     }
 
+    /// How long a transaction may sit idle (its client silent) once it has claimed, before the
+    /// server ends its session and so releases the fence row: 10 s by default. The claim sets
+    /// `idle_in_transaction_session_timeout` for its own transaction (`SET LOCAL`), and never
+    /// raises a lower value already in force. A holder frozen inside its open fenced
+    /// transaction (a GC pause, SIGSTOP, a debugger) otherwise keeps the fence row locked, and
+    /// its successor's claim waits until it wakes. Zero sets no bound. Rounded down to whole
+    /// milliseconds; takes effect through [`install`](Self::install).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let fence = zkfence_postgres::PostgresFence::new().with_idle_timeout(Duration::from_secs(5));
+    /// assert!(fence.install_sql().contains("idle_limit constant bigint := 5000;"));
+    /// ```
+    pub fn with_idle_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
     /// **For zkfence's own tests**: the fence with one of its rules broken, which the
     /// conformance kit must catch.
     #[cfg(feature = "mutants")]
@@ -147,6 +172,8 @@ impl PostgresFence {
             M::StringCompare => Flaw::Compare(sql::Compare::Strings),
             M::NoUpsert => Flaw::Compare(sql::Compare::NoUpsert),
             M::SerializationAsSuccess => Flaw::SerializationAsSuccess,
+            M::RefusalInSavepoint => Flaw::RefusalInSavepoint,
+            M::NoIdleBound => Flaw::NoIdleBound,
             // Other stores' flaws: this fence has none of them.
             _ => Flaw::None,
         };
@@ -164,11 +191,47 @@ impl PostgresFence {
     /// assert!(script.contains("CREATE OR REPLACE FUNCTION zkfence_claim"));
     /// ```
     pub fn install_sql(&self) -> String {
-        let compare = match self.flaw {
-            Flaw::Compare(compare) => compare,
-            _ => sql::Compare::Sound,
+        sql::install(self.schema.as_deref(), self.rules())
+    }
+
+    /// The rules the installed claim follows: the sound ones, or this fence's mutant's.
+    fn rules(&self) -> sql::Rules {
+        sql::Rules {
+            compare: match self.flaw {
+                Flaw::Compare(compare) => compare,
+                _ => sql::Compare::Sound,
+            },
+            doom_in_savepoint: self.flaw != Flaw::RefusalInSavepoint,
+            idle_ms: match self.flaw {
+                Flaw::NoIdleBound => 0,
+                _ => self.idle_ms,
+            },
+        }
+    }
+
+    /// Whether the claim function installed for this fence is this version's sound one (with
+    /// whatever idle bound it was installed with): `Ok(Some(bound))` (0: no bound), `Ok(None)`
+    /// when none is installed, `Err` with the installed body when it differs.
+    pub(crate) async fn installed(
+        &self,
+        client: &impl GenericClient,
+    ) -> Result<Result<Option<u64>, String>, tokio_postgres::Error> {
+        let row = client
+            .query_opt(&sql::installed(self.schema()), &[])
+            .await?;
+        let Some(body) = row.map(|r| r.get::<_, String>(0)) else {
+            return Ok(Ok(None));
         };
-        sql::install(self.schema.as_deref(), compare)
+        let table = sql::qualified(self.schema(), "zkfence_fence");
+        let sound = |idle_ms| sql::Rules {
+            compare: sql::Compare::Sound,
+            doom_in_savepoint: true,
+            idle_ms,
+        };
+        Ok(match sql::idle_bound_of(&body) {
+            Some(idle) if sql::claim_body(&table, sound(idle)) == body => Ok(Some(idle)),
+            _ => Err(body),
+        })
     }
 
     /// Creates the fence table and the claim function (and the schema) if missing, and
@@ -202,6 +265,11 @@ impl PostgresFence {
     ///
     /// A claim alone does not make a later write safe (see the crate docs): write in a
     /// [`transaction`](Self::transaction), which claims first.
+    ///
+    /// A claim refused inside a savepoint (`client` a [`Transaction`] made by
+    /// [`Transaction::transaction`], or any subtransaction) ends the connection's session, as the
+    /// installed function does for every client: a rollback to the savepoint would undo the
+    /// refusal. `client` is closed after that refusal; connect again.
     ///
     /// # Errors
     ///
@@ -607,4 +675,26 @@ fn is_serialization(err: &tokio_postgres::Error) -> bool {
 /// Whether `err` (or an error in its `source()` chain) is a serialization failure or deadlock.
 fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
     fence::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
+}
+
+/// `err` as a line for a person: the server's message, its SQLSTATE and detail for a database
+/// error (tokio-postgres's own text says only "db error"), else the error's text with its
+/// causes.
+pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => {
+            let detail = db.detail().map(|d| format!("; {d}")).unwrap_or_default();
+            format!("{} (SQLSTATE {}){detail}", db.message(), db.code().code())
+        }
+        None => {
+            let mut text = err.to_string();
+            let mut source = std::error::Error::source(err);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
+        }
+    }
 }

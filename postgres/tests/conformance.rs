@@ -160,6 +160,30 @@ mod mutants {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_a_savepoint_undoes_is_caught_by_carrying_on() {
+        let m = FenceMutant::RefusalInSavepoint;
+        let store = store("mutant_savepoint", m).await;
+        assert_caught(
+            m,
+            conformance::carrying_on_after_a_refusal_commits_nothing(&store).await,
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_idle_bound_is_caught_by_the_frozen_holder() {
+        let m = FenceMutant::NoIdleBound;
+        let store = store("mutant_idle", m).await;
+        assert_caught(m, conformance::frozen_holder_does_not_block(&store).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mutant_install_is_not_the_installed_fence_of_this_version() {
+        let m = FenceMutant::RefusalInSavepoint;
+        let store = store("mutant_installed", m).await;
+        assert_caught(m, conformance::installed_fence_is_current(&store).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_serialization_failure_taken_as_success_is_caught() {
         let m = FenceMutant::SerializationAsSuccess;
         let store = store("mutant_serialization", m).await;
@@ -180,17 +204,7 @@ async fn psql_calling_the_function_is_refused_below_the_fence() {
         );
         let direct = direct.clone();
         async move {
-            let mut args = Vec::new();
-            for kv in direct.split_whitespace() {
-                let (k, v) = kv.split_once('=').unwrap();
-                match k {
-                    "host" => args.extend(["-h".to_owned(), v.to_owned()]),
-                    "port" => args.extend(["-p".to_owned(), v.to_owned()]),
-                    "user" => args.extend(["-U".to_owned(), v.to_owned()]),
-                    "dbname" => args.extend(["-d".to_owned(), v.to_owned()]),
-                    _ => {}
-                }
-            }
+            let args = psql_args(&direct);
             let mut child = tokio::process::Command::new("psql")
                 .args(&args)
                 .args(["-X", "-q", "-f", "-"])
@@ -324,4 +338,177 @@ async fn an_aborted_transaction_is_not_reported_committed() {
         other => panic!("an aborted transaction was reported as {other:?}"),
     }
     assert!(store.log("aborted").await.unwrap().is_empty());
+}
+
+/// `psql`'s connection options for the conninfo `direct`.
+fn psql_args(direct: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    for kv in direct.split_whitespace() {
+        let (k, v) = kv.split_once('=').unwrap();
+        match k {
+            "host" => args.extend(["-h".to_owned(), v.to_owned()]),
+            "port" => args.extend(["-p".to_owned(), v.to_owned()]),
+            "user" => args.extend(["-U".to_owned(), v.to_owned()]),
+            "dbname" => args.extend(["-d".to_owned(), v.to_owned()]),
+            _ => {}
+        }
+    }
+    args
+}
+
+/// The fence of `store` at `token` for `/orders`, claimed and committed.
+async fn fence_at(store: &PgStore, token: i64) {
+    let reader = open(&direct().await).await;
+    let schema = store.schema();
+    reader
+        .query_one(
+            &format!("SELECT {schema}.zkfence_claim('/orders', {token})"),
+            &[],
+        )
+        .await
+        .unwrap();
+}
+
+/// Issue 51's first finding, as it was run: `psql -v ON_ERROR_ROLLBACK=on` wraps every
+/// statement in a savepoint and rolls back to it after an error, so the refused claim's error
+/// was undone and the stale write committed. The refusal inside a savepoint now ends the
+/// session: psql prints the refusal, then loses its connection, and nothing commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_on_error_rollback_commits_nothing_after_a_refusal() {
+    let store = new_store("psql_rollback").await;
+    let schema = store.schema();
+    fence_at(&store, 20).await;
+    let out = tokio::process::Command::new("psql")
+        .args(psql_args(&direct().await))
+        .args(["-X", "-v", "ON_ERROR_ROLLBACK=on", "-c", "BEGIN", "-c"])
+        .arg(format!("SELECT {schema}.zkfence_claim('/orders', 19)"))
+        .arg("-c")
+        .arg(format!(
+            "INSERT INTO {schema}.kit_log (key, token) VALUES ('orders', 19)"
+        ))
+        .args(["-c", "COMMIT"])
+        .output()
+        .await
+        .expect("psql (Debian's postgresql-client)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "psql went on: {stderr}");
+    assert!(
+        stderr.contains("zkfence: refused") && stderr.contains("inside a savepoint"),
+        "{stderr}"
+    );
+    assert!(store.log("orders").await.unwrap().is_empty(), "{stderr}");
+    assert_eq!(store.seen("/orders").await.unwrap(), Some(20));
+}
+
+/// psycopg 3's nested `conn.transaction()` around the claim (Django's nested `atomic()` is
+/// the same savepoint): the refusal is caught inside, the write goes on in the outer block,
+/// which commits. Nothing of it may commit; the refusal is the error the inner block sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_psycopg_transaction_commits_nothing_after_a_refusal() {
+    let store = new_store("psycopg_nested").await;
+    let schema = store.schema().to_owned();
+    fence_at(&store, 20).await;
+    let python = tokio::task::spawn_blocking(zkfence_harness::python_clients)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let script = r#"
+import sys, psycopg
+dsn, schema = sys.argv[1], sys.argv[2]
+conn = psycopg.connect(dsn)
+said = []
+try:
+    with conn.transaction():
+        try:
+            with conn.transaction():
+                conn.execute(f"SELECT {schema}.zkfence_claim(%s, %s)", ("/orders", "19"))
+        except psycopg.Error as e:
+            said.append(f"claim {e.sqlstate}")
+        conn.execute(f"INSERT INTO {schema}.kit_log (key, token) VALUES ('orders', 19)")
+    said.append("committed")
+except psycopg.Error as e:
+    said.append(f"then {type(e).__name__}")
+print(" ".join(said))
+"#;
+    let out = tokio::process::Command::new(python)
+        .args(["-c", script, &direct().await, &schema])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.starts_with("claim ZF001 then "), "{stdout}{stderr}");
+    assert!(!stdout.contains("committed"), "{stdout}{stderr}");
+    assert!(store.log("orders").await.unwrap().is_empty());
+}
+
+/// A holder frozen (SIGSTOP) inside its open fenced transaction, right after its claim: its
+/// successor's claim and write go through once the installed idle bound ends the frozen
+/// transaction, not when the frozen process wakes; woken, its write and COMMIT land nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_psql_holder_lets_its_successor_through_within_the_idle_bound() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let bound = Duration::from_secs(2);
+    let store = build("frozen_psql", PostgresFence::new().with_idle_timeout(bound)).await;
+    let schema = store.schema().to_owned();
+    let mut psql = tokio::process::Command::new("psql")
+        .args(psql_args(&direct().await))
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql (Debian's postgresql-client)");
+    let mut stdin = psql.stdin.take().unwrap();
+    let claim = format!("BEGIN;\nSELECT {schema}.zkfence_claim('/frozen', 1);\n\\echo claimed\n");
+    stdin.write_all(claim.as_bytes()).await.unwrap();
+    stdin.flush().await.unwrap();
+    let mut lines = BufReader::new(psql.stdout.take().unwrap()).lines();
+    let claimed = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.trim() == "claimed" {
+                return true;
+            }
+        }
+        false
+    });
+    assert!(claimed.await.unwrap(), "psql never claimed");
+    let pid = psql.id().unwrap().to_string();
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let started = std::time::Instant::now();
+    let ticket = conformance::ticket("/frozen", 2);
+    let mut conn = store.connect().await.unwrap();
+    let log = format!("INSERT INTO {schema}.kit_log (key, token) VALUES ('frozen', 2)");
+    let wrote = tokio::time::timeout(
+        bound + Duration::from_secs(10),
+        store.fence().transaction(&mut conn, &ticket, |tx| {
+            let log = log.clone();
+            Box::pin(async move { tx.execute(&log, &[]).await })
+        }),
+    )
+    .await;
+    let waited = started.elapsed();
+    signal("-CONT");
+    wrote
+        .unwrap_or_else(|_| panic!("the successor still waits after {waited:?}"))
+        .unwrap();
+    eprintln!("the successor waited {waited:?} behind the frozen holder (bound {bound:?})");
+    assert!(waited >= bound - Duration::from_millis(500), "{waited:?}");
+    let late =
+        format!("INSERT INTO {schema}.kit_log (key, token) VALUES ('frozen', 1);\nCOMMIT;\n");
+    let _ = stdin.write_all(late.as_bytes()).await;
+    drop(stdin);
+    let out = psql.wait_with_output().await.unwrap();
+    assert!(
+        !out.status.success(),
+        "the woken holder's COMMIT went through"
+    );
+    assert_eq!(store.log("frozen").await.unwrap(), vec![2]);
 }

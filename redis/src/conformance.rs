@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use redis::aio::MultiplexedConnection;
 use redis::RedisError;
 use zkfence::fence::conformance::{
-    rescoped, scratch_name, BoxFuture, FenceStore, Hooks, ReplySwitch, Setup,
+    rescoped, scratch_name, BoxFuture, CarryOn, FenceStore, Hooks, ReplySwitch, Setup,
 };
 use zkfence::fence::{BoxError, ConfigError, FenceError, FenceTicket};
 
@@ -16,9 +16,16 @@ use crate::{Commands, RedisFence};
 
 /// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
 /// counter `<ns>{<scope>}:counter:<key>` and a log list `<ns>{<scope>}:log:<key>` (in the
-/// fence key's slot: tagged with the scope), fence keys `<ns>fence:{<scope>}`; the function
-/// library loaded ([`RedisFence::install`]). The fence's connection may go through a proxy, to
-/// lose a reply; reads go direct. [`ConformanceStore::clear`] deletes the keys.
+/// fence key's slot: tagged with the scope). [`Setup::Fresh`]: fence keys `<ns>fence:{<scope>}`,
+/// a function library of the store's own loaded ([`RedisFence::install`]), claims and writes
+/// sent as the fence's scripts. [`Setup::Deployed`]: the fence's own key prefix, scopes under
+/// `/zkfence-verify/<scratch>`, and every claim and write through the library the server has
+/// loaded (`FCALL`: [`RedisFence::through_functions`]), never a script of this version's; the
+/// library compared with this version's ([`FenceStore::installed`]) and the server's
+/// persistence, eviction and role checked ([`FenceStore::durable`]; see
+/// [`accept_volatile`](ConformanceStore::accept_volatile)). The fence's connection may go
+/// through a proxy, to lose a reply; reads go direct. [`ConformanceStore::clear`] deletes the
+/// keys.
 ///
 /// # Examples
 ///
@@ -35,6 +42,10 @@ use crate::{Commands, RedisFence};
 pub struct ConformanceStore {
     fence: RedisFence,
     ns: String,
+    /// The server's URL without its password, for the advice in failures.
+    shown: String,
+    /// Whether [`FenceStore::durable`] lets a deployment that can lose fences pass.
+    accept_volatile: bool,
     /// The prefix of the scopes the store claims (a deployed fence's), or "".
     scopes: String,
     /// Where the fence's connections go (through the proxy, if any).
@@ -53,6 +64,7 @@ impl std::fmt::Debug for ConformanceStore {
         f.debug_struct("ConformanceStore")
             .field("fence", &self.fence)
             .field("ns", &self.ns)
+            .field("accept_volatile", &self.accept_volatile)
             .field("proxied", &self.switch.is_some())
             .finish()
     }
@@ -118,16 +130,26 @@ impl ConformanceStore {
         let scratch = scratch_name(name, 64);
         let ns = format!("{scratch}:");
         let mut reader = open(url).await?;
-        let fence = fence.with_prefix(format!("{ns}fence:"));
         let fence = match setup {
             Setup::Fresh => {
-                let fence = (fence.with_functions(&scratch)).map_err(|e| {
-                    RedisError::from((redis::ErrorKind::Client, "name", e.to_string()))
-                })?;
+                let fence = (fence.with_prefix(format!("{ns}fence:")))
+                    .with_functions(&scratch)
+                    .map_err(|e| {
+                        RedisError::from((redis::ErrorKind::Client, "name", e.to_string()))
+                    })?;
                 fence.install(&mut reader).await?;
+                // In the server's script cache: a claim sent with its replies dropped runs
+                // as its EVALSHA reaches the server (no NOSCRIPT answer it would never read).
+                for script in fence.scripts() {
+                    (redis::cmd("SCRIPT").arg("LOAD").arg(script))
+                        .query_async::<String>(&mut reader)
+                        .await?;
+                }
                 fence
             }
-            Setup::Deployed => fence,
+            // The deployment's fence keys, so that its library takes them (it refuses any
+            // other KEYS[1]); the scopes under /zkfence-verify/<scratch> keep them apart.
+            Setup::Deployed => fence.through_functions(),
         };
         let (fence_url, switch) = match through {
             Some((via, switch)) => (via, Some(switch)),
@@ -139,6 +161,8 @@ impl ConformanceStore {
         let store = ConformanceStore {
             fence,
             ns,
+            shown: without_password(url),
+            accept_volatile: false,
             scopes: setup.scopes(&scratch),
             fenced,
             fence_client,
@@ -148,6 +172,32 @@ impl ConformanceStore {
         };
         store.delete_keys().await?;
         Ok(store)
+    }
+
+    /// Lets [`FenceStore::durable`] (the case `deployment_keeps_fences`) pass a server that can
+    /// lose fences (no append-only file synced on every write, an `allkeys-*` eviction policy,
+    /// `CONFIG GET` refused), logging what it found as a warning instead: for a store whose
+    /// owner knows that a restart or an eviction forgets fences and accepts it (`zkfence fence
+    /// verify --accept-volatile`). A replica fails all the same: fences are claimed on the
+    /// primary. Off by default.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+    /// use zkfence::fence::conformance::{self, Setup};
+    /// use zkfence_redis::{ConformanceStore, RedisFence};
+    ///
+    /// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", Setup::Deployed, None)
+    ///     .await?
+    ///     .accept_volatile(true);
+    /// conformance::deployment_keeps_fences(&store).await?;
+    /// store.clear().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn accept_volatile(mut self, accept: bool) -> Self {
+        self.accept_volatile = accept;
+        self
     }
 
     /// The fence, with the store's key prefix.
@@ -232,7 +282,13 @@ impl ConformanceStore {
 
     async fn delete_keys(&self) -> Result<(), RedisError> {
         let mut conn = self.reader.clone();
-        let keys = crate::fence::scan(&mut conn, &format!("{}*", self.ns)).await?;
+        let mut keys = crate::fence::scan(&mut conn, &format!("{}*", self.ns)).await?;
+        if !self.scopes.is_empty() {
+            // A deployed fence's keys, under the deployment's prefix: the scratch scopes only.
+            let scopes = format!("{}{{{}/", self.fence.prefix(), self.scopes);
+            let pattern = format!("{}*", crate::fence::glob_escape(&scopes));
+            keys.extend(crate::fence::scan(&mut conn, &pattern).await?);
+        }
         for chunk in keys.chunks(100) {
             redis::cmd("DEL")
                 .arg(chunk)
@@ -377,12 +433,24 @@ impl FenceStore for ConformanceStore {
         }))
     }
 
+    fn installed(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        Some(Box::pin(self.check_installed()))
+    }
+
+    fn durable(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        Some(Box::pin(self.check_durable()))
+    }
+
     fn carry_on<'a>(
         &'a self,
         scope: &'a str,
         token: &'a str,
         key: &'a str,
+        how: CarryOn,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        if how != CarryOn::Ignoring {
+            return None;
+        }
         Some(Box::pin(async move {
             let scope = &self.scope(scope);
             self.note(key, scope);
@@ -413,7 +481,187 @@ impl FenceStore for ConformanceStore {
     }
 }
 
+impl ConformanceStore {
+    /// [`FenceStore::installed`]: the server's library of the fence's name, compared with
+    /// [`RedisFence::library`].
+    async fn check_installed(&self) -> Result<(), String> {
+        let name = self.fence.library_name();
+        let install = format!("zkfence fence install {}", self.shown);
+        let listed = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(name)
+            .arg("WITHCODE")
+            .query_async::<redis::Value>(&mut self.reader.clone())
+            .await
+            .map_err(|e| {
+                format!(
+                    "FUNCTION LIST is refused here ({e}): zkfence cannot compare the function library `{name}` with this version's; allow FUNCTION LIST to this user, or run `{install}` and verify as a user that may"
+                )
+            })?;
+        let code = libraries(&listed).into_iter().find_map(|library| {
+            let field = |key: &str| library.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+            (field("library_name").and_then(|v| text(v)).as_deref() == Some(name))
+                .then(|| field("library_code").and_then(|v| text(v)))
+                .flatten()
+        });
+        let Some(code) = code else {
+            return Err(format!(
+                "the function library `{name}` is not loaded: run `{install}`"
+            ));
+        };
+        let ours = self.fence.library();
+        if code == ours {
+            return Ok(());
+        }
+        let line = (code.lines().zip(ours.lines()))
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| code.lines().count().min(ours.lines().count()))
+            + 1;
+        Err(format!(
+            "the function library `{name}` differs from this version's (an older version's, or edited; first at line {line}): run `{install}` to replace it"
+        ))
+    }
+
+    /// [`FenceStore::durable`]: the server's role, persistence and eviction policy.
+    async fn check_durable(&self) -> Result<(), String> {
+        let mut conn = self.reader.clone();
+        let info: String = (redis::cmd("INFO").arg("replication"))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                format!(
+                    "INFO replication failed ({e}): cannot tell whether this server is a primary"
+                )
+            })?;
+        if info.lines().any(|l| l.trim() == "role:slave") {
+            return Err(format!(
+                "{} is a replica (role:slave): fences live on the primary, and a replica's own writes are lost when it resyncs; claim, install and verify on the primary's URL",
+                self.shown
+            ));
+        }
+        let mut lost = Vec::new();
+        let get = |param: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                let pair: Vec<String> = (redis::cmd("CONFIG").arg("GET").arg(param))
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| (param, e.to_string()))?;
+                Ok::<_, (&str, String)>(pair.get(1).cloned().unwrap_or_default())
+            }
+        };
+        let settings = async {
+            Ok::<_, (&str, String)>((
+                get("appendonly").await?,
+                get("appendfsync").await?,
+                get("no-appendfsync-on-rewrite").await?,
+                get("maxmemory-policy").await?,
+            ))
+        };
+        match settings.await {
+            Err((param, err)) => lost.push(format!(
+                "CONFIG GET {param} is refused here ({err}: renamed, disabled or not allowed to this user), so zkfence cannot tell whether the server keeps its fences through a restart and under memory pressure; allow CONFIG GET to this user"
+            )),
+            Ok((appendonly, fsync, on_rewrite, policy)) => {
+                if appendonly != "yes" {
+                    lost.push(format!("appendonly is {appendonly}, so a restart comes back without its fences: set appendonly yes and appendfsync always"));
+                } else if fsync != "always" {
+                    lost.push(format!("appendfsync is {fsync}, so a crash loses the raises not yet synced: set appendfsync always"));
+                }
+                if appendonly == "yes" && on_rewrite == "yes" {
+                    lost.push("no-appendfsync-on-rewrite is yes, so a crash during a rewrite loses raises: set it to no".to_owned());
+                }
+                if policy.starts_with("allkeys-") {
+                    lost.push(format!("maxmemory-policy is {policy}, which evicts fence keys (they have no TTL) when memory runs short: set noeviction, or a volatile-* policy"));
+                }
+            }
+        }
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let lost = lost.join("; ");
+        if self.accept_volatile {
+            tracing::warn!(server = %self.shown, "accepted a volatile Redis: {lost}");
+            return Ok(());
+        }
+        Err(format!(
+            "this Redis can lose fences, and then accepts a stale holder's token: {lost} (or, knowing that, accept a volatile store: --accept-volatile)"
+        ))
+    }
+}
+
+/// The libraries of a `FUNCTION LIST` reply, each as its fields.
+fn libraries(reply: &redis::Value) -> Vec<Vec<(String, &redis::Value)>> {
+    let redis::Value::Array(libraries) = reply else {
+        return Vec::new();
+    };
+    (libraries.iter())
+        .map(|library| match library {
+            redis::Value::Array(flat) => (flat.chunks(2))
+                .filter_map(|kv| Some((text(&kv[0])?, kv.get(1)?)))
+                .collect(),
+            redis::Value::Map(pairs) => (pairs.iter())
+                .filter_map(|(k, v)| Some((text(k)?, v)))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// A string reply's text.
+fn text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// `url` without its password (`redis://user:secret@host/` as `redis://user@host/`), for
+/// advice printed in a failure.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<URL>".to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        None => url.to_owned(),
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            match user {
+                "" => format!("{scheme}://{host}{path}"),
+                user => format!("{scheme}://{user}@{host}{path}"),
+            }
+        }
+    }
+}
+
 /// The first element of an acceptance.
 fn ok() -> redis::Value {
     redis::Value::BulkString(b"ok".to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn advice_never_shows_a_password() {
+        let cases = [
+            ("redis://cache:6379/0", "redis://cache:6379/0"),
+            ("redis://:secret@cache:6379/0", "redis://cache:6379/0"),
+            (
+                "rediss://app:secret@cache/0#insecure",
+                "rediss://app@cache/0#insecure",
+            ),
+            ("redis://app:p@ss@cache", "redis://app@cache"),
+            ("cache:6379", "<URL>"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(without_password(url), shown, "{url}");
+        }
+    }
 }

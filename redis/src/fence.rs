@@ -7,15 +7,25 @@ use zkfence::fence::{self, FenceError, FenceState, FenceTicket};
 /// The label of this store in the `zkfence_fence_*` metrics.
 pub(crate) const STORE: &str = "redis";
 
+/// The fence keys' prefix unless [`RedisFence::with_prefix`] gives another.
+const DEFAULT_PREFIX: &str = "zkfence:fence:";
+
 /// The Lua both scripts and the function library start with: what a token is, and how two
 /// compare. A token is any decimal text a client may send (`42`, `0042`, `+42`; never `-1`,
 /// `4.2e1`, ` 42`, a number above `i64::MAX` or of more than 19 digits once its leading zeros
 /// are gone); scripts never call `tonumber` on one (Lua's numbers are doubles, which merge
 /// neighbouring tokens above 2⁵³). Canonical digit strings compare as the integers they spell:
-/// the longer is greater, and equal lengths compare as text.
+/// the longer is greater, and equal lengths compare as text. `KEYS[1]` must be a fence key,
+/// `PREFIX{<scope>}` (`PREFIX` is the fence's key prefix, written in at install): a claim on
+/// any other key would overwrite the number it holds.
 macro_rules! prelude {
     () => {
         r#"
+local PREFIX = 'zkfence:fence:'
+local function fence_key(key)
+  return type(key) == 'string' and #key > #PREFIX + 2
+    and string.sub(key, 1, #PREFIX + 1) == PREFIX .. '{' and string.sub(key, -1) == '}'
+end
 local function token(text)
   if type(text) ~= 'string' then return nil end
   local digits = string.match(text, '^%+?(%d+)$')
@@ -32,6 +42,9 @@ local function bad(what)
   return redis.error_reply('ZF002 zkfence: ' .. what)
 end
 local function compare(key, text)
+  if not fence_key(key) then
+    return nil, nil, bad(tostring(key) .. ' is not a fence key: give ' .. PREFIX .. '{<scope>} as KEYS[1], the scope (the lock path) in braces')
+  end
   local ours = token(text)
   if not ours then
     return nil, nil, bad('bad token ' .. tostring(text) .. ': give a fencing token, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)')
@@ -101,9 +114,10 @@ end
     };
 }
 
-/// The claim, for `EVAL` from any client: `KEYS[1]` the fence key, `ARGV[1]` the token (any
-/// decimal text: see [`FUNCTIONS`]). Replies `{"ok", previous or ""}`; a refusal is an error
-/// reply `ZF001 … the fence holds <seen>`, a bad token or key `ZF002 …`.
+/// The claim, for `EVAL` from any client: `KEYS[1]` the fence key (`zkfence:fence:{<scope>}`;
+/// any other key is refused), `ARGV[1]` the token (any decimal text: see [`FUNCTIONS`]).
+/// Replies `{"ok", previous or ""}`; a refusal is an error reply `ZF001 … the fence holds
+/// <seen>`, a bad token or key `ZF002 …`.
 pub const CLAIM_SCRIPT: &str = concat!(prelude!(), "return claim(KEYS, ARGV)\n");
 
 /// The fenced write, for `EVAL` from any client: the claim's compare, then the caller's
@@ -126,8 +140,11 @@ pub const WRITE_SCRIPT: &str = concat!(prelude!(), "return write(KEYS, ARGV)\n")
 ///
 /// A token is accepted in any decimal text form a client may send (`42`, `0042`, `+42`) and
 /// compared as an integer; anything else (`-1`, `4.2e1`, more than 19 digits, above
-/// `i64::MAX`) is a `ZF002` error reply, and a refusal a `ZF001` one: `redis-cli` prints
-/// `(error) ZF001 …` and exits 1, and client libraries raise.
+/// `i64::MAX`) is a `ZF002` error reply, as is a `KEYS[1]` that is not a fence key
+/// `zkfence:fence:{<scope>}` (nothing written), and a refusal a `ZF001` one: `redis-cli -e`
+/// prints `(error) ZF001 …` and exits 1, and client libraries raise. Call `zkfence_write` for
+/// the compare and the writes in one call: a `MULTI` or a pipeline runs the commands queued
+/// after a refused `zkfence_claim` all the same.
 pub const FUNCTIONS: &str = concat!(
     "#!lua name=zkfence\n",
     prelude!(),
@@ -260,7 +277,18 @@ pub struct RedisFence {
     prefix: String,
     /// The function library's name: its functions are `<name>_claim` and `<name>_write`.
     library: String,
+    /// How claims and writes reach the server.
+    call: Call,
     flaw: Flaw,
+}
+
+/// How a [`RedisFence`]'s claims and writes reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// The scripts, sent by this fence (`EVALSHA`, `EVAL`).
+    Scripts,
+    /// The function library the server has loaded (`FCALL`).
+    Functions,
 }
 
 /// A deliberate flaw (zkfence's own tests only: set by `with_mutant`).
@@ -274,6 +302,7 @@ enum Flaw {
     StrictlyGreater,
     NoUpsert,
     NoFormCheck,
+    AnyKeyClaim,
 }
 
 impl Default for RedisFence {
@@ -293,13 +322,17 @@ impl RedisFence {
     /// ```
     pub fn new() -> RedisFence {
         RedisFence {
-            prefix: "zkfence:fence:".to_owned(),
+            prefix: DEFAULT_PREFIX.to_owned(),
             library: "zkfence".to_owned(),
+            call: Call::Scripts,
             flaw: Flaw::None,
         }
     }
 
-    /// Fence keys `<prefix>{<scope>}` (a test's namespace, an application's).
+    /// Fence keys `<prefix>{<scope>}` (a test's namespace, an application's). The prefix is
+    /// written into the scripts and the function library ([`install`](Self::install)): they
+    /// refuse (`ZF002`) a `KEYS[1]` that is not `<prefix>{<scope>}`, so install the library
+    /// with the prefix its callers use.
     ///
     /// # Examples
     ///
@@ -346,6 +379,21 @@ impl RedisFence {
         Ok(self)
     }
 
+    /// The claim and write scripts as this fence sends them (`EVALSHA`, then `EVAL`).
+    pub(crate) fn scripts(&self) -> [String; 2] {
+        [self.lua(CLAIM_SCRIPT), self.lua(WRITE_SCRIPT)]
+    }
+
+    /// The fence keys' prefix.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The function library's name.
+    pub(crate) fn library_name(&self) -> &str {
+        &self.library
+    }
+
     /// The names of the claim and write functions [`install`](Self::install) loads, for
     /// `FCALL`.
     ///
@@ -362,6 +410,50 @@ impl RedisFence {
         )
     }
 
+    /// Claims and writes call the function library the server has loaded ([`install`]
+    /// (Self::install): `FCALL <library>_claim`, `FCALL <library>_write`) instead of sending
+    /// this fence's scripts: the fence as other languages' clients run it, and as `zkfence
+    /// fence verify` checks it. A server without the library answers every call with an error
+    /// that says to install it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut redis: redis::aio::MultiplexedConnection, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
+    /// let fence = zkfence_redis::RedisFence::new().through_functions();
+    /// fence.claim(&mut redis, &ticket).await?; // FCALL zkfence_claim 1 zkfence:fence:{…} <token>
+    /// # Ok(()) }
+    /// ```
+    pub fn through_functions(mut self) -> Self {
+        self.call = Call::Functions;
+        self
+    }
+
+    /// The function library [`install`](Self::install) loads: [`FUNCTIONS`] with this fence's
+    /// library and function names and key prefix written in. `zkfence fence verify` compares
+    /// the server's library with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence_redis::{RedisFence, FUNCTIONS};
+    /// assert_eq!(RedisFence::new().library(), FUNCTIONS);
+    /// let other = RedisFence::new().with_prefix("orders:fence:").with_functions("orders")?;
+    /// assert!(other.library().starts_with("#!lua name=orders\n"));
+    /// assert!(other.library().contains("'orders_claim'"));
+    /// # Ok::<(), zkfence::fence::ConfigError>(())
+    /// ```
+    pub fn library(&self) -> String {
+        let (claim, write) = self.functions();
+        (self.lua(FUNCTIONS))
+            .replace(
+                "#!lua name=zkfence\n",
+                &format!("#!lua name={}\n", self.library),
+            )
+            .replace("'zkfence_claim'", &format!("'{claim}'"))
+            .replace("'zkfence_write'", &format!("'{write}'"))
+    }
+
     /// **For zkfence's own tests**: the fence with one of its rules broken.
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -374,17 +466,25 @@ impl RedisFence {
             M::KeyOutsideSlot => Flaw::KeyOutsideSlot,
             M::StrictlyGreater => Flaw::StrictlyGreater,
             M::NoUpsert => Flaw::NoUpsert,
+            M::AnyKeyClaim => Flaw::AnyKeyClaim,
             _ => Flaw::None,
         };
         self
     }
 
-    /// `sound`, one of the published Lua texts, as this fence runs it: a mutant's with its
-    /// flaw written in.
-    fn lua(&self, sound: &'static str) -> std::borrow::Cow<'static, str> {
-        match self.flaw {
-            Flaw::None | Flaw::KeyOutsideSlot => std::borrow::Cow::Borrowed(sound),
-            flaw => std::borrow::Cow::Owned(mutated(flaw, sound)),
+    /// `sound`, one of the published Lua texts, as this fence runs it: its key prefix written
+    /// in, and a mutant's flaw.
+    fn lua(&self, sound: &'static str) -> String {
+        let text = match self.flaw {
+            Flaw::None | Flaw::KeyOutsideSlot => sound.to_owned(),
+            flaw => mutated(flaw, sound),
+        };
+        match self.prefix.as_str() {
+            DEFAULT_PREFIX => text,
+            prefix => text.replace(
+                &format!("local PREFIX = '{DEFAULT_PREFIX}'\n"),
+                &format!("local PREFIX = {}\n", lua_string(prefix)),
+            ),
         }
     }
 
@@ -463,10 +563,12 @@ impl RedisFence {
             .map(|(_, replies)| replies)
     }
 
-    /// Loads (or replaces) the function library [`FUNCTIONS`] on the server: `zkfence_claim`
-    /// and `zkfence_write`, for `FCALL` from any client. Idempotent. In a cluster, load it on
-    /// every primary. The fence's own claims and writes need none of it (they send the
-    /// scripts).
+    /// Loads (or replaces: `FUNCTION LOAD REPLACE`) the function library
+    /// [`library`](Self::library) on the server: `zkfence_claim` and `zkfence_write`, for
+    /// `FCALL` from any client, refusing a `KEYS[1]` without this fence's key prefix.
+    /// Idempotent; an older or edited library of the same name is replaced. In a cluster, load
+    /// it on every primary. The fence's own claims and writes need none of it (they send the
+    /// scripts) unless it goes [`through_functions`](Self::through_functions).
     ///
     /// # Errors
     ///
@@ -486,18 +588,10 @@ impl RedisFence {
     /// # Ok(()) }
     /// ```
     pub async fn install<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), RedisError> {
-        let (claim, write) = self.functions();
-        let library = (self.lua(FUNCTIONS))
-            .replace(
-                "#!lua name=zkfence\n",
-                &format!("#!lua name={}\n", self.library),
-            )
-            .replace("'zkfence_claim'", &format!("'{claim}'"))
-            .replace("'zkfence_write'", &format!("'{write}'"));
         redis::cmd("FUNCTION")
             .arg("LOAD")
             .arg("REPLACE")
-            .arg(library)
+            .arg(self.library())
             .query_async::<String>(conn)
             .await
             .map(|_| ())
@@ -648,40 +742,64 @@ impl RedisFence {
         ticket.check_before_commit()?;
         // Plain decimal, as ZKFENCE_TOKEN gives it to other languages' clients.
         let token = ticket.token().as_i64().to_string();
-        let script = self.lua(match commands {
-            Some(_) => WRITE_SCRIPT,
-            None => CLAIM_SCRIPT,
-        });
-        self.send(conn, ticket, &fence_key, &script, &token, commands)
-            .await
+        self.send(conn, ticket, &fence_key, &token, commands).await
     }
 
-    /// Sends `script` with the fence key, the token and the commands; reads its reply.
+    /// Sends the claim (the write, with `commands`) with the fence key and the token, as a
+    /// script or an `FCALL`; reads its reply.
     async fn send<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         ticket: &FenceTicket,
         fence_key: &str,
-        script: &str,
         token: &str,
         commands: Option<&Commands>,
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
-        let script = Script::new(script);
-        let mut invocation = script.key(fence_key);
-        invocation.arg(token);
-        if let Some(commands) = commands {
-            for key in &commands.keys {
-                invocation.key(key);
-            }
-            invocation.arg(commands.commands.len());
-            for command in &commands.commands {
-                invocation.arg(command.len());
-                for arg in command {
-                    invocation.arg(arg.as_slice());
-                }
+        let mut args: Vec<&[u8]> = vec![token.as_bytes()];
+        let counts = commands.map(|commands| {
+            let lens = commands.commands.iter().map(|c| c.len().to_string());
+            (
+                commands.commands.len().to_string(),
+                lens.collect::<Vec<_>>(),
+            )
+        });
+        if let (Some(commands), Some((count, lens))) = (commands, &counts) {
+            args.push(count.as_bytes());
+            for (command, len) in commands.commands.iter().zip(lens) {
+                args.push(len.as_bytes());
+                args.extend(command.iter().map(Vec::as_slice));
             }
         }
-        let reply: Value = match invocation.invoke_async(conn).await {
+        let mut keys = vec![fence_key];
+        keys.extend(
+            commands
+                .iter()
+                .flat_map(|c| c.keys.iter().map(String::as_str)),
+        );
+        let sent = match self.call {
+            Call::Scripts => {
+                let script = Script::new(&self.lua(match commands {
+                    Some(_) => WRITE_SCRIPT,
+                    None => CLAIM_SCRIPT,
+                }));
+                let mut invocation = script.prepare_invoke();
+                for key in &keys {
+                    invocation.key(*key);
+                }
+                for arg in &args {
+                    invocation.arg(*arg);
+                }
+                invocation.invoke_async(conn).await
+            }
+            Call::Functions => {
+                let (claim, write) = self.functions();
+                let function = if commands.is_some() { write } else { claim };
+                let mut call = redis::cmd("FCALL");
+                call.arg(&function).arg(keys.len()).arg(&keys).arg(&args);
+                (call.query_async(conn).await).map_err(|err| self.no_library(err))
+            }
+        };
+        let reply: Value = match sent {
             Ok(reply) => reply,
             Err(err) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
                 return Err(ticket.in_doubt(err));
@@ -690,6 +808,35 @@ impl RedisFence {
         };
         read_reply(ticket, reply)
     }
+}
+
+impl RedisFence {
+    /// `err`, or, for a server without this fence's function library, an error that says to
+    /// load it.
+    fn no_library(&self, err: RedisError) -> RedisError {
+        let missing = err.to_string().contains("Function not found");
+        if !missing {
+            return err;
+        }
+        let detail = format!(
+            "the function library `{}` is not loaded on this server: run `zkfence fence install <URL>` (or RedisFence::install)",
+            self.library
+        );
+        RedisError::from((err.kind(), "no fence library", detail))
+    }
+}
+
+/// `text` as a Lua string literal (every byte but plain printable ASCII as `\ddd`).
+fn lua_string(text: &str) -> String {
+    let mut out = String::from("'");
+    for b in text.bytes() {
+        match b {
+            b' '..=b'~' if b != b'\'' && b != b'\\' => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\{b:03}")),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// A script's error reply: the refusal (`ZF001 …`, ending with the token the fence holds) as
@@ -776,7 +923,7 @@ pub(crate) async fn scan<C: ConnectionLike + Send>(
 }
 
 /// `text` with Redis's glob characters escaped, for a `SCAN MATCH` pattern.
-fn glob_escape(text: &str) -> String {
+pub(crate) fn glob_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -879,6 +1026,9 @@ fn mutated(flaw: Flaw, sound: &str) -> String {
                 "local function above(a, b)\n",
                 "local function above(a, b)\n  if true then return a > b end\n",
             ),
+        // Any key taken for a fence: a claim on a key of the application's that holds a
+        // number overwrites it.
+        Flaw::AnyKeyClaim => sound.replace("  if not fence_key(key) then\n", "  if false then\n"),
         Flaw::None | Flaw::KeyOutsideSlot => sound.to_owned(),
     }
 }
@@ -913,6 +1063,18 @@ mod tests {
         assert_eq!(parse_token(&padded(i64::MAX)).unwrap(), i64::MAX);
         assert!(parse_token("-1").is_err());
         assert!(parse_token("").is_err());
+    }
+
+    #[test]
+    fn the_key_prefix_is_written_into_the_lua_as_a_literal() {
+        let fence = RedisFence::new().with_prefix("app's\\fence:\n");
+        let library = fence.library();
+        assert!(library.contains("local PREFIX = 'app\\039s\\092fence:\\010'\n"));
+        assert!(!library.contains("'zkfence:fence:'"));
+        for script in fence.scripts() {
+            assert!(script.contains("local PREFIX = 'app\\039s"), "{script}");
+        }
+        assert_eq!(RedisFence::new().scripts()[0], CLAIM_SCRIPT);
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! anything else is a `ZF002` error reply. Lua's numbers are doubles: above 2⁵³ two
 //! neighbouring tokens compare equal, so the scripts never call `tonumber` on a token; they
 //! strip the sign and leading zeros and compare digits by length, then as text. A refusal is a
-//! `ZF001` error reply. The scripts ([`CLAIM_SCRIPT`], [`WRITE_SCRIPT`]) and the function
-//! library ([`RedisFence::install`]) are published for users of other clients; their protocol
-//! is in the repository's `docs/fences.md`.
+//! `ZF001` error reply. `KEYS[1]` must be a fence key: a claim on any other key (an
+//! application's counter holding a number) is a `ZF002` error reply, nothing written. The
+//! scripts ([`CLAIM_SCRIPT`], [`WRITE_SCRIPT`]) and the function library
+//! ([`RedisFence::install`]; [`RedisFence::through_functions`] calls it from Rust) are published
+//! for users of other clients; their protocol is in the repository's `docs/fences.md`.
 //!
 //! - [`RedisFence::claim`] raises the fence (refusing a lower token);
 //! - [`RedisFence::write`] runs your [`Commands`] in the same script, after the compare, and
@@ -35,7 +37,13 @@
 //! - **A restart without persistence forgets the fence**: the fence key lives in memory as
 //!   your data does. Without an append-only file synced on every write (`appendonly yes`,
 //!   `appendfsync always`; `everysec` can lose the last second's raises), a restarted server
-//!   accepts any token again, a stale holder's too.
+//!   accepts any token again, a stale holder's too. Fence keys carry no TTL: an `allkeys-*`
+//!   eviction policy drops them under memory pressure, `noeviction` and `volatile-*` never.
+//!   [`ConformanceStore`]'s check of a deployment (`zkfence fence verify`) fails such a server
+//!   unless told to accept it ([`ConformanceStore::accept_volatile`]).
+//! - **`MULTI` and pipelines do not stop at a refused claim**: the commands queued after it
+//!   run all the same (`EXEC` returns the refusal among its replies). Only the one call,
+//!   [`RedisFence::write`] (`FCALL zkfence_write`), keeps a refused holder's writes out.
 //!
 //! # Examples
 //!

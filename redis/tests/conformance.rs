@@ -13,12 +13,13 @@ use zkfence_testkit::RawProxy;
 
 type RedisStore = ConformanceStore;
 
-/// The Redis server this test binary shares.
+/// The Redis server this test binary shares: durable (an append-only file synced on every
+/// write), as a fence needs (`deployment_keeps_fences`).
 fn server() -> &'static str {
     static SERVER: OnceLock<(LocalRedis, String)> = OnceLock::new();
     &SERVER
         .get_or_init(|| {
-            let redis = LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
+            let redis = LocalRedis::start_durable().unwrap_or_else(|e| panic!("{e}"));
             let addr = redis.addr();
             (redis, addr)
         })
@@ -138,6 +139,17 @@ mod mutants {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn any_key_claim_is_caught_by_the_claim_on_a_counter() {
+        let store = store("mutant_any_key", FenceMutant::AnyKeyClaim).await;
+        match claim_on_a_counter(&store).await {
+            PlainKey::Overwritten(now) => {
+                eprintln!("AnyKeyClaim caught: the claim overwrote the counter's 7 with {now}")
+            }
+            PlainKey::Refused => panic!("AnyKeyClaim was not caught"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_outside_the_slot_is_caught() {
         let store = store("mutant_slot", FenceMutant::KeyOutsideSlot).await;
         assert_eq!(
@@ -209,4 +221,147 @@ async fn redis_cli_is_refused_below_the_fence_in_every_text_form() {
     assert!(String::from_utf8_lossy(&untagged.stderr).contains("ZF002"));
     let written = redis_cli(&["GET", &counter]).await;
     assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), "");
+}
+
+/// `redis-cli -e` reading its commands from `input`, one a line, as a shell recipe piping them
+/// does; its exit status and output.
+async fn redis_cli_reading(input: &str) -> std::process::Output {
+    use tokio::io::AsyncWriteExt as _;
+    let addr = tokio::task::spawn_blocking(server).await.unwrap();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let mut child = tokio::process::Command::new("redis-cli")
+        .args(["-e", "-h", host, "-p", port])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli (Debian's redis-tools)");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    child.wait_with_output().await.unwrap()
+}
+
+/// What a claim on a key that is no fence key comes to.
+#[derive(Debug, PartialEq)]
+enum PlainKey {
+    /// Refused with `ZF002`, the key as it was.
+    Refused,
+    /// The key now holds this.
+    Overwritten(String),
+}
+
+/// `FCALL <claim> 1 <counter> 10` and `FCALL <write> 1 <counter> 10 0` from `redis-cli` on an
+/// application's counter holding `7` (a number, which reads as a token below 10).
+async fn claim_on_a_counter(store: &RedisStore) -> PlainKey {
+    let (counter, _) = store.keys("/kit/plain", "counter");
+    assert!(redis_cli(&["SET", &counter, "7"]).await.status.success());
+    let (claim_fn, write_fn) = store.fence().functions();
+    let claim = redis_cli(&["FCALL", &claim_fn, "1", &counter, "10"]).await;
+    let write = redis_cli(&["FCALL", &write_fn, "1", &counter, "10", "0"]).await;
+    let now = redis_cli(&["GET", &counter]).await;
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_owned();
+    if now != "7" {
+        return PlainKey::Overwritten(now);
+    }
+    for call in [claim, write] {
+        assert_eq!(call.status.code(), Some(1), "{call:?}");
+        let said = String::from_utf8_lossy(&call.stderr);
+        assert!(
+            said.contains("ZF002") && said.contains("is not a fence key"),
+            "{said}"
+        );
+    }
+    PlainKey::Refused
+}
+
+/// A claim whose KEYS[1] is not a fence key `<prefix>{<scope>}` is a `ZF002` error: on an
+/// application's counter holding 7 it leaves 7 (a claim used to raise it to the token), and
+/// on a key with the fence prefix but no `{<scope>}` it writes nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_on_a_key_that_is_no_fence_key_is_refused() {
+    let store = new_store("plain_key").await;
+    assert_eq!(claim_on_a_counter(&store).await, PlainKey::Refused);
+    let braced = store.fence().fence_key("x");
+    let bare = format!("{}x", braced.trim_end_matches("{x}"));
+    let (claim_fn, _) = store.fence().functions();
+    for key in [
+        bare.as_str(),
+        &format!("{braced}:more"),
+        &braced.replace("{x}", "{}"),
+    ] {
+        let claim = redis_cli(&["FCALL", &claim_fn, "1", key, "10"]).await;
+        assert_eq!(claim.status.code(), Some(1), "{key}: {claim:?}");
+        assert!(String::from_utf8_lossy(&claim.stderr).contains("ZF002"));
+        let exists = redis_cli(&["EXISTS", key]).await;
+        assert_eq!(String::from_utf8_lossy(&exists.stdout).trim(), "0", "{key}");
+    }
+    assert!(
+        (redis_cli(&["FCALL", &claim_fn, "1", &braced, "10"]).await)
+            .status
+            .success(),
+        "the fence key itself is claimed"
+    );
+}
+
+/// The trap docs/fences.md names: Redis does not stop a `MULTI` (nor a pipeline) at a
+/// refused claim, and `redis-cli -e` exits 0 on its `EXEC`, so a stale holder's claim-then-SET
+/// lands; the documented way, the compare and the write in one `FCALL zkfence_write`, is
+/// refused whole (exit 1, nothing written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_claim_stops_one_fcall_but_not_a_multi_or_a_pipeline() {
+    let store = new_store("multi").await;
+    let scope = "/locks/multi";
+    let key = store.fence().fence_key(scope);
+    let (claim_fn, write_fn) = store.fence().functions();
+    let (in_multi, _) = store.keys(scope, "in-multi");
+    let (in_pipe, _) = store.keys(scope, "in-pipeline");
+    let (in_call, _) = store.keys(scope, "in-one-call");
+    // The newer holder claimed 10; the stale holder has 9.
+    assert!((redis_cli(&["FCALL", &claim_fn, "1", &key, "10"]).await)
+        .status
+        .success());
+
+    let multi = redis_cli_reading(&format!(
+        "MULTI\nFCALL {claim_fn} 1 \"{key}\" 9\nSET \"{in_multi}\" stale\nEXEC\n"
+    ))
+    .await;
+    let said = String::from_utf8_lossy(&multi.stdout);
+    assert!(said.contains("ZF001"), "{multi:?}");
+    assert_eq!(
+        multi.status.code(),
+        Some(0),
+        "redis-cli -e on EXEC: {multi:?}"
+    );
+    let landed = redis_cli(&["GET", &in_multi]).await;
+    assert_eq!(String::from_utf8_lossy(&landed.stdout).trim(), "stale");
+
+    let mut conn = store.connect().await.unwrap();
+    let piped = redis::pipe()
+        .cmd("FCALL")
+        .arg(&claim_fn)
+        .arg(1)
+        .arg(&key)
+        .arg(9)
+        .cmd("SET")
+        .arg(&in_pipe)
+        .arg("stale")
+        .query_async::<redis::Value>(&mut conn)
+        .await;
+    assert!(
+        format!("{piped:?}").contains("ZF001"),
+        "the pipeline's claim: {piped:?}"
+    );
+    let landed = redis_cli(&["GET", &in_pipe]).await;
+    assert_eq!(String::from_utf8_lossy(&landed.stdout).trim(), "stale");
+
+    let one_call = redis_cli(&[
+        "FCALL", &write_fn, "2", &key, &in_call, "9", "1", "3", "vSET", "k2", "vstale",
+    ])
+    .await;
+    assert_eq!(one_call.status.code(), Some(1), "{one_call:?}");
+    assert!(String::from_utf8_lossy(&one_call.stderr).contains("ZF001"));
+    let landed = redis_cli(&["EXISTS", &in_call]).await;
+    assert_eq!(String::from_utf8_lossy(&landed.stdout).trim(), "0");
+    assert_eq!(store.seen(scope).await.unwrap(), Some(10));
 }

@@ -20,7 +20,11 @@
 //! | [`lost_hold_writes_nothing`] | the hold lost before the commit: nothing written | (no check before commit) |
 //! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
 //! | [`tokens_in_any_text_form`] | the claim from another language with the token as text (plain, padded, signed, malformed): compared as integers, a refusal an error | `NoFormCheck` |
-//! | [`carrying_on_after_a_refusal_commits_nothing`] | a client of another language that ignores the refusal and commits | `CommitAfterRefusal` |
+//! | [`carrying_on_after_a_refusal_commits_nothing`] | a client of another language that ignores the refusal and commits, or rolls back to a savepoint around it and commits | `CommitAfterRefusal`, `RefusalInSavepoint` |
+//! | [`carrying_on_after_a_rollback_under_work_commits_nothing`] | a deadlock's victim that goes on with its writes and commits | `NoOpSeal` |
+//! | [`installed_fence_is_current`] | an install that is missing, older or edited | (an edited install) |
+//! | [`deployment_keeps_fences`] | a store that can lose an acknowledged fence (no append-only file, eviction) | (a volatile deployment) |
+//! | [`frozen_holder_does_not_block`] | a holder frozen in its open transaction: its successor's claim, first claims of other scopes | `NoIdleBound` |
 //! | [`preconditions_enforced`] | an object store that ignores conditional writes | (a store that ignores them; the skipped probe, `NoProbe`, is caught on such a store by the paused stale writer) |
 //!
 //! # Examples
@@ -53,6 +57,27 @@ pub type Conflicted<'a, E> = BoxFuture<'a, Result<(i64, u32), FenceError<E>>>;
 
 /// See [`FenceStore::reply_switch`].
 pub type ReplySwitch = Arc<dyn Fn(bool) + Send + Sync>;
+
+/// What [`FenceStore::frozen_claim`] hands back: the frozen holder's connection, kept open
+/// (and silent) until dropped.
+pub type Frozen = Box<dyn std::any::Any + Send>;
+
+/// How a client of another language goes on after an error ([`FenceStore::carry_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarryOn {
+    /// Every error ignored and the transaction committed all the same: `psql` without
+    /// `ON_ERROR_STOP`, `mariadb --force`, an exception caught before `COMMIT`.
+    Ignoring,
+    /// Every statement in a savepoint of its own, rolled back to after an error, and the
+    /// transaction committed: `psql -v ON_ERROR_ROLLBACK=on`, psycopg's nested
+    /// `transaction()`, Django's nested `atomic()`, SQLAlchemy's `begin_nested()`, pgjdbc's
+    /// `autosave=always`.
+    InSavepoints,
+    /// The claim accepted, then the whole transaction rolled back under the work (a deadlock's
+    /// victim), the client going on with its writes, the recipe's last steps and `COMMIT`: what
+    /// a victim that does not pass the error on does.
+    AfterRollbackUnderWork,
+}
 
 /// What the kit hands an increment: a pause between its read and its write (the think phase of
 /// a read-modify-write, where a holder stalls), and a hook run just before its commit is sent.
@@ -151,9 +176,47 @@ pub trait FenceStore: Send + Sync {
         scope: &'a str,
         token: &'a str,
         key: &'a str,
+        how: CarryOn,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
-        let _ = (scope, token, key);
+        let _ = (scope, token, key, how);
         None
+    }
+
+    /// Whether the fence installed in the store is there, and is the code this version
+    /// installs (compared with it: an edited, an older or a missing install fails): `Err` with
+    /// one line that says what differs and the command that mends it (`zkfence fence install
+    /// <URL>`). `None` for a store with nothing installed (ZooKeeper, object stores).
+    fn installed(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        None
+    }
+
+    /// Whether the deployment keeps every fence it acknowledged (persistence on every write,
+    /// no eviction that can reach a fence, no replica or cluster setting that loses a write it
+    /// acknowledged, where the store can tell): `Err` with one line that says what to change.
+    /// `None` for a store whose commits are durable by construction (a SQL database's,
+    /// ZooKeeper's quorum, an object store's).
+    fn durable(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        None
+    }
+
+    /// A holder frozen inside its open fenced transaction: a connection of its own claims
+    /// `ticket` in a transaction (as the store's recipe does), then sends nothing more while the
+    /// returned handle lives (dropping it closes that connection). Resolves once the claim
+    /// returned (`Err` with the store's answer when it did not). `None` for stores whose claim
+    /// holds nothing open (Redis, object stores, ZooKeeper).
+    fn frozen_claim<'a>(
+        &'a self,
+        ticket: &'a FenceTicket,
+    ) -> Option<BoxFuture<'a, Result<Frozen, String>>> {
+        let _ = ticket;
+        None
+    }
+
+    /// How long the installed fence lets a frozen holder's open transaction keep its fence row
+    /// before the store ends that transaction (`None`: no bound, or no [`frozen_claim`]
+    /// (Self::frozen_claim)).
+    fn frozen_bound(&self) -> BoxFuture<'_, Result<Option<Duration>, String>> {
+        Box::pin(async { Ok(None) })
     }
 
     /// Whether the store enforces what its fence stands on beyond the fence's own code (an
@@ -217,7 +280,9 @@ pub fn rescoped(ticket: &FenceTicket, prefix: &str) -> FenceTicket {
 /// The cases `zkfence fence verify` runs against a deployment, in order ([`run`] runs one by
 /// name): every case of the store's side, leaving out those that need a proxy in front of the
 /// store or a lock of the test's own.
-pub const DEPLOYMENT: [&str; 9] = [
+pub const DEPLOYMENT: [&str; 13] = [
+    "installed_fence_is_current",
+    "deployment_keeps_fences",
     "preconditions_enforced",
     "order",
     "edge_tokens",
@@ -227,12 +292,15 @@ pub const DEPLOYMENT: [&str; 9] = [
     "serialization_failure_retried",
     "tokens_in_any_text_form",
     "carrying_on_after_a_refusal_commits_nothing",
+    "carrying_on_after_a_rollback_under_work_commits_nothing",
+    "frozen_holder_does_not_block",
 ];
 
 /// The cases of [`DEPLOYMENT`] that need nothing but claims and reads of the fence (a store
 /// whose read-modify-write the kit cannot follow on a deployment: an object store, whose
 /// commit log needs a versioned bucket of the test's own).
-pub const CLAIMS_ONLY: [&str; 3] = [
+pub const CLAIMS_ONLY: [&str; 4] = [
+    "installed_fence_is_current",
     "preconditions_enforced",
     "edge_tokens",
     "concurrent_first_claims",
@@ -264,6 +332,12 @@ pub async fn run<S: FenceStore>(case: &str, store: &S) -> Option<Outcome> {
         "carrying_on_after_a_refusal_commits_nothing" => {
             carrying_on_after_a_refusal_commits_nothing(store).await
         }
+        "carrying_on_after_a_rollback_under_work_commits_nothing" => {
+            carrying_on_after_a_rollback_under_work_commits_nothing(store).await
+        }
+        "installed_fence_is_current" => installed_fence_is_current(store).await,
+        "deployment_keeps_fences" => deployment_keeps_fences(store).await,
+        "frozen_holder_does_not_block" => frozen_holder_does_not_block(store).await,
         _ => return None,
     })
 }
@@ -383,6 +457,56 @@ fn broken(why: impl fmt::Display) -> Failure {
     Failure::Broken(why.to_string())
 }
 
+/// An error and its causes, each cause that adds something, in plain words: what a store's
+/// generic message (tokio-postgres's `db error`) leaves to its source, the server's own.
+///
+/// # Examples
+///
+/// ```
+/// use zkfence::fence::conformance::error_chain;
+/// let err = std::io::Error::other("connection refused");
+/// assert_eq!(error_chain(&err), "connection refused");
+/// ```
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let own = e.to_string().replace('\n', " ");
+        next = e.source();
+        // A generic head (`db error`) says nothing its source does not say better.
+        if own.is_empty() || (own == "db error" && next.is_some()) || text.contains(&own) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&own);
+    }
+    text
+}
+
+/// A store error of a case, with its causes.
+fn store_error<E: std::error::Error + 'static>(what: &str, err: &E) -> Failure {
+    broken(format!("{what}: {}", error_chain(err)))
+}
+
+/// What a fence holds, in a failure's words: `the fence holds 7`, `the fence holds nothing`.
+fn holds(seen: Option<i64>) -> String {
+    match seen {
+        Some(token) => format!("the fence holds {token}"),
+        None => "the fence holds nothing (no claim reached it)".to_owned(),
+    }
+}
+
+/// A commit log in a failure's words: its tokens in commit order, or `empty`.
+fn tokens(log: &[i64]) -> String {
+    if log.is_empty() {
+        return "empty".to_owned();
+    }
+    let tokens: Vec<String> = log.iter().map(i64::to_string).collect();
+    tokens.join(", ")
+}
+
 /// A ticket for `scope` with zxid `zxid` (the sequence is its low bits), as a service that
 /// received it would rebuild it: nothing to check but the token.
 pub fn ticket(scope: &str, zxid: i64) -> FenceTicket {
@@ -396,7 +520,7 @@ fn epoch_token(n: i64) -> i64 {
 }
 
 /// Asserts that `outcome` is a refusal that names `seen`.
-fn expect_refused<T: fmt::Debug, E: fmt::Display>(
+fn expect_refused<T, E: std::error::Error + 'static>(
     what: &str,
     outcome: Result<T, FenceError<E>>,
     seen: i64,
@@ -406,23 +530,29 @@ fn expect_refused<T: fmt::Debug, E: fmt::Display>(
         Err(FenceError::Refused { seen: s, .. }) => Err(violation(format!(
             "{what}: refused, but naming {s} where the fence holds {seen}"
         ))),
-        Err(FenceError::Store(err)) => Err(broken(format!("{what}: {err}"))),
-        Err(err) => Err(violation(format!("{what}: expected a refusal, got: {err}"))),
-        Ok(value) => Err(violation(format!(
-            "{what}: accepted ({value:?}) below the fence's {seen}"
+        Err(FenceError::Store(err)) => Err(store_error(what, &err)),
+        Err(err) => Err(violation(format!(
+            "{what}: must be refused, but failed otherwise: {}",
+            error_chain(&err)
+        ))),
+        Ok(_) => Err(violation(format!(
+            "{what}: accepted below the fence's {seen}"
         ))),
     }
 }
 
 /// Asserts that `outcome` was accepted.
-fn expect_accepted<T, E: fmt::Display>(
+fn expect_accepted<T, E: std::error::Error + 'static>(
     what: &str,
     outcome: Result<T, FenceError<E>>,
 ) -> Result<T, Failure> {
     match outcome {
         Ok(value) => Ok(value),
-        Err(FenceError::Store(err)) => Err(broken(format!("{what}: {err}"))),
-        Err(err) => Err(violation(format!("{what}: must be accepted, got: {err}"))),
+        Err(FenceError::Store(err)) => Err(store_error(what, &err)),
+        Err(err) => Err(violation(format!(
+            "{what}: must be accepted, but: {}",
+            error_chain(&err)
+        ))),
     }
 }
 
@@ -465,14 +595,14 @@ pub async fn order<S: FenceStore>(store: &S) -> Outcome {
     let expected = vec![t1.token().as_i64(), seen, seen];
     if log != expected {
         return Err(violation(format!(
-            "the commit log is {log:?}, expected {expected:?}"
+            "the commit log is {}, expected {}",
+            tokens(&log),
+            tokens(&expected)
         )));
     }
     match store.seen(scope).await.map_err(broken)? {
         Some(s) if s == seen => Ok(()),
-        other => Err(violation(format!(
-            "the fence holds {other:?}, expected {seen}"
-        ))),
+        other => Err(violation(format!("{}, expected {seen}", holds(other)))),
     }
 }
 
@@ -518,7 +648,9 @@ pub async fn edge_tokens<S: FenceStore>(store: &S) -> Outcome {
     match store.seen(scope).await.map_err(broken)? {
         Some(i64::MAX) => Ok(()),
         other => Err(violation(format!(
-            "the fence holds {other:?}, expected i64::MAX"
+            "{}, expected {} (i64::MAX)",
+            holds(other),
+            i64::MAX
         ))),
     }
 }
@@ -548,7 +680,9 @@ pub async fn concurrent_first_claims<S: FenceStore>(store: &S) -> Outcome {
         expect_accepted(&format!("round {round}: the higher first claim"), r_high)?;
         match r_low {
             Ok(()) | Err(FenceError::Refused { .. }) => {}
-            Err(FenceError::Store(err)) => return Err(broken(format!("round {round}: {err}"))),
+            Err(FenceError::Store(err)) => {
+                return Err(store_error(&format!("round {round}"), &err))
+            }
             Err(err) => {
                 return Err(violation(format!(
                     "round {round}: the lower first claim: {err}"
@@ -558,7 +692,8 @@ pub async fn concurrent_first_claims<S: FenceStore>(store: &S) -> Outcome {
         let seen = store.seen(&scope).await.map_err(broken)?;
         if seen != Some(high.token().as_i64()) {
             return Err(violation(format!(
-                "round {round}: after two first claims the fence holds {seen:?}, not the higher {}",
+                "round {round}: after two first claims {}, not the higher {}",
+                holds(seen),
                 high.token().as_i64()
             )));
         }
@@ -633,7 +768,7 @@ pub async fn stale_writer_paused_before_commit<S: FenceStore>(store: &S) -> Outc
     newer?;
     match stale {
         Ok(_) | Err(FenceError::Refused { .. }) => {}
-        Err(FenceError::Store(err)) => return Err(broken(format!("the stale writer: {err}"))),
+        Err(FenceError::Store(err)) => return Err(store_error("the stale writer", &err)),
         Err(err) => return Err(violation(format!("the stale writer: {err}"))),
     }
     check_log(store, key).await
@@ -644,8 +779,10 @@ async fn check_log<S: FenceStore>(store: &S, key: &str) -> Outcome {
     let log = store.log(key).await.map_err(broken)?;
     if let Some(pair) = log.windows(2).find(|pair| pair[1] < pair[0]) {
         return Err(violation(format!(
-            "the commit log goes down: {} committed after {} (log {log:?})",
-            pair[1], pair[0]
+            "the commit log goes down: {} committed after {} (log: {})",
+            pair[1],
+            pair[0],
+            tokens(&log)
         )));
     }
     let value = store.value(key).await.map_err(broken)?;
@@ -681,7 +818,7 @@ pub async fn counter_equals_accepted_increments<S: FenceStore>(store: &S) -> Out
                 match store.increment(old, key, Hooks::default()).await {
                     Ok(_) => n += 1,
                     Err(FenceError::Refused { .. }) => {}
-                    Err(err) => return Err(broken(format!("a late write: {err}"))),
+                    Err(err) => return Err(broken(format!("a late write: {}", error_chain(&err)))),
                 }
             }
             Ok(n)
@@ -841,7 +978,7 @@ pub async fn lost_hold_writes_nothing<S: FenceStore>(store: &S, client: &zk::Cli
     drop(guard);
     match outcome {
         Err(FenceError::LockLost { .. }) => {}
-        Err(FenceError::Store(err)) => return Err(broken(err)),
+        Err(FenceError::Store(err)) => return Err(store_error("the write", &err)),
         Ok(_) => return Err(violation("a hold lost before its commit wrote")),
         Err(err) => {
             return Err(violation(format!(
@@ -898,6 +1035,17 @@ enum Foreign {
     Error,
 }
 
+impl Foreign {
+    /// In a failure's words.
+    fn said(self) -> &'static str {
+        match self {
+            Foreign::Accepted => "accepted",
+            Foreign::Refused => "refused",
+            Foreign::Error => "an error (not a claim)",
+        }
+    }
+}
+
 /// The claim from another language ([`FenceStore::foreign_claim`]) with the token in every text
 /// form a client may send, on one scope: plain and zero-padded (the Rust fences of earlier
 /// versions padded to 19 digits), with a `+`; 9 after 10 and 9999999999 after 10000000000 (a
@@ -943,22 +1091,26 @@ pub async fn tokens_in_any_text_form<S: FenceStore>(store: &S) -> Outcome {
         };
         if got != expected {
             return Err(violation(format!(
-                "the claim of {text:?} from another client: {got:?}, expected {expected:?}"
+                "the claim of '{text}' from another client was {}, where it must be {}",
+                got.said(),
+                expected.said()
             )));
         }
     }
     match store.seen(scope).await.map_err(broken)? {
         Some(10_000_000_000) => Ok(()),
         other => Err(violation(format!(
-            "after the claims in every text form the fence holds {other:?}, expected 10000000000"
+            "after the claims in every text form {}, expected 10000000000",
+            holds(other)
         ))),
     }
 }
 
 /// Clients of another language that carry on after their refused claim
-/// ([`FenceStore::carry_on`]), with the token plain and zero-padded, after a newer holder
-/// claimed: neither increment may land, and the newer holder still writes. Stores without
-/// such a path pass at once.
+/// ([`FenceStore::carry_on`]), after a newer holder claimed: ignoring every error, and inside
+/// savepoints they roll back to (the refused claim's savepoint rolled back, the write in a
+/// savepoint of its own), each with the token plain and zero-padded: no increment may land, and
+/// the newer holder still writes. A way a store has no path for passes at once.
 ///
 /// # Errors
 ///
@@ -968,14 +1120,17 @@ pub async fn carrying_on_after_a_refusal_commits_nothing<S: FenceStore>(store: &
     let (old, new) = (epoch_token(1), ticket(scope, epoch_token(2)));
     expect_accepted("the newer holder's claim", store.claim(&new).await)?;
     let before = store.value(key).await.map_err(broken)?;
-    for text in [old.to_string(), format!("{old:019}")] {
-        let Some(attempt) = store.carry_on(scope, &text, key) else {
-            return Ok(());
-        };
-        if attempt.await.map_err(broken)? {
-            return Err(violation(format!(
-                "a client that carried on after the refusal of {text:?} committed its increment"
-            )));
+    for how in [CarryOn::Ignoring, CarryOn::InSavepoints] {
+        for text in [old.to_string(), format!("{old:019}")] {
+            let Some(attempt) = store.carry_on(scope, &text, key, how) else {
+                continue;
+            };
+            if attempt.await.map_err(broken)? {
+                return Err(violation(format!(
+                    "a client that carried on after the refusal of '{text}' ({}) committed its increment",
+                    carried(how)
+                )));
+            }
         }
     }
     let after = store.value(key).await.map_err(broken)?;
@@ -989,4 +1144,236 @@ pub async fn carrying_on_after_a_refusal_commits_nothing<S: FenceStore>(store: &
         store.increment(&new, key, Hooks::default()).await,
     )?;
     check_log(store, key).await
+}
+
+/// How a client went on, in a failure's words.
+fn carried(how: CarryOn) -> &'static str {
+    match how {
+        CarryOn::Ignoring => "ignoring the error and committing",
+        CarryOn::InSavepoints => "rolling back to its savepoint and committing",
+        CarryOn::AfterRollbackUnderWork => "after its transaction was rolled back under its work",
+    }
+}
+
+/// A client of another language whose fenced transaction is rolled back under its work after
+/// its claim was accepted (a deadlock's victim, [`CarryOn::AfterRollbackUnderWork`]) and that
+/// goes on with its write, the recipe's last steps and `COMMIT`: the statements after the
+/// rollback would run in a new transaction that holds no claim, so nothing of them may commit
+/// (MySQL's seal). Stores without such a path pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] when the write after the rollback landed.
+pub async fn carrying_on_after_a_rollback_under_work_commits_nothing<S: FenceStore>(
+    store: &S,
+) -> Outcome {
+    let (scope, key) = ("/kit/rolled-back", "rolled-back");
+    let token = epoch_token(7).to_string();
+    let how = CarryOn::AfterRollbackUnderWork;
+    let Some(attempt) = store.carry_on(scope, &token, key, how) else {
+        return Ok(());
+    };
+    if attempt.await.map_err(broken)? {
+        return Err(violation(format!(
+            "a client that went on {} committed its write with no claim held",
+            carried(how)
+        )));
+    }
+    if store.value(key).await.map_err(broken)? != 0 {
+        return Err(violation(
+            "the counter moved though nothing may have committed",
+        ));
+    }
+    Ok(())
+}
+
+/// The fence the store has installed is there and is the code this version installs
+/// ([`FenceStore::installed`]): a missing, an older or a hand-edited install fails, with the
+/// command that mends it.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] saying what differs.
+pub async fn installed_fence_is_current<S: FenceStore>(store: &S) -> Outcome {
+    match store.installed() {
+        None => Ok(()),
+        Some(check) => check.await.map_err(violation),
+    }
+}
+
+/// The deployment keeps every fence it acknowledged ([`FenceStore::durable`]): a fence lost to
+/// a restart without an append-only file, to an eviction policy or to a replica's failover lets
+/// a stale holder's token through.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] saying what to change.
+pub async fn deployment_keeps_fences<S: FenceStore>(store: &S) -> Outcome {
+    match store.durable() {
+        None => Ok(()),
+        Some(check) => check.await.map_err(violation),
+    }
+}
+
+/// A holder frozen inside its open fenced transaction, right after its scope's first claim
+/// ([`FenceStore::frozen_claim`]), must block nobody for long: a first claim of another new
+/// scope goes through at once (no gap lock between unrelated scopes), and the successor's claim
+/// and write go through within the bound the installed fence sets
+/// ([`FenceStore::frozen_bound`]) and a few seconds; the frozen holder's transaction then
+/// commits nothing. Stores whose claim holds nothing open pass at once.
+///
+/// # Errors
+///
+/// [`Failure::Violation`] naming what waited, and how long.
+pub async fn frozen_holder_does_not_block<S: FenceStore>(store: &S) -> Outcome {
+    let (scope, key) = ("/kit/frozen", "frozen");
+    let (old, new) = (ticket(scope, epoch_token(1)), ticket(scope, epoch_token(2)));
+    let Some(frozen) = store.frozen_claim(&old) else {
+        return Ok(());
+    };
+    let bound = store.frozen_bound().await.map_err(broken)?;
+    let frozen = frozen.await.map_err(broken)?;
+    let other = ticket("/kit/frozen-other", epoch_token(1));
+    let quick = Duration::from_secs(5);
+    match tokio::time::timeout(quick, store.claim(&other)).await {
+        Err(_) => {
+            return Err(violation(format!(
+                "a first claim of an unrelated scope waited over {} s behind a frozen holder's \
+                 first claim of its own scope (a gap lock)",
+                quick.as_secs()
+            )))
+        }
+        Ok(claimed) => expect_accepted("the unrelated scope's first claim", claimed)?,
+    }
+    let started = Instant::now();
+    let limit = bound.unwrap_or_default() + Duration::from_secs(10);
+    let installed = match bound {
+        Some(bound) => format!("the installed bound is {} ms", bound.as_millis()),
+        None => "the installed fence sets no bound: install it again".to_owned(),
+    };
+    match tokio::time::timeout(limit, store.increment(&new, key, Hooks::default())).await {
+        Err(_) => {
+            return Err(violation(format!(
+                "the successor's claim and write waited over {} s behind a holder frozen in its \
+                 open transaction ({installed})",
+                limit.as_secs(),
+            )))
+        }
+        Ok(written) => expect_accepted("the successor's write", written)?,
+    };
+    let waited = started.elapsed();
+    drop(frozen);
+    match store.seen(scope).await.map_err(broken)? {
+        Some(seen) if seen == new.token().as_i64() => {}
+        other => {
+            return Err(violation(format!(
+                "after the successor's write (waited {} ms) {}, expected {}",
+                waited.as_millis(),
+                holds(other),
+                new.token().as_i64()
+            )))
+        }
+    }
+    check_log(store, key).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver's error as tokio-postgres reports one: a generic head, the server's words in
+    /// its source.
+    #[derive(Debug)]
+    struct Db(&'static str, Option<Box<Db>>);
+
+    impl fmt::Display for Db {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Db {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    fn db_error() -> Db {
+        let server = Db("ERROR: permission denied for table zkfence_fence", None);
+        Db("db error", Some(Box::new(server)))
+    }
+
+    /// The text of every failure the helpers render, for the cases' usual mistakes.
+    fn rendered() -> Vec<String> {
+        let refused = |seen| FenceError::<Db>::Refused {
+            scope: "/kit/order".into(),
+            token: 5,
+            seen,
+            live: false,
+        };
+        let failures = [
+            expect_refused("t1's claim after t2's", Ok::<(), FenceError<Db>>(()), 42),
+            expect_refused("t1's write", Ok::<i64, FenceError<Db>>(3), 42),
+            expect_refused("t1's claim", Err::<(), _>(refused(41)), 42),
+            expect_refused(
+                "t1's claim",
+                Err::<(), _>(FenceError::Store(db_error())),
+                42,
+            ),
+            expect_accepted("t2's claim", Err::<(), _>(refused(43))).map(|_| ()),
+            expect_accepted("t2's claim", Err::<(), _>(FenceError::Store(db_error()))),
+        ];
+        let mut texts: Vec<String> = failures
+            .into_iter()
+            .map(|f| f.expect_err("each is a failure").to_string())
+            .collect();
+        texts.extend([
+            holds(Some(7)),
+            holds(None),
+            tokens(&[]),
+            tokens(&[1, 2]),
+            Foreign::Accepted.said().to_owned(),
+            Foreign::Error.said().to_owned(),
+        ]);
+        texts
+    }
+
+    #[test]
+    fn failures_read_as_plain_language() {
+        let texts = rendered();
+        for text in &texts {
+            for debug in [
+                "Some(", "None", "(())", "Ok(", "Err(", "[", "\"", "db error",
+            ] {
+                assert!(!text.contains(debug), "{debug} in {text:?}");
+            }
+        }
+        assert!(
+            texts[0].ends_with("accepted below the fence's 42"),
+            "{}",
+            texts[0]
+        );
+        assert!(
+            texts[3].contains("permission denied for table zkfence_fence"),
+            "{}",
+            texts[3]
+        );
+        assert_eq!(texts[6], "the fence holds 7");
+        assert!(
+            texts[7].starts_with("the fence holds nothing"),
+            "{}",
+            texts[7]
+        );
+        assert_eq!(texts[9], "1, 2");
+    }
+
+    #[test]
+    fn an_error_chain_keeps_the_servers_words() {
+        assert_eq!(
+            error_chain(&db_error()),
+            "ERROR: permission denied for table zkfence_fence"
+        );
+        let plain = Db("connection refused", None);
+        assert_eq!(error_chain(&plain), "connection refused");
+    }
 }

@@ -13,7 +13,8 @@ use crate::error::Error;
 /// The kit's store on ZooKeeper, under `<root>/<scratch name>`: counters in `counters/<key>`,
 /// the commit log as sequential nodes under `logs/<key>`, a fence node per scope under
 /// `fences`. The fence's client may go through a proxy (to lose a commit's reply); reads go
-/// through another. [`ZooKeeperStore::clear`] deletes it all.
+/// through another. [`ZooKeeperStore::clear`] deletes it all, and the parents of that node
+/// that [`create`](ZooKeeperStore::create) made and nothing else has used since.
 ///
 /// # Examples
 ///
@@ -29,6 +30,8 @@ pub struct ZooKeeperStore {
     fenced: zk::Client,
     reader: zk::Client,
     base: String,
+    /// The ancestors of `base` that `create` made (they did not exist), shallowest first.
+    made: Vec<String>,
     switch: Option<ReplySwitch>,
     /// The fence mutant of zkfence's own tests, if any.
     #[cfg(feature = "mutants")]
@@ -79,10 +82,22 @@ impl ZooKeeperStore {
     ) -> crate::Result<ZooKeeperStore> {
         let scratch = super::conformance::scratch_name(name, 200);
         let base = format!("{}/{scratch}", root.trim_end_matches('/'));
+        let mut made = Vec::new();
+        let mut at = 0;
+        while let Some(slash) = base[at + 1..].find('/') {
+            at += 1 + slash;
+            let ancestor = &base[..at];
+            match reader.check_stat(ancestor).await {
+                Ok(Some(_)) => {}
+                Ok(None) => made.push(ancestor.to_owned()),
+                Err(err) => return Err(failed("exists", ancestor, err)),
+            }
+        }
         let store = ZooKeeperStore {
             fenced,
             reader,
             base,
+            made,
             switch,
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -117,7 +132,10 @@ impl ZooKeeperStore {
         self
     }
 
-    /// Deletes everything under the store's node, and the node.
+    /// Deletes everything under the store's node, and the node; then the parents of the node
+    /// that [`create`](Self::create) made, each if it is still empty (no data, no children):
+    /// a run leaves the ensemble as it found it. A fence node given as the store's root is one
+    /// of them when it did not exist: left empty, it would be a fence node with no fence.
     ///
     /// # Errors
     ///
@@ -131,7 +149,24 @@ impl ZooKeeperStore {
     ///
     /// See the [type's](ZooKeeperStore).
     pub async fn clear(self) -> crate::Result<()> {
-        self.delete(&self.base).await
+        self.delete(&self.base).await?;
+        for node in self.made.iter().rev() {
+            let stat = match self.reader.check_stat(node).await {
+                Ok(Some(stat)) => stat,
+                Ok(None) => continue,
+                Err(err) => return Err(failed("exists", node, err)),
+            };
+            if stat.num_children != 0 || stat.data_length != 0 {
+                // Used meanwhile (a claim, a node of someone else's): theirs now.
+                break;
+            }
+            match self.reader.delete(node, Some(stat.version)).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(zk::Error::NotEmpty | zk::Error::BadVersion) => break,
+                Err(err) => return Err(failed("delete", node, err)),
+            }
+        }
+        Ok(())
     }
 
     /// Deletes `path` and everything under it, children first.

@@ -82,6 +82,10 @@ struct Seen {
     version: i32,
 }
 
+/// [`Seen::token`] of a fence node that exists but is empty (created as a parent of other
+/// nodes, or by hand): a fence node with no fence yet, which the first claim sets.
+const EMPTY: i64 = -1;
+
 /// How one attempt at a fenced commit ended, short of success.
 enum Attempt {
     /// The fence node moved between our read and our commit: read and compare again.
@@ -303,6 +307,9 @@ impl ZooKeeperFence {
                 Err(zk::Error::NoNode) => return Ok(None),
                 Err(err) => return Err(failed("get", err)),
             };
+            if data.is_empty() {
+                return Ok(None);
+            }
             let (old, fenced) = parse_fence(node, &data)?;
             if fenced != scope {
                 return Err(Error::FenceScope {
@@ -325,7 +332,8 @@ impl ZooKeeperFence {
         }
     }
 
-    /// The token the fence node holds for `scope`; `None` before the first claim.
+    /// The token the fence node holds for `scope`; `None` before the first claim (the node
+    /// missing, or empty).
     ///
     /// # Errors
     ///
@@ -357,7 +365,9 @@ impl ZooKeeperFence {
         }
     }
 
-    /// The fence node's fence, if it holds one: its scope and token, the node's path in `at`.
+    /// The fence node's fence, if it holds one: its scope and token, the node's path in `at`;
+    /// none when the node is missing or empty (an empty node is a fence node with no fence yet,
+    /// which the first claim sets).
     ///
     /// # Errors
     ///
@@ -382,6 +392,8 @@ impl ZooKeeperFence {
         };
         let client = &self.client;
         match retrying(client, || client.get_data(node)).await? {
+            // An empty node (created as another node's parent, or by hand): no fence yet.
+            Ok((data, _)) if data.is_empty() => Ok(Vec::new()),
             Ok((data, _)) => {
                 let (token, scope) = parse_fence(node, &data)?;
                 Ok(vec![super::FenceState::new(scope, token).at(node.clone())])
@@ -452,12 +464,12 @@ impl ZooKeeperFence {
                 Some(raise) => raise,
                 None => {
                     seen = self.read_fence(ticket).await?;
-                    let before = seen.as_ref().map(|s| s.token);
+                    let before = seen.as_ref().map(|s| s.token).filter(|&t| t != EMPTY);
                     (self.flaw.admits(token, before))
                         .map_err(|()| ticket.refused(before.unwrap_or(-1)))?
                 }
             };
-            let before = seen.as_ref().map(|s| s.token);
+            let before = seen.as_ref().map(|s| s.token).filter(|&t| t != EMPTY);
             ticket.check_before_commit()?;
             match self.send(ticket, Some((seen.as_ref(), raise)), ops).await {
                 Ok(results) => {
@@ -541,6 +553,12 @@ impl ZooKeeperFence {
                 return Err(FenceError::Store(err));
             }
         };
+        if data.is_empty() {
+            return Ok(Some(Seen {
+                token: EMPTY,
+                version: stat.version,
+            }));
+        }
         let (token, scope) = parse_fence(node, &data).map_err(FenceError::Store)?;
         if scope != ticket.scope() {
             return Err(FenceError::Store(Error::FenceScope {

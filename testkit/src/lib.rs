@@ -98,6 +98,10 @@ macro_rules! conformance_tests {
             conformance_serialization_failure_retried: serialization_failure_retried,
             conformance_tokens_in_any_text_form: tokens_in_any_text_form,
             conformance_carrying_on_after_a_refusal_commits_nothing: carrying_on_after_a_refusal_commits_nothing,
+            conformance_carrying_on_after_a_rollback_under_work_commits_nothing: carrying_on_after_a_rollback_under_work_commits_nothing,
+            conformance_installed_fence_is_current: installed_fence_is_current,
+            conformance_deployment_keeps_fences: deployment_keeps_fences,
+            conformance_frozen_holder_does_not_block: frozen_holder_does_not_block,
         );
     };
     ($new:expr; $($name:ident: $case:ident),* $(,)?) => {$(
