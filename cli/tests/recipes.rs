@@ -10,7 +10,9 @@ use zkfence_harness::{chroot, shared, shared_mariadb};
 
 use common::{postgres_database, run_with, zkfence, Database};
 
-const LOCK: &str = "/locks/orders";
+/// The lock path, with a quote in it: a recipe that pasted it into SQL text would break (or be
+/// injected into); each recipe must pass it as data.
+const LOCK: &str = "/locks/it's-orders";
 
 /// The recipes of `docs/fences.md`, in order: (the store its first comment names, the script).
 fn recipes() -> Vec<(String, String)> {

@@ -123,13 +123,14 @@ impl ConformanceStore {
         for _ in 0..3 {
             conns.push(Mutex::new(fenced.open(Some(&schema)).await?));
         }
+        let side = Arc::new(Mutex::new(direct.open(Some(&schema)).await?));
         Ok(ConformanceStore {
             fence,
             scopes: setup.scopes(&schema),
             schema,
             conns,
             reader,
-            side: Arc::new(Mutex::new(direct.open(None).await?)),
+            side,
             fenced,
             direct,
             switch,
@@ -197,10 +198,29 @@ impl ConformanceStore {
     ///
     /// See the [type's](ConformanceStore).
     pub async fn remove(self) -> Result<(), tokio_postgres::Error> {
-        let client = self.direct.open(None).await?;
-        if !self.scopes.is_empty() {
-            let table = crate::sql::qualified(self.fence.schema(), "zkfence_fence");
-            let like = format!("{}/%", self.scopes);
+        let ConformanceStore {
+            fence,
+            schema,
+            scopes,
+            direct,
+            ..
+        } = self;
+        // Every connection of the store goes first (they go by the schema's name; dropped
+        // above, and ended on the server here): a claim in flight when a run was stopped
+        // (SIGTERM in `zkfence fence verify`) would otherwise commit a scratch scope after
+        // the delete, and an open transaction would hold the schema's locks against its drop.
+        let client = direct.open(None).await?;
+        let others = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                      WHERE application_name = $1 AND pid <> pg_backend_pid()";
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while client.query_one(others, &[&schema]).await?.get::<_, i64>(0) > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !scopes.is_empty() {
+            let table = crate::sql::qualified(fence.schema(), "zkfence_fence");
+            let like = format!("{scopes}/%");
             client
                 .execute(
                     &format!("DELETE FROM {table} WHERE scope LIKE $1"),
@@ -208,7 +228,7 @@ impl ConformanceStore {
                 )
                 .await?;
         }
-        let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
         client.batch_execute(&drop).await
     }
 
@@ -424,7 +444,7 @@ impl FenceStore for ConformanceStore {
         Some(Box::pin(async move {
             let client = self
                 .direct
-                .open(None)
+                .open(Some(&self.schema))
                 .await
                 .map_err(|e| crate::fence::describe(&e))?;
             self.claim_as_text(&client, scope, token).await
@@ -448,7 +468,7 @@ impl FenceStore for ConformanceStore {
             let before = self.log(key).await?.len();
             let client = self
                 .direct
-                .open(None)
+                .open(Some(&self.schema))
                 .await
                 .map_err(|e| crate::fence::describe(&e))?;
             let schema = &self.schema;
@@ -519,7 +539,7 @@ impl FenceStore for ConformanceStore {
         Some(Box::pin(async move {
             let client = self
                 .direct
-                .open(None)
+                .open(Some(&self.schema))
                 .await
                 .map_err(|e| crate::fence::describe(&e))?;
             client

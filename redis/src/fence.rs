@@ -410,8 +410,8 @@ impl RedisFence {
         )
     }
 
-    /// Claims and writes call the function library the server has loaded ([`install`]
-    /// (Self::install): `FCALL <library>_claim`, `FCALL <library>_write`) instead of sending
+    /// Claims and writes call the function library the server has loaded
+    /// ([`install`](Self::install): `FCALL <library>_claim`, `FCALL <library>_write`) instead of sending
     /// this fence's scripts: the fence as other languages' clients run it, and as `zkfence
     /// fence verify` checks it. A server without the library answers every call with an error
     /// that says to install it.

@@ -213,8 +213,8 @@ pub trait FenceStore: Send + Sync {
     }
 
     /// How long the installed fence lets a frozen holder's open transaction keep its fence row
-    /// before the store ends that transaction (`None`: no bound, or no [`frozen_claim`]
-    /// (Self::frozen_claim)).
+    /// before the store ends that transaction (`None`: no bound, or no
+    /// [`frozen_claim`](Self::frozen_claim)).
     fn frozen_bound(&self) -> BoxFuture<'_, Result<Option<Duration>, String>> {
         Box::pin(async { Ok(None) })
     }
