@@ -232,6 +232,12 @@ impl ConformanceStore {
         client.batch_execute(&drop).await
     }
 
+    /// A connection of the store's own, direct to the database (a client of another language,
+    /// a frozen holder): named as the store's others, so that [`remove`](Self::remove) ends it.
+    async fn own_connection(&self) -> Result<Client, String> {
+        (self.direct.open(Some(&self.schema)).await).map_err(|e| crate::fence::describe(&e))
+    }
+
     /// `scope` as this store claims it.
     fn scope(&self, scope: &str) -> String {
         format!("{}{scope}", self.scopes)
@@ -442,11 +448,7 @@ impl FenceStore for ConformanceStore {
         token: &'a str,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
-            let client = self
-                .direct
-                .open(Some(&self.schema))
-                .await
-                .map_err(|e| crate::fence::describe(&e))?;
+            let client = self.own_connection().await?;
             self.claim_as_text(&client, scope, token).await
         }))
     }
@@ -466,11 +468,7 @@ impl FenceStore for ConformanceStore {
         };
         Some(Box::pin(async move {
             let before = self.log(key).await?.len();
-            let client = self
-                .direct
-                .open(Some(&self.schema))
-                .await
-                .map_err(|e| crate::fence::describe(&e))?;
+            let client = self.own_connection().await?;
             let schema = &self.schema;
             let (k, t) = (literal(key), literal(token));
             let claim = format!(
@@ -537,11 +535,7 @@ impl FenceStore for ConformanceStore {
         ticket: &'a FenceTicket,
     ) -> Option<BoxFuture<'a, Result<Frozen, String>>> {
         Some(Box::pin(async move {
-            let client = self
-                .direct
-                .open(Some(&self.schema))
-                .await
-                .map_err(|e| crate::fence::describe(&e))?;
+            let client = self.own_connection().await?;
             client
                 .simple_query("BEGIN")
                 .await
