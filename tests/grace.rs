@@ -281,7 +281,7 @@ struct ManyHolds {
     hosts: String,
     proxy: CountingProxy,
     client: zookeeper_client::Client,
-    paths: Vec<String>,
+    /// In the order they were granted (the waited ones in no order of their paths).
     guards: Vec<zkfence::LockGuard>,
     /// Whether the client answered again within the deadline after its connection was cut.
     reconnected: bool,
@@ -335,7 +335,6 @@ async fn holds_through_a_reconnect(name: &str, options: LockOptions) -> ManyHold
         hosts,
         proxy,
         client,
-        paths,
         guards,
         reconnected,
     }
@@ -425,10 +424,12 @@ async fn holds_past_the_watch_share_ride_out_a_reconnect_and_are_read_back() {
         .await
         .expect("the unwatched hold heard of its node's deletion");
     assert_eq!(reason, LossReason::NodeDeleted);
+    // The guard's own lock path: the waited holds come back in the order they were granted,
+    // not in `paths`' order.
     let asked = &many.guards[MANY_HOLDS - 2];
     let lock = FencedLock::new(
         many.client.clone(),
-        many.paths[MANY_HOLDS - 2].as_str(),
+        asked.lock_path(),
         LockOptions::default(),
     )
     .unwrap();

@@ -7,7 +7,8 @@
 //! - Throwaway stores from Debian's packages and PyPI: [`LocalPostgres`], [`LocalMariaDb`],
 //!   [`LocalRedis`], [`LocalS3`] (`moto`), each with TLS from a [`TestCa`] where the store
 //!   serves it, the SQL servers and Redis with [`StoreFaults`] (paused, crashed and restarted
-//!   on their data); [`python_clients`], the Python clients of the cross-language tests.
+//!   on their data); [`LocalPgBouncer`], Debian's PgBouncer in front of a PostgreSQL server in a
+//!   [`PoolMode`]; [`python_clients`], the Python clients of the cross-language tests.
 //! - [`curator`]: Apache Curator's jars and `javac`, for the interop tests and the bench's
 //!   Curator peers; [`stats`]: one definition of a percentile.
 //!
@@ -27,6 +28,7 @@ pub mod curator;
 mod database;
 mod faults;
 mod mariadb;
+mod pgbouncer;
 mod postgres;
 mod python;
 mod redis;
@@ -38,6 +40,7 @@ mod tls;
 
 pub use crate::faults::StoreFaults;
 pub use crate::mariadb::LocalMariaDb;
+pub use crate::pgbouncer::{LocalPgBouncer, PoolMode};
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::python::{python_clients, CLIENTS};
 pub use crate::redis::LocalRedis;

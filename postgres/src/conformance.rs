@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, IsolationLevel};
 use zkfence::fence::conformance::{
     rescoped, scratch_name, BoxFuture, CarryOn, Conflicted, FenceStore, Frozen, Hooks, ReplySwitch,
@@ -213,7 +214,15 @@ impl ConformanceStore {
         let others = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                       WHERE application_name = $1 AND pid <> pg_backend_pid()";
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while client.query_one(others, &[&schema]).await?.get::<_, i64>(0) > 0
+        let name = [(
+            &schema as &(dyn tokio_postgres::types::ToSql + Sync),
+            Type::TEXT,
+        )];
+        while client
+            .query_typed_one(others, &name)
+            .await?
+            .get::<_, i64>(0)
+            > 0
             && std::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -222,9 +231,9 @@ impl ConformanceStore {
             let table = crate::sql::qualified(fence.schema(), "zkfence_fence");
             let like = format!("{scopes}/%");
             client
-                .execute(
+                .query_typed(
                     &format!("DELETE FROM {table} WHERE scope LIKE $1"),
-                    &[&like],
+                    &[(&like, Type::TEXT)],
                 )
                 .await?;
         }
@@ -236,6 +245,49 @@ impl ConformanceStore {
     /// a frozen holder): named as the store's others, so that [`remove`](Self::remove) ends it.
     async fn own_connection(&self) -> Result<Client, String> {
         (self.direct.open(Some(&self.schema)).await).map_err(|e| crate::fence::describe(&e))
+    }
+
+    /// [`PostgresFence::installed`] on a connection of its own, in a transaction: its read
+    /// prepares a named statement, which a pooler in transaction mode may send to another
+    /// server connection than the one that prepared it, outside a transaction. Where a pooler
+    /// refuses transactions (statement mode: [`FenceStore::preconditions`] says so), outside
+    /// one.
+    async fn installed_here(&self) -> Result<Result<Option<u64>, String>, tokio_postgres::Error> {
+        let mut client = self.direct.open(Some(&self.schema)).await?;
+        let installed = match client.transaction().await {
+            Ok(tx) => self.fence.installed(&tx).await,
+            Err(err) if crate::fence::describe(&err).contains(crate::fence::STATEMENT_MODE) => {
+                self.fence.installed(&self.reader).await
+            }
+            Err(err) => Err(err),
+        };
+        installed
+    }
+
+    /// Whether a transaction of the fence's connections stays on one server session, as the
+    /// claim and the writes after it must: a pooler in statement mode splits it (PgBouncer
+    /// refuses it and ends the client's connection); `Err` with what to change.
+    async fn one_session_per_transaction(&self) -> Result<(), String> {
+        let client =
+            (self.fenced.open(Some(&self.schema)).await).map_err(|e| crate::fence::describe(&e))?;
+        let pid = "SELECT pg_backend_pid()::text";
+        let probe = async {
+            client.simple_query("BEGIN").await?;
+            let first = backend(&client.simple_query(pid).await?);
+            let second = backend(&client.simple_query(pid).await?);
+            client.simple_query("ROLLBACK").await?;
+            Ok::<_, tokio_postgres::Error>((first, second))
+        };
+        match probe.await {
+            Ok((first, second)) if first == second => Ok(()),
+            Ok((first, second)) => Err(format!(
+                "{}: two statements of one transaction ran on server sessions {} and {}",
+                crate::fence::STATEMENT_MODE,
+                first.unwrap_or_default(),
+                second.unwrap_or_default()
+            )),
+            Err(err) => Err(crate::fence::describe(&err)),
+        }
     }
 
     /// `scope` as this store claims it.
@@ -352,6 +404,14 @@ impl ConformanceStore {
     }
 }
 
+/// The first column of the first row of a simple query's answer.
+fn backend(messages: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
+    messages.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    })
+}
+
 /// `text` as a SQL string literal.
 fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
@@ -386,7 +446,10 @@ impl FenceStore for ConformanceStore {
                 "SELECT value FROM {}.kit_counter WHERE key = $1",
                 self.schema
             );
-            let row = (self.reader.query_opt(&sql, &[&key]).await)
+            let row = (self
+                .reader
+                .query_typed_opt(&sql, &[(&key, Type::TEXT)])
+                .await)
                 .map_err(|e| crate::fence::describe(&e))?;
             Ok(row.map_or(0, |r| r.get(0)))
         })
@@ -398,8 +461,8 @@ impl FenceStore for ConformanceStore {
                 "SELECT token FROM {}.kit_log WHERE key = $1 ORDER BY seq",
                 self.schema
             );
-            let rows =
-                (self.reader.query(&sql, &[&key]).await).map_err(|e| crate::fence::describe(&e))?;
+            let rows = (self.reader.query_typed(&sql, &[(&key, Type::TEXT)]).await)
+                .map_err(|e| crate::fence::describe(&e))?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
@@ -407,7 +470,13 @@ impl FenceStore for ConformanceStore {
     fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, String>> {
         Box::pin(async move {
             let scope = self.scope(scope);
-            (self.fence.seen(&self.reader, &scope).await).map_err(|e| crate::fence::describe(&e))
+            let sql = crate::sql::seen(self.fence.schema());
+            let row = (self
+                .reader
+                .query_typed_opt(&sql, &[(&scope, Type::TEXT)])
+                .await)
+                .map_err(|e| crate::fence::describe(&e))?;
+            Ok(row.map(|r| r.get(0)))
         })
     }
 
@@ -417,7 +486,11 @@ impl FenceStore for ConformanceStore {
             // which go by the schema's name.
             let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                        WHERE NOT l.granted AND a.application_name = $1";
-            let row = (self.reader.query_one(sql, &[&self.schema]).await)
+            let name = [(
+                &self.schema as &(dyn tokio_postgres::types::ToSql + Sync),
+                Type::TEXT,
+            )];
+            let row = (self.reader.query_typed_one(sql, &name).await)
                 .map_err(|e| crate::fence::describe(&e))?;
             Ok(row.get::<_, i64>(0) > 0)
         })
@@ -511,7 +584,7 @@ impl FenceStore for ConformanceStore {
                 Some(schema) => format!(" in schema {schema}"),
                 None => " in the connection's search path".to_owned(),
             };
-            match self.fence.installed(&self.reader).await {
+            match self.installed_here().await {
                 Ok(Ok(Some(_))) => Ok(()),
                 Ok(Ok(None)) => Err(format!(
                     "the fence is not installed (no function zkfence_claim(text, bigint){where_}): \
@@ -528,6 +601,13 @@ impl FenceStore for ConformanceStore {
                 )),
             }
         }))
+    }
+
+    fn preconditions(&self) -> Option<BoxFuture<'_, Result<(), String>>> {
+        // The fence runs in the database; what it stands on beyond its own code is that the
+        // claim and the writes share one transaction on one server session, which a pooler
+        // in statement mode breaks.
+        Some(Box::pin(self.one_session_per_transaction()))
     }
 
     fn frozen_claim<'a>(
@@ -551,8 +631,8 @@ impl FenceStore for ConformanceStore {
     fn frozen_bound(&self) -> BoxFuture<'_, Result<Option<Duration>, String>> {
         Box::pin(async move {
             let sql = crate::sql::installed(self.fence.schema());
-            let row =
-                (self.reader.query_opt(&sql, &[]).await).map_err(|e| crate::fence::describe(&e))?;
+            let row = (self.reader.query_typed_opt(&sql, &[]).await)
+                .map_err(|e| crate::fence::describe(&e))?;
             let body = row.map(|r| r.get::<_, String>(0)).unwrap_or_default();
             Ok(crate::sql::idle_bound_of(&body)
                 .filter(|&ms| ms > 0)

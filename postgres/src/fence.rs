@@ -217,7 +217,7 @@ impl PostgresFence {
         client: &impl GenericClient,
     ) -> Result<Result<Option<u64>, String>, tokio_postgres::Error> {
         let row = client
-            .query_opt(&sql::installed(self.schema()), &[])
+            .query_typed_opt(&sql::installed(self.schema()), &[])
             .await?;
         let Some(body) = row.map(|r| r.get::<_, String>(0)) else {
             return Ok(Ok(None));
@@ -536,7 +536,7 @@ impl PostgresFence {
         scope: &str,
     ) -> Result<Option<i64>, tokio_postgres::Error> {
         let row = client
-            .query_opt(&sql::seen(self.schema.as_deref()), &[&scope])
+            .query_typed_opt(&sql::seen(self.schema.as_deref()), &[(&scope, Type::TEXT)])
             .await?;
         row.map(|row| row.try_get(0)).transpose()
     }
@@ -565,7 +565,7 @@ impl PostgresFence {
         client: &impl GenericClient,
     ) -> Result<Vec<FenceState>, tokio_postgres::Error> {
         let rows = client
-            .query(&sql::scopes(self.schema.as_deref()), &[])
+            .query_typed(&sql::scopes(self.schema.as_deref()), &[])
             .await?;
         // try_get: a zkfence_fence table of another shape (made by hand) errs, never panics.
         (rows.iter())
@@ -607,7 +607,10 @@ impl PostgresFence {
         to: i64,
     ) -> Result<Option<i64>, tokio_postgres::Error> {
         let row = client
-            .query_opt(&sql::rebase(self.schema.as_deref()), &[&scope, &to])
+            .query_typed_opt(
+                &sql::rebase(self.schema.as_deref()),
+                &[(&scope, Type::TEXT), (&to, Type::INT8)],
+            )
             .await?;
         let old: Option<i64> = row.map(|row| row.try_get(0)).transpose()?;
         if let Some(old) = old {
@@ -677,14 +680,27 @@ fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
     fence::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
 }
 
+/// What to do about a pooler in statement mode, in [`describe`]'s words and verify's.
+pub(crate) const STATEMENT_MODE: &str = "a pooler in statement mode splits the claim from your \
+    writes: use transaction or session mode (PgBouncer: pool_mode = transaction)";
+
 /// `err` as a line for a person: the server's message, its SQLSTATE and detail for a database
 /// error (tokio-postgres's own text says only "db error"), else the error's text with its
-/// causes.
+/// causes. A pooler's refusal of a transaction in statement mode (PgBouncer's "transaction
+/// blocks not allowed in statement pooling mode") says what to change.
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => {
             let detail = db.detail().map(|d| format!("; {d}")).unwrap_or_default();
-            format!("{} (SQLSTATE {}){detail}", db.message(), db.code().code())
+            let advice = match db.message().contains("statement pooling mode") {
+                true => format!(": {STATEMENT_MODE}"),
+                false => String::new(),
+            };
+            format!(
+                "{} (SQLSTATE {}){detail}{advice}",
+                db.message(),
+                db.code().code()
+            )
         }
         None => {
             let mut text = err.to_string();

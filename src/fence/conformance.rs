@@ -926,7 +926,16 @@ pub async fn lost_claim_reply_is_in_doubt<S: FenceStore>(store: &S) -> Outcome {
     let watch = async {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if store.seen(scope).await.map_err(broken)? == Some(t.token().as_i64()) {
+            // The replies come back on every way out, an error of the read too: the claim
+            // waits for them.
+            let seen = match store.seen(scope).await {
+                Ok(seen) => seen,
+                Err(err) => {
+                    switch(false);
+                    return Err(broken(err));
+                }
+            };
+            if seen == Some(t.token().as_i64()) {
                 switch(false);
                 return Ok(());
             }

@@ -30,8 +30,9 @@ pub struct Distribution {
 
 impl Distribution {
     /// Finds ZooKeeper, in this order: `$ZOOKEEPER_HOME/lib/*.jar` (a release unpacked by
-    /// hand), Debian's `/usr/share/java/zookeeper.jar` (with the logging and Netty jars its
-    /// manifest leaves out), Homebrew's `libexec/lib` (Apple silicon and Intel prefixes); and
+    /// hand, or Debian 13's 3.9 as `scripts/zookeeper-3.9` unpacks it; its `zookeeper-jute`
+    /// jars first), Debian's `/usr/share/java/zookeeper.jar` (with the logging and Netty jars
+    /// its manifest leaves out), Homebrew's `libexec/lib` (Apple silicon and Intel prefixes); and
     /// Java: `$JAVA_HOME/bin/java`, else `java` on the `PATH`.
     ///
     /// # Errors
@@ -100,7 +101,7 @@ impl Distribution {
 /// The class path and its source's name.
 fn find_jars() -> Option<(String, String)> {
     if let Some(home) = std::env::var_os("ZOOKEEPER_HOME") {
-        let jars = jars_in(&Path::new(&home).join("lib"));
+        let jars = jute_first(jars_in(&Path::new(&home).join("lib")));
         if jars.iter().any(|j| is_server_jar(j)) {
             return Some((join(&jars), "ZOOKEEPER_HOME".into()));
         }
@@ -123,6 +124,19 @@ fn find_jars() -> Option<(String, String)> {
         }
     }
     None
+}
+
+/// `jars` with the `zookeeper-jute` jars first. A server jar's manifest may name another
+/// release's jute jar (Debian 13's 3.9 server names `/usr/share/java/zookeeper-jute.jar`, which
+/// Debian 12 serves as 3.8's), and the JVM searches a jar's manifest class path right after
+/// that jar, ahead of the next entries of `-cp`: only a jute jar ahead of the server jar wins.
+fn jute_first(mut jars: Vec<PathBuf>) -> Vec<PathBuf> {
+    jars.sort_by_key(|jar| {
+        !jar.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("zookeeper-jute"))
+    });
+    jars
 }
 
 fn is_server_jar(jar: &Path) -> bool {
@@ -177,13 +191,14 @@ mod tests {
         ] {
             std::fs::write(dir.join("lib").join(jar), b"").unwrap();
         }
-        let jars = jars_in(&dir.join("lib"));
+        let jars = jute_first(jars_in(&dir.join("lib")));
         assert_eq!(jars.len(), 2);
         assert!(jars.iter().any(|j| is_server_jar(j)));
+        // Jute first: the server jar's manifest may name an older release's jute jar.
         let classpath = join(&jars);
         assert!(
-            classpath.contains("zookeeper-3.9.3.jar:")
-                && classpath.ends_with("zookeeper-jute-3.9.3.jar")
+            classpath.contains("zookeeper-jute-3.9.3.jar:")
+                && classpath.ends_with("zookeeper-3.9.3.jar")
         );
         std::fs::remove_dir_all(dir).unwrap();
     }
