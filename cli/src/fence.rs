@@ -363,21 +363,15 @@ fn explain(e: &(dyn StdError + 'static)) -> String {
     why
 }
 
-/// PostgreSQL's SQLSTATE in `e`'s causes. tokio-postgres's server error displays its severity
-/// and message only; its code shows in its debug form (`code: SqlState(E42501)`,
-/// `SqlState(Other("ZF001"))`), which is all this crate, without tokio-postgres of its own,
-/// can read.
+/// PostgreSQL's SQLSTATE in `e`'s causes.
 fn sqlstate(e: &(dyn StdError + 'static)) -> Option<String> {
-    causes(e).find_map(|c| {
-        let debug = format!("{c:?}");
-        let rest = &debug[debug.find("code: SqlState(")? + "code: SqlState(".len()..];
-        let code = (rest.strip_prefix("Other(\""))
-            .or_else(|| rest.strip_prefix('E'))?
-            .get(..5)?;
-        code.bytes()
-            .all(|b| b.is_ascii_alphanumeric())
-            .then(|| code.to_owned())
-    })
+    #[cfg(feature = "postgres")]
+    return zkfence_postgres::sqlstate(e).map(str::to_owned);
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = e;
+        None
+    }
 }
 
 /// Whether the store refused a privilege or the credentials: PostgreSQL's SQLSTATE 42501
@@ -1118,32 +1112,15 @@ async fn check_postgres(
     let cases = &conformance::DEPLOYMENT[..];
     let fence = postgres_fence(at)?;
     let setup = conformance::Setup::Deployed;
-    let created = stop
+    // Its create drops the schema again when it fails part-way, and its remove skips the
+    // scopes of a fence that is not installed.
+    let store = stop
         .through(zkfence_postgres::ConformanceStore::create(
             url, fence, name, setup, None,
         ))
-        .await;
-    let store = match created {
-        Ok(store) => store,
-        Err(e) => {
-            // It may have made the schema before it failed.
-            drop_scratch_schema(at, url, name).await;
-            return Err(cannot(NEEDS_POSTGRES, e));
-        }
-    };
-    // Its removal deletes the scopes from the fence table first: without the fence
-    // installed, that table is missing (42P01) and the schema would stay.
-    let remove = |store: zkfence_postgres::ConformanceStore| async {
-        let Err(e) = store.remove().await else {
-            return Ok(());
-        };
-        drop_scratch_schema(at, url, name).await;
-        let e = BoxError::from(e);
-        match sqlstate(&*e).as_deref() {
-            Some("42P01") => Ok(()),
-            _ => Err(e),
-        }
-    };
+        .await
+        .map_err(|e| cannot(NEEDS_POSTGRES, e))?;
+    let remove = |store: zkfence_postgres::ConformanceStore| store.remove();
     run_and_remove(
         store,
         cases,
@@ -1262,23 +1239,6 @@ async fn check_zookeeper(
         conformance::scratch_name(name, 200)
     );
     run_and_remove(store, cases, report, stop, remove, &what).await
-}
-
-/// Drops the scratch schema a failed set-up may have made, if it can.
-#[cfg(feature = "postgres")]
-async fn drop_scratch_schema(at: &At, url: &str, name: &str) {
-    let schema = conformance::scratch_name(name, 63);
-    let Ok(fence) = postgres_fence(at) else {
-        return;
-    };
-    let drop = async {
-        let connected = zkfence_postgres::Connected::connect(url, fence)
-            .await
-            .ok()?;
-        let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-        connected.client().batch_execute(&sql).await.ok()
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(10), drop).await;
 }
 
 async fn verify(at: &At, json: bool, accept_volatile: bool) -> u8 {

@@ -373,16 +373,21 @@ impl ConformanceStore {
         ]
     }
 
+    /// The recipe after its claim, each error ignored: the writes, the seal, `COMMIT`.
+    async fn finish_ignoring(&self, conn: &mut Conn, scope: &str, key: &str, token: &str) {
+        let [counter, log] = self.writes(key, token);
+        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
+            let _ = conn.query_drop(statement).await;
+        }
+    }
+
     /// `mariadb --force`: each statement sent, each error ignored.
     async fn carry_on_ignoring(&self, scope: &str, token: &str, key: &str) -> Result<bool, String> {
         let before = self.log(key).await?.len();
         let mut conn = self.direct().await.map_err(|e| e.to_string())?;
         let _ = conn.query_drop("SET autocommit = 0").await;
         let _ = self.claim_as_text(&mut conn, scope, token).await;
-        let [counter, log] = self.writes(key, token);
-        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
-            let _ = conn.query_drop(statement).await;
-        }
+        self.finish_ignoring(&mut conn, scope, key, token).await;
         Ok(self.log(key).await?.len() > before)
     }
 
@@ -441,10 +446,7 @@ impl ConformanceStore {
                 );
             }
         };
-        let [counter, log] = self.writes(key, token);
-        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
-            let _ = conn.query_drop(statement).await;
-        }
+        self.finish_ignoring(&mut conn, scope, key, token).await;
         Ok(self.log(key).await?.len() > before)
     }
 

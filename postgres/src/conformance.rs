@@ -106,25 +106,37 @@ impl ConformanceStore {
                 "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
             ))
             .await?;
-        if setup == Setup::Fresh {
-            fence.install(&reader).await?;
-        }
-        reader
-            .batch_execute(&format!(
-                "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
-                 CREATE TABLE {schema}.kit_log (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL);
-                 CREATE TABLE {schema}.kit_items (k text NOT NULL);"
-            ))
-            .await?;
-        let (fenced, switch) = match through {
-            Some((via, switch)) => (Dial::parse(&via)?, Some(switch)),
-            None => (direct.clone(), None),
+        // Past the schema's creation, a failure drops it again: nothing is left behind.
+        let rest = async {
+            if setup == Setup::Fresh {
+                fence.install(&reader).await?;
+            }
+            reader
+                .batch_execute(&format!(
+                    "CREATE TABLE {schema}.kit_counter (key text PRIMARY KEY, value bigint NOT NULL);
+                     CREATE TABLE {schema}.kit_log (seq bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL);
+                     CREATE TABLE {schema}.kit_items (k text NOT NULL);"
+                ))
+                .await?;
+            let (fenced, switch) = match through {
+                Some((via, switch)) => (Dial::parse(&via)?, Some(switch)),
+                None => (direct.clone(), None),
+            };
+            let mut conns = Vec::new();
+            for _ in 0..3 {
+                conns.push(Mutex::new(fenced.open(Some(&schema)).await?));
+            }
+            let side = Arc::new(Mutex::new(direct.open(Some(&schema)).await?));
+            Ok::<_, BoxError>((fenced, switch, conns, side))
         };
-        let mut conns = Vec::new();
-        for _ in 0..3 {
-            conns.push(Mutex::new(fenced.open(Some(&schema)).await?));
-        }
-        let side = Arc::new(Mutex::new(direct.open(Some(&schema)).await?));
+        let (fenced, switch, conns, side) = match rest.await {
+            Ok(made) => made,
+            Err(err) => {
+                let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+                let _ = reader.batch_execute(&drop).await;
+                return Err(err);
+            }
+        };
         Ok(ConformanceStore {
             fence,
             scopes: setup.scopes(&schema),
@@ -227,8 +239,13 @@ impl ConformanceStore {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if !scopes.is_empty() {
-            let table = crate::sql::qualified(fence.schema(), "zkfence_fence");
+        // A deployment without the fence installed has no fence table, and no scopes to delete.
+        let table = crate::sql::qualified(fence.schema(), "zkfence_fence");
+        let installed = "SELECT to_regclass($1) IS NOT NULL";
+        let has_table = client
+            .query_typed_one(installed, &[(&table, Type::TEXT)])
+            .await?;
+        if !scopes.is_empty() && has_table.get::<_, bool>(0) {
             let like = format!("{scopes}/%");
             client
                 .query_typed(

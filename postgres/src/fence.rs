@@ -714,3 +714,27 @@ pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
         }
     }
 }
+
+/// The SQLSTATE of the first PostgreSQL server error among `err` and its causes (`"42501"`
+/// for a refused privilege, [`REFUSED`](crate::REFUSED) for a refused claim), for a caller
+/// that holds the error behind another type, as a [`FenceError`] or a boxed error does.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(db: tokio_postgres::Client) {
+/// let err: Box<dyn std::error::Error> = match db.execute("SELECT 1", &[]).await {
+///     Ok(_) => return,
+///     Err(err) => Box::new(err),
+/// };
+/// if zkfence_postgres::sqlstate(&*err) == Some("42501") {
+///     eprintln!("grant the role what it needs");
+/// }
+/// # }
+/// ```
+pub fn sqlstate<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a str> {
+    std::iter::successors(Some(err), |e| e.source()).find_map(|e| {
+        let db = e.downcast_ref::<tokio_postgres::Error>()?.as_db_error()?;
+        Some(db.code().code())
+    })
+}

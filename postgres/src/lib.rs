@@ -84,5 +84,5 @@ mod sql;
 
 pub use crate::conformance::ConformanceStore;
 pub use crate::connected::Connected;
-pub use crate::fence::{PostgresFence, TxFuture};
+pub use crate::fence::{sqlstate, PostgresFence, TxFuture};
 pub use crate::sql::{BAD_CLAIM, REFUSED};

@@ -78,13 +78,11 @@ type Known = Arc<Mutex<Option<(Arc<str>, Seen)>>>;
 /// A fence node as read: the token it holds and its version.
 #[derive(Debug)]
 struct Seen {
-    token: i64,
+    /// `None` for a fence node that exists but is empty (created as a parent of other nodes,
+    /// or by hand): a fence node with no fence yet, which the first claim sets.
+    token: Option<i64>,
     version: i32,
 }
-
-/// [`Seen::token`] of a fence node that exists but is empty (created as a parent of other
-/// nodes, or by hand): a fence node with no fence yet, which the first claim sets.
-const EMPTY: i64 = -1;
 
 /// How one attempt at a fenced commit ended, short of success.
 enum Attempt {
@@ -459,17 +457,17 @@ impl ZooKeeperFence {
             let token = ticket.token().as_i64();
             let admitted = seen
                 .as_ref()
-                .and_then(|s| self.flaw.admits(token, Some(s.token)).ok());
+                .and_then(|s| self.flaw.admits(token, s.token).ok());
             let raise = match admitted {
                 Some(raise) => raise,
                 None => {
                     seen = self.read_fence(ticket).await?;
-                    let before = seen.as_ref().map(|s| s.token).filter(|&t| t != EMPTY);
+                    let before = seen.as_ref().and_then(|s| s.token);
                     (self.flaw.admits(token, before))
                         .map_err(|()| ticket.refused(before.unwrap_or(-1)))?
                 }
             };
-            let before = seen.as_ref().map(|s| s.token).filter(|&t| t != EMPTY);
+            let before = seen.as_ref().and_then(|s| s.token);
             ticket.check_before_commit()?;
             match self.send(ticket, Some((seen.as_ref(), raise)), ops).await {
                 Ok(results) => {
@@ -517,11 +515,11 @@ impl ZooKeeperFence {
         }
         let left = match seen {
             None => Seen {
-                token: ticket.token().as_i64(),
+                token: Some(ticket.token().as_i64()),
                 version: 0,
             },
             Some(seen) if raise => Seen {
-                token: ticket.token().as_i64(),
+                token: Some(ticket.token().as_i64()),
                 version: seen.version.wrapping_add(1),
             },
             Some(seen) => Seen {
@@ -555,7 +553,7 @@ impl ZooKeeperFence {
         };
         if data.is_empty() {
             return Ok(Some(Seen {
-                token: EMPTY,
+                token: None,
                 version: stat.version,
             }));
         }
@@ -568,7 +566,7 @@ impl ZooKeeperFence {
             }));
         }
         Ok(Some(Seen {
-            token,
+            token: Some(token),
             version: stat.version,
         }))
     }
