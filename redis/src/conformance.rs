@@ -10,9 +10,9 @@ use redis::RedisError;
 use zkfence::fence::conformance::{
     rescoped, scratch_name, BoxFuture, CarryOn, FenceStore, Hooks, ReplySwitch, Setup,
 };
-use zkfence::fence::{BoxError, ConfigError, FenceError, FenceTicket};
+use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
-use crate::{Commands, RedisFence};
+use crate::{dial, Commands, RedisFence};
 
 /// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
 /// counter `<ns>{<scope>}:counter:<key>` and a log list `<ns>{<scope>}:log:<key>` (in the
@@ -70,36 +70,6 @@ impl std::fmt::Debug for ConformanceStore {
     }
 }
 
-/// A connection to `url`: `redis://`, or `rediss://` (TLS, the server's certificate checked
-/// against the system's roots, which honour `SSL_CERT_FILE`; `#insecure` at the end checks
-/// nothing) with the `tls` feature.
-pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, BoxError> {
-    Ok(client(url)?.get_multiplexed_async_connection().await?)
-}
-
-/// The client of `url`, or what to give instead.
-fn client(url: &str) -> Result<redis::Client, ConfigError> {
-    if url.starts_with("rediss://") {
-        #[cfg(feature = "tls")]
-        // redis's rustls takes the process's crypto provider: aws-lc-rs unless the process
-        // chose one.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        #[cfg(not(feature = "tls"))]
-        return Err(ConfigError::new(
-            "URL scheme",
-            "rediss://",
-            "redis://: TLS needs zkfence-redis's `tls` feature, which this build leaves out (the zkfence CLI has it)",
-        ));
-    }
-    redis::Client::open(url).map_err(|e| {
-        ConfigError::new(
-            "Redis URL",
-            e.to_string(),
-            "redis://host:port/db or rediss://host:port/db",
-        )
-    })
-}
-
 impl ConformanceStore {
     /// Keeps the store's keys under [`scratch_name`]`(name)` and `:` on the server at `url`
     /// (deleting any left there), fence keys among them: with `fence`'s function library
@@ -129,7 +99,7 @@ impl ConformanceStore {
     ) -> Result<ConformanceStore, BoxError> {
         let scratch = scratch_name(name, 64);
         let ns = format!("{scratch}:");
-        let mut reader = open(url).await?;
+        let mut reader = dial::open(url).await?;
         let fence = match setup {
             Setup::Fresh => {
                 let fence = (fence.with_prefix(format!("{ns}fence:")))
@@ -155,7 +125,7 @@ impl ConformanceStore {
             Some((via, switch)) => (via, Some(switch)),
             None => (url.to_owned(), None),
         };
-        let fence_client = client(&fence_url)?;
+        let fence_client = dial::client(&fence_url)?;
         let fenced =
             tokio::sync::Mutex::new(fence_client.get_multiplexed_async_connection().await?);
         let store = ConformanceStore {

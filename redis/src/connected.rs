@@ -71,7 +71,7 @@ impl Connected {
     /// # let _ = fence; Ok(()) }
     /// ```
     pub async fn connect(url: &str, fence: RedisFence) -> Result<Connected, BoxError> {
-        Ok(Connected::new(fence, crate::conformance::open(url).await?))
+        Ok(Connected::new(fence, crate::dial::open(url).await?))
     }
 
     /// The fence.

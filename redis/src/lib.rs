@@ -68,6 +68,7 @@
 
 mod conformance;
 mod connected;
+mod dial;
 mod fence;
 
 pub use crate::conformance::ConformanceStore;
