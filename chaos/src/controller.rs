@@ -74,6 +74,8 @@ pub(crate) async fn run(mode: Mode) -> Result<bool, String> {
         for other in others {
             results.push(other?);
         }
+    } else if let Mode::Smoke(_) = mode {
+        results = servers.lanes(plans, seed, &dir).await?;
     } else {
         for group in schedule::side_by_side(plans) {
             results.extend(servers.group(group, seed, &mut rng, &dir).await?);
@@ -171,6 +173,35 @@ impl Servers {
             .await
             .into_iter()
             .collect()
+    }
+
+    /// Runs the plans in two lanes side by side, one per ensemble ([`schedule::lanes`]): each
+    /// lane's groups one after another, every scenario on a generator of its own (the seed and
+    /// its name). The results in the plans' order.
+    async fn lanes(
+        &self,
+        plans: Vec<ScenarioPlan>,
+        seed: u64,
+        dir: &Path,
+    ) -> Result<Vec<ScenarioResult>, String> {
+        let order: Vec<&'static str> = plans.iter().map(|p| p.name).collect();
+        let lane = |groups: Vec<Vec<ScenarioPlan>>| async move {
+            let mut results = Vec::new();
+            for group in groups {
+                let mut own: Vec<Rng> = group.iter().map(|p| p.own_rng(seed)).collect();
+                let runs = (group.into_iter().zip(own.iter_mut()))
+                    .map(|(plan, rng)| self.scenario(plan, seed, rng, dir));
+                for result in futures_util::future::join_all(runs).await {
+                    results.push(result?);
+                }
+            }
+            Ok::<_, String>(results)
+        };
+        let (main, partition) = schedule::lanes(plans);
+        let (main, partition) = tokio::join!(lane(main), lane(partition));
+        let mut results: Vec<ScenarioResult> = main?.into_iter().chain(partition?).collect();
+        results.sort_by_key(|r| order.iter().position(|name| *name == r.name));
+        Ok(results)
     }
 
     /// Runs one scenario: starts its workers, plays its faults, heals, checks and reports.
@@ -277,13 +308,15 @@ async fn inject(sc: &Arc<Scenario>, kind: FaultKind) {
     let t0 = sc.t0;
     match sc.inject(&kind).await {
         Some(f) => println!(
-            "  +{:>6.1} s  {:<18} {}",
+            "  [{}] +{:>6.1} s  {:<18} {}",
+            sc.name,
             clock::ms(t0, f.start) / 1000.0,
             f.kind,
             f.detail
         ),
         None => println!(
-            "  +{:>6.1} s  {:<18} skipped: no holder showed up",
+            "  [{}] +{:>6.1} s  {:<18} skipped: no holder showed up",
+            sc.name,
             elapsed_s(t0),
             kind.name()
         ),

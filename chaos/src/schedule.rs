@@ -389,6 +389,24 @@ pub(crate) fn side_by_side(plans: Vec<ScenarioPlan>) -> Vec<Vec<ScenarioPlan>> {
     groups
 }
 
+/// The smoke run's plans in two lanes, one per ensemble: the groups of [`side_by_side`], each
+/// split into its scenarios on the main ensemble and those on the partition one. The two
+/// lanes run side by side: no fault of one reaches the other's ensemble, and each store
+/// scenario has a server of its own.
+pub(crate) fn lanes(plans: Vec<ScenarioPlan>) -> (Vec<Vec<ScenarioPlan>>, Vec<Vec<ScenarioPlan>>) {
+    let (mut main, mut partition) = (Vec::new(), Vec::new());
+    for group in side_by_side(plans) {
+        let (on_partition, on_main): (Vec<_>, Vec<_>) =
+            group.into_iter().partition(|p| p.partition);
+        for (lane, part) in [(&mut main, on_main), (&mut partition, on_partition)] {
+            if !part.is_empty() {
+                lane.push(part);
+            }
+        }
+    }
+    (main, partition)
+}
+
 /// A scenario on the main ensemble with a plain lock, no mutant and no stretching, run alone;
 /// the callers change what differs.
 fn scenario(name: &'static str, modes: Vec<WorkerMode>, plan: Plan) -> ScenarioPlan {
@@ -476,7 +494,9 @@ pub(crate) fn plans(mode: &Mode, rng: &mut Rng) -> (Vec<ScenarioPlan>, EnsembleO
 /// mutants in pairs side by side: fencing-off and watchdog-off replay the main schedule's head
 /// on the main ensemble, beside sync-lease (two asymmetric leader isolations) and
 /// resume-without-proof (two stale-leader reconnects) on the partition ensemble; then the
-/// election and multi-lock mutants side by side ([`recipe_mutants`]).
+/// election and multi-lock mutants side by side ([`recipe_mutants`]); last a store scenario
+/// and its mutant. The run plays them in two lanes side by side, one per ensemble
+/// ([`lanes`]).
 fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     let mut plans = lock_smoke_plans(args, rng);
     let election = election_schedule(rng);
@@ -505,10 +525,15 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
     if named.is_empty() {
         named.push(drawn);
     }
+    // On the partition ensemble, whose lane ([`lanes`]) is the shorter one: the store
+    // scenarios' faults are the store's, and T = 2 s is 5 of its ticks.
     let faults = store_schedule(rng);
     for &kind in &named {
         let plan = Plan::Fixed(for_store(kind, &faults));
-        plans.push(store_scenario(args.workers, args.session_ms, kind, plan));
+        plans.push(ScenarioPlan {
+            partition: true,
+            ..store_scenario(args.workers, args.session_ms, kind, plan)
+        });
     }
     if !args.no_mutants {
         // Writes in doubt recorded as not applied: three reply cuts land commits in doubt on
@@ -517,6 +542,7 @@ fn smoke_plans(args: &RunArgs, rng: &mut Rng) -> Vec<ScenarioPlan> {
         plans.push(ScenarioPlan {
             name: "mutant-in-doubt-as-failed",
             mutant: Mutant::InDoubtAsFailed,
+            partition: true,
             ..store_scenario(args.workers, args.session_ms, named[0], cuts)
         });
     }

@@ -614,7 +614,7 @@ async fn install(at: &At, idle: Duration) -> Result<(), Failed> {
                 .map_err(cannot_connect)?;
             (fence.fence().install(fence.client()).await)
                 .map_err(|e| Failed::store("cannot install the fence", e))?;
-            "the table zkfence_fence and the function zkfence_claim(scope, token)"
+            "the table zkfence_fence and the function zkfence_claim(scope, token)".to_owned()
         }
         #[cfg(feature = "mysql")]
         Store::MySql(url) => {
@@ -623,28 +623,44 @@ async fn install(at: &At, idle: Duration) -> Result<(), Failed> {
                 .await
                 .map_err(cannot_connect)?;
             (fence.install().await).map_err(|e| Failed::store("cannot install the fence", e))?;
-            "the table zkfence_fence and the procedures zkfence_claim(scope, token) and zkfence_seal(scope)"
+            "the table zkfence_fence and the procedures zkfence_claim(scope, token) and zkfence_seal(scope)".to_owned()
         }
         #[cfg(feature = "redis")]
-        Store::Redis(url) => {
-            let fence = zkfence_redis::Connected::connect(&url, redis_fence(at))
-                .await
-                .map_err(cannot_connect)?;
-            (fence.install().await)
-                .map_err(|e| Failed::store("cannot load the function library", e))?;
-            "the function library zkfence: FCALL zkfence_claim, FCALL zkfence_write"
-        }
+        Store::Redis(url) => install_redis(at, &url).await?,
         #[cfg(feature = "s3")]
         Store::S3 { bucket, prefix } => {
             let fence = s3(&bucket)?;
             (fence.probe(&prefix.clone().into()).await)
                 .map_err(|e| Failed::store(&format!("s3://{bucket}/{prefix} cannot fence"), e))?;
             "nothing (an object carries its own fence); the store enforces conditional writes"
+                .to_owned()
         }
-        Store::ZooKeeper { .. } => "nothing (the fence node is created by the first claim)",
+        Store::ZooKeeper { .. } => {
+            "nothing (the fence node is created by the first claim)".to_owned()
+        }
     };
     sayln!("zkfence: installed {done}");
     Ok(())
+}
+
+/// Loads the Redis function library on the server, or on every primary of a cluster; what it
+/// installed, and where.
+#[cfg(feature = "redis")]
+async fn install_redis(at: &At, url: &str) -> Result<String, Failed> {
+    let fence = zkfence_redis::Connected::connect(url, redis_fence(at))
+        .await
+        .map_err(cannot_connect)?;
+    let primaries = (fence.install().await)
+        .map_err(|e| Failed::store("cannot load the function library", e))?;
+    let library = "the function library zkfence: FCALL zkfence_claim, FCALL zkfence_write";
+    Ok(match fence.is_cluster() {
+        false => library.to_owned(),
+        true => format!(
+            "{library} (a Redis Cluster: loaded on {} primaries: {}; a replica gets it from its primary)",
+            primaries.len(),
+            primaries.join(", ")
+        ),
+    })
 }
 
 async fn show(at: &At, scope: Option<&str>, json: bool) -> Result<(), Failed> {
@@ -1187,7 +1203,18 @@ async fn check_redis(
         .await
         .map_err(|e| cannot(NEEDS_REDIS, e))?
         .accept_volatile(accept_volatile);
-    let remove = |store: zkfence_redis::ConformanceStore| store.clear();
+    let json = report.json;
+    // Where the cases' scopes fell, on a cluster: said before the keys go.
+    let remove = move |store: zkfence_redis::ConformanceStore| async move {
+        match store.placement().await {
+            Ok(Some(placement)) if !json => {
+                sayln!("zkfence: on a Redis Cluster, the cases' {placement}")
+            }
+            Err(e) => eprintln!("zkfence: cannot tell where the cases' scopes fell: {e}"),
+            Ok(_) => {}
+        }
+        store.clear().await
+    };
     let what = format!(
         "the scratch keys of {}",
         conformance::scratch_name(name, 200)

@@ -5,10 +5,12 @@
 //!   connections ([`connect`]), conditions waited on with deadlines ([`wait_until`]), and the
 //!   same for PostgreSQL and MariaDB ([`shared_postgres`], [`shared_mariadb`]).
 //! - Throwaway stores from Debian's packages and PyPI: [`LocalPostgres`], [`LocalMariaDb`],
-//!   [`LocalRedis`], [`LocalS3`] (`moto`), each with TLS from a [`TestCa`] where the store
-//!   serves it, the SQL servers and Redis with [`StoreFaults`] (paused, crashed and restarted
-//!   on their data); [`LocalPgBouncer`], Debian's PgBouncer in front of a PostgreSQL server in a
-//!   [`PoolMode`]; [`python_clients`], the Python clients of the cross-language tests.
+//!   [`LocalRedis`], [`LocalRedisCluster`] (three primaries, a replica each), [`LocalS3`]
+//!   (`moto`), each with TLS from a [`TestCa`] where the store serves it (client certificates
+//!   required too, `start_mtls`), the SQL servers and Redis with [`StoreFaults`] (paused,
+//!   crashed and restarted on their data);
+//!   [`LocalPgBouncer`], Debian's PgBouncer in front of a PostgreSQL server in a [`PoolMode`];
+//!   [`python_clients`], the Python clients of the cross-language tests.
 //! - [`curator`]: Apache Curator's jars and `javac`, for the interop tests and the bench's
 //!   Curator peers; [`stats`]: one definition of a percentile.
 //!
@@ -32,6 +34,7 @@ mod pgbouncer;
 mod postgres;
 mod python;
 mod redis;
+mod redis_cluster;
 mod run_as;
 mod s3;
 mod shared;
@@ -44,6 +47,7 @@ pub use crate::pgbouncer::{LocalPgBouncer, PoolMode};
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};
 pub use crate::python::{python_clients, CLIENTS};
 pub use crate::redis::LocalRedis;
+pub use crate::redis_cluster::LocalRedisCluster;
 pub use crate::s3::{s3_client, s3_client_timed, s3_object_versions, LocalS3, Preconditions};
 pub use crate::shared::{
     children, chroot, connect, expire_session, free_port, output, shared, shared_mariadb,

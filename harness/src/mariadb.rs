@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::database::{Server, Setup};
+use crate::run_as::give;
+use crate::tls::Serve;
 
 const SERVER: &str = "/usr/sbin/mariadbd";
 const INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
@@ -63,10 +65,36 @@ impl LocalMariaDb {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start_tls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalMariaDb, String> {
-        LocalMariaDb::start_with(log_dir, Some(ca))
+        LocalMariaDb::start_with(log_dir, Some(Serve { ca, clients: false }))
     }
 
-    fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalMariaDb, String> {
+    /// [`start_tls`](LocalMariaDb::start_tls), and `root` must show a client certificate `ca`
+    /// signed (its accounts `REQUIRE X509`, `--ssl-ca` the CA): a connection without one is
+    /// denied access, one with another CA's certificate fails its handshake.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_harness::TestCa::new()?;
+    /// let db = zkfence_harness::LocalMariaDb::start_mtls(std::path::Path::new("/tmp"), &ca)?;
+    /// println!(
+    ///     "{}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}&ssl-cert={}&ssl-key={}",
+    ///     db.url("test"),
+    ///     ca.ca_cert().display(),
+    ///     ca.client_cert().display(),
+    ///     ca.client_key().display(),
+    /// );
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_mtls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalMariaDb, String> {
+        LocalMariaDb::start_with(log_dir, Some(Serve { ca, clients: true }))
+    }
+
+    fn start_with(log_dir: &Path, tls: Option<Serve<'_>>) -> Result<LocalMariaDb, String> {
         let install = "install Debian's mariadb-server package (`sudo apt-get install -y mariadb-server`; scripts/test does it)";
         if !Path::new(SERVER).exists() || !Path::new(INSTALL_DB).exists() {
             return Err(format!("{SERVER} is missing: {install}"));
@@ -94,11 +122,8 @@ impl LocalMariaDb {
             .args(["--skip-name-resolve", "--skip-log-bin"])
             .args(["--innodb-buffer-pool-size=32M", "--max-connections=100"])
             .stderr(Stdio::null());
-        if let Some(ca) = tls {
-            let (key, cert) = ca.server_files(&setup.dir, setup.who)?;
-            cmd.arg(format!("--ssl-cert={}", cert.display()))
-                .arg(format!("--ssl-key={}", key.display()))
-                .arg("--require-secure-transport=ON");
+        if let Some(tls) = tls {
+            serve_tls_only(&mut cmd, &setup, tls)?;
         }
         // SIGTERM: a clean shutdown.
         let server = setup.launch(cmd, libc::SIGTERM, Duration::from_secs(60), ready)?;
@@ -134,6 +159,29 @@ impl LocalMariaDb {
 }
 
 crate::database::store_faults_by_server!(LocalMariaDb);
+
+/// TLS on `cmd`'s server with the CA's certificate, and connections in the clear refused; with
+/// `tls.clients`, `root`'s accounts require a client certificate the CA signed.
+fn serve_tls_only(cmd: &mut Command, setup: &Setup, tls: Serve<'_>) -> Result<(), String> {
+    let (key, cert) = tls.ca.server_files(&setup.dir, setup.who)?;
+    cmd.arg(format!("--ssl-cert={}", cert.display()))
+        .arg(format!("--ssl-key={}", key.display()))
+        .arg("--require-secure-transport=ON");
+    if tls.clients {
+        let ca = tls.ca.ca_file(&setup.dir, setup.who)?;
+        // Run at every start, restarts included; the accounts `mariadb-install-db` made.
+        let init = setup.dir.join("init.sql");
+        let sql: String = ["localhost", "127.0.0.1", "::1", "%"]
+            .iter()
+            .map(|host| format!("ALTER USER IF EXISTS 'root'@'{host}' REQUIRE X509;\n"))
+            .collect();
+        std::fs::write(&init, sql).map_err(|e| format!("{}: {e}", init.display()))?;
+        give(&init, setup.who);
+        cmd.arg(format!("--ssl-ca={}", ca.display()))
+            .arg(format!("--init-file={}", init.display()));
+    }
+    Ok(())
+}
 
 /// Whether the server on `port` answers `mariadb-admin ping` (not only its port).
 fn ready(port: u16) -> bool {

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use crate::database::{Server, Setup};
 use crate::run_as::give;
+use crate::tls::Serve;
 
 /// The superuser `initdb` creates; it trusts loopback connections.
-pub const POSTGRES_USER: &str = "zkfence";
+pub const POSTGRES_USER: &str = crate::tls::CLIENT_NAME;
 
 /// A PostgreSQL server that lives as long as this value.
 ///
@@ -73,10 +74,38 @@ impl LocalPostgres {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start_tls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalPostgres, String> {
-        LocalPostgres::start_with(log_dir, Some(ca))
+        LocalPostgres::start_with(log_dir, Some(Serve { ca, clients: false }))
     }
 
-    fn start_with(log_dir: &Path, tls: Option<&crate::TestCa>) -> Result<LocalPostgres, String> {
+    /// [`start_tls`](LocalPostgres::start_tls), and every TCP connection must show a client
+    /// certificate `ca` signed whose common name is the user it connects as (`pg_hba.conf`'s
+    /// `hostssl all all 127.0.0.1/32 cert`, `ssl_ca_file` the CA):
+    /// [`TestCa::client_cert`](crate::TestCa::client_cert) is [`POSTGRES_USER`]'s.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_harness::TestCa::new()?;
+    /// let pg = zkfence_harness::LocalPostgres::start_mtls(std::path::Path::new("/tmp"), &ca)?;
+    /// println!(
+    ///     "postgresql://{}@127.0.0.1:{}/postgres?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+    ///     zkfence_harness::POSTGRES_USER,
+    ///     pg.port(),
+    ///     ca.ca_cert().display(),
+    ///     ca.client_cert().display(),
+    ///     ca.client_key().display(),
+    /// );
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_mtls(log_dir: &Path, ca: &crate::TestCa) -> Result<LocalPostgres, String> {
+        LocalPostgres::start_with(log_dir, Some(Serve { ca, clients: true }))
+    }
+
+    fn start_with(log_dir: &Path, tls: Option<Serve<'_>>) -> Result<LocalPostgres, String> {
         let bin = bin_dir()?;
         let setup = Setup::new("postgres", "postgres", "postgresql", log_dir)?;
         let data = setup.dir.join("pgdata");
@@ -110,8 +139,8 @@ impl LocalPostgres {
         ] {
             cmd.args(["-c", setting]);
         }
-        if let Some(ca) = tls {
-            serve_tls_only(&mut cmd, &setup, ca)?;
+        if let Some(tls) = tls {
+            serve_tls_only(&mut cmd, &setup, tls)?;
         }
         // SIGINT: a fast shutdown. Listening is not serving: during startup postgres accepts
         // connections and refuses them ("the database system is starting up"); pg_isready
@@ -154,22 +183,32 @@ impl LocalPostgres {
 
 crate::database::store_faults_by_server!(LocalPostgres);
 
-/// TLS on `cmd`'s server with `ca`'s certificate, and connections in the clear rejected.
-fn serve_tls_only(cmd: &mut Command, setup: &Setup, ca: &crate::TestCa) -> Result<(), String> {
-    let (key, cert) = ca.server_files(&setup.dir, setup.who)?;
+/// TLS on `cmd`'s server with the CA's certificate, and connections in the clear rejected;
+/// with `tls.clients`, connections without a client certificate the CA signed too.
+fn serve_tls_only(cmd: &mut Command, setup: &Setup, tls: Serve<'_>) -> Result<(), String> {
+    let (key, cert) = tls.ca.server_files(&setup.dir, setup.who)?;
+    let method = match tls.clients {
+        true => "cert",
+        false => "trust",
+    };
     let hba = setup.dir.join("pg_hba.conf");
     std::fs::write(
         &hba,
-        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+        format!("local all all trust\nhostssl all all 127.0.0.1/32 {method}\nhostnossl all all 127.0.0.1/32 reject\n"),
     )
     .map_err(|e| format!("{}: {e}", hba.display()))?;
     give(&hba, setup.who);
-    for setting in [
+    let mut settings = vec![
         "ssl=on".to_owned(),
         format!("ssl_cert_file={}", cert.display()),
         format!("ssl_key_file={}", key.display()),
         format!("hba_file={}", hba.display()),
-    ] {
+    ];
+    if tls.clients {
+        let ca = tls.ca.ca_file(&setup.dir, setup.who)?;
+        settings.push(format!("ssl_ca_file={}", ca.display()));
+    }
+    for setting in settings {
         cmd.arg("-c").arg(setting);
     }
     Ok(())

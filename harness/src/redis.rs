@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use zkfence_testkit::{spawn_tied, Keeper};
 
+use crate::tls::Serve;
+
 /// Where Debian's package puts the server.
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
@@ -93,10 +95,35 @@ impl LocalRedis {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start_tls(ca: &crate::TestCa) -> Result<LocalRedis, String> {
-        LocalRedis::start_with(Some(ca), false)
+        LocalRedis::start_with(Some(Serve { ca, clients: false }), false)
     }
 
-    fn start_with(tls: Option<&crate::TestCa>, durable: bool) -> Result<LocalRedis, String> {
+    /// [`start_tls`](LocalRedis::start_tls), and clients must show a certificate `ca` signed
+    /// (`--tls-auth-clients yes`): a handshake without one, or with another CA's, fails.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_harness::TestCa::new()?;
+    /// let redis = zkfence_harness::LocalRedis::start_mtls(&ca)?;
+    /// println!(
+    ///     "rediss://{}/?ssl_ca_certs={}&ssl_certfile={}&ssl_keyfile={}",
+    ///     redis.addr(),
+    ///     ca.ca_cert().display(),
+    ///     ca.client_cert().display(),
+    ///     ca.client_key().display(),
+    /// );
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_mtls(ca: &crate::TestCa) -> Result<LocalRedis, String> {
+        LocalRedis::start_with(Some(Serve { ca, clients: true }), false)
+    }
+
+    fn start_with(tls: Option<Serve<'_>>, durable: bool) -> Result<LocalRedis, String> {
         if !std::path::Path::new(REDIS_SERVER).exists() {
             return Err(format!("{REDIS_SERVER} is missing: install Debian's redis-server package (`sudo apt-get install -y redis-server`; scripts/bench and scripts/test do it)"));
         }
@@ -105,7 +132,7 @@ impl LocalRedis {
         let mut cmd = Command::new(REDIS_SERVER);
         match tls {
             None => cmd.args(["--port", &port.to_string()]),
-            Some(ca) => cmd
+            Some(Serve { ca, clients }) => cmd
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .arg("--tls-cert-file")
                 .arg(ca.server_cert())
@@ -113,7 +140,7 @@ impl LocalRedis {
                 .arg(ca.server_key())
                 .arg("--tls-ca-cert-file")
                 .arg(ca.ca_cert())
-                .args(["--tls-auth-clients", "no"]),
+                .args(["--tls-auth-clients", if clients { "yes" } else { "no" }]),
         };
         let persistence: &[&str] = match durable {
             true => &["--appendonly", "yes", "--appendfsync", "always"],

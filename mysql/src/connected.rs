@@ -50,13 +50,17 @@ impl Connected {
     /// mysql_async takes it), over TCP, with TLS as the MySQL client's `ssl-mode` and `ssl-ca`
     /// ask in the URL's query (`REQUIRED` encrypts without checking the server; `VERIFY_CA`
     /// checks its certificate's chain, `VERIFY_IDENTITY` its name too; roots from `ssl-ca`, a
-    /// PEM file, else Mozilla's). TLS needs the `tls` feature.
+    /// PEM file, else Mozilla's), and a client certificate for an account that requires one
+    /// as its `ssl-cert` (a PEM file: the certificate, then any intermediates) and `ssl-key`
+    /// (its unencrypted PEM key) give it (`ssl_cert`, `ssl_key` too; alone they ask for
+    /// `REQUIRED`). TLS needs the `tls` feature.
     ///
     /// # Errors
     ///
-    /// A URL it cannot use (an unknown `ssl-mode`, client certificates, TLS without the `tls`
-    /// feature, a missing `ssl-ca`), or the server's error (unreachable, refused, a
-    /// certificate it does not trust).
+    /// A URL it cannot use (an unknown `ssl-mode`, `ssl-cert` without `ssl-key` or the
+    /// reverse, an encrypted key, TLS without the `tls` feature, a missing `ssl-ca`, an
+    /// unreadable `ssl-cert` or `ssl-key`), or the server's error (unreachable, refused, a
+    /// certificate it does not trust, or that does not trust ours).
     ///
     /// # Cancel safety
     ///

@@ -13,6 +13,13 @@
 //!
 //! `PREFERRED` (the MySQL client's default) connects in the clear here: a TLS attempt that
 //! may silently fall back protects nothing, so ask for `REQUIRED` or stronger.
+//!
+//! A client certificate (for an account that says `REQUIRE X509`, `SUBJECT` or `ISSUER`) is
+//! the MySQL client's `ssl-cert` (a PEM file: the certificate, then any intermediates) with
+//! `ssl-key` (its private key, an unencrypted PEM file), both given or neither (`ssl_cert`
+//! and `ssl_key` also do). Given without `ssl-mode` they ask for `REQUIRED` (`VERIFY_CA` with
+//! `ssl-ca`): a certificate is only sent over TLS. With `DISABLED` or `PREFERRED` they are
+//! ignored, as the MySQL client does without TLS.
 
 use mysql_async::{Conn, Opts, OptsBuilder};
 use zkfence::fence::{BoxError, ConfigError};
@@ -49,24 +56,54 @@ const TLS_PARAMETERS: [&str; 8] = [
     "ssl-mode", "ssl_mode", "ssl-ca", "ssl_ca", "ssl-cert", "ssl_cert", "ssl-key", "ssl_key",
 ];
 
-/// `url` without `ssl-mode` and `ssl-ca` (which mysql_async does not know), and their values.
-fn take_tls(url: &str) -> Result<(String, Option<SslMode>, Option<String>), ConfigError> {
+/// What a URL asks of TLS, taken out of it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Asked {
+    mode: Option<SslMode>,
+    ca: Option<String>,
+    /// The client's certificate, when the account requires one.
+    identity: Option<Identity>,
+}
+
+/// A client certificate's files: `ssl-cert` (the certificate and its chain) and `ssl-key`.
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+struct Identity {
+    cert: String,
+    key: String,
+}
+
+/// `url` without the TLS parameters (which mysql_async does not know), and what they asked.
+fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
     let (rest, taken) = zkfence::fence::take_url_parameters(url, &TLS_PARAMETERS)?;
-    let (mut mode, mut ca) = (None, None);
+    let (mut asked, mut cert, mut key) = (Asked::default(), None, None);
     for (name, value) in taken {
         match name.replace('_', "-").as_str() {
-            "ssl-mode" => mode = Some(SslMode::parse(&value)?),
-            "ssl-ca" => ca = Some(value),
-            _ => {
-                return Err(ConfigError::new(
-                    "ssl-cert or ssl-key",
-                    value,
-                    "none: client certificates are not supported (authenticate with a password; ssl-mode=VERIFY_IDENTITY with ssl-ca checks the server)",
-                ))
-            }
+            "ssl-mode" => asked.mode = Some(SslMode::parse(&value)?),
+            "ssl-ca" => asked.ca = Some(value),
+            "ssl-cert" => cert = Some(value),
+            _ => key = Some(value),
         }
     }
-    Ok((rest, mode, ca))
+    asked.identity = match (cert, key) {
+        (Some(cert), Some(key)) => Some(Identity { cert, key }),
+        (None, None) => None,
+        (Some(cert), None) => {
+            return Err(ConfigError::new(
+                "ssl-cert without ssl-key",
+                cert,
+                "ssl-key=FILE too: the certificate's private key, an unencrypted PEM file",
+            ))
+        }
+        (None, Some(key)) => {
+            return Err(ConfigError::new(
+                "ssl-key without ssl-cert",
+                key,
+                "ssl-cert=FILE too: the client's certificate (and its chain), a PEM file",
+            ))
+        }
+    };
+    Ok((rest, asked))
 }
 
 /// A server to connect to, over TCP (never the server's Unix socket, which a proxy in front
@@ -79,7 +116,7 @@ pub(crate) struct Dial {
 impl Dial {
     /// The server `url` names (`mysql://user:password@host:port/database?…`).
     pub(crate) fn parse(url: &str) -> Result<Dial, BoxError> {
-        let (plain, mode, ca) = take_tls(url)?;
+        let (plain, asked) = take_tls(url)?;
         let opts = Opts::from_url(&plain).map_err(|e| {
             ConfigError::new(
                 "MySQL URL",
@@ -88,15 +125,17 @@ impl Dial {
             )
         })?;
         let mut builder = OptsBuilder::from_opts(opts).prefer_socket(false);
-        let mode = match (mode, &ca) {
-            (Some(mode), _) => mode,
+        let mode = match (asked.mode, &asked.ca, &asked.identity) {
+            (Some(mode), _, _) => mode,
             // A CA given alone asks for its check, as the MySQL client takes it.
-            (None, Some(_)) => SslMode::VerifyCa,
-            (None, None) => return Ok(Dial::from(builder)),
+            (None, Some(_), _) => SslMode::VerifyCa,
+            // A certificate is only ever sent over TLS.
+            (None, None, Some(_)) => SslMode::Required,
+            (None, None, None) => return Ok(Dial::from(builder)),
         };
         builder = match mode {
             SslMode::Disabled => builder.ssl_opts(None),
-            _ => builder.ssl_opts(Some(ssl_opts(mode, ca)?)),
+            _ => builder.ssl_opts(Some(ssl_opts(mode, asked)?)),
         };
         Ok(Dial::from(builder))
     }
@@ -126,14 +165,14 @@ impl From<OptsBuilder> for Dial {
 }
 
 #[cfg(feature = "tls")]
-fn ssl_opts(mode: SslMode, ca: Option<String>) -> Result<mysql_async::SslOpts, BoxError> {
+fn ssl_opts(mode: SslMode, asked: Asked) -> Result<mysql_async::SslOpts, BoxError> {
     // mysql_async's rustls takes the process's crypto provider: aws-lc-rs unless the process
     // chose one.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let mut opts = mysql_async::SslOpts::default()
         .with_danger_accept_invalid_certs(mode == SslMode::Required)
         .with_danger_skip_domain_validation(mode != SslMode::VerifyIdentity);
-    if let Some(ca) = ca {
+    if let Some(ca) = asked.ca {
         if let Err(e) = std::fs::metadata(&ca) {
             let given = format!("{ca} ({e})");
             return Err(
@@ -142,11 +181,18 @@ fn ssl_opts(mode: SslMode, ca: Option<String>) -> Result<mysql_async::SslOpts, B
         }
         opts = opts.with_root_certs(vec![std::path::PathBuf::from(ca).into()]);
     }
+    if let Some(identity) = asked.identity {
+        let (cert, key) = tls::load(&identity)?;
+        opts = opts.with_client_identity(Some(mysql_async::ClientIdentity::new(
+            cert.into(),
+            key.into(),
+        )));
+    }
     Ok(opts)
 }
 
 #[cfg(not(feature = "tls"))]
-fn ssl_opts(mode: SslMode, _: Option<String>) -> Result<mysql_async::SslOpts, BoxError> {
+fn ssl_opts(mode: SslMode, _: Asked) -> Result<mysql_async::SslOpts, BoxError> {
     Err(ConfigError::new(
         "ssl-mode",
         format!("{mode:?}"),
@@ -155,25 +201,141 @@ fn ssl_opts(mode: SslMode, _: Option<String>) -> Result<mysql_async::SslOpts, Bo
     .into())
 }
 
+#[cfg(feature = "tls")]
+mod tls {
+    //! A client certificate's files, read and checked when the URL is parsed.
+
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use zkfence::fence::ConfigError;
+
+    use crate::dial::Identity;
+
+    /// The PEM texts of `identity`'s certificate chain and private key: a file that cannot be
+    /// used is an error naming its parameter and path.
+    pub(super) fn load(identity: &Identity) -> Result<(Vec<u8>, Vec<u8>), ConfigError> {
+        let (cert, key) = (&identity.cert, &identity.key);
+        let chain = zkfence::fence::read_url_file("ssl-cert", cert)?;
+        let unusable = |why: String| {
+            ConfigError::new(
+                "ssl-cert",
+                format!("{cert} ({why})"),
+                "a PEM file of the client's certificate, then any intermediates",
+            )
+        };
+        let certs = CertificateDer::pem_slice_iter(&chain)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| unusable(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(unusable("no certificate in it".into()));
+        }
+        let pem = zkfence::fence::read_url_file("ssl-key", key)?;
+        let unusable = |why: &str| {
+            ConfigError::new(
+                "ssl-key",
+                format!("{key} ({why})"),
+                "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1); decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
+            )
+        };
+        let encrypted = [&b"-----BEGIN ENCRYPTED"[..], b"Proc-Type: 4,ENCRYPTED"];
+        if encrypted
+            .iter()
+            .any(|m| pem.windows(m.len()).any(|w| w == *m))
+        {
+            return Err(unusable("encrypted"));
+        }
+        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(&e.to_string()))?;
+        Ok((chain, pem))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn tls_parameters_come_out_of_urls() {
-        let (url, mode, ca) =
+        let (url, asked) =
             take_tls("mysql://app:pw@db:3306/orders?ssl-mode=verify_identity&ssl-ca=%2Fca.pem&wait_timeout=5")
                 .unwrap();
         assert_eq!(url, "mysql://app:pw@db:3306/orders?wait_timeout=5");
-        assert_eq!(mode, Some(SslMode::VerifyIdentity));
-        assert_eq!(ca.as_deref(), Some("/ca.pem"));
+        assert_eq!(asked.mode, Some(SslMode::VerifyIdentity));
+        assert_eq!(asked.ca.as_deref(), Some("/ca.pem"));
         assert_eq!(
             take_tls("mysql://db/x").unwrap(),
-            ("mysql://db/x".to_owned(), None, None)
+            ("mysql://db/x".to_owned(), Asked::default())
         );
-        for bad in ["mysql://db/x?ssl-mode=maybe", "mysql://db/x?ssl-key=/k.pem"] {
-            assert!(take_tls(bad).is_err(), "{bad}");
+        assert!(take_tls("mysql://db/x?ssl-mode=maybe").is_err());
+    }
+
+    #[test]
+    fn a_client_certificate_is_a_pair_of_files() {
+        for url in [
+            "mysql://app:pw@db/x?ssl-cert=%2Fc.pem&ssl-key=%2Fc.key",
+            "mysql://app:pw@db/x?ssl_key=/c.key&ssl_cert=/c.pem",
+        ] {
+            let (rest, asked) = take_tls(url).unwrap();
+            assert_eq!(rest, "mysql://app:pw@db/x");
+            let identity = asked.identity.unwrap();
+            assert_eq!(
+                (identity.cert.as_str(), identity.key.as_str()),
+                ("/c.pem", "/c.key")
+            );
         }
+        for (url, missing) in [
+            ("mysql://app:secret@db/x?ssl-cert=/c.pem", "ssl-key=FILE"),
+            ("mysql://app:secret@db/x?ssl_key=/c.key", "ssl-cert=FILE"),
+        ] {
+            let err = Dial::parse(url).unwrap_err().to_string();
+            assert!(err.contains(missing), "{url}: {err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn unusable_certificate_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("zkfence-my-dial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = |name: &str| dir.join(name).display().to_string();
+        std::fs::write(path("empty.pem"), "no PEM here\n").unwrap();
+        std::fs::write(
+            path("encrypted.key"),
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        // PEM's framing only: the certificate's contents are checked in the handshake.
+        std::fs::write(
+            path("framed.pem"),
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let cases = [
+            ("missing.pem", "missing.key", "ssl-cert \""),
+            ("missing.pem", "missing.key", "missing.pem"),
+            ("empty.pem", "missing.key", "no certificate"),
+            ("framed.pem", "missing.key", "ssl-key \""),
+            ("framed.pem", "missing.key", "missing.key"),
+            ("framed.pem", "encrypted.key", "unencrypted"),
+            ("framed.pem", "empty.pem", "ssl-key \""),
+        ];
+        for (cert, key, named) in cases {
+            let url = format!(
+                "mysql://app:secret@db/x?ssl-mode=REQUIRED&ssl-cert={}&ssl-key={}",
+                path(cert),
+                path(key)
+            );
+            let err = Dial::parse(&url).unwrap_err().to_string();
+            assert!(err.contains(named), "{cert} {key}: {err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
+        let url = format!(
+            "mysql://db/x?ssl-cert={}&ssl-key={}",
+            path("framed.pem"),
+            path("framed.pem")
+        );
+        assert!(Dial::parse(&url).is_err(), "no key in the file");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -47,13 +47,17 @@ impl Connected {
     /// tokio-postgres takes them, with TLS as libpq's `sslmode` and `sslrootcert` ask
     /// (`disable`; `prefer`, the default, and `require` encrypt without checking the server;
     /// `verify-ca` checks its certificate's chain, `verify-full` its name too; roots from
-    /// `sslrootcert`, a PEM file, else the system's). TLS needs the `tls` feature.
+    /// `sslrootcert`, a PEM file, else the system's), and a client certificate for a server
+    /// that requires one as libpq's `sslcert` (a PEM file: the certificate, then any
+    /// intermediates) and `sslkey` (its unencrypted PEM key) give it. TLS needs the `tls`
+    /// feature.
     ///
     /// # Errors
     ///
-    /// A URL it cannot use (an unknown `sslmode`, client certificates, TLS without the `tls`
-    /// feature, an unreadable `sslrootcert`), or the database's error (unreachable, refused,
-    /// a certificate it does not trust).
+    /// A URL it cannot use (an unknown `sslmode`, `sslcert` without `sslkey` or the reverse,
+    /// an encrypted key (`sslpassword`), CRLs, TLS without the `tls` feature, an unreadable
+    /// `sslrootcert`, `sslcert` or `sslkey`), or the database's error (unreachable, refused,
+    /// a certificate it does not trust, or that does not trust ours).
     ///
     /// # Cancel safety
     ///

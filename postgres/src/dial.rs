@@ -14,7 +14,13 @@
 //!
 //! `sslrootcert` is a file of PEM certificates, or `system` for the system's roots (which
 //! honour `SSL_CERT_FILE` and `SSL_CERT_DIR`); without it the system's roots are used.
-//! Client certificates (`sslcert`, `sslkey`) are not supported: a clear error says so.
+//!
+//! A client certificate (for a server whose `pg_hba.conf` says `cert` or `clientcert=`) is
+//! libpq's `sslcert` (a PEM file: the certificate, then any intermediates) with `sslkey` (its
+//! private key, an unencrypted PEM file), both given or neither; there are no default files
+//! (libpq's `~/.postgresql/postgresql.crt` is not read). With `sslmode=disable` they are
+//! ignored, as libpq does. `sslpassword` (an encrypted key), `sslcrl` and `sslcrldir` are
+//! refused with an error saying what to give instead.
 
 use tokio_postgres::{Client, Config};
 use zkfence::fence::{BoxError, ConfigError};
@@ -64,6 +70,36 @@ impl SslMode {
 struct Asked {
     mode: Option<SslMode>,
     root: Option<String>,
+    /// The client's certificate, when the server asks for one.
+    identity: Option<Identity>,
+}
+
+/// A client certificate's files: `sslcert` (the certificate and its chain) and `sslkey`.
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+struct Identity {
+    cert: String,
+    key: String,
+}
+
+impl Identity {
+    /// The identity `sslcert` and `sslkey` name: both or neither.
+    fn pair(cert: Option<String>, key: Option<String>) -> Result<Option<Identity>, ConfigError> {
+        match (cert, key) {
+            (Some(cert), Some(key)) => Ok(Some(Identity { cert, key })),
+            (None, None) => Ok(None),
+            (Some(cert), None) => Err(ConfigError::new(
+                "sslcert without sslkey",
+                cert,
+                "sslkey=FILE too: the certificate's private key, an unencrypted PEM file",
+            )),
+            (None, Some(key)) => Err(ConfigError::new(
+                "sslkey without sslcert",
+                key,
+                "sslcert=FILE too: the client's certificate (and its chain), a PEM file",
+            )),
+        }
+    }
 }
 
 /// The TLS parameters tokio-postgres cannot parse (or zkfence does not support).
@@ -96,19 +132,36 @@ fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
         (kept.join(" "), taken)
     };
     let mut asked = Asked::default();
+    let (mut cert, mut key, mut password) = (None, None, false);
     for (name, value) in taken {
         match name {
             "sslmode" => asked.mode = Some(SslMode::parse(&value)?),
             "sslrootcert" => asked.root = Some(value),
+            "sslcert" => cert = Some(value),
+            "sslkey" => key = Some(value),
+            "sslpassword" => password = true,
             _ => {
                 return Err(ConfigError::new(
                     name,
                     value,
-                    "none: client certificates and CRLs are not supported (authenticate with a password; sslmode=verify-full with sslrootcert checks the server)",
+                    "none: CRLs are not supported (sslmode=verify-full with sslrootcert checks the server)",
                 ))
             }
         }
     }
+    // libpq ignores the client's certificate when it does not use TLS.
+    if asked.mode == Some(SslMode::Disable) {
+        return Ok((rest, asked));
+    }
+    if password {
+        // Never echoed: it is a password.
+        return Err(ConfigError::new(
+            "sslpassword",
+            "(not shown)",
+            "none: encrypted keys are not supported; give sslkey an unencrypted PEM key (`openssl pkey -in KEY -out PLAIN`, readable by this user only)",
+        ));
+    }
+    asked.identity = Identity::pair(cert, key)?;
     Ok((rest, asked))
 }
 
@@ -148,13 +201,21 @@ impl Dial {
             let tls = match mode {
                 SslMode::Disable => None,
                 _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(
-                    tls::client_config(mode, asked.root.as_deref())?,
+                    tls::client_config(mode, asked.root.as_deref(), asked.identity.as_ref())?,
                 )),
             };
             Ok(Dial { config, tls })
         }
         #[cfg(not(feature = "tls"))]
         {
+            if let Some(identity) = asked.identity {
+                return Err(ConfigError::new(
+                    "sslcert",
+                    identity.cert,
+                    "no client certificate: it needs TLS, which needs zkfence-postgres's `tls` feature, which this build leaves out (the zkfence CLI has it)",
+                )
+                .into());
+            }
             if matches!(
                 mode,
                 SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
@@ -212,15 +273,16 @@ mod tls {
     use rustls::client::WebPkiServerVerifier;
     use rustls::crypto::CryptoProvider;
     use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
     use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
     use zkfence::fence::{BoxError, ConfigError};
 
-    use crate::dial::SslMode;
+    use crate::dial::{Identity, SslMode};
 
     pub(super) fn client_config(
         mode: SslMode,
         root: Option<&str>,
+        identity: Option<&Identity>,
     ) -> Result<ClientConfig, BoxError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
@@ -245,10 +307,60 @@ mod tls {
                 }
             }
         };
-        Ok(builder
+        let builder = builder
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth())
+            .with_custom_certificate_verifier(verifier);
+        let Some(identity) = identity else {
+            return Ok(builder.with_no_client_auth());
+        };
+        let (chain, key) = load(identity)?;
+        builder.with_client_auth_cert(chain, key).map_err(|e| {
+            ConfigError::new(
+                "sslkey",
+                format!("{} ({e})", identity.key),
+                "the private key of sslcert's certificate",
+            )
+            .into()
+        })
+    }
+
+    /// The certificate chain and private key `identity` names, read now: a file that cannot
+    /// be used is an error naming its parameter and path.
+    pub(super) fn load(
+        identity: &Identity,
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ConfigError> {
+        let (cert, key) = (&identity.cert, &identity.key);
+        let pem = zkfence::fence::read_url_file("sslcert", cert)?;
+        let unusable = |why: String| {
+            ConfigError::new(
+                "sslcert",
+                format!("{cert} ({why})"),
+                "a PEM file of the client's certificate, then any intermediates",
+            )
+        };
+        let chain = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| unusable(e.to_string()))?;
+        if chain.is_empty() {
+            return Err(unusable("no certificate in it".into()));
+        }
+        let pem = zkfence::fence::read_url_file("sslkey", key)?;
+        let unusable = |why: &str| {
+            ConfigError::new(
+                "sslkey",
+                format!("{key} ({why})"),
+                "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1); decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
+            )
+        };
+        let encrypted = [&b"-----BEGIN ENCRYPTED"[..], b"Proc-Type: 4,ENCRYPTED"];
+        if encrypted
+            .iter()
+            .any(|m| pem.windows(m.len()).any(|w| w == *m))
+        {
+            return Err(unusable("encrypted"));
+        }
+        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(&e.to_string()))?;
+        Ok((chain, key))
     }
 
     /// The roots `sslrootcert` names: a PEM file, or `system` (the default).
@@ -412,9 +524,89 @@ mod tests {
     fn tls_parameters_it_cannot_honour_are_errors() {
         for url in [
             "postgresql://db/x?sslmode=verify",
-            "postgresql://db/x?sslcert=/c.pem",
+            "postgresql://db/x?sslcrl=/crl.pem",
+            "host=db sslcrldir=/crls",
         ] {
             assert!(take_tls(url).is_err(), "{url}");
         }
+    }
+
+    #[test]
+    fn a_client_certificate_is_a_pair_of_files() {
+        let (url, asked) =
+            take_tls("postgresql://app@db/x?sslcert=%2Fc.pem&sslmode=verify-full&sslkey=%2Fc.key")
+                .unwrap();
+        assert_eq!(url, "postgresql://app@db/x");
+        let identity = asked.identity.unwrap();
+        assert_eq!(
+            (identity.cert.as_str(), identity.key.as_str()),
+            ("/c.pem", "/c.key")
+        );
+        let (_, asked) = take_tls("host=db sslcert=/c.pem sslkey=/c.key").unwrap();
+        assert!(asked.identity.is_some());
+        for (url, missing) in [
+            ("postgresql://db/x?sslcert=/c.pem", "sslkey=FILE"),
+            ("host=db sslmode=require sslkey=/c.key", "sslcert=FILE"),
+        ] {
+            let err = take_tls(url).unwrap_err().to_string();
+            assert!(err.contains(missing), "{url}: {err}");
+        }
+        // libpq ignores them without TLS.
+        let (_, asked) = take_tls("postgresql://db/x?sslmode=disable&sslcert=/c.pem").unwrap();
+        assert_eq!(asked.identity, None);
+    }
+
+    #[test]
+    fn a_key_password_is_refused_and_never_shown() {
+        let err = take_tls("postgresql://db/x?sslcert=/c&sslkey=/k&sslpassword=hunter2")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unencrypted PEM key"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn unusable_certificate_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("zkfence-pg-dial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = |name: &str| dir.join(name).display().to_string();
+        std::fs::write(path("empty.pem"), "no PEM here\n").unwrap();
+        std::fs::write(
+            path("encrypted.key"),
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        // PEM's framing only: the certificate's contents are checked in the handshake.
+        std::fs::write(
+            path("framed.pem"),
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let cases = [
+            (path("missing.pem"), path("missing.key"), "sslcert"),
+            (path("missing.pem"), path("missing.key"), "missing.pem"),
+            (path("empty.pem"), path("missing.key"), "no certificate"),
+            (path("framed.pem"), path("missing.key"), "sslkey"),
+            (path("framed.pem"), path("missing.key"), "missing.key"),
+            (path("framed.pem"), path("encrypted.key"), "unencrypted"),
+            (path("framed.pem"), path("empty.pem"), "sslkey"),
+        ];
+        for (cert, key, named) in cases {
+            let identity = Identity { cert, key };
+            let err = tls::load(&identity).unwrap_err().to_string();
+            assert!(err.contains(named), "{identity:?}: {err}");
+        }
+        let url = format!(
+            "postgresql://db/x?sslmode=require&sslcert={}&sslkey={}",
+            path("missing.pem"),
+            path("missing.key")
+        );
+        let err = Dial::parse(&url).unwrap_err().to_string();
+        assert!(
+            err.contains("sslcert") && err.contains("missing.pem"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,7 +2,7 @@
 //! conformance kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and
 //! `zkfence fence verify redis://…` against a user's deployment.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
@@ -12,7 +12,7 @@ use zkfence::fence::conformance::{
 };
 use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
-use crate::{dial, Commands, RedisFence};
+use crate::{dial, Commands, Link, RedisFence};
 
 /// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
 /// counter `<ns>{<scope>}:counter:<key>` and a log list `<ns>{<scope>}:log:<key>` (in the
@@ -26,6 +26,12 @@ use crate::{dial, Commands, RedisFence};
 /// [`accept_volatile`](ConformanceStore::accept_volatile)). The fence's connection may go
 /// through a proxy, to lose a reply; reads go direct. [`ConformanceStore::clear`] deletes the
 /// keys.
+///
+/// On a Redis Cluster (any node's URL: [`Link::open`]) the kit's scopes fall in many slots
+/// across the primaries ([`placement`](ConformanceStore::placement) says where), claims and
+/// writes go to each scope's primary, and what holds for a deployment is checked on every
+/// node: the library on every primary, the persistence of every primary and replica (a
+/// replica is promoted by a failover); the scratch keys are deleted from every primary.
 ///
 /// # Examples
 ///
@@ -48,15 +54,18 @@ pub struct ConformanceStore {
     accept_volatile: bool,
     /// The prefix of the scopes the store claims (a deployed fence's), or "".
     scopes: String,
-    /// Where the fence's connections go (through the proxy, if any).
-    fence_client: redis::Client,
+    /// Where the fence's connections go (through the proxy, if any); none on a cluster,
+    /// whose connection is shared.
+    fence_client: Option<redis::Client>,
     /// The claims' connection, opened at the start (a claim is sent on one opened before its
     /// replies are dropped).
-    fenced: tokio::sync::Mutex<MultiplexedConnection>,
-    reader: MultiplexedConnection,
+    fenced: tokio::sync::Mutex<Link>,
+    reader: Link,
     switch: Option<ReplySwitch>,
     /// The scope each key was written under (the kit names keys and scopes apart).
     scopes_of: Mutex<HashMap<String, String>>,
+    /// Every scope claimed or written, as the store claims it.
+    touched: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for ConformanceStore {
@@ -76,12 +85,15 @@ impl ConformanceStore {
     /// loaded afresh under that name ([`Setup::Fresh`]), or the deployment's as loaded
     /// (`zkfence fence install`), claiming scopes under [`Setup::scopes`]
     /// ([`Setup::Deployed`]). The fence's connection goes to `through`'s URL (the same server
-    /// behind a proxy, whose switch drops its replies) when given, else to `url`.
+    /// behind a proxy, whose switch drops its replies) when given, else to `url`. A Redis
+    /// Cluster node's URL reaches the whole cluster ([`Link::open`]), its library loaded
+    /// afresh on every primary.
     ///
     /// # Errors
     ///
     /// Redis's error (e.g. `FUNCTION LOAD` refused: no permission, or a proxy that allows no
-    /// scripts).
+    /// scripts); `through` given for a cluster (a proxy in front of one node cannot follow
+    /// the cluster's redirections).
     ///
     /// # Cancel safety
     ///
@@ -99,24 +111,12 @@ impl ConformanceStore {
     ) -> Result<ConformanceStore, BoxError> {
         let scratch = scratch_name(name, 64);
         let ns = format!("{scratch}:");
-        let mut reader = dial::open(url).await?;
+        let reader = Link::open(url).await?;
+        if reader.is_cluster() && through.is_some() {
+            return Err("a proxy in front of one node of a Redis Cluster cannot follow its redirections: give the cluster's URL without one".into());
+        }
         let fence = match setup {
-            Setup::Fresh => {
-                let fence = (fence.with_prefix(format!("{ns}fence:")))
-                    .with_functions(&scratch)
-                    .map_err(|e| {
-                        RedisError::from((redis::ErrorKind::Client, "name", e.to_string()))
-                    })?;
-                fence.install(&mut reader).await?;
-                // In the server's script cache: a claim sent with its replies dropped runs
-                // as its EVALSHA reaches the server (no NOSCRIPT answer it would never read).
-                for script in fence.scripts() {
-                    (redis::cmd("SCRIPT").arg("LOAD").arg(script))
-                        .query_async::<String>(&mut reader)
-                        .await?;
-                }
-                fence
-            }
+            Setup::Fresh => fresh(&reader, fence, &ns, &scratch).await?,
             // The deployment's fence keys, so that its library takes them (it refuses any
             // other KEYS[1]); the scopes under /zkfence-verify/<scratch> keep them apart.
             Setup::Deployed => fence.through_functions(),
@@ -125,9 +125,15 @@ impl ConformanceStore {
             Some((via, switch)) => (via, Some(switch)),
             None => (url.to_owned(), None),
         };
-        let fence_client = dial::client(&fence_url)?;
-        let fenced =
-            tokio::sync::Mutex::new(fence_client.get_multiplexed_async_connection().await?);
+        let (fence_client, fenced) = match reader.is_cluster() {
+            true => (None, reader.clone()),
+            false => {
+                let client = dial::client(&fence_url)?;
+                let conn = client.get_multiplexed_async_connection().await?;
+                (Some(client), Link::from(conn))
+            }
+        };
+        let fenced = tokio::sync::Mutex::new(fenced);
         let store = ConformanceStore {
             fence,
             ns,
@@ -139,6 +145,7 @@ impl ConformanceStore {
             reader,
             switch,
             scopes_of: Mutex::default(),
+            touched: Mutex::default(),
         };
         store.delete_keys().await?;
         Ok(store)
@@ -183,7 +190,8 @@ impl ConformanceStore {
         &self.fence
     }
 
-    /// A connection of the fence's (through the proxy, if any).
+    /// A connection of the fence's (through the proxy, if any): a new one to a server, the
+    /// store's shared one to a cluster.
     ///
     /// # Errors
     ///
@@ -200,8 +208,60 @@ impl ConformanceStore {
     /// let conn = store.connect().await?;
     /// # let _ = conn; Ok(()) }
     /// ```
-    pub async fn connect(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.fence_client.get_multiplexed_async_connection().await
+    pub async fn connect(&self) -> Result<Link, RedisError> {
+        match &self.fence_client {
+            Some(client) => Ok(client.get_multiplexed_async_connection().await?.into()),
+            None => Ok(self.reader.clone()),
+        }
+    }
+
+    /// Where the scopes claimed so far live, for a cluster: how many slots on how many of its
+    /// primaries, and how many scopes on each (`None` for a server alone).
+    ///
+    /// # Errors
+    ///
+    /// Redis's error (`CLUSTER NODES`), a primary that cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(store: zkfence_redis::ConformanceStore) -> Result<(), zkfence::fence::BoxError> {
+    /// if let Some(placement) = store.placement().await? {
+    ///     println!("{placement}"); // "41 scopes in 41 slots on 3 of 3 primaries: …"
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn placement(&self) -> Result<Option<String>, BoxError> {
+        if !self.reader.is_cluster() {
+            return Ok(None);
+        }
+        let primaries = self.reader.primaries().await?;
+        let touched: Vec<String> = (self.touched.lock().unwrap_or_else(|e| e.into_inner()))
+            .iter()
+            .cloned()
+            .collect();
+        let slots: BTreeSet<u16> = (touched.iter())
+            .map(|scope| crate::fence::hash_slot(&self.fence.fence_key(scope)))
+            .collect();
+        let mut on: BTreeMap<&str, usize> = BTreeMap::new();
+        for slot in &slots {
+            if let Some(primary) = primaries.iter().find(|p| p.serves(*slot)) {
+                *on.entry(primary.addr.as_str()).or_default() += 1;
+            }
+        }
+        let each: Vec<String> = on.iter().map(|(addr, n)| format!("{addr}: {n}")).collect();
+        Ok(Some(format!(
+            "{} scopes in {} slots on {} of {} primaries ({})",
+            touched.len(),
+            slots.len(),
+            on.len(),
+            primaries.len(),
+            each.join(", ")
+        )))
     }
 
     /// The counter and log keys of `key` under `scope`.
@@ -235,37 +295,59 @@ impl ConformanceStore {
     /// # Examples
     ///
     /// See the [type's](ConformanceStore).
-    pub async fn clear(self) -> Result<(), RedisError> {
+    pub async fn clear(self) -> Result<(), BoxError> {
         self.delete_keys().await?;
         if !self.scopes.is_empty() {
             return Ok(());
         }
-        // A library of its own, loaded afresh: unload it.
-        let (library, _) = self.fence.functions();
-        let library = library.trim_end_matches("_claim").to_owned();
-        redis::cmd("FUNCTION")
-            .arg("DELETE")
-            .arg(library)
-            .query_async::<()>(&mut self.reader.clone())
-            .await
-    }
-
-    async fn delete_keys(&self) -> Result<(), RedisError> {
-        let mut conn = self.reader.clone();
-        let mut keys = crate::fence::scan(&mut conn, &format!("{}*", self.ns)).await?;
-        if !self.scopes.is_empty() {
-            // A deployed fence's keys, under the deployment's prefix: the scratch scopes only.
-            let scopes = format!("{}{{{}/", self.fence.prefix(), self.scopes);
-            let pattern = format!("{}*", crate::fence::glob_escape(&scopes));
-            keys.extend(crate::fence::scan(&mut conn, &pattern).await?);
-        }
-        for chunk in keys.chunks(100) {
-            redis::cmd("DEL")
-                .arg(chunk)
-                .query_async::<()>(&mut conn)
+        // A library of its own, loaded afresh on every primary: unload it.
+        let library = self.fence.library_name().to_owned();
+        for mut primary in self.reader.primaries().await? {
+            redis::cmd("FUNCTION")
+                .arg("DELETE")
+                .arg(&library)
+                .query_async::<()>(&mut primary.conn)
                 .await?;
         }
         Ok(())
+    }
+
+    /// Deletes the store's keys from every primary (`SCAN` on each), a slot's keys at a time.
+    async fn delete_keys(&self) -> Result<(), BoxError> {
+        let mut keys = Vec::new();
+        for mut primary in self.reader.primaries().await? {
+            let conn = &mut primary.conn;
+            keys.extend(crate::fence::scan(conn, &format!("{}*", self.ns)).await?);
+            if !self.scopes.is_empty() {
+                // A deployed fence's keys, under the deployment's prefix: the scratch scopes
+                // only.
+                let scopes = format!("{}{{{}/", self.fence.prefix(), self.scopes);
+                let pattern = format!("{}*", crate::fence::glob_escape(&scopes));
+                keys.extend(crate::fence::scan(conn, &pattern).await?);
+            }
+        }
+        // A cluster runs a command on the keys of one slot.
+        let mut by_slot: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+        for key in keys {
+            let slot = crate::fence::hash_slot(&key);
+            by_slot.entry(slot).or_default().push(key);
+        }
+        let mut conn = self.reader.clone();
+        for keys in by_slot.values() {
+            for chunk in keys.chunks(100) {
+                redis::cmd("DEL")
+                    .arg(chunk)
+                    .query_async::<()>(&mut conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes that `scope` (as the store claims it) was claimed or written.
+    fn touch(&self, scope: &str) {
+        let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        touched.insert(scope.to_owned());
     }
 
     /// Notes that `key` is written under `scope` (as the store claims it).
@@ -295,6 +377,7 @@ impl FenceStore for ConformanceStore {
         Box::pin(async move {
             let mut conn = self.fenced.lock().await;
             let ticket = rescoped(ticket, &self.scopes);
+            self.touch(ticket.scope());
             self.fence.claim(&mut *conn, &ticket).await.map(|_| ())
         })
     }
@@ -308,6 +391,7 @@ impl FenceStore for ConformanceStore {
         Box::pin(async move {
             let ticket = &rescoped(ticket, &self.scopes);
             self.note(key, ticket.scope());
+            self.touch(ticket.scope());
             let (counter, log) = self.keys(ticket.scope(), key);
             // A connection of its own: the kit runs a stale and a current writer at once.
             let mut conn = self.connect().await.map_err(FenceError::Store)?;
@@ -384,6 +468,7 @@ impl FenceStore for ConformanceStore {
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
         Some(Box::pin(async move {
             // As redis-cli and redis-py call the installed function.
+            self.touch(&self.scope(scope));
             let (claim, _) = self.fence.functions();
             let claim = redis::cmd("FCALL")
                 .arg(claim)
@@ -424,6 +509,7 @@ impl FenceStore for ConformanceStore {
         Some(Box::pin(async move {
             let scope = &self.scope(scope);
             self.note(key, scope);
+            self.touch(scope);
             let before = self.log(key).await?.len();
             let (counter, log) = self.keys(scope, key);
             let mut conn = self.reader.clone();
@@ -451,10 +537,58 @@ impl FenceStore for ConformanceStore {
     }
 }
 
+/// The fence of [`Setup::Fresh`]: its keys under `ns`, a function library of its own
+/// (`scratch`) loaded on every primary, and its scripts in every primary's cache (a claim sent
+/// with its replies dropped runs as its `EVALSHA` reaches the server: no `NOSCRIPT` answer it
+/// would never read).
+async fn fresh(
+    reader: &Link,
+    fence: RedisFence,
+    ns: &str,
+    scratch: &str,
+) -> Result<RedisFence, BoxError> {
+    let fence = (fence.with_prefix(format!("{ns}fence:"))).with_functions(scratch)?;
+    for mut primary in reader.primaries().await? {
+        fence.install(&mut primary.conn).await?;
+        for script in fence.scripts() {
+            (redis::cmd("SCRIPT").arg("LOAD").arg(script))
+                .query_async::<String>(&mut primary.conn)
+                .await?;
+        }
+    }
+    Ok(fence)
+}
+
 impl ConformanceStore {
-    /// [`FenceStore::installed`]: the server's library of the fence's name, compared with
-    /// [`RedisFence::library`].
+    /// [`FenceStore::installed`]: each primary's library of the fence's name (the server's,
+    /// or every primary's of a cluster), compared with [`RedisFence::library`].
     async fn check_installed(&self) -> Result<(), String> {
+        let primaries = (self.reader.primaries().await).map_err(|e| {
+            format!("cannot reach the cluster's primaries to compare their function libraries: {e}")
+        })?;
+        let mut wrong = Vec::new();
+        for primary in &primaries {
+            if let Err(why) = self.installed_on(&mut primary.conn.clone()).await {
+                wrong.push((primary.addr.as_str(), why));
+            }
+        }
+        if !self.reader.is_cluster() || wrong.is_empty() {
+            return wrong.pop().map_or(Ok(()), |(_, why)| Err(why));
+        }
+        let each: Vec<String> = (wrong.iter())
+            .map(|(addr, why)| format!("on the primary {addr}: {why}"))
+            .collect();
+        Err(format!(
+            "this version's library is not on {} of the cluster's {} primaries (every primary needs it: a call runs on the primary of its slot): {} (install loads it on every primary)",
+            wrong.len(),
+            primaries.len(),
+            each.join("; ")
+        ))
+    }
+
+    /// The library of the fence's name on the server `conn` reaches, compared with
+    /// [`RedisFence::library`].
+    async fn installed_on(&self, conn: &mut MultiplexedConnection) -> Result<(), String> {
         let name = self.fence.library_name();
         let install = format!("zkfence fence install {}", self.shown);
         let listed = redis::cmd("FUNCTION")
@@ -462,7 +596,7 @@ impl ConformanceStore {
             .arg("LIBRARYNAME")
             .arg(name)
             .arg("WITHCODE")
-            .query_async::<redis::Value>(&mut self.reader.clone())
+            .query_async::<redis::Value>(conn)
             .await
             .map_err(|e| {
                 format!(
@@ -493,11 +627,42 @@ impl ConformanceStore {
         ))
     }
 
-    /// [`FenceStore::durable`]: the server's role, persistence and eviction policy.
+    /// [`FenceStore::durable`]: the server's role, persistence and eviction policy; on a
+    /// cluster, every primary's and every replica's (a failover promotes a replica).
     async fn check_durable(&self) -> Result<(), String> {
-        let mut conn = self.reader.clone();
+        let reach = |e: BoxError| format!("cannot reach the cluster's nodes to check them: {e}");
+        let primaries = self.reader.primaries().await.map_err(reach)?;
+        let mut lost = Vec::new();
+        if self.reader.is_cluster() {
+            let replicas = self.reader.replicas().await.map_err(reach)?;
+            let nodes = (primaries.iter().map(|n| ("primary", n)))
+                .chain(replicas.iter().map(|n| ("replica", n)));
+            for (role, node) in nodes {
+                for why in settings_lost(&node.conn).await {
+                    lost.push(format!("on the {role} {}: {why}", node.addr));
+                }
+            }
+        } else if let Some(server) = primaries.first() {
+            self.primary(&mut server.conn.clone()).await?;
+            lost = settings_lost(&server.conn).await;
+        }
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let lost = lost.join("; ");
+        if self.accept_volatile {
+            tracing::warn!(server = %self.shown, "accepted a volatile Redis: {lost}");
+            return Ok(());
+        }
+        Err(format!(
+            "this Redis can lose fences, and then accepts a stale holder's token: {lost} (or, knowing that, accept a volatile store: --accept-volatile)"
+        ))
+    }
+
+    /// Fails a server that is a replica: fences are claimed on the primary.
+    async fn primary(&self, conn: &mut MultiplexedConnection) -> Result<(), String> {
         let info: String = (redis::cmd("INFO").arg("replication"))
-            .query_async(&mut conn)
+            .query_async(conn)
             .await
             .map_err(|e| {
                 format!(
@@ -510,26 +675,33 @@ impl ConformanceStore {
                 self.shown
             ));
         }
-        let mut lost = Vec::new();
-        let get = |param: &'static str| {
-            let mut conn = conn.clone();
-            async move {
-                let pair: Vec<String> = (redis::cmd("CONFIG").arg("GET").arg(param))
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| (param, e.to_string()))?;
-                Ok::<_, (&str, String)>(pair.get(1).cloned().unwrap_or_default())
-            }
-        };
-        let settings = async {
-            Ok::<_, (&str, String)>((
-                get("appendonly").await?,
-                get("appendfsync").await?,
-                get("no-appendfsync-on-rewrite").await?,
-                get("maxmemory-policy").await?,
-            ))
-        };
-        match settings.await {
+        Ok(())
+    }
+}
+
+/// What can lose fences on the server `conn` reaches: its persistence and eviction policy, or
+/// `CONFIG GET` refused.
+async fn settings_lost(conn: &MultiplexedConnection) -> Vec<String> {
+    let mut lost = Vec::new();
+    let get = |param: &'static str| {
+        let mut conn = conn.clone();
+        async move {
+            let pair: Vec<String> = (redis::cmd("CONFIG").arg("GET").arg(param))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| (param, e.to_string()))?;
+            Ok::<_, (&str, String)>(pair.get(1).cloned().unwrap_or_default())
+        }
+    };
+    let settings = async {
+        Ok::<_, (&str, String)>((
+            get("appendonly").await?,
+            get("appendfsync").await?,
+            get("no-appendfsync-on-rewrite").await?,
+            get("maxmemory-policy").await?,
+        ))
+    };
+    match settings.await {
             Err((param, err)) => lost.push(format!(
                 "CONFIG GET {param} is refused here ({err}: renamed, disabled or not allowed to this user), so zkfence cannot tell whether the server keeps its fences through a restart and under memory pressure; allow CONFIG GET to this user"
             )),
@@ -547,18 +719,7 @@ impl ConformanceStore {
                 }
             }
         }
-        if lost.is_empty() {
-            return Ok(());
-        }
-        let lost = lost.join("; ");
-        if self.accept_volatile {
-            tracing::warn!(server = %self.shown, "accepted a volatile Redis: {lost}");
-            return Ok(());
-        }
-        Err(format!(
-            "this Redis can lose fences, and then accepts a stale holder's token: {lost} (or, knowing that, accept a volatile store: --accept-volatile)"
-        ))
-    }
+    lost
 }
 
 /// The libraries of a `FUNCTION LIST` reply, each as its fields.

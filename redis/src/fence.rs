@@ -1,7 +1,9 @@
 //! The fence itself: its configuration, its claims and fenced writes, its reads and rebase.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, RedisError, Script, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use zkfence::fence::{self, FenceError, FenceState, FenceTicket};
 
 /// The label of this store in the `zkfence_fence_*` metrics.
@@ -279,7 +281,16 @@ pub struct RedisFence {
     library: String,
     /// How claims and writes reach the server.
     call: Call,
+    /// The replicas each claim and write waits for (`WAIT`), and for how long.
+    wait: Option<Wait>,
     flaw: Flaw,
+}
+
+/// `WAIT <replicas> <timeout>` after each claim and write ([`RedisFence::with_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wait {
+    replicas: u32,
+    timeout: Duration,
 }
 
 /// How a [`RedisFence`]'s claims and writes reach the server.
@@ -325,6 +336,7 @@ impl RedisFence {
             prefix: DEFAULT_PREFIX.to_owned(),
             library: "zkfence".to_owned(),
             call: Call::Scripts,
+            wait: None,
             flaw: Flaw::None,
         }
     }
@@ -426,6 +438,34 @@ impl RedisFence {
     /// ```
     pub fn through_functions(mut self) -> Self {
         self.call = Call::Functions;
+        self
+    }
+
+    /// Each claim and write sends `WAIT <replicas> <timeout>` right after the fenced call, in
+    /// one pipeline on the connection that made it (on a cluster, to the primary of the fence
+    /// key's slot), and succeeds only when at least `replicas` replicas acknowledged it within
+    /// `timeout`. Fewer is [`FenceError::InDoubt`]: the call applied on the primary, but a
+    /// failover now (`CLUSTER FAILOVER`, Sentinel's) may promote a replica without it, which
+    /// then accepts an older token again: read the fence back, or claim again, before you
+    /// rely on it. Redis replicates asynchronously: without this, a claim survives a
+    /// failover only if it happened to reach the replica first. A `timeout` under 1 ms is
+    /// taken as 1 ms (`WAIT`'s 0 would block for ever).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(mut redis: zkfence_redis::Link, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let fence = zkfence_redis::RedisFence::new().with_wait(1, Duration::from_millis(500));
+    /// match fence.claim(&mut redis, &ticket).await {
+    ///     Err(err) if err.is_in_doubt() => println!("claimed, not yet on a replica: {err}"),
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_wait(mut self, replicas: u32, timeout: Duration) -> Self {
+        let timeout = timeout.max(Duration::from_millis(1));
+        self.wait = Some(Wait { replicas, timeout });
         self
     }
 
@@ -566,8 +606,11 @@ impl RedisFence {
     /// Loads (or replaces: `FUNCTION LOAD REPLACE`) the function library
     /// [`library`](Self::library) on the server: `zkfence_claim` and `zkfence_write`, for
     /// `FCALL` from any client, refusing a `KEYS[1]` without this fence's key prefix.
-    /// Idempotent; an older or edited library of the same name is replaced. In a cluster, load
-    /// it on every primary. The fence's own claims and writes need none of it (they send the
+    /// Idempotent; an older or edited library of the same name is replaced. In a cluster, it
+    /// must be on every primary: on a cluster connection ([`Link`](crate::Link)) redis's
+    /// cluster client sends `FUNCTION LOAD` to every primary it knows;
+    /// [`Connected::install`](crate::Connected::install) loads it on each primary that
+    /// `CLUSTER NODES` names and says which. The fence's own claims and writes need none of it (they send the
     /// scripts) unless it goes [`through_functions`](Self::through_functions).
     ///
     /// # Errors
@@ -597,7 +640,10 @@ impl RedisFence {
             .map(|_| ())
     }
 
-    /// Every fence under this fence's key prefix (`SCAN`), by scope.
+    /// Every fence under this fence's key prefix (`SCAN`), by scope, on the server `conn`
+    /// reaches: on a cluster connection, `SCAN` goes to one node, so list a cluster's fences
+    /// with [`Connected`](crate::Connected)'s `fences` (the fence contract), which scans every
+    /// primary.
     ///
     /// # Errors
     ///
@@ -776,6 +822,10 @@ impl RedisFence {
                 .iter()
                 .flat_map(|c| c.keys.iter().map(String::as_str)),
         );
+        if let Some(wait) = self.wait {
+            let sent = self.call_and_wait(conn, &keys, &args, commands.is_some(), wait);
+            return self.read_waited(ticket, sent.await, wait);
+        }
         let sent = match self.call {
             Call::Scripts => {
                 let script = Script::new(&self.lua(match commands {
@@ -811,6 +861,85 @@ impl RedisFence {
 }
 
 impl RedisFence {
+    /// The fenced call as one command: `FCALL`, or `EVALSHA` with the `EVAL` to send instead
+    /// to a server without the script cached.
+    fn call_cmds(&self, keys: &[&str], args: &[&[u8]], write: bool) -> (Cmd, Option<Cmd>) {
+        let with = |mut cmd: Cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        if self.call == Call::Functions {
+            let (claim, write_fn) = self.functions();
+            let mut fcall = redis::cmd("FCALL");
+            fcall.arg(if write { write_fn } else { claim });
+            return (with(fcall), None);
+        }
+        let lua = self.lua(if write { WRITE_SCRIPT } else { CLAIM_SCRIPT });
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(Script::new(&lua).get_hash());
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(lua);
+        (with(evalsha), Some(with(eval)))
+    }
+
+    /// The fenced call and `WAIT` in one pipeline (again with `EVAL` for a server without
+    /// the script cached): the call's reply, and how many replicas acknowledged it.
+    async fn call_and_wait<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        keys: &[&str],
+        args: &[&[u8]],
+        write: bool,
+        wait: Wait,
+    ) -> RedisResult<(RedisResult<Value>, RedisResult<i64>)> {
+        let (first, eval) = self.call_cmds(keys, args, write);
+        let (reply, acked) = waited(conn, &first, wait).await?;
+        match (reply, eval) {
+            (Err(err), Some(eval))
+                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                waited(conn, &eval, wait).await
+            }
+            (reply, _) => Ok((reply, acked)),
+        }
+    }
+
+    /// A call sent with `WAIT`: in doubt when the pipeline's reply was lost or fewer replicas
+    /// than asked acknowledged an accepted call; else as a call alone.
+    fn read_waited(
+        &self,
+        ticket: &FenceTicket,
+        sent: RedisResult<(RedisResult<Value>, RedisResult<i64>)>,
+        wait: Wait,
+    ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
+        let (reply, acked) = match sent {
+            Ok(sent) => sent,
+            Err(err) if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() => {
+                return Err(ticket.in_doubt(err));
+            }
+            Err(err) => return Err(FenceError::Store(err)),
+        };
+        let reply = reply.map_err(|err| refusal(ticket, self.no_library(err)))?;
+        let done = read_reply(ticket, reply)?;
+        let seen = match acked {
+            Ok(acked) if acked >= i64::from(wait.replicas) => return Ok(done),
+            Ok(acked) => format!(
+                "WAIT saw {acked} of the {} replicas asked for acknowledge it within {} ms",
+                wait.replicas,
+                wait.timeout.as_millis()
+            ),
+            Err(err) => format!("WAIT failed ({err})"),
+        };
+        let detail = format!(
+            "the fence of {} took token {} on the primary, but {seen}: a failover now may lose it; read the fence back (or claim again) before relying on it, and check the replicas' links (INFO replication)",
+            ticket.scope(),
+            ticket.token().as_i64(),
+        );
+        tracing::warn!(scope = %ticket.scope(), "a fenced call not acknowledged by enough replicas: {seen}");
+        let err = RedisError::from((ErrorKind::Client, "not replicated", detail));
+        Err(ticket.in_doubt(err))
+    }
+
     /// `err`, or, for a server without this fence's function library, an error that says to
     /// load it.
     fn no_library(&self, err: RedisError) -> RedisError {
@@ -819,11 +948,47 @@ impl RedisFence {
             return err;
         }
         let detail = format!(
-            "the function library `{}` is not loaded on this server: run `zkfence fence install <URL>` (or RedisFence::install)",
+            "the function library `{}` is not loaded on the server this call reached (in a Redis Cluster: the primary of the fence key's slot): run `zkfence fence install <URL>`, which loads it on every primary (or RedisFence::install)",
             self.library
         );
         RedisError::from((err.kind(), "no fence library", detail))
     }
+}
+
+/// `call`, then `WAIT`, in one pipeline on `conn` (on a cluster connection, both to the node of
+/// the call's keys): the call's reply (its error reply as an error), and the replicas that
+/// acknowledged the connection's writes.
+async fn waited<C: ConnectionLike + Send>(
+    conn: &mut C,
+    call: &Cmd,
+    wait: Wait,
+) -> RedisResult<(RedisResult<Value>, RedisResult<i64>)> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors().add_command(call.clone());
+    let millis = u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX);
+    pipe.cmd("WAIT").arg(wait.replicas).arg(millis);
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+    let (acked, reply) = (replies.pop(), replies.pop());
+    let (Some(acked), Some(reply)) = (acked, reply) else {
+        let detail = "the pipeline of the call and WAIT did not reply twice".to_owned();
+        return Err(RedisError::from((
+            ErrorKind::Parse,
+            "unexpected reply",
+            detail,
+        )));
+    };
+    let acked = acked.extract_error().and_then(|acked| match acked {
+        Value::Int(n) => Ok(n),
+        other => {
+            let detail = format!("WAIT replied {other:?}");
+            Err(RedisError::from((
+                ErrorKind::Parse,
+                "unexpected reply",
+                detail,
+            )))
+        }
+    });
+    Ok((reply.extract_error(), acked))
 }
 
 /// `text` as a Lua string literal (every byte but plain printable ASCII as `\ddd`).
@@ -971,7 +1136,7 @@ fn same_slot(fence_key: &str, keys: &[String]) -> Result<(), RedisError> {
 
 /// A key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash tag (the part between the first
 /// `{` and the next `}`, when not empty) or of the whole key, modulo 16384.
-fn hash_slot(key: &str) -> u16 {
+pub(crate) fn hash_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
         let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;

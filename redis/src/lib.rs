@@ -26,11 +26,18 @@
 //! - **Cluster**: a script may only touch keys of one hash slot. The fence key's hash tag is
 //!   the scope (`{/locks/orders}`); put the same tag in every key you write under the fence
 //!   (`{/locks/orders}:balance`). [`RedisFence::write`] refuses, before sending, a key of
-//!   another slot.
+//!   another slot. One node's URL reaches the whole cluster ([`Link::open`]: claims and
+//!   writes go to the primary of the scope's slot, `MOVED` and `ASK` followed);
+//!   [`Connected`] installs the function library on every primary and lists every
+//!   primary's fences, and [`ConformanceStore`] checks every primary.
 //! - **A failover can take the fence backwards**: replication is asynchronous, so a fence
 //!   raised on a primary that dies before replicating it is lost with it, and the promoted
-//!   replica accepts an older token again. `WAIT` after the write (with enough replicas)
-//!   narrows that window; only a store with synchronous replication closes it.
+//!   replica accepts an older token again. A claim is durable across a failover only once
+//!   `WAIT <replicas> <timeout>` after it returned at least the replicas you require:
+//!   [`RedisFence::with_wait`] sends it with each claim and write, and fewer replicas than
+//!   asked is [`FenceError::InDoubt`](zkfence::fence::FenceError::InDoubt). `WAIT` narrows
+//!   the window (a replica that acknowledged can still lag the others a failover picks); only
+//!   a store with synchronous replication closes it.
 //! - **Scripts are not rolled back**: a command of yours that errors inside the script stops
 //!   it, and the commands before it stay applied. Write commands that cannot fail (right key
 //!   types) and check the replies.
@@ -66,11 +73,13 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod cluster;
 mod conformance;
 mod connected;
 mod dial;
 mod fence;
 
+pub use crate::cluster::Link;
 pub use crate::conformance::ConformanceStore;
 pub use crate::connected::Connected;
 pub use crate::fence::{Command, Commands, RedisFence, CLAIM_SCRIPT, FUNCTIONS, WRITE_SCRIPT};

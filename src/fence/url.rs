@@ -50,6 +50,32 @@ pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<Taken<'n>
     Ok((rest, taken))
 }
 
+/// The contents of the file at `path`, which the URL parameter `name` gives (a certificate,
+/// a key): for a fence package that reads such files when it parses its URL, so that one it
+/// cannot read is a [`ConfigError`] naming the parameter and the path, not a failure to
+/// connect later.
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming `name`, `path` and why it could not be read.
+///
+/// # Examples
+///
+/// ```
+/// let err = zkfence::fence::read_url_file("sslcert", "/no/such/client.pem").unwrap_err();
+/// assert!(err.to_string().contains("sslcert"));
+/// assert!(err.given().starts_with("/no/such/client.pem"));
+/// ```
+pub fn read_url_file(name: &'static str, path: &str) -> Result<Vec<u8>, ConfigError> {
+    std::fs::read(path).map_err(|e| {
+        ConfigError::new(
+            name,
+            format!("{path} ({e})"),
+            "a file this user can read (a path on the machine zkfence runs on)",
+        )
+    })
+}
+
 /// `text` with its `%XX` escapes decoded.
 fn decode(text: &str) -> Result<String, ConfigError> {
     let bad = || {
