@@ -4,16 +4,20 @@ on stdin), as `cargo test` would: each in its package's directory, with the vari
 for it. Unlike `cargo test`, it holds no lock on the build directory, so scripts/test builds
 other things (niced) while the tests run; and it runs every binary even after one failed, then
 names the failed ones. Arguments after the binaries' own go to each (`-- --nocapture`). Exit
-status: 0 if every binary passed.
+status: 0 if every binary passed. `--only REGEX` runs only the binaries whose label (package, kind
+and name, e.g. `zkfence-cli test tls`) the regular expression finds; `--skip REGEX` all others:
+scripts/test runs two lanes of them side by side, the stores' and ZooKeeper's.
 
 The binaries run one after another, but for the lease model's searches (SIDE), which need a
 CPU and no clock: they run beside the others, one after another too, at the lowest CPU
 priority, so that they take only what the timed tests leave idle (as the builds beside them
-do). Each binary's output is printed whole when it ends. Running the timed binaries two at a
-time was tried (2026-11-29): under load a bench's lease lapsed and a test's race showed.
+do). Each binary's output is printed whole when it ends. Two binaries that time ZooKeeper
+sessions never run at once (tried 2026-11-29: under load a bench's lease lapsed and a test's
+race showed); scripts/test runs the stores' binaries in a second lane beside them.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -86,9 +90,29 @@ def start(manifest, target, executable, extra, niced):
     return process, out
 
 
+def chosen(args):
+    """`--only REGEX` and `--skip REGEX` taken out of `args`: a test of a label, and the rest."""
+    only, skip, rest = None, None, []
+    args = iter(args)
+    for arg in args:
+        if arg in ("--only", "--skip"):
+            pattern = re.compile(next(args))
+            if arg == "--only":
+                only = pattern
+            else:
+                skip = pattern
+        else:
+            rest.append(arg)
+
+    def wanted(label):
+        return (only is None or only.search(label)) and not (skip and skip.search(label))
+
+    return wanted, rest
+
+
 def main():
-    extra = sys.argv[1:]
-    runs = list(binaries(sys.stdin))
+    wanted, extra = chosen(sys.argv[1:])
+    runs = [r for r in binaries(sys.stdin) if wanted(label_of(r[1], r[2]))]
     if not runs:
         print("scripts/run-tests.py: no test binaries in the build's output", file=sys.stderr)
         return 1

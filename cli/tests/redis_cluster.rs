@@ -1,10 +1,13 @@
 //! `zkfence fence` against a real Redis Cluster (three primaries, a replica each, every node
 //! durable), given one node's URL: `install` loads the library on every primary and names
 //! them, `verify` passes and says where its scopes fell, and fails naming the one primary that
-//! lacks the library, `show` lists the fences of every primary.
+//! lacks the library, `show` lists the fences of every primary. Over TLS alone (client
+//! certificates required), with the certificates in the URL: the same, and refused without a
+//! client certificate or with another CA's.
 //!
 //! One cluster for the whole binary; the test that deletes a primary's library holds [`GATE`]
-//! for writing, the others for reading.
+//! for writing, the others for reading. A second cluster, over TLS, is formed on first use,
+//! which only the TLS test makes.
 
 mod common;
 
@@ -13,7 +16,7 @@ use std::sync::OnceLock;
 
 use tokio::sync::RwLock;
 use zkfence::fence::conformance;
-use zkfence_harness::LocalRedisCluster;
+use zkfence_harness::{LocalRedisCluster, TestCa};
 use zkfence_redis::{Link, RedisFence};
 
 use common::run;
@@ -26,6 +29,21 @@ async fn cluster() -> &'static LocalRedisCluster {
     static CLUSTER: OnceLock<LocalRedisCluster> = OnceLock::new();
     tokio::task::spawn_blocking(|| {
         CLUSTER.get_or_init(|| LocalRedisCluster::start().unwrap_or_else(|e| panic!("{e}")))
+    })
+    .await
+    .unwrap()
+}
+
+/// The TLS cluster this binary shares (every node serving TLS alone, requiring a client
+/// certificate), formed on first use, and the CA of its certificates.
+async fn tls_cluster() -> &'static (TestCa, LocalRedisCluster) {
+    static CLUSTER: OnceLock<(TestCa, LocalRedisCluster)> = OnceLock::new();
+    tokio::task::spawn_blocking(|| {
+        CLUSTER.get_or_init(|| {
+            let ca = TestCa::new().unwrap_or_else(|e| panic!("{e}"));
+            let cluster = LocalRedisCluster::start_tls(&ca).unwrap_or_else(|e| panic!("{e}"));
+            (ca, cluster)
+        })
     })
     .await
     .unwrap()
@@ -132,4 +150,39 @@ async fn show_lists_the_fences_of_every_primary() {
         })
         .collect();
     assert!(holders.len() >= 2, "the fences are on {holders:?} alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_with_client_certificates() {
+    let (ca, cluster) = tls_cluster().await;
+    let checked = format!("{}?ssl_ca_certs={}", cluster.url(), ca.ca_cert().display());
+    let with = |cert: std::path::PathBuf, key: std::path::PathBuf| {
+        let (cert, key) = (cert.display(), key.display());
+        format!("{checked}&ssl_certfile={cert}&ssl_keyfile={key}")
+    };
+    let mine = with(ca.client_cert(), ca.client_key());
+    let out = install(&mine).await;
+    let primaries = cluster.primaries().unwrap();
+    let named = format!("loaded on 3 primaries: {}", primaries.join(", "));
+    assert!(out.contains(&named), "{out}");
+    // Durable nodes: verify passes without --accept-volatile.
+    let (code, out, err) = run(&["fence", "verify", &mine]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("cases passed") && !out.contains("FAIL"),
+        "{out}"
+    );
+    let (code, out, err) = run(&["fence", "show", &mine]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    // Without a client certificate the handshake fails: the store could not be reached.
+    let (code, out, err) = run(&["fence", "show", &checked]).await;
+    eprintln!("without a client certificate: {err}");
+    assert_eq!(code, Some(69), "{out}{err}");
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // Another CA's client certificate: the nodes refuse it.
+    let other = with(ca.other_client_cert(), ca.other_client_key());
+    let (code, out, err) = run(&["fence", "show", &other]).await;
+    eprintln!("with another CA's: {err}");
+    assert_eq!(code, Some(69), "{out}{err}");
+    assert!(err.to_lowercase().contains("unknownca"), "{err}");
 }

@@ -1,13 +1,17 @@
 //! [`LocalRedisCluster`]: a throwaway Redis Cluster of Debian's `redis-server`, three primaries
 //! with a replica each, every node durable (`appendonly yes`, `appendfsync always`), on free
-//! loopback ports in temp dirs; stopped (each node killed by its pid, its dir removed) when
-//! dropped or when this process dies.
+//! loopback ports in temp dirs, in the clear or over TLS alone (clients, the cluster bus and
+//! replication, client certificates required); stopped (each node killed by its pid, its dir
+//! removed) when dropped or when this process dies.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zkfence_testkit::{spawn_tied, Keeper};
+
+use crate::TestCa;
 
 /// Where Debian's package puts the server and its client.
 const REDIS_SERVER: &str = "/usr/bin/redis-server";
@@ -43,6 +47,8 @@ struct Node {
 #[derive(Debug)]
 pub struct LocalRedisCluster {
     nodes: Vec<Node>,
+    /// `redis-cli`'s TLS arguments (`--tls --cacert … --cert … --key …`), none in the clear.
+    tls: Vec<OsString>,
 }
 
 /// One line of `CLUSTER NODES`, the fields the harness reads.
@@ -73,6 +79,40 @@ impl LocalRedisCluster {
     /// # Ok::<(), String>(())
     /// ```
     pub fn start() -> Result<LocalRedisCluster, String> {
+        LocalRedisCluster::start_with(None)
+    }
+
+    /// [`start`](LocalRedisCluster::start), serving TLS alone: every node has no plain port
+    /// (`--port 0`) and a TLS one with `ca`'s server certificate, speaks TLS on the cluster
+    /// bus and for replication, and requires a client certificate `ca` signed
+    /// (`--tls-auth-clients yes`), showing `ca`'s client certificate to the other nodes (the
+    /// server certificate is for `serverAuth` alone, which a node checking its peer refuses).
+    /// The harness's own `redis-cli` calls use `ca`'s files: `ca` must outlive the cluster.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what to install or what failed (the nodes' logs are in their dirs).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = zkfence_harness::TestCa::new()?;
+    /// let cluster = zkfence_harness::LocalRedisCluster::start_tls(&ca)?;
+    /// println!(
+    ///     "{}?ssl_ca_certs={}&ssl_certfile={}&ssl_keyfile={}",
+    ///     cluster.url(), // rediss://127.0.0.1:<port>/
+    ///     ca.ca_cert().display(),
+    ///     ca.client_cert().display(),
+    ///     ca.client_key().display(),
+    /// );
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start_tls(ca: &TestCa) -> Result<LocalRedisCluster, String> {
+        LocalRedisCluster::start_with(Some(ca))
+    }
+
+    /// Starts, joins and waits for the nodes, over TLS with `ca`'s certificates if given.
+    fn start_with(ca: Option<&TestCa>) -> Result<LocalRedisCluster, String> {
         for binary in [REDIS_SERVER, REDIS_CLI] {
             if !std::path::Path::new(binary).exists() {
                 return Err(format!("{binary} is missing: install Debian's redis-server and redis-tools packages (`sudo apt-get install -y redis-server`; scripts/test does it)"));
@@ -81,12 +121,14 @@ impl LocalRedisCluster {
         sweep();
         let mut nodes = Vec::with_capacity(NODES);
         for _ in 0..NODES {
-            nodes.push(start_node()?);
+            nodes.push(start_node(ca)?);
         }
-        let cluster = LocalRedisCluster { nodes };
+        let tls = ca.map_or_else(Vec::new, cli_tls);
+        let cluster = LocalRedisCluster { nodes, tls };
         for node in &cluster.nodes {
             cluster.wait(&format!("127.0.0.1:{} to answer PING", node.port), || {
-                Ok(cli(node.port, &["PING"]).is_ok_and(|out| out.trim() == "PONG"))
+                let pong = cluster.cli(node.port, &["PING"]);
+                Ok(pong.is_ok_and(|out| out.trim() == "PONG"))
             })?;
         }
         cluster.create()?;
@@ -97,7 +139,7 @@ impl LocalRedisCluster {
     /// `redis-cli --cluster create`: the first three nodes primaries, a replica each.
     fn create(&self) -> Result<(), String> {
         let mut cmd = Command::new(REDIS_CLI);
-        cmd.arg("--cluster").arg("create");
+        cmd.args(&self.tls).arg("--cluster").arg("create");
         for node in &self.nodes {
             cmd.arg(format!("127.0.0.1:{}", node.port));
         }
@@ -124,15 +166,15 @@ impl LocalRedisCluster {
             "the cluster to settle (state ok, 3 primaries, replicas linked)",
             || {
                 for node in &self.nodes {
-                    let info = cli(node.port, &["CLUSTER", "INFO"])?;
+                    let info = self.cli(node.port, &["CLUSTER", "INFO"])?;
                     let ok = info.lines().any(|l| l.trim() == "cluster_state:ok")
                         && info.lines().any(|l| l.trim() == "cluster_known_nodes:6");
-                    let lines = parse_nodes(&cli(node.port, &["CLUSTER", "NODES"])?);
+                    let lines = parse_nodes(&self.cli(node.port, &["CLUSTER", "NODES"])?);
                     let primaries = lines.iter().filter(|l| l.primary).count();
                     if !ok || primaries != NODES / 2 {
                         return Ok(false);
                     }
-                    let role = cli(node.port, &["INFO", "replication"])?;
+                    let role = self.cli(node.port, &["INFO", "replication"])?;
                     let replica = role.lines().any(|l| l.trim() == "role:slave");
                     if replica && !role.lines().any(|l| l.trim() == "master_link_status:up") {
                         return Ok(false);
@@ -170,8 +212,30 @@ impl LocalRedisCluster {
         }
     }
 
-    /// The URL of the first node, `redis://127.0.0.1:<port>/`: any node's URL reaches the
-    /// whole cluster through a cluster client.
+    /// `redis-cli -p port args`' output (over TLS with the CA's client certificate for a
+    /// cluster [`start_tls`](LocalRedisCluster::start_tls) started), or its failure.
+    fn cli(&self, port: u16, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(REDIS_CLI)
+            .args(&self.tls)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run {REDIS_CLI}: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        match out.status.success() && !text.starts_with("Could not connect") {
+            true => Ok(text),
+            false => Err(format!(
+                "redis-cli -p {port} {}: {text}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )),
+        }
+    }
+
+    /// The URL of the first node, `redis://127.0.0.1:<port>/` (`rediss://` for a cluster
+    /// [`start_tls`](LocalRedisCluster::start_tls) started): any node's URL reaches the whole
+    /// cluster through a cluster client.
     ///
     /// # Examples
     ///
@@ -181,10 +245,11 @@ impl LocalRedisCluster {
     /// # Ok::<(), String>(())
     /// ```
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.nodes[0].port)
+        self.node_url(&format!("127.0.0.1:{}", self.nodes[0].port))
     }
 
-    /// The URL of the node at `addr` (`127.0.0.1:<port>`): `redis://127.0.0.1:<port>/`.
+    /// The URL of the node at `addr` (`127.0.0.1:<port>`): `redis://127.0.0.1:<port>/`
+    /// (`rediss://` over TLS).
     ///
     /// # Examples
     ///
@@ -195,7 +260,12 @@ impl LocalRedisCluster {
     /// # Ok::<(), String>(())
     /// ```
     pub fn node_url(&self, addr: &str) -> String {
-        format!("redis://{addr}/")
+        let scheme = if self.tls.is_empty() {
+            "redis"
+        } else {
+            "rediss"
+        };
+        format!("{scheme}://{addr}/")
     }
 
     /// The primaries' addresses (`127.0.0.1:<port>`, sorted), as the cluster sees them now
@@ -273,7 +343,7 @@ impl LocalRedisCluster {
     fn lines(&self) -> Result<Vec<Line>, String> {
         let mut last = String::from("no node");
         for node in &self.nodes {
-            match cli(node.port, &["CLUSTER", "NODES"]) {
+            match self.cli(node.port, &["CLUSTER", "NODES"]) {
                 Ok(out) => return Ok(parse_nodes(&out)),
                 Err(e) => last = e,
             }
@@ -301,17 +371,17 @@ impl LocalRedisCluster {
     /// ```
     pub fn failover(&self, replica: &str) -> Result<(), String> {
         let port = self.port_of(replica)?;
-        let out = cli(port, &["CLUSTER", "FAILOVER"])?;
+        let out = self.cli(port, &["CLUSTER", "FAILOVER"])?;
         if out.trim() != "OK" {
             return Err(format!("CLUSTER FAILOVER on {replica}: {}", out.trim()));
         }
         self.wait(&format!("{replica} to be promoted"), || {
-            let role = cli(port, &["INFO", "replication"])?;
+            let role = self.cli(port, &["INFO", "replication"])?;
             Ok(role.lines().any(|l| l.trim() == "role:master"))
         })?;
         self.wait(&format!("every node to see {replica} as a primary"), || {
             for node in &self.nodes {
-                let lines = parse_nodes(&cli(node.port, &["CLUSTER", "NODES"])?);
+                let lines = parse_nodes(&self.cli(node.port, &["CLUSTER", "NODES"])?);
                 if !lines.iter().any(|l| l.addr == replica && l.primary) {
                     return Ok(false);
                 }
@@ -329,9 +399,10 @@ impl LocalRedisCluster {
             .ok_or_else(|| format!("{addr} is no node of this cluster"))
     }
 
-    /// Runs `redis-cli -p <port> args` against the node at `addr` and returns its output (an
-    /// error reply is in it, as `redis-cli` prints it): for a test's own commands on one node
-    /// (`FUNCTION DELETE` on one primary, `CONFIG SET`).
+    /// Runs `redis-cli -p <port> args` against the node at `addr` (with the CA's client
+    /// certificate over TLS) and returns its output (an error reply is in it, as `redis-cli`
+    /// prints it): for a test's own commands on one node (`FUNCTION DELETE` on one primary,
+    /// `CONFIG SET`).
     ///
     /// # Errors
     ///
@@ -346,7 +417,7 @@ impl LocalRedisCluster {
     /// # Ok::<(), String>(())
     /// ```
     pub fn command(&self, addr: &str, args: &[&str]) -> Result<String, String> {
-        cli(self.port_of(addr)?, args)
+        self.cli(self.port_of(addr)?, args)
     }
 
     /// The process id of the node at `addr` (`127.0.0.1:<port>`): to pause it
@@ -388,14 +459,16 @@ impl LocalRedisCluster {
 }
 
 /// Removes the node dirs of test processes that have exited: a cluster a test binary shares
-/// (in a `static`) is never dropped, its nodes die with the binary and their dirs stay.
+/// (in a `static`) is never dropped, its nodes die with the binary and their dirs stay (and so
+/// does the dir of the [`TestCa`] a shared TLS cluster keeps beside it).
 fn sweep() {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let pid = (name.strip_prefix("zkfence-redis-cluster-"))
+        let pid = (["zkfence-redis-cluster-", "zkfence-tls-"].iter())
+            .find_map(|prefix| name.strip_prefix(prefix))
             .and_then(|rest| rest.split('-').next()?.parse::<u32>().ok());
         let gone = pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
         if gone {
@@ -404,30 +477,32 @@ fn sweep() {
     }
 }
 
-/// Starts one durable cluster-mode node on a free port (its bus port another free one).
-fn start_node() -> Result<Node, String> {
+/// Starts one durable cluster-mode node on a free port (its bus port another free one), over
+/// TLS alone with `ca`'s certificates if given.
+fn start_node(ca: Option<&TestCa>) -> Result<Node, String> {
     let dir = zkfence_testkit::temp_dir("redis-cluster").map_err(|e| format!("temp dir: {e}"))?;
     let free = || zkfence_testkit::free_port().map_err(|e| format!("no free port: {e}"));
     let (port, bus) = (free()?, free()?);
     let mut cmd = Command::new(REDIS_SERVER);
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--cluster-port",
-        &bus.to_string(),
-    ])
-    .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
-    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
-    .arg("--cluster-config-file")
-    .arg(dir.join("nodes.conf"))
-    .args(["--appendonly", "yes", "--appendfsync", "always"])
-    .args(["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"])
-    .arg("--dir")
-    .arg(&dir)
-    .arg("--logfile")
-    .arg(dir.join("redis.log"))
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+    match ca {
+        None => cmd.args(["--port", &port.to_string()]),
+        Some(ca) => cmd
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(serve_tls(ca)),
+    };
+    cmd.args(["--cluster-port", &bus.to_string()])
+        .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+        .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+        .arg("--cluster-config-file")
+        .arg(dir.join("nodes.conf"))
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .args(["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"])
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let (child, _keeper) =
         spawn_tied(cmd, libc::SIGKILL).map_err(|e| format!("start redis-server: {e}"))?;
     Ok(Node {
@@ -436,25 +511,6 @@ fn start_node() -> Result<Node, String> {
         dir,
         _keeper,
     })
-}
-
-/// `redis-cli -p port args`' output, or its failure.
-fn cli(port: u16, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(REDIS_CLI)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("run {REDIS_CLI}: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    match out.status.success() && !text.starts_with("Could not connect") {
-        true => Ok(text),
-        false => Err(format!(
-            "redis-cli -p {port} {}: {text}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        )),
-    }
 }
 
 /// The lines of a `CLUSTER NODES` reply: id, `ip:port@bus`, flags, primary id, ….
@@ -478,6 +534,41 @@ fn parse_nodes(text: &str) -> Vec<Line> {
             })
         })
         .collect()
+}
+
+/// A node's TLS beyond its port: `ca`'s server certificate, TLS on the cluster bus and for
+/// replication, client certificates `ca` signed required; to the other nodes it shows `ca`'s
+/// client certificate (a node refuses a peer showing one for `serverAuth` alone).
+fn serve_tls(ca: &TestCa) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["--tls-cluster", "yes", "--tls-replication", "yes"]
+        .into_iter()
+        .chain(["--tls-auth-clients", "yes"])
+        .map(OsString::from)
+        .collect();
+    for (flag, file) in [
+        ("--tls-cert-file", ca.server_cert()),
+        ("--tls-key-file", ca.server_key()),
+        ("--tls-client-cert-file", ca.client_cert()),
+        ("--tls-client-key-file", ca.client_key()),
+        ("--tls-ca-cert-file", ca.ca_cert()),
+    ] {
+        args.extend([flag.into(), file.into_os_string()]);
+    }
+    args
+}
+
+/// `redis-cli`'s TLS arguments for a cluster with `ca`'s certificates: trusting `ca`, showing
+/// its client certificate.
+fn cli_tls(ca: &TestCa) -> Vec<OsString> {
+    let mut args = vec![OsString::from("--tls")];
+    for (flag, file) in [
+        ("--cacert", ca.ca_cert()),
+        ("--cert", ca.client_cert()),
+        ("--key", ca.client_key()),
+    ] {
+        args.extend([flag.into(), file.into_os_string()]);
+    }
+    args
 }
 
 impl Drop for LocalRedisCluster {
@@ -524,6 +615,22 @@ mod tests {
             assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
             assert!(!dir.exists());
         }
+    }
+
+    /// Over TLS alone: it forms, answers its own `redis-cli` calls and fails over.
+    #[test]
+    fn a_tls_cluster_forms_and_fails_over() {
+        let ca = TestCa::new().unwrap_or_else(|e| panic!("{e}"));
+        let cluster = LocalRedisCluster::start_tls(&ca).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cluster.url().starts_with("rediss://127.0.0.1:"));
+        let replica = cluster.replicas().unwrap().remove(0);
+        cluster.failover(&replica).unwrap();
+        assert!(cluster.primaries().unwrap().contains(&replica));
+        let plain = Command::new(REDIS_CLI)
+            .args(["-p", &cluster.nodes[0].port.to_string(), "PING"])
+            .output()
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&plain.stdout).contains("PONG"));
     }
 
     #[test]
