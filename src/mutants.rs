@@ -22,6 +22,7 @@
 //! | [`Mutant::AnchorOnReconnect`] | only a new session's connect anchors its lease, never a resumed session's reconnect (the lease module's "A new session's first lease") | the lease model's connect world: `one_holder_at_a_time`, a holder that reconnects late to a leader cut off from its quorum |
 //! | [`Mutant::SilentAdmission`] | a semaphore waiter admitted with others behind it announces it (the queue module's "The semaphore's gate"); a liveness rule | `tests/kinds.rs::the_silent_admission_mutant_is_caught`: the follower sits out a free permit |
 //! | [`Mutant::UnseenAnnouncement`] | a follower whose watch came after its predecessor's announcement lists again (same section); liveness | `tests/kinds.rs::the_unseen_announcement_mutant_is_caught`: a waiter whose replies come a second late sits out the free permit |
+//! | [`Mutant::ZxidBlind`] | on 3.9+, a deletion counts as a marked release only if its zxid is the data change's (the queue module's "The handoff") | `tests/zookeeper_39.rs::the_zxid_blind_mutant_is_caught`, on a real 3.9 server (CI's "tests on ZooKeeper 3.9"): a write into the waiting node and its later deletion let the waiter in beside the holder |
 //! | [`Mutant::WatchEveryHold`] | a session's holds keep at most `HOLD_WATCH_BYTES` of node paths watched, the rest read back once a probe period (the watchdog's "Why a share"); a rule for holds to outlive a disconnect | `tests/grace.rs::the_watch_every_hold_mutant_is_caught`: the session never reconnects, and every hold is lost |
 //!
 //! The lease model (`model/`, `cargo test -p zkfence-model`) checks every lease mutant above
@@ -143,6 +144,11 @@ pub enum Mutant {
     /// `zookeeper-client` 0.11 cannot set them again after a disconnect, and the session never
     /// reconnects.
     WatchEveryHold,
+    /// A data change followed by a deletion counts as a marked release whatever their zxids:
+    /// the handoff forgets to compare them (as it must on 3.8, whose events carry none), and on
+    /// 3.9 a write into a waiting node (a revocation request aimed at it) followed by its
+    /// withdrawal lets the waiter behind it in beside the holder.
+    ZxidBlind,
 }
 
 /// The mutant a lock is built with, if any: never one without the `mutants` feature.

@@ -56,10 +56,15 @@ fn on_3_9(test: &str) -> bool {
 /// A holder (zkfence), a waiting node (a raw `lock-` node, as Curator's `InterProcessMutex`
 /// makes), and a zkfence waiter behind both, which watches the waiting node's deletion and
 /// data (it queued behind more than one node). Then the waiting node is written and deleted:
-/// in one transaction (`marked`, as a release does) or in two. Whether the waiter then took
-/// the lock, and how many listings and child watches it sent after the deletion.
+/// in one transaction (`marked`, as a release does) or in two. Whether the waiter (built with
+/// `options`) then took the lock, and how many listings and child watches it sent after the
+/// deletion.
 /// long because: one scenario read top to bottom, as the tests that call it are.
-async fn write_then_delete_the_waiting_node(name: &str, marked: bool) -> (bool, u64) {
+async fn write_then_delete_the_waiting_node(
+    name: &str,
+    marked: bool,
+    options: LockOptions,
+) -> (bool, u64) {
     let hosts = chroot(shared(), name).await;
     let admin = connect(&hosts, T).await;
     let holder = FencedLock::new(connect(&hosts, T).await, LOCK, LockOptions::default()).unwrap();
@@ -79,7 +84,7 @@ async fn write_then_delete_the_waiting_node(name: &str, marked: bool) -> (bool, 
     let last = FencedLock::new(
         connect(&format!("{}{root}", proxy.addr), T).await,
         LOCK,
-        LockOptions::default(),
+        options,
     )
     .unwrap();
     let session = last.client().session_id();
@@ -153,13 +158,32 @@ async fn a_write_into_a_waiting_node_then_its_deletion_is_no_release() {
     if !on_3_9("a_write_into_a_waiting_node_then_its_deletion_is_no_release") {
         return;
     }
-    let (taken, sent) = write_then_delete_the_waiting_node("zxid-apart", false).await;
+    let (taken, sent) =
+        write_then_delete_the_waiting_node("zxid-apart", false, LockOptions::default()).await;
     assert!(
         !taken,
         "the waiter took a write and a later deletion for a marked release: it holds beside \
          the holder"
     );
     assert!(sent >= 2, "the waiter did not list the queue again: {sent}");
+}
+
+/// The comparison is what the test above rests on: a waiter that skips it (the `ZxidBlind`
+/// mutant) takes the write and the later deletion for a marked release and holds beside the
+/// holder.
+#[cfg(feature = "mutants")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zxid_blind_mutant_is_caught() {
+    if !on_3_9("the_zxid_blind_mutant_is_caught") {
+        return;
+    }
+    let blind = LockOptions::default().with_mutant(zkfence::Mutant::ZxidBlind);
+    let (taken, _) = write_then_delete_the_waiting_node("zxid-blind", false, blind).await;
+    assert!(
+        taken,
+        "the zxid-blind waiter did not walk in beside the holder: the test above would pass \
+         without the comparison"
+    );
 }
 
 /// The other side: a marked release (the write and the deletion in one `multi`) carries one
@@ -169,7 +193,8 @@ async fn a_marked_release_admits_with_no_listing() {
     if !on_3_9("a_marked_release_admits_with_no_listing") {
         return;
     }
-    let (taken, sent) = write_then_delete_the_waiting_node("zxid-same", true).await;
+    let (taken, sent) =
+        write_then_delete_the_waiting_node("zxid-same", true, LockOptions::default()).await;
     assert!(taken);
     assert_eq!(
         sent, 0,

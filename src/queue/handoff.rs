@@ -143,8 +143,10 @@ impl Ahead {
             }
             zk::EventType::NodeDeleted => {
                 // The same transaction as the data change, when the server says (3.9+).
+                let blind = self.flaw.is(Mutant::ZxidBlind);
                 let marked = target.marked.is_some_and(|zxid| {
-                    zxid == zk::WatchedEvent::NO_ZXID
+                    blind
+                        || zxid == zk::WatchedEvent::NO_ZXID
                         || event.zxid == zk::WatchedEvent::NO_ZXID
                         || zxid == event.zxid
                 });
