@@ -97,7 +97,7 @@ fn every_lease_mutant_of_the_library_is_run() {
 /// the lean before its write, which a process paused there did not. The library leans only
 /// across a stretch its watchdog's ticker shows the process ran through; the
 /// `LeanThroughPause` mutant leans regardless, as the rule did before, and a pause right after
-/// a first acquire breaks it (the CI bounds pause clients anywhere).
+/// a first acquire breaks it (its CI search pauses clients anywhere).
 #[test]
 fn a_pause_just_before_a_cold_proof_breaks_its_lean() {
     let mutant = Mutant::LeanThroughPause;
