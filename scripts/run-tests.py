@@ -11,9 +11,9 @@ scripts/test runs two lanes of them side by side, the stores' and ZooKeeper's.
 The binaries run one after another, but for the lease model's searches (SIDE), which need a
 CPU and no clock: they run beside the others, one after another too, at the lowest CPU
 priority, so that they take only what the timed tests leave idle (as the builds beside them
-do). Each binary's output is printed whole when it ends. Two binaries that time ZooKeeper
-sessions never run at once (tried 2026-11-29: under load a bench's lease lapsed and a test's
-race showed); scripts/test runs the stores' binaries in a second lane beside them.
+do). Each binary's output is printed whole when it ends. Two binaries that time leases never
+run at once (tried 2026-11-29: under load a bench's lease lapsed and a test's race showed);
+scripts/test runs the stores' binaries, which time none, in a second lane beside them.
 """
 import json
 import os

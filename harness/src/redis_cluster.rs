@@ -138,7 +138,8 @@ impl LocalRedisCluster {
 
     /// `redis-cli --cluster create`: the first three nodes primaries, a replica each.
     fn create(&self) -> Result<(), String> {
-        let mut cmd = Command::new(REDIS_CLI);
+        let mut cmd = Command::new("timeout");
+        cmd.args(["120", REDIS_CLI]);
         cmd.args(&self.tls).arg("--cluster").arg("create");
         for node in &self.nodes {
             cmd.arg(format!("127.0.0.1:{}", node.port));
@@ -213,9 +214,13 @@ impl LocalRedisCluster {
     }
 
     /// `redis-cli -p port args`' output (over TLS with the CA's client certificate for a
-    /// cluster [`start_tls`](LocalRedisCluster::start_tls) started), or its failure.
+    /// cluster [`start_tls`](LocalRedisCluster::start_tls) started), or its failure; a call
+    /// that has no answer within 60 s fails.
     fn cli(&self, port: u16, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(REDIS_CLI)
+        // coreutils' `timeout`: a node paused by a test (SIGSTOP) would hold redis-cli, and
+        // every wait above it, for ever.
+        let out = Command::new("timeout")
+            .args(["60", REDIS_CLI])
             .args(&self.tls)
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args)

@@ -7,6 +7,7 @@
 //! credentials and TLS.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -97,7 +98,11 @@ impl Link {
             let instead = "a URL without a database (a Redis Cluster has database 0 alone)";
             return Err(ConfigError::new("Redis Cluster URL", why, instead).into());
         }
-        let builder = redis::cluster::ClusterClientBuilder::new([info]);
+        // A reply's deadline (redis's cluster client has none: a stopped primary would hold
+        // every call for ever), long enough for `RedisFence::with_wait`'s WAIT.
+        let builder = redis::cluster::ClusterClientBuilder::new([info])
+            .connection_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_secs(10));
         // The URL's certificates (ssl_ca_certs, ssl_certfile), for every node the client
         // reaches, not only the first.
         #[cfg(feature = "tls")]

@@ -449,14 +449,16 @@ impl RedisFence {
     /// then accepts an older token again: read the fence back, or claim again, before you
     /// rely on it. Redis replicates asynchronously: without this, a claim survives a
     /// failover only if it happened to reach the replica first. A `timeout` under 1 ms is
-    /// taken as 1 ms (`WAIT`'s 0 would block for ever).
+    /// taken as 1 ms (`WAIT`'s 0 would block for ever). Keep `timeout` under the connection's
+    /// response timeout: a single server's connection from [`Link::open`](crate::Link::open)
+    /// gives up on a reply after 500 ms (redis's default), a cluster's after 10 s.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(mut redis: zkfence_redis::Link, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
-    /// let fence = zkfence_redis::RedisFence::new().with_wait(1, Duration::from_millis(500));
+    /// let fence = zkfence_redis::RedisFence::new().with_wait(1, Duration::from_millis(200));
     /// match fence.claim(&mut redis, &ticket).await {
     ///     Err(err) if err.is_in_doubt() => println!("claimed, not yet on a replica: {err}"),
     ///     other => { other?; }

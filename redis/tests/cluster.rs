@@ -75,20 +75,25 @@ async fn install_loads_the_library_on_every_primary() {
     assert_eq!(loaded, primaries(cluster));
     assert_eq!(loaded.len(), 3);
     let ours = RedisFence::new().library();
-    for addr in primaries(cluster)
-        .iter()
-        .chain(&cluster.replicas().unwrap())
-    {
-        let listed = cluster
+    let line = ours.lines().nth(3).unwrap();
+    let listed = |addr: &String| {
+        cluster
             .command(
                 addr,
                 &["FUNCTION", "LIST", "LIBRARYNAME", "zkfence", "WITHCODE"],
             )
-            .unwrap();
-        assert!(
-            listed.contains(ours.lines().nth(3).unwrap()),
-            "{addr}: {listed}"
-        );
+            .unwrap()
+    };
+    for addr in primaries(cluster) {
+        assert!(listed(&addr).contains(line), "{addr}: {}", listed(&addr));
+    }
+    // A replica has it once its primary's replication stream brought it.
+    for addr in cluster.replicas().unwrap() {
+        let what = format!("the library on the replica {addr}");
+        zkfence_harness::wait_until(Duration::from_secs(10), &what, || async {
+            listed(&addr).contains(line)
+        })
+        .await;
     }
     // A replica's URL reaches the same cluster, and installs on the primaries alone.
     let replica = cluster.node_url(&cluster.replicas().unwrap()[0]);
@@ -355,7 +360,10 @@ async fn a_primary_without_the_library_fails_the_check_naming_it() {
         .unwrap();
     assert_eq!(out.trim(), "OK");
     let store = deployed(cluster, "cluster_bare").await;
-    let why = match conformance::installed_fence_is_current(&store).await {
+    let checked = conformance::installed_fence_is_current(&store).await;
+    // The library back before anything is asserted: the tests after this one need it.
+    install(cluster).await;
+    let why = match checked {
         Err(conformance::Failure::Violation(why)) => why,
         other => panic!("expected a violation, got {other:?}"),
     };
@@ -372,7 +380,6 @@ async fn a_primary_without_the_library_fails_the_check_naming_it() {
     for other in all.iter().filter(|a| *a != bare) {
         assert!(!why.contains(&format!("primary {other}")), "{why}");
     }
-    install(cluster).await;
     conformance::installed_fence_is_current(&store)
         .await
         .unwrap();

@@ -38,7 +38,7 @@ pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<Taken<'n>
         match names.iter().find(|n| **n == key) {
             Some(name) => {
                 taken.retain(|(n, _)| n != name);
-                taken.push((name, decode(value)?));
+                taken.push((name, decode(name, value)?));
             }
             None => kept.push(pair),
         }
@@ -76,13 +76,14 @@ pub fn read_url_file(name: &'static str, path: &str) -> Result<Vec<u8>, ConfigEr
     })
 }
 
-/// `text` with its `%XX` escapes decoded.
-fn decode(text: &str) -> Result<String, ConfigError> {
+/// `text`, the value of the parameter `name`, with its `%XX` escapes decoded. An error names
+/// the parameter, never its value: that may be a password (libpq's `sslpassword`).
+fn decode(name: &str, text: &str) -> Result<String, ConfigError> {
     let bad = || {
         ConfigError::new(
             "URL parameter",
-            text,
-            "text whose % escapes are two hex digits each and spell UTF-8",
+            format!("{name}=… (its value not shown)"),
+            "a value whose % escapes are two hex digits each and spell UTF-8",
         )
     };
     let bytes = text.as_bytes();
@@ -104,6 +105,17 @@ fn decode(text: &str) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_escape_names_the_parameter_and_never_shows_its_value() {
+        let url = "postgresql://db/x?sslpassword=hun%zzter2&sslmode=require";
+        let err = take_url_parameters(url, &["sslpassword"]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("sslpassword"), "{text}");
+        assert!(!text.contains("hun"), "{text}");
+        let not_utf8 = take_url_parameters("redis://c/?ssl_certfile=%C3%28", &["ssl_certfile"]);
+        assert!(not_utf8.is_err());
+    }
 
     #[test]
     fn parameters_come_out_decoded_and_the_rest_stays() {
