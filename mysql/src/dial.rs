@@ -205,8 +205,6 @@ fn ssl_opts(mode: SslMode, _: Asked) -> Result<mysql_async::SslOpts, BoxError> {
 mod tls {
     //! A client certificate's files, read and checked when the URL is parsed.
 
-    use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     use zkfence::fence::ConfigError;
 
     use crate::dial::Identity;
@@ -214,38 +212,10 @@ mod tls {
     /// The PEM texts of `identity`'s certificate chain and private key: a file that cannot be
     /// used is an error naming its parameter and path.
     pub(super) fn load(identity: &Identity) -> Result<(Vec<u8>, Vec<u8>), ConfigError> {
-        let (cert, key) = (&identity.cert, &identity.key);
-        let chain = zkfence::fence::read_url_file("ssl-cert", cert)?;
-        let unusable = |why: String| {
-            ConfigError::new(
-                "ssl-cert",
-                format!("{cert} ({why})"),
-                "a PEM file of the client's certificate, then any intermediates",
-            )
-        };
-        let certs = CertificateDer::pem_slice_iter(&chain)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| unusable(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(unusable("no certificate in it".into()));
-        }
-        let pem = zkfence::fence::read_url_file("ssl-key", key)?;
-        let unusable = |why: &str| {
-            ConfigError::new(
-                "ssl-key",
-                format!("{key} ({why})"),
-                "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1); decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
-            )
-        };
-        let encrypted = [&b"-----BEGIN ENCRYPTED"[..], b"Proc-Type: 4,ENCRYPTED"];
-        if encrypted
-            .iter()
-            .any(|m| pem.windows(m.len()).any(|w| w == *m))
-        {
-            return Err(unusable("encrypted"));
-        }
-        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(&e.to_string()))?;
-        Ok((chain, pem))
+        zkfence::fence::read_client_identity(
+            ("ssl-cert", &identity.cert),
+            ("ssl-key", &identity.key),
+        )
     }
 }
 

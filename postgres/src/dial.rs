@@ -330,36 +330,25 @@ mod tls {
         identity: &Identity,
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ConfigError> {
         let (cert, key) = (&identity.cert, &identity.key);
-        let pem = zkfence::fence::read_url_file("sslcert", cert)?;
-        let unusable = |why: String| {
-            ConfigError::new(
-                "sslcert",
-                format!("{cert} ({why})"),
-                "a PEM file of the client's certificate, then any intermediates",
-            )
+        let (chain, pem) =
+            zkfence::fence::read_client_identity(("sslcert", cert), ("sslkey", key))?;
+        let unusable = |name, path: &str, why: String, instead| {
+            ConfigError::new(name, format!("{path} ({why})"), instead)
         };
-        let chain = CertificateDer::pem_slice_iter(&pem)
+        let chain = CertificateDer::pem_slice_iter(&chain)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| unusable(e.to_string()))?;
-        if chain.is_empty() {
-            return Err(unusable("no certificate in it".into()));
-        }
-        let pem = zkfence::fence::read_url_file("sslkey", key)?;
-        let unusable = |why: &str| {
-            ConfigError::new(
+            .map_err(|e| {
+                let instead = "a PEM file of the client's certificate, then any intermediates";
+                unusable("sslcert", cert, e.to_string(), instead)
+            })?;
+        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
+            unusable(
                 "sslkey",
-                format!("{key} ({why})"),
-                "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1); decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
+                key,
+                e.to_string(),
+                "an unencrypted PEM private key",
             )
-        };
-        let encrypted = [&b"-----BEGIN ENCRYPTED"[..], b"Proc-Type: 4,ENCRYPTED"];
-        if encrypted
-            .iter()
-            .any(|m| pem.windows(m.len()).any(|w| w == *m))
-        {
-            return Err(unusable("encrypted"));
-        }
-        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(&e.to_string()))?;
+        })?;
         Ok((chain, key))
     }
 

@@ -154,7 +154,7 @@ mod tls {
 
     use redis::{ClientTlsConfig, TlsCertificates};
     use rustls::pki_types::pem::PemObject as _;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls::pki_types::CertificateDer;
     use zkfence::fence::ConfigError;
 
     use crate::dial::Asked;
@@ -174,14 +174,16 @@ mod tls {
             None => None,
         };
         let client_tls = match &asked.identity {
-            Some((cert, key)) => Some(ClientTlsConfig {
-                client_cert: certs(
-                    "ssl_certfile",
-                    cert,
-                    "a PEM file of the client's certificate, then any intermediates (and its key, without ssl_keyfile)",
-                )?,
-                client_key: private_key(key)?,
-            }),
+            Some((cert, key)) => {
+                let (client_cert, client_key) = zkfence::fence::read_client_identity(
+                    ("ssl_certfile", cert),
+                    ("ssl_keyfile", key),
+                )?;
+                Some(ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                })
+            }
             None => None,
         };
         Ok(Some(TlsCertificates {
@@ -204,27 +206,6 @@ mod tls {
         if found.is_empty() {
             return Err(unusable("no certificate in it".into()));
         }
-        Ok(pem)
-    }
-
-    /// The PEM text of the key file `path`, with an unencrypted private key in it.
-    fn private_key(path: &str) -> Result<Vec<u8>, ConfigError> {
-        let pem = zkfence::fence::read_url_file("ssl_keyfile", path)?;
-        let unusable = |why: &str| {
-            ConfigError::new(
-                "ssl_keyfile",
-                format!("{path} ({why})"),
-                "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1), or ssl_certfile's file holding one; decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
-            )
-        };
-        let encrypted = [&b"-----BEGIN ENCRYPTED"[..], b"Proc-Type: 4,ENCRYPTED"];
-        if encrypted
-            .iter()
-            .any(|m| pem.windows(m.len()).any(|w| w == *m))
-        {
-            return Err(unusable("encrypted"));
-        }
-        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(&e.to_string()))?;
         Ok(pem)
     }
 }

@@ -134,5 +134,5 @@ pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, A
 pub use self::error::FenceError;
 pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
-pub use self::url::{read_url_file, take_url_parameters, Taken};
+pub use self::url::{read_client_identity, read_url_file, take_url_parameters, Taken};
 pub use self::zookeeper::ZooKeeperFence;

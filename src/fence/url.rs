@@ -76,6 +76,59 @@ pub fn read_url_file(name: &'static str, path: &str) -> Result<Vec<u8>, ConfigEr
     })
 }
 
+/// A client certificate's chain and its private key, the PEM texts of the files two URL
+/// parameters name (`(name, path)` each: libpq's `sslcert`/`sslkey`, the MySQL client's
+/// `ssl-cert`/`ssl-key`, redis-py's `ssl_certfile`/`ssl_keyfile`), read when the URL is
+/// parsed: the chain must hold a certificate, the key file an unencrypted private key (a
+/// fence package's TLS library parses them; the handshake checks what they say).
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming the parameter and the path: a file that cannot be read, a chain
+/// without a certificate, a key file without a private key or with an encrypted one.
+///
+/// # Examples
+///
+/// ```
+/// let err = zkfence::fence::read_client_identity(("sslcert", "/no/c.pem"), ("sslkey", "/no/c.key"))
+///     .unwrap_err();
+/// assert!(err.to_string().contains("sslcert"));
+/// ```
+pub fn read_client_identity(
+    (cert_name, cert): (&'static str, &str),
+    (key_name, key): (&'static str, &str),
+) -> Result<(Vec<u8>, Vec<u8>), ConfigError> {
+    let has = |text: &[u8], marker: &[u8]| text.windows(marker.len()).any(|w| w == marker);
+    let chain = read_url_file(cert_name, cert)?;
+    if !has(&chain, b"-----BEGIN CERTIFICATE-----") {
+        return Err(ConfigError::new(
+            cert_name,
+            format!("{cert} (no certificate in it)"),
+            "a PEM file of the client's certificate, then any intermediates",
+        ));
+    }
+    let pem = read_url_file(key_name, key)?;
+    let unusable = |why: &str| {
+        ConfigError::new(
+            key_name,
+            format!("{key} ({why})"),
+            "an unencrypted PEM private key (PKCS#8, PKCS#1 or SEC1); decrypt an encrypted one with `openssl pkey -in KEY -out PLAIN`",
+        )
+    };
+    if has(&pem, b"-----BEGIN ENCRYPTED") || has(&pem, b"Proc-Type: 4,ENCRYPTED") {
+        return Err(unusable("encrypted"));
+    }
+    let keys: [&[u8]; 3] = [
+        b"-----BEGIN PRIVATE KEY-----",
+        b"-----BEGIN RSA PRIVATE KEY-----",
+        b"-----BEGIN EC PRIVATE KEY-----",
+    ];
+    if !keys.iter().any(|marker| has(&pem, marker)) {
+        return Err(unusable("no private key in it"));
+    }
+    Ok((chain, pem))
+}
+
 /// `text`, the value of the parameter `name`, with its `%XX` escapes decoded. An error names
 /// the parameter, never its value: that may be a password (libpq's `sslpassword`).
 fn decode(name: &str, text: &str) -> Result<String, ConfigError> {
