@@ -101,9 +101,16 @@ impl LocalMariaDb {
         }
         let setup = Setup::new("mariadb", "mysql", "mariadb-server", log_dir)?;
         let data = setup.dir.join("data");
+        // Temporary tables in a dir of this server's own, not the shared /tmp: a bootstrap
+        // failed once (CI, 2026-11-29) when its temp table's file was gone from /tmp before
+        // its DROP ("Could not remove temporary table ... Unknown table 'mysql.tmp_user_sys'").
+        let tmp = setup.dir.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        give(&tmp, setup.who);
         let mut init = Command::new(INSTALL_DB);
         init.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
         if setup.who.is_some() {
             init.arg("--user=mysql"); // it switches to that user itself
@@ -114,6 +121,7 @@ impl LocalMariaDb {
             .arg(format!("--datadir={}", data.display()))
             .arg(format!("--socket={}", setup.dir.join("sock").display()))
             .arg(format!("--pid-file={}", setup.dir.join("pid").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--log-error={}", setup.log.display()))
             .args([
                 &format!("--port={}", setup.port),
