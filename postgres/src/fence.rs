@@ -3,6 +3,7 @@
 use crate::sql;
 use std::future::Future;
 use std::pin::Pin;
+use std::task::Poll;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
@@ -338,7 +339,12 @@ impl PostgresFence {
 
     /// The fenced transaction: begins (at this fence's isolation level), raises the ticket's
     /// fence as its first statement, runs `work` on the transaction, checks the hold
-    /// ([`FenceTicket::check`]), and commits. Runs it all again (up to
+    /// ([`FenceTicket::check`]), and commits. The claim costs no round trip of its own: it is
+    /// sent, and `work` starts at once, without waiting for its answer (pipelined). The server
+    /// runs the claim before `work`'s statements, and a refused claim aborts the transaction,
+    /// so each of them fails and the refusal is what this returns; but what `work` does outside
+    /// the transaction (a file, a call to another service) may happen although the claim is
+    /// refused, and is never fenced. Runs it all again (up to
     /// [`with_max_attempts`](Self::with_max_attempts)) when the database reports a
     /// serialization failure or a deadlock, from `work` or the commit; `work` must therefore be
     /// safe to run again (it is: what it did was rolled back).
@@ -494,10 +500,17 @@ impl PostgresFence {
             .start()
             .await
             .map_err(store)?;
-        for ticket in tickets.iter().filter(|_| !outside) {
-            (self.claim_in(&tx, ticket, true).await).map_err(|e| e.map_store(E::from))?;
-        }
-        let value = work(&tx).await.map_err(FenceError::Store)?;
+        // The claims and `work` pipelined: every claim is sent before `work`'s first
+        // statement, without waiting for its answer, so the fence costs no round trip of its
+        // own. The server runs them in the order sent: a refused claim aborts the transaction
+        // and every statement of `work` after it fails (SQLSTATE 25P02), and the refusal is
+        // what comes back.
+        let claims = (tickets.iter().filter(|_| !outside))
+            .map(|ticket| self.claim_in(&tx, ticket, true))
+            .collect::<Vec<_>>();
+        let (claimed, worked) = pipelined(claims, work(&tx)).await;
+        claimed.map_err(|e| e.map_store(E::from))?;
+        let value = worked.map_err(FenceError::Store)?;
         // The last check before the commit: a hold lost meanwhile writes nothing (the
         // transaction is rolled back as it drops).
         checked()?;
@@ -617,6 +630,49 @@ impl PostgresFence {
             tracing::warn!(scope, from = old, to, "fence rebased");
         }
         Ok(old)
+    }
+}
+
+/// Runs `claims` and then `work` together on one connection: each polled in that order, so
+/// that each sends its statement before the next does (tokio-postgres sends a statement when
+/// its future is first polled, and the server answers in order). The first failed claim, or
+/// `Ok`; and `work`'s outcome once it is done too.
+async fn pipelined<C, W, E>(claims: Vec<C>, work: W) -> (Result<(), E>, W::Output)
+where
+    C: Future<Output = Result<Option<i64>, E>>,
+    W: Future,
+{
+    let mut claims: Vec<Pin<Box<C>>> = claims.into_iter().map(Box::pin).collect();
+    let mut claimed: Vec<Option<Result<Option<i64>, E>>> = claims.iter().map(|_| None).collect();
+    let mut work = std::pin::pin!(work);
+    let mut worked = None;
+    let worked = std::future::poll_fn(|cx| {
+        for (claim, outcome) in claims.iter_mut().zip(claimed.iter_mut()) {
+            if outcome.is_none() {
+                *outcome = ready(claim.as_mut().poll(cx));
+            }
+        }
+        if worked.is_none() {
+            worked = ready(work.as_mut().poll(cx));
+        }
+        match worked.take() {
+            Some(out) if claimed.iter().all(Option::is_some) => Poll::Ready(out),
+            out => {
+                worked = out;
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    let first_failed = claimed.into_iter().flatten().find_map(Result::err);
+    (first_failed.map_or(Ok(()), Err), worked)
+}
+
+/// A poll's value, if it is ready.
+fn ready<T>(poll: Poll<T>) -> Option<T> {
+    match poll {
+        Poll::Ready(value) => Some(value),
+        Poll::Pending => None,
     }
 }
 

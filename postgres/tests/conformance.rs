@@ -512,3 +512,62 @@ async fn a_frozen_psql_holder_lets_its_successor_through_within_the_idle_bound()
     );
     assert_eq!(store.log("frozen").await.unwrap(), vec![2]);
 }
+
+/// The claim costs no round trip of its own: `work` starts, and sends its first statement,
+/// before the claim is answered. Here the claim waits for the fence row, which another
+/// transaction holds; `work` has already begun, and its write lands behind the claim once the
+/// row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_is_pipelined_with_the_work() {
+    let store = new_store("pipelined").await;
+    let schema = store.schema().to_owned();
+    let ticket = conformance::ticket("/locks/pipelined", 0x1_0000_0001);
+    store.claim(&ticket).await.unwrap();
+    let mut blocker = open(&direct().await).await;
+    let hold = blocker.transaction().await.unwrap();
+    hold.execute(
+        &format!(
+            "SELECT token FROM {schema}.zkfence_fence WHERE scope = '/locks/pipelined' FOR UPDATE"
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let mut started_tx = Some(started_tx);
+    let fence = store.fence().clone();
+    let mut conn = store.connect().await.unwrap();
+    let insert = format!("INSERT INTO {schema}.kit_log (key, token) VALUES ('pipelined', 1)");
+    let fenced = tokio::spawn(async move {
+        (fence.transaction(&mut conn, &ticket, |tx| {
+            let started = started_tx.take();
+            let insert = insert.clone();
+            Box::pin(async move {
+                // Polled: about to send its statement.
+                if let Some(started) = started {
+                    let _ = started.send(());
+                }
+                tx.execute(insert.as_str(), &[]).await
+            })
+        }))
+        .await
+    });
+    // `work` runs while the claim still waits for the row.
+    tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .expect("work never started while the claim waited: the claim was not pipelined")
+        .unwrap();
+    assert!(
+        !fenced.is_finished(),
+        "the claim did not wait for the fence row"
+    );
+    assert!(store.log("pipelined").await.unwrap().is_empty());
+    hold.rollback().await.unwrap();
+    let rows = tokio::time::timeout(Duration::from_secs(10), fenced)
+        .await
+        .expect("the fenced transaction never ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows, 1);
+    assert_eq!(store.log("pipelined").await.unwrap().len(), 1);
+}

@@ -1,5 +1,6 @@
 //! The fence itself: its configuration, its claims and fenced writes, its reads and rebase.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -284,6 +285,10 @@ pub struct RedisFence {
     /// The replicas each claim and write waits for (`WAIT`), and for how long.
     wait: Option<Wait>,
     flaw: Flaw,
+    /// The claim and write scripts with their SHA1s, made on first use and shared by clones:
+    /// a write hashed its script each time (about 3 KiB of Lua). Reset by every builder that
+    /// changes the Lua (the prefix, a mutant).
+    scripts: Arc<OnceLock<[Script; 2]>>,
 }
 
 /// `WAIT <replicas> <timeout>` after each claim and write ([`RedisFence::with_wait`]).
@@ -338,6 +343,7 @@ impl RedisFence {
             call: Call::Scripts,
             wait: None,
             flaw: Flaw::None,
+            scripts: Arc::default(),
         }
     }
 
@@ -354,6 +360,7 @@ impl RedisFence {
     /// ```
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self.scripts = Arc::default();
         self
     }
 
@@ -501,6 +508,7 @@ impl RedisFence {
     #[doc(hidden)]
     pub fn with_mutant(mut self, mutant: zkfence::FenceMutant) -> Self {
         use zkfence::FenceMutant as M;
+        self.scripts = Arc::default();
         self.flaw = match mutant {
             M::CheckOutsideTransaction => Flaw::CheckOutsideTransaction,
             M::DoubleCompare | M::StringCompare => Flaw::DoubleCompare,
@@ -516,6 +524,18 @@ impl RedisFence {
 
     /// `sound`, one of the published Lua texts, as this fence runs it: its key prefix written
     /// in, and a mutant's flaw.
+    /// The write script (`write`) or the claim script, hashed once.
+    fn script(&self, write: bool) -> &Script {
+        let [claim, written] = self.scripts.get_or_init(|| {
+            [CLAIM_SCRIPT, WRITE_SCRIPT].map(|sound| Script::new(&self.lua(sound)))
+        });
+        if write {
+            written
+        } else {
+            claim
+        }
+    }
+
     fn lua(&self, sound: &'static str) -> String {
         let text = match self.flaw {
             Flaw::None | Flaw::KeyOutsideSlot => sound.to_owned(),
@@ -830,11 +850,7 @@ impl RedisFence {
         }
         let sent = match self.call {
             Call::Scripts => {
-                let script = Script::new(&self.lua(match commands {
-                    Some(_) => WRITE_SCRIPT,
-                    None => CLAIM_SCRIPT,
-                }));
-                let mut invocation = script.prepare_invoke();
+                let mut invocation = self.script(commands.is_some()).prepare_invoke();
                 for key in &keys {
                     invocation.key(*key);
                 }
@@ -878,7 +894,7 @@ impl RedisFence {
         }
         let lua = self.lua(if write { WRITE_SCRIPT } else { CLAIM_SCRIPT });
         let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(Script::new(&lua).get_hash());
+        evalsha.arg(self.script(write).get_hash());
         let mut eval = redis::cmd("EVAL");
         eval.arg(lua);
         (with(evalsha), Some(with(eval)))
