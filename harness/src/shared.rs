@@ -16,7 +16,6 @@
 //! # let _ = client; }
 //! ```
 
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -35,13 +34,13 @@ fn unique(name: &str) -> String {
     )
 }
 
-/// A free loopback port (bound, read, released).
+/// A free loopback port, below the kernel's ephemeral range ([`zkfence_testkit::free_port`]).
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    zkfence_testkit::free_port().expect("no free loopback port")
 }
 
 /// Waits until `condition` holds, polling every 20 ms, or panics with `what` after `timeout`.

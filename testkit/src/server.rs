@@ -122,9 +122,13 @@ pub(crate) struct Node {
     pub(crate) jvm: Mutex<Option<Jvm>>,
 }
 
-/// A free loopback port: bound on `127.0.0.1:0`, read and released, for a server you start
-/// (another process may take it in between; a server that fails to bind is started again on
-/// another).
+/// A free loopback port for a server you start: one below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, 32768–60999 by default), from a start that differs per
+/// process and call, that binds on `127.0.0.1` now. The kernel never hands out such a port to
+/// a client's connection or a bind to port 0, so the gap between this check and the server's
+/// own bind is open only to another process that picks ports the same way (a port from the
+/// ephemeral range was taken by a client's connection in that gap: PostgreSQL's bind failed,
+/// CI 2026-11-29). Falls back to a port the kernel chooses when the range starts too low.
 ///
 /// # Errors
 ///
@@ -138,6 +142,26 @@ pub(crate) struct Node {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn free_port() -> std::io::Result<u16> {
+    const LOWEST: u16 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral > LOWEST + 1_000 {
+        let span = u64::from(ephemeral - LOWEST);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+        let seed = u64::from(std::process::id()) * 7_919
+            + NEXT.fetch_add(1, Ordering::Relaxed) * 104_729
+            + nanos;
+        for step in 0..span {
+            let port = LOWEST + u16::try_from((seed + step * 977) % span).unwrap_or(0);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
