@@ -522,8 +522,6 @@ impl RedisFence {
         self
     }
 
-    /// `sound`, one of the published Lua texts, as this fence runs it: its key prefix written
-    /// in, and a mutant's flaw.
     /// The write script (`write`) or the claim script, hashed once.
     fn script(&self, write: bool) -> &Script {
         let [claim, written] = self.scripts.get_or_init(|| {
@@ -536,6 +534,8 @@ impl RedisFence {
         }
     }
 
+    /// `sound`, one of the published Lua texts, as this fence runs it: its key prefix written
+    /// in, and a mutant's flaw.
     fn lua(&self, sound: &'static str) -> String {
         let text = match self.flaw {
             Flaw::None | Flaw::KeyOutsideSlot => sound.to_owned(),
