@@ -272,6 +272,11 @@ pub(crate) struct Args {
     /// throwaway PostgreSQL.
     #[arg(long, env = "ZKFENCE_BENCH_FENCES")]
     pub(super) fences: bool,
+    /// With --fences: a round trip of this many milliseconds added to every link the variants
+    /// write through, ZooKeeper's and each store's (a proxy that holds each byte half of it
+    /// each way), where round trips show. 0, the default: loopback as it is.
+    #[arg(long, default_value_t = 0.0, requires = "fences")]
+    pub(super) latency_ms: f64,
     /// `--failover` and its options: leader failover, zkfence against Curator's LeaderLatch.
     #[command(flatten)]
     pub(super) failover: super::failover::Options,

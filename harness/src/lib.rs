@@ -28,6 +28,7 @@
 
 pub mod curator;
 mod database;
+mod delay;
 mod faults;
 mod mariadb;
 mod pgbouncer;
@@ -41,6 +42,7 @@ mod shared;
 pub mod stats;
 mod tls;
 
+pub use crate::delay::DelayProxy;
 pub use crate::faults::StoreFaults;
 pub use crate::mariadb::LocalMariaDb;
 pub use crate::pgbouncer::{LocalPgBouncer, PoolMode};

@@ -40,7 +40,10 @@ use super::stats::{per_second, Latencies};
 use super::workload::connect_raw;
 use crate::support::EXIT_USAGE;
 
+mod links;
 mod others;
+
+use links::Links;
 
 use others::Op;
 
@@ -242,6 +245,8 @@ struct Stores {
     fence_node: ZooKeeperFence,
     /// MySQL, Redis and the object store.
     others: others::Others,
+    /// The links to them all.
+    _links: Links,
 }
 
 impl Stores {
@@ -348,16 +353,29 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
     let rounds = args.rounds.unwrap_or(DEFAULT_ROUNDS);
     let seconds = args.seconds.unwrap_or(DEFAULT_SECONDS);
     let warmup_ok = args.warmup.is_finite() && args.warmup >= 0.0;
-    if rounds == 0 || !(seconds.is_finite() && seconds > 0.0) || !warmup_ok {
-        eprintln!("zkfence: --fences needs --rounds of 1 or more, and --seconds (and --warmup) that are positive numbers");
+    let latency_ok = args.latency_ms.is_finite() && args.latency_ms >= 0.0;
+    let seconds_ok = seconds.is_finite() && seconds > 0.0;
+    if !(rounds > 0 && seconds_ok && warmup_ok && latency_ok) {
+        eprintln!("zkfence: --fences needs --rounds of 1 or more, and --seconds (and --warmup, --latency-ms) that are positive numbers");
         return Ok(EXIT_USAGE);
+    }
+    let mut links = Links::new(args.latency_ms);
+    if args.latency_ms > 0.0 {
+        eprintln!(
+            "bench: every link through a delaying proxy: {} ms more per round trip",
+            args.latency_ms
+        );
     }
     let log_dir = std::env::temp_dir().join(format!("zkfence-bench-fences-{}", std::process::id()));
     std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
-    let (postgres, pg) = start_postgres(&log_dir).await?;
-    let (zk, lock) = zookeeper(hosts).await?;
-    let others = others::Others::start(&log_dir).await?;
+    let (postgres, pg) = start_postgres(&log_dir, &mut links).await?;
+    let hosts = (hosts.split(',').map(|host| links.reach(host)))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(",");
+    let (zk, lock) = zookeeper(&hosts).await?;
+    let others = others::Others::start(&log_dir, &mut links).await?;
     let mut stores = Stores {
+        _links: links,
         others,
         pg,
         pg_fence: PostgresFence::new(),
@@ -380,7 +398,7 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
         println!("{}", with_round(&round_json(seconds, &sides), round + 1));
         all.push(sides);
     }
-    print!("{}", summary(rounds, seconds, &all));
+    print!("{}", summary(rounds, seconds, args.latency_ms, &all));
     // The servers' shutdowns wait for their processes: off the runtime's threads.
     let _ = tokio::task::spawn_blocking(move || drop((stores, postgres))).await;
     let _ = std::fs::remove_dir_all(&log_dir);
@@ -389,12 +407,21 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
 
 /// A throwaway PostgreSQL (its log in `log_dir`), one connection to it, the counter table and
 /// the fence installed.
-async fn start_postgres(log_dir: &Path) -> Result<(LocalPostgres, tokio_postgres::Client), String> {
+async fn start_postgres(
+    log_dir: &Path,
+    links: &mut Links,
+) -> Result<(LocalPostgres, tokio_postgres::Client), String> {
     eprintln!("bench: starting a throwaway PostgreSQL on a loopback port ...");
     let dir: PathBuf = log_dir.to_owned();
     let started = tokio::task::spawn_blocking(move || LocalPostgres::start(&dir)).await;
     let postgres = started.map_err(|e| e.to_string())??;
-    let (client, connection) = tokio_postgres::connect(&postgres.conninfo("postgres"), NoTls)
+    let port = postgres.port();
+    let reached = links.reach(&format!("127.0.0.1:{port}"))?;
+    let conninfo = postgres.conninfo("postgres").replace(
+        &format!("port={port}"),
+        &format!("port={}", reached.rsplit(':').next().unwrap_or_default()),
+    );
+    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls)
         .await
         .map_err(|e| format!("cannot reach the throwaway PostgreSQL: {e}"))?;
     tokio::spawn(connection);
@@ -443,9 +470,13 @@ fn round_json(seconds: f64, sides: &[Side]) -> String {
 
 /// The summary: per ratio, its median and range over the rounds, and the median throughput and
 /// mean latency of both sides.
-fn summary(rounds: usize, seconds: f64, all: &[Vec<Side>]) -> String {
+fn summary(rounds: usize, seconds: f64, latency_ms: f64, all: &[Vec<Side>]) -> String {
+    let links = match latency_ms > 0.0 {
+        true => format!(", every link {latency_ms} ms more per round trip"),
+        false => String::new(),
+    };
     let mut out = format!(
-        "\nfences, {rounds} rounds of {seconds} s per variant (throughput ratios per round: median (min–max)):\n"
+        "\nfences, {rounds} rounds of {seconds} s per variant{links} (throughput ratios per round: median (min–max)):\n"
     );
     let width = RATIOS
         .iter()
@@ -536,7 +567,7 @@ mod tests {
             json.contains("\"postgres_unfenced\":{\"ops\":300,"),
             "{json}"
         );
-        let text = summary(1, 3.0, &[sides]);
+        let text = summary(1, 3.0, 0.0, &[sides]);
         assert!(text.contains("0.70 (0.70–0.70)"), "{text}");
         assert!(
             text.contains("unfenced 100 tx/s (mean 10000 µs), fenced 70 tx/s"),

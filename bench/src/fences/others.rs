@@ -57,7 +57,10 @@ pub(super) struct Others {
 
 impl Others {
     /// Starts the servers (MariaDB's log in `log_dir`) and connects.
-    pub(super) async fn start(log_dir: &FsPath) -> Result<Others, String> {
+    pub(super) async fn start(
+        log_dir: &FsPath,
+        links: &mut super::links::Links,
+    ) -> Result<Others, String> {
         eprintln!("bench: starting a throwaway MariaDB, Redis and S3 server (moto) ...");
         let dir = log_dir.to_owned();
         let mariadb = blocking(move || LocalMariaDb::start(&dir)).await?;
@@ -68,13 +71,15 @@ impl Others {
             Ok(s3)
         })
         .await?;
-        let my = mysql(&mariadb).await?;
-        let redis = (redis::Client::open(format!("redis://{}/", redis_server.addr())))
-            .map_err(|e| format!("redis: {e}"))?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| format!("redis: {e}"))?;
-        let s3 = zkfence_harness::s3_client(&s3_server.endpoint(), BUCKET, 10)?;
+        let my = mysql(&links.reach(&format!("127.0.0.1:{}", mariadb.port()))?).await?;
+        let redis =
+            (redis::Client::open(format!("redis://{}/", links.reach(&redis_server.addr())?)))
+                .map_err(|e| format!("redis: {e}"))?
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| format!("redis: {e}"))?;
+        let s3_endpoint = format!("http://{}", links.reach(&s3_server.addr())?);
+        let s3 = zkfence_harness::s3_client(&s3_endpoint, BUCKET, 10)?;
         Ok(Others {
             _mariadb: mariadb,
             _redis: redis_server,
@@ -150,10 +155,12 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| e.to_string())?
 }
 
-/// One connection to `db`'s `mysql` database (over TCP), the counter table and the fence.
-async fn mysql(db: &LocalMariaDb) -> Result<mysql_async::Conn, String> {
+/// One connection to the `mysql` database of the MariaDB at `addr` (over TCP), the counter
+/// table and the fence.
+async fn mysql(addr: &str) -> Result<mysql_async::Conn, String> {
     let my = |e: mysql_async::Error| format!("mysql setup: {e}");
-    let opts = mysql_async::Opts::from_url(&db.url("mysql")).map_err(|e| e.to_string())?;
+    let url = format!("mysql://root@{addr}/mysql");
+    let opts = mysql_async::Opts::from_url(&url).map_err(|e| e.to_string())?;
     let opts = mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false);
     let mut conn = mysql_async::Conn::new(opts).await.map_err(my)?;
     conn.query_drop(
