@@ -35,7 +35,10 @@ def postgres(conninfo, value):
 
     with psycopg.connect(conninfo) as conn:
         try:
-            with conn.transaction():  # BEGIN ... COMMIT; any error rolls back
+            # Pipeline mode: BEGIN, the claim and the write go out together, and COMMIT waits
+            # for their answers: the claim costs no round trip. A refused claim aborts the
+            # transaction, the server skips the rest, and the refusal is raised here.
+            with conn.pipeline(), conn.transaction():
                 conn.execute("SELECT zkfence_claim(%s, %s)", (SCOPE, TOKEN))
                 conn.execute(
                     "INSERT INTO example (scope, token, value) VALUES (%s, %s, %s)",
@@ -52,16 +55,29 @@ def mysql(target, value):
 
     host_port, database = target.split("/", 1)
     host, port = host_port.split(":")
-    conn = pymysql.connect(host=host, port=int(port), user="root", database=database)
+    from pymysql.constants import CLIENT
+
+    # Multi-statement text: the claim goes with the write, the seal with COMMIT, so the
+    # fence costs no round trip. The server stops a batch at its first error.
+    conn = pymysql.connect(
+        host=host,
+        port=int(port),
+        user="root",
+        database=database,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+    )
     try:  # PyMySQL runs with autocommit off, as the claim insists
         with conn.cursor() as cur:
-            cur.execute("CALL zkfence_claim(%s, %s)", (SCOPE, TOKEN))
             cur.execute(
+                "CALL zkfence_claim(%s, %s); "
                 "INSERT INTO example (scope, token, value) VALUES (%s, %s, %s)",
-                (SCOPE, int(TOKEN), value),
+                (SCOPE, TOKEN, SCOPE, int(TOKEN), value),
             )
-            cur.execute("CALL zkfence_seal(%s)", (SCOPE,))
-        conn.commit()
+            while cur.nextset():  # every statement's outcome, errors included
+                pass
+            cur.execute("CALL zkfence_seal(%s); COMMIT", (SCOPE,))
+            while cur.nextset():
+                pass
     except pymysql.err.MySQLError as err:
         conn.rollback()  # and SET SESSION TRANSACTION READ WRITE, were this connection kept
         # PyMySQL gives (error number, message), not the SQLSTATE: a SIGNAL is error 1644,
