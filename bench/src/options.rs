@@ -277,6 +277,10 @@ pub(crate) struct Args {
     /// each way), where round trips show. 0, the default: loopback as it is.
     #[arg(long, default_value_t = 0.0, requires = "fences")]
     pub(super) latency_ms: f64,
+    /// With --fences: writers per store, each with its own connection, lock and scope (a lock
+    /// path, the row or key it writes), all writing at once; the throughputs are their sum.
+    #[arg(long, default_value_t = 1, requires = "fences")]
+    pub(super) fence_writers: usize,
     /// `--failover` and its options: leader failover, zkfence against Curator's LeaderLatch.
     #[command(flatten)]
     pub(super) failover: super::failover::Options,

@@ -17,138 +17,66 @@
 //!   against `zkfence_object_store::ObjectFence::put` of the same bytes (the token inside, an
 //!   update-if-match on the version its last write left).
 //!
-//! One client of each store runs each variant back to back for `--seconds`, holding a real lock
-//! (acquired once per round) whose ticket the fenced variants use. The variants of a store are
+//! Beside each store's fence, its floor: the same transaction with the least a fence could add
+//! to it, a bare update of one more row (PostgreSQL: pipelined with the work, as the claim is;
+//! MySQL: batched with the transaction's start), and for Redis the least script (a compare and
+//! the `SET`) and the fence's function library (`FCALL`). No fence that writes its token in the
+//! transaction can cost less than its floor.
+//!
+//! Each writer (`--fence-writers`, default 1) runs each variant back to back for `--seconds`
+//! on its own connections, holding a real lock of its own (acquired once per round) whose
+//! ticket the fenced variants use; with more than one, the writers write side by side on their
+//! own scopes, rows and keys, and a variant's throughput is their sum. The variants of a store are
 //! interleaved in each round, each round starting with another, and the ratios (fenced ÷
 //! unfenced throughput) are taken per round, then summarised as their median and range, so
 //! that the drift of a noisy machine hits both sides of a ratio alike and shows as spread.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use tokio_postgres::NoTls;
-use zkfence::fence::{FenceTicket, ZooKeeperFence};
-use zkfence::{Acquire, FencedLock, LockOptions};
+use zkfence::Acquire;
 use zkfence_harness::LocalPostgres;
 use zkfence_postgres::PostgresFence;
-use zookeeper_client as zk;
 
 use super::options::Args;
 use super::rounds::{with_round, Spread};
 use super::stats::{per_second, Latencies};
-use super::workload::connect_raw;
 use crate::support::EXIT_USAGE;
 
 mod links;
 mod others;
+mod variant;
+mod writer;
 
 use links::Links;
-
-use others::Op;
+use variant::Variant;
+use writer::{measure_all, Samples, Writer};
 
 /// Rounds when `--rounds` is not given.
 const DEFAULT_ROUNDS: usize = 5;
 /// Measured seconds per variant and round when `--seconds` is not given.
 const DEFAULT_SECONDS: f64 = 3.0;
-/// The data node every ZooKeeper variant writes.
-const DATA: &str = "/bench-fence/data";
-/// The fence node of the fence-node variant (claimed once per round, before it is measured).
-const FENCE_NODE: &str = "/bench-fence/fence";
-/// The lock held while measuring: its ticket fences the fenced variants.
-const LOCK: &str = "/bench-fence/lock";
-/// What the ZooKeeper variants write.
-const PAYLOAD: &[u8] = b"zkfence-bench --fences";
-/// The PostgreSQL variants' one statement.
-const UPDATE: &str = "UPDATE bench_counter SET v = v + 1 WHERE id = 1";
-/// The PostgreSQL variants' table, with the one row they update.
-const SETUP: &str =
-    "CREATE TABLE IF NOT EXISTS bench_counter (id int PRIMARY KEY, v bigint NOT NULL);
-INSERT INTO bench_counter (id, v) VALUES (1, 0) ON CONFLICT (id) DO NOTHING";
+/// The PostgreSQL variants' tables: the counter the work updates, and the floor's fence-like
+/// table; each with a row per writer, made by [`pg_rows`].
+const SETUP: &str = "CREATE TABLE IF NOT EXISTS bench_counter (id int PRIMARY KEY, v bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS bench_floor (id int PRIMARY KEY, token bigint NOT NULL, claims bigint NOT NULL, updated timestamptz NOT NULL DEFAULT now())";
 
-/// One way of writing, timed on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    /// BEGIN; UPDATE; COMMIT.
-    PgUnfenced,
-    /// The same in `PostgresFence::transaction`: BEGIN; claim; UPDATE; check; COMMIT.
-    PgFenced,
-    /// A plain `set_data`.
-    ZkSetData,
-    /// `ZooKeeperFence::new`: one multi, check(holder's node) + set_data.
-    ZkNodeCheck,
-    /// `ZooKeeperFence::with_fence_node`: one multi (the fence remembers the node's version
-    /// from its last commit; a read first only when another writer moved it),
-    /// check(holder's node) + the fence node's version check + set_data.
-    ZkFenceNode,
-    /// MySQL: START TRANSACTION; UPDATE; COMMIT.
-    MyUnfenced,
-    /// The same in `MySqlFence::transaction`.
-    MyFenced,
-    /// Redis: a plain SET.
-    RedisSet,
-    /// The same SET in `RedisFence::write`'s script.
-    RedisFenced,
-    /// An object store: a plain put.
-    S3Put,
-    /// `ObjectFence::put` of the same bytes.
-    S3Fenced,
-}
-
-impl Variant {
-    /// The variant as the JSON lines name it.
-    fn name(self) -> &'static str {
-        match self {
-            Variant::PgUnfenced => "postgres_unfenced",
-            Variant::PgFenced => "postgres_fenced",
-            Variant::ZkSetData => "zookeeper_set_data",
-            Variant::ZkNodeCheck => "zookeeper_fenced_node_check",
-            Variant::ZkFenceNode => "zookeeper_fenced_fence_node",
-            Variant::MyUnfenced => "mysql_unfenced",
-            Variant::MyFenced => "mysql_fenced",
-            Variant::RedisSet => "redis_set",
-            Variant::RedisFenced => "redis_fenced",
-            Variant::S3Put => "object_store_put",
-            Variant::S3Fenced => "object_store_fenced",
-        }
-    }
-
-    /// The variant in the summary, beside its throughput.
-    fn label(self) -> &'static str {
-        match self {
-            Variant::PgUnfenced | Variant::MyUnfenced => "unfenced",
-            Variant::ZkSetData => "set_data",
-            Variant::RedisSet => "SET",
-            Variant::S3Put => "put",
-            _ => "fenced",
-        }
-    }
-
-    /// What one operation is called, in throughputs (`tx/s`, `writes/s`).
-    fn unit(self) -> &'static str {
-        match self {
-            Variant::PgUnfenced | Variant::PgFenced | Variant::MyUnfenced | Variant::MyFenced => {
-                "tx"
-            }
-            _ => "writes",
-        }
-    }
-}
-
-/// The PostgreSQL variants, interleaved in each round.
-const POSTGRES: [Variant; 2] = [Variant::PgUnfenced, Variant::PgFenced];
-/// The ZooKeeper variants, interleaved in each round.
-const ZOOKEEPER: [Variant; 3] = [
-    Variant::ZkSetData,
-    Variant::ZkNodeCheck,
-    Variant::ZkFenceNode,
-];
-
-/// The other stores' variants, each pair interleaved in each round.
-const OTHERS: [[Variant; 2]; 3] = [
-    [Variant::MyUnfenced, Variant::MyFenced],
-    [Variant::RedisSet, Variant::RedisFenced],
-    [Variant::S3Put, Variant::S3Fenced],
+/// Each store's variants, interleaved in each round.
+const STORES: [&[Variant]; 5] = [
+    &[Variant::PgUnfenced, Variant::PgFenced, Variant::PgFloor],
+    &[
+        Variant::ZkSetData,
+        Variant::ZkNodeCheck,
+        Variant::ZkFenceNode,
+    ],
+    &[Variant::MyUnfenced, Variant::MyFenced, Variant::MyFloor],
+    &[
+        Variant::RedisSet,
+        Variant::RedisFenced,
+        Variant::RedisFcall,
+        Variant::RedisFloor,
+    ],
+    &[Variant::S3Put, Variant::S3Fenced],
 ];
 
 /// A ratio reported: its summary label, its JSON key, and (fenced, unfenced), whose
@@ -156,11 +84,17 @@ const OTHERS: [[Variant; 2]; 3] = [
 type Ratio = (&'static str, &'static str, Variant, Variant);
 
 /// The ratios reported, in the summary's order.
-const RATIOS: [Ratio; 6] = [
+const RATIOS: [Ratio; 10] = [
     (
         "postgres  fenced tx ÷ unfenced tx",
         "postgres_fenced_per_unfenced",
         Variant::PgFenced,
+        Variant::PgUnfenced,
+    ),
+    (
+        "postgres  floor tx ÷ unfenced tx",
+        "postgres_floor_per_unfenced",
+        Variant::PgFloor,
         Variant::PgUnfenced,
     ),
     (
@@ -182,9 +116,27 @@ const RATIOS: [Ratio; 6] = [
         Variant::MyUnfenced,
     ),
     (
+        "mysql     floor tx ÷ unfenced tx",
+        "mysql_floor_per_unfenced",
+        Variant::MyFloor,
+        Variant::MyUnfenced,
+    ),
+    (
         "redis     fenced write ÷ SET",
         "redis_fenced_per_set",
         Variant::RedisFenced,
+        Variant::RedisSet,
+    ),
+    (
+        "redis     fenced FCALL ÷ SET",
+        "redis_fcall_per_set",
+        Variant::RedisFcall,
+        Variant::RedisSet,
+    ),
+    (
+        "redis     floor script ÷ SET",
+        "redis_floor_per_set",
+        Variant::RedisFloor,
         Variant::RedisSet,
     ),
     (
@@ -200,20 +152,43 @@ const RATIOS: [Ratio; 6] = [
 struct Side {
     /// What was measured.
     variant: Variant,
-    /// Operations completed in the window.
+    /// Operations completed in the window, by every writer.
     ops: u64,
-    /// The window, as measured (it ends with the operation that crosses `--seconds`).
+    /// The longest writer's window, as measured (each ends with the operation that crosses
+    /// `--seconds`).
     seconds: f64,
+    /// Operations per second: the sum of each writer's over its own window.
+    per_s: f64,
     /// Each operation's latency, from its call to its return.
     latencies: Latencies,
-    /// The mean latency in microseconds (one client: the window over the operations).
+    /// The mean latency in microseconds.
     mean_us: f64,
 }
 
 impl Side {
-    /// Operations per second of the window.
+    /// `variant`'s side from its writers' samples.
+    fn of(variant: Variant, samples: &[Samples]) -> Side {
+        let nanos: Vec<u64> = samples
+            .iter()
+            .flat_map(|s| s.nanos.iter().copied())
+            .collect();
+        let ops = nanos.len() as u64;
+        let total: f64 = nanos.iter().map(|&n| n as f64 / 1e3).sum();
+        Side {
+            variant,
+            ops,
+            seconds: samples.iter().map(|s| s.seconds).fold(0.0, f64::max),
+            per_s: (samples.iter())
+                .map(|s| per_second(s.nanos.len() as u64, s.seconds))
+                .sum(),
+            latencies: Latencies::from_nanos(&nanos),
+            mean_us: total / ops.max(1) as f64,
+        }
+    }
+
+    /// Operations per second, of every writer together.
     fn per_s(&self) -> f64 {
-        per_second(self.ops, self.seconds)
+        self.per_s
     }
 
     /// The side's JSON object.
@@ -230,133 +205,54 @@ impl Side {
     }
 }
 
-/// The clients and fences the variants write through: one connection to each store, so that
-/// every variant runs sequentially, one operation at a time.
-struct Stores {
-    /// The PostgreSQL connection.
-    pg: tokio_postgres::Client,
-    /// The PostgreSQL fence (installed in the throwaway database).
-    pg_fence: PostgresFence,
-    /// The ZooKeeper session (it also holds the lock).
-    zk: zk::Client,
-    /// The fence by the holder's node.
-    node_check: ZooKeeperFence,
-    /// The fence with a fence node.
-    fence_node: ZooKeeperFence,
-    /// MySQL, Redis and the object store.
-    others: others::Others,
-    /// The links to them all.
-    _links: Links,
-}
-
-impl Stores {
-    /// One operation of `variant`, fenced (where it is) by `ticket`.
-    async fn once(&mut self, variant: Variant, ticket: &FenceTicket) -> Result<(), String> {
-        let pg = |e: tokio_postgres::Error| format!("postgres: {e}");
-        let zk = |e: zk::Error| format!("zookeeper set_data {DATA}: {e}");
-        let write = |ops: &mut zk::MultiWriter<'_>| ops.add_set_data(DATA, PAYLOAD, None);
-        match variant {
-            Variant::PgUnfenced => {
-                let tx = self.pg.transaction().await.map_err(pg)?;
-                tx.execute(UPDATE, &[]).await.map_err(pg)?;
-                tx.commit().await.map_err(pg)?;
-            }
-            Variant::PgFenced => {
-                self.pg_fence
-                    .transaction(&mut self.pg, ticket, |tx| {
-                        Box::pin(async move { tx.execute(UPDATE, &[]).await })
-                    })
-                    .await
-                    .map_err(|e| format!("postgres fenced transaction: {e}"))?;
-            }
-            Variant::ZkSetData => {
-                self.zk.set_data(DATA, PAYLOAD, None).await.map_err(zk)?;
-            }
-            Variant::ZkNodeCheck => {
-                (self.node_check.write(ticket, write).await)
-                    .map_err(|e| format!("zookeeper fenced write (node check): {e}"))?;
-            }
-            Variant::ZkFenceNode => {
-                (self.fence_node.write(ticket, write).await)
-                    .map_err(|e| format!("zookeeper fenced write (fence node): {e}"))?;
-            }
-            Variant::MyUnfenced => self.others.once(Op::MyUnfenced, ticket).await?,
-            Variant::MyFenced => self.others.once(Op::MyFenced, ticket).await?,
-            Variant::RedisSet => self.others.once(Op::RedisSet, ticket).await?,
-            Variant::RedisFenced => self.others.once(Op::RedisFenced, ticket).await?,
-            Variant::S3Put => self.others.once(Op::S3Put, ticket).await?,
-            Variant::S3Fenced => self.others.once(Op::S3Fenced, ticket).await?,
-        }
-        Ok(())
-    }
-
-    /// `variant`'s operations, one after the other, for `seconds`.
-    async fn measure(
-        &mut self,
-        variant: Variant,
-        ticket: &FenceTicket,
-        seconds: f64,
-    ) -> Result<Side, String> {
-        let mut samples = Vec::new();
-        let start = Instant::now();
-        let until = start + Duration::from_secs_f64(seconds);
-        loop {
-            let begun = Instant::now();
-            if begun >= until {
-                break;
-            }
-            self.once(variant, ticket).await?;
-            samples.push(u64::try_from(begun.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let ops = samples.len() as u64;
-        Ok(Side {
-            variant,
-            ops,
-            seconds,
-            latencies: Latencies::from_nanos(&samples),
-            mean_us: seconds * 1e6 / ops.max(1) as f64,
-        })
-    }
-
-    /// One round (`round` from 0): the lock acquired, the fence node claimed with its ticket,
-    /// then each store's variants in turn, starting with the `round`th; the lock released.
-    async fn round(
-        &mut self,
-        lock: &FencedLock,
-        round: usize,
-        seconds: f64,
-    ) -> Result<Vec<Side>, String> {
-        let guard = (lock.acquire().await).map_err(|e| format!("acquire {LOCK}: {e}"))?;
+/// One round (`round` from 0): every writer's lock acquired and its fence node claimed with
+/// its ticket, then each store's variants in turn, starting with the `round`th, each measured
+/// for every writer side by side; the locks released.
+async fn round(
+    writers: Vec<Writer>,
+    round: usize,
+    seconds: f64,
+) -> Result<(Vec<Writer>, Vec<Side>), String> {
+    let mut held = Vec::new();
+    let mut guards = Vec::new();
+    for writer in writers {
+        let path = writer.lock.path().to_owned();
+        let guard = (writer.lock.acquire().await).map_err(|e| format!("acquire {path}: {e}"))?;
         let ticket = guard.ticket();
-        (self.fence_node.claim(&ticket).await)
-            .map_err(|e| format!("claim the fence node {FENCE_NODE}: {e}"))?;
-        let mut sides = Vec::new();
-        let groups = [&POSTGRES[..], &ZOOKEEPER[..]].into_iter();
-        for store in groups.chain(OTHERS.iter().map(|pair| &pair[..])) {
-            let mut order = store.to_vec();
-            // Each round starts with another variant, so that none always runs first.
-            let first = round % order.len();
-            order.rotate_left(first);
-            for variant in order {
-                sides.push(self.measure(variant, &ticket, seconds).await?);
-            }
-        }
-        (guard.release().await).map_err(|e| format!("release {LOCK}: {e}"))?;
-        Ok(sides)
+        writer.claim_fence_node(&ticket).await?;
+        held.push((writer, ticket));
+        guards.push((guard, path));
     }
+    let mut sides = Vec::new();
+    for store in STORES {
+        let mut order = store.to_vec();
+        // Each round starts with another variant, so that none always runs first.
+        let first = round % order.len();
+        order.rotate_left(first);
+        for variant in order {
+            let (back, samples) = measure_all(held, variant, seconds).await?;
+            held = back;
+            sides.push(Side::of(variant, &samples));
+        }
+    }
+    for (guard, path) in guards {
+        (guard.release().await).map_err(|e| format!("release {path}: {e}"))?;
+    }
+    Ok((held.into_iter().map(|(w, _)| w).collect(), sides))
 }
 
-/// `--fences`: a throwaway PostgreSQL, MariaDB, Redis and S3 server, the ZooKeeper at `hosts`, an unmeasured warm-up round
-/// of `--warmup` seconds per variant, then the rounds, each its JSON line, then the summary.
+/// `--fences`: a throwaway PostgreSQL, MariaDB, Redis and S3 server, the ZooKeeper at `hosts`,
+/// `--fence-writers` writers, an unmeasured warm-up round of `--warmup` seconds per variant,
+/// then the rounds, each its JSON line, then the summary.
 pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
     let rounds = args.rounds.unwrap_or(DEFAULT_ROUNDS);
     let seconds = args.seconds.unwrap_or(DEFAULT_SECONDS);
     let warmup_ok = args.warmup.is_finite() && args.warmup >= 0.0;
     let latency_ok = args.latency_ms.is_finite() && args.latency_ms >= 0.0;
     let seconds_ok = seconds.is_finite() && seconds > 0.0;
-    if !(rounds > 0 && seconds_ok && warmup_ok && latency_ok) {
-        eprintln!("zkfence: --fences needs --rounds of 1 or more, and --seconds (and --warmup, --latency-ms) that are positive numbers");
+    let writers_ok = (1..=64).contains(&args.fence_writers);
+    if !(rounds > 0 && seconds_ok && warmup_ok && latency_ok && writers_ok) {
+        eprintln!("zkfence: --fences needs --rounds of 1 or more, --fence-writers from 1 to 64, and --seconds (and --warmup, --latency-ms) that are positive numbers");
         return Ok(EXIT_USAGE);
     }
     let mut links = Links::new(args.latency_ms);
@@ -368,49 +264,47 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
     }
     let log_dir = std::env::temp_dir().join(format!("zkfence-bench-fences-{}", std::process::id()));
     std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
-    let (postgres, pg) = start_postgres(&log_dir, &mut links).await?;
+    let count = args.fence_writers;
+    let (postgres, conninfo) = start_postgres(&log_dir, &mut links, count).await?;
     let hosts = (hosts.split(',').map(|host| links.reach(host)))
         .collect::<Result<Vec<_>, _>>()?
         .join(",");
-    let (zk, lock) = zookeeper(&hosts).await?;
-    let others = others::Others::start(&log_dir, &mut links).await?;
-    let mut stores = Stores {
-        _links: links,
-        others,
-        pg,
-        pg_fence: PostgresFence::new(),
-        node_check: ZooKeeperFence::new(zk.clone()),
-        fence_node: ZooKeeperFence::with_fence_node(zk.clone(), FENCE_NODE)
-            .map_err(|e| e.to_string())?,
-        zk,
-    };
+    let servers = others::Servers::start(&log_dir, &mut links, count).await?;
+    let mut writers = Vec::new();
+    for index in 0..count {
+        writers.push(Writer::new(index, &hosts, &conninfo, &servers).await?);
+    }
     if args.warmup > 0.0 {
         eprintln!(
             "bench: warming up, {} s per variant (not counted) ...",
             args.warmup
         );
-        stores.round(&lock, 0, args.warmup).await?;
+        writers = round(writers, 0, args.warmup).await?.0;
     }
     let mut all = Vec::new();
-    for round in 0..rounds {
-        eprintln!("bench fences round {}/{rounds} ...", round + 1);
-        let sides = stores.round(&lock, round, seconds).await?;
-        println!("{}", with_round(&round_json(seconds, &sides), round + 1));
+    for r in 0..rounds {
+        eprintln!("bench fences round {}/{rounds} ...", r + 1);
+        let (back, sides) = round(writers, r, seconds).await?;
+        writers = back;
+        println!("{}", with_round(&round_json(seconds, count, &sides), r + 1));
         all.push(sides);
     }
-    print!("{}", summary(rounds, seconds, args.latency_ms, &all));
+    let setting = (args.latency_ms, count);
+    print!("{}", summary(rounds, seconds, setting, &all));
     // The servers' shutdowns wait for their processes: off the runtime's threads.
-    let _ = tokio::task::spawn_blocking(move || drop((stores, postgres))).await;
+    drop(writers);
+    let _ = tokio::task::spawn_blocking(move || drop((servers, links, postgres))).await;
     let _ = std::fs::remove_dir_all(&log_dir);
     Ok(0)
 }
 
-/// A throwaway PostgreSQL (its log in `log_dir`), one connection to it, the counter table and
-/// the fence installed.
+/// A throwaway PostgreSQL (its log in `log_dir`), the tables with a row per writer and the
+/// fence installed; the conninfo its writers dial (through `links`).
 async fn start_postgres(
     log_dir: &Path,
     links: &mut Links,
-) -> Result<(LocalPostgres, tokio_postgres::Client), String> {
+    writers: usize,
+) -> Result<(LocalPostgres, String), String> {
     eprintln!("bench: starting a throwaway PostgreSQL on a loopback port ...");
     let dir: PathBuf = log_dir.to_owned();
     let started = tokio::task::spawn_blocking(move || LocalPostgres::start(&dir)).await;
@@ -421,24 +315,30 @@ async fn start_postgres(
         &format!("port={port}"),
         &format!("port={}", reached.rsplit(':').next().unwrap_or_default()),
     );
-    let (client, connection) = tokio_postgres::connect(&conninfo, NoTls)
+    let (client, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls)
         .await
         .map_err(|e| format!("cannot reach the throwaway PostgreSQL: {e}"))?;
     tokio::spawn(connection);
     let setup = |e: tokio_postgres::Error| format!("postgres setup: {e}");
     client.batch_execute(SETUP).await.map_err(setup)?;
+    client
+        .batch_execute(&pg_rows(writers))
+        .await
+        .map_err(setup)?;
     PostgresFence::new().install(&client).await.map_err(setup)?;
-    Ok((postgres, client))
+    Ok((postgres, conninfo))
 }
 
-/// A session to `hosts`, the data node, and the lock whose holds fence the fenced variants.
-async fn zookeeper(hosts: &str) -> Result<(zk::Client, FencedLock), String> {
-    let client = connect_raw(hosts).await?;
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    (client.mkdir(DATA, &persistent).await).map_err(|e| format!("create {DATA}: {e}"))?;
-    let lock = FencedLock::new(client.clone(), LOCK, LockOptions::default())
-        .map_err(|e| format!("lock {LOCK}: {e}"))?;
-    Ok((client, lock))
+/// The statements that give each of `writers` writers its row in both PostgreSQL tables.
+fn pg_rows(writers: usize) -> String {
+    (1..=writers)
+        .map(|id| {
+            format!(
+                "INSERT INTO bench_counter (id, v) VALUES ({id}, 0) ON CONFLICT (id) DO NOTHING;
+INSERT INTO bench_floor (id, token, claims) VALUES ({id}, 0, 0) ON CONFLICT (id) DO NOTHING;\n"
+            )
+        })
+        .collect()
 }
 
 /// The side of `variant` in a round's sides.
@@ -454,8 +354,8 @@ fn ratio(sides: &[Side], (_, _, fenced, unfenced): Ratio) -> Option<f64> {
 
 /// A round's JSON line (its round number is added by the caller): each variant's figures, and
 /// the ratios.
-fn round_json(seconds: f64, sides: &[Side]) -> String {
-    let mut out = format!("{{\"mode\":\"fences\",\"seconds\":{seconds}");
+fn round_json(seconds: f64, writers: usize, sides: &[Side]) -> String {
+    let mut out = format!("{{\"mode\":\"fences\",\"seconds\":{seconds},\"writers\":{writers}");
     for side in sides {
         let _ = write!(out, ",\"{}\":{}", side.variant.name(), side.json());
     }
@@ -470,13 +370,22 @@ fn round_json(seconds: f64, sides: &[Side]) -> String {
 
 /// The summary: per ratio, its median and range over the rounds, and the median throughput and
 /// mean latency of both sides.
-fn summary(rounds: usize, seconds: f64, latency_ms: f64, all: &[Vec<Side>]) -> String {
+fn summary(
+    rounds: usize,
+    seconds: f64,
+    (latency_ms, writers): (f64, usize),
+    all: &[Vec<Side>],
+) -> String {
     let links = match latency_ms > 0.0 {
         true => format!(", every link {latency_ms} ms more per round trip"),
         false => String::new(),
     };
+    let writers = match writers {
+        1 => "one writer".to_owned(),
+        n => format!("{n} writers on {n} scopes"),
+    };
     let mut out = format!(
-        "\nfences, {rounds} rounds of {seconds} s per variant{links} (throughput ratios per round: median (min–max)):\n"
+        "\nfences, {writers}, {rounds} rounds of {seconds} s per variant{links} (throughput ratios per round: median (min–max)):\n"
     );
     let width = RATIOS
         .iter()
@@ -535,9 +444,34 @@ mod tests {
             variant,
             ops,
             seconds,
+            per_s: ops as f64 / seconds,
             latencies: Latencies::from_nanos(&[1000, 2000]),
             mean_us: seconds * 1e6 / ops as f64,
         }
+    }
+
+    #[test]
+    fn writers_throughputs_add_up_and_their_latencies_merge() {
+        let samples = [
+            Samples {
+                nanos: vec![1_000_000; 100],
+                seconds: 1.0,
+            },
+            Samples {
+                nanos: vec![3_000_000; 50],
+                seconds: 2.0,
+            },
+        ];
+        let side = Side::of(Variant::RedisSet, &samples);
+        assert_eq!(side.ops, 150);
+        assert_eq!(side.seconds, 2.0);
+        assert_eq!(side.per_s(), 125.0);
+        assert!(
+            (side.mean_us - 5_000_000.0 / 3.0 / 1e3 * 1.0).abs() < 1e-6,
+            "{}",
+            side.mean_us
+        );
+        assert_eq!(side.latencies.percentile(1.0), Some(3000.0));
     }
 
     #[test]
@@ -556,9 +490,10 @@ mod tests {
             side(Variant::ZkSetData, 400, 2.0),
         ];
         assert_eq!(ratio(&sides, RATIOS[0]), Some(0.7));
-        // The fenced ZooKeeper writes did not run: no ratio.
+        // The floor and the fenced ZooKeeper writes did not run: no ratio.
         assert_eq!(ratio(&sides, RATIOS[1]), None);
-        let json = round_json(3.0, &sides);
+        assert_eq!(ratio(&sides, RATIOS[2]), None);
+        let json = round_json(3.0, 1, &sides);
         assert!(
             json.contains("\"postgres_fenced_per_unfenced\":0.700"),
             "{json}"
@@ -567,7 +502,7 @@ mod tests {
             json.contains("\"postgres_unfenced\":{\"ops\":300,"),
             "{json}"
         );
-        let text = summary(1, 3.0, 0.0, &[sides]);
+        let text = summary(1, 3.0, (0.0, 1), &[sides]);
         assert!(text.contains("0.70 (0.70–0.70)"), "{text}");
         assert!(
             text.contains("unfenced 100 tx/s (mean 10000 µs), fenced 70 tx/s"),
