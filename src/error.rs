@@ -152,7 +152,7 @@ pub enum Error {
     },
 
     /// ZooKeeper refused the operation because of the path's ACL.
-    #[error("zookeeper denied {op} on {path} (acl); authenticate the client (Connector::with_auth) or grant it read, create and delete there")]
+    #[error("zookeeper denied {op} on {path} (acl); authenticate the client (Connect::with_auth) or grant it read, create and delete there")]
     AccessDenied {
         /// The operation that was refused (`create`, `list`, `delete`, ...).
         op: &'static str,

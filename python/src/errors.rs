@@ -61,6 +61,10 @@ pub(crate) fn from_lib(err: zkfence::Error) -> PyErr {
         zkfence::Error::InvalidPath { .. } | zkfence::Error::InvalidOptions(_) => {
             usage(err.to_string())
         }
+        // The library's hint names its Rust call; a Python user passes `auth=`.
+        zkfence::Error::AccessDenied { op, path } => error(format!(
+            "zkfence: zookeeper denied {op} on {path} (acl): connect with credentials the ACL grants (zkfence.connect(..., auth=(scheme, credentials))), or grant this client read, create and delete there"
+        )),
         other => error(format!("zkfence: {other}")),
     }
 }

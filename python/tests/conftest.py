@@ -23,7 +23,8 @@ def servers() -> Iterator[Dict[str, str]]:
     binary = os.environ.get("ZKFENCE_SERVERS")
     if not binary:
         pytest.fail("run the suite with scripts/pytest (ZKFENCE_SERVERS names the harness's zkfence-servers)")
-    proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    names = ["zookeeper", "postgres", "mysql", "redis", "curator"]
+    proc = subprocess.Popen([binary, *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdin is not None
     line = proc.stdout.readline()
     if not line:

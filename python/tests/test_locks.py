@@ -199,3 +199,62 @@ def test_a_guard_collected_unreleased_releases(zk: Any, kazoo: Any, lock_path: s
     del guard
     gc.collect()
     wait_until("the collected guard's node is gone", lambda: kazoo.get_children(lock_path) == [], 5)
+
+
+def test_a_curator_holder_and_a_python_holder_queue_on_one_path(zk: Any, servers: Any, kazoo: Any, lock_path: str) -> None:
+    import re
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    classes = servers["curator_classes"]
+    os.makedirs(classes, exist_ok=True)
+    classpath = servers["curator_classpath"]
+    subprocess.run(["javac", "-cp", classpath, "-d", classes, os.path.join(here, "CuratorHolder.java")], check=True)
+    python = zkfence.FencedLock(zk, lock_path).acquire().wait()
+    assert python is not None
+    # Curator's node name: the same protocol, so each sees the other in the queue.
+    assert re.fullmatch(r"_c_[0-9a-f-]{36}-lock-\d{10}", python.node.rsplit("/", 1)[1]), python.node
+    curator = subprocess.Popen(
+        ["java", "-cp", classpath, "CuratorHolder", zk.hosts, lock_path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+    )
+    assert curator.stdout is not None and curator.stdin is not None
+    out = curator.stdout.fileno()
+
+    def line() -> str:
+        read = b""
+        while not read.endswith(b"\n"):
+            byte = os.read(out, 1)
+            assert byte, f"Curator's holder ended after {read!r}"
+            read += byte
+        return read.decode().strip()
+
+    assert line() == "started"
+    wait_until("Curator queued behind the Python holder", lambda: len(kazoo.get_children(lock_path)) == 2)
+    # While the Python holder holds, Curator's does not.
+    import select
+
+    assert select.select([out], [], [], 1.0)[0] == [], "Curator holds while the Python holder does"
+    python.release()
+    assert line() == "held"
+    lock = zkfence.FencedLock(zk, lock_path)
+    with lock.try_acquire() as none:
+        assert none is None
+    curator.stdin.write(b"release\n")
+    assert line() == "released"
+    assert curator.wait(30) == 0
+    with lock.acquire(timeout=10) as again:
+        assert again.token > python.token
+
+
+def test_an_acl_refusal_says_so_and_the_credentials_that_pass(zk: Any, kazoo: Any, lock_path: str) -> None:
+    from kazoo.security import make_digest_acl
+
+    kazoo.add_auth("digest", "owner:secret")
+    kazoo.create(lock_path, acl=[make_digest_acl("owner", "secret", all=True)], makepath=True)
+    with pytest.raises(zkfence.ZkfenceError) as refused:
+        zkfence.FencedLock(zk, lock_path + "/orders").acquire(timeout=5).wait()
+    assert "denied create" in str(refused.value) and "auth=" in str(refused.value), refused.value
+    owner = zkfence.connect(zk.hosts, auth=("digest", "owner:secret"))
+    with zkfence.FencedLock(owner, lock_path + "/orders").acquire(timeout=10) as guard:
+        assert guard.token > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Tuple
 
 from . import _zkfence
 from ._errors import Refused
@@ -89,7 +89,7 @@ def _reset(conn: Any) -> None:
 
 
 def _refusal(err: BaseException, scope: str, token: int) -> BaseException:
-    args = getattr(err, "args", ())
+    args: Tuple[Any, ...] = tuple(getattr(err, "args", ()))
     if len(args) < 2 or args[0] != SIGNAL_ERRNO or not str(args[1]).startswith("zkfence: refused"):
         return err
     match = re.search(r"the fence holds (\d+)", str(args[1]))

@@ -1,8 +1,10 @@
-//! `zkfence-servers [zookeeper|postgres|mysql|redis]...`: the servers the harness starts, for
-//! tests and benches written in other languages (the Python package's pytest suite and bench):
-//! a ZooKeeper, a PostgreSQL, a MariaDB and a Redis (those named, or all four) on loopback
-//! ports with temp dirs. Prints one JSON line of their addresses once all are up, then waits
-//! for its standard input to close (its parent ending, or closing the pipe) and stops them all.
+//! `zkfence-servers [zookeeper|postgres|mysql|redis|curator]...`: the servers the harness
+//! starts, for tests and benches written in other languages (the Python package's pytest suite
+//! and bench): a ZooKeeper, a PostgreSQL, a MariaDB and a Redis (those named, or all four) on
+//! loopback ports with temp dirs; `curator` adds the class path of Curator's jars and a
+//! directory for classes compiled against them (`curator_classpath`, `curator_classes`).
+//! Prints one JSON line of their addresses once all are up, then waits for its standard input
+//! to close (its parent ending, or closing the pipe) and stops them all.
 //!
 //! ```text
 //! $ zkfence-servers < some-pipe
@@ -34,9 +36,9 @@ struct Servers {
 fn serve() -> Result<(), String> {
     const ALL: [&str; 4] = ["zookeeper", "postgres", "mysql", "redis"];
     let mut names: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(bad) = names.iter().find(|n| !ALL.contains(&n.as_str())) {
+    if let Some(bad) = (names.iter()).find(|n| !ALL.contains(&n.as_str()) && *n != "curator") {
         return Err(format!(
-            "no server {bad:?}: name zookeeper, postgres, mysql or redis (none: all four)"
+            "no server {bad:?}: name zookeeper, postgres, mysql, redis or curator (none: the four servers)"
         ));
     }
     if names.is_empty() {
@@ -70,6 +72,13 @@ fn serve() -> Result<(), String> {
         let redis = LocalRedis::start()?;
         fields.push(format!("\"redis\":\"redis://{}/\"", json(&redis.addr())));
         servers.redis = Some(redis);
+    }
+    if wants("curator") {
+        let classes = dir.join("classes");
+        let classpath = zkfence_harness::curator::classpath(&classes)?;
+        fields.push(format!("\"curator_classpath\":\"{}\"", json(&classpath)));
+        let classes = classes.display().to_string();
+        fields.push(format!("\"curator_classes\":\"{}\"", json(&classes)));
     }
     println!("{{{}}}", fields.join(","));
     // Until the parent is done with them: end of input, or an error reading it.
