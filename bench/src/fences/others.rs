@@ -13,6 +13,8 @@ use zkfence_mysql::MySqlFence;
 use zkfence_object_store::ObjectFence;
 use zkfence_redis::{Commands, RedisFence};
 
+use super::variant::Variant;
+
 /// What the variants write (the same bytes as the other stores' variants).
 const PAYLOAD: &[u8] = b"zkfence-bench --fences";
 /// The bucket the object store variants write to.
@@ -23,30 +25,6 @@ const BUCKET: &str = "zkfence-bench";
 const REDIS_FLOOR: &str = "local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
 if seen > tonumber(ARGV[1]) then return redis.error_reply('ZF001 refused') end
 return redis.call('SET', KEYS[2], ARGV[2])";
-
-/// One way of writing to one of these stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Op {
-    /// MySQL: START TRANSACTION; UPDATE; COMMIT.
-    MyUnfenced,
-    /// The same in `MySqlFence::transaction`.
-    MyFenced,
-    /// The same with a bare row update batched with START TRANSACTION: the floor of a fence
-    /// row claimed in the transaction.
-    MyFloor,
-    /// Redis: a plain SET.
-    RedisSet,
-    /// The same SET in `RedisFence::write`'s script.
-    RedisFenced,
-    /// The same SET through the function library (`FCALL`).
-    RedisFcall,
-    /// The same SET in the floor's script ([`REDIS_FLOOR`]).
-    RedisFloor,
-    /// An object store: a plain put.
-    S3Put,
-    /// `ObjectFence::put` of the same bytes.
-    S3Fenced,
-}
 
 /// The servers, stopped when dropped, and the addresses their clients dial.
 pub(super) struct Servers {
@@ -153,27 +131,28 @@ pub(super) struct Clients {
 }
 
 impl Clients {
-    /// One operation `op`, fenced where it is by `ticket`.
-    pub(super) async fn once(&mut self, op: Op, ticket: &FenceTicket) -> Result<(), String> {
+    /// One operation of `op` (one of these stores' variants), fenced where it is by `ticket`;
+    /// another store's variant is an error.
+    pub(super) async fn once(&mut self, op: Variant, ticket: &FenceTicket) -> Result<(), String> {
         let my = |e: mysql_async::Error| format!("mysql: {e}");
         match op {
-            Op::MyUnfenced | Op::MyFloor => {
+            Variant::MyUnfenced | Variant::MyFloor => {
                 let start = match op {
-                    Op::MyFloor => self.floor.as_str(),
+                    Variant::MyFloor => self.floor.as_str(),
                     _ => "START TRANSACTION",
                 };
                 self.my.query_drop(start).await.map_err(my)?;
                 self.my.query_drop(self.update).await.map_err(my)?;
                 self.my.query_drop("COMMIT").await.map_err(my)?;
             }
-            Op::MyFenced => {
+            Variant::MyFenced => {
                 let update = self.update;
                 (self.my_fence)
                     .transaction(&mut self.my, ticket, |c| Box::pin(c.query_drop(update)))
                     .await
                     .map_err(|e| format!("mysql fenced transaction: {e}"))?;
             }
-            Op::RedisSet => {
+            Variant::RedisSet => {
                 redis::cmd("SET")
                     .arg(&self.redis_key)
                     .arg(PAYLOAD)
@@ -181,9 +160,9 @@ impl Clients {
                     .await
                     .map_err(|e| format!("redis SET: {e}"))?;
             }
-            Op::RedisFenced | Op::RedisFcall => {
+            Variant::RedisFenced | Variant::RedisFcall => {
                 let fence = match op {
-                    Op::RedisFcall => &self.redis_functions,
+                    Variant::RedisFcall => &self.redis_functions,
                     _ => &self.redis_fence,
                 };
                 let key = self.redis_key.as_str();
@@ -191,7 +170,7 @@ impl Clients {
                 (fence.write(&mut self.redis, ticket, &commands).await)
                     .map_err(|e| format!("redis fenced write: {e}"))?;
             }
-            Op::RedisFloor => {
+            Variant::RedisFloor => {
                 (self
                     .redis_floor
                     .key(&self.redis_floor_key)
@@ -202,19 +181,25 @@ impl Clients {
                 .await
                 .map_err(|e| format!("redis floor script: {e}"))?;
             }
-            Op::S3Put => {
+            Variant::S3Put => {
                 (self
                     .s3
                     .put(&self.plain, PutPayload::from_static(PAYLOAD))
                     .await)
                     .map_err(|e| format!("s3 put: {e}"))?;
             }
-            Op::S3Fenced => {
+            Variant::S3Fenced => {
                 (self
                     .s3_fence
                     .put(ticket, &self.fenced, PAYLOAD.to_vec())
                     .await)
                     .map_err(|e| format!("s3 fenced put: {e}"))?;
+            }
+            other => {
+                return Err(format!(
+                    "{} is not a MySQL, Redis or S3 variant",
+                    other.name()
+                ))
             }
         }
         Ok(())

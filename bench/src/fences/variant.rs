@@ -1,8 +1,6 @@
 //! The ways of writing `bench --fences` measures, each store's unfenced, fenced and floor
 //! variants.
 
-use super::others::Op;
-
 /// One way of writing, timed on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Variant {
@@ -85,22 +83,6 @@ impl Variant {
             | Variant::MyFenced
             | Variant::MyFloor => "tx",
             _ => "writes",
-        }
-    }
-
-    /// The operation of a store beyond PostgreSQL and ZooKeeper (a PostgreSQL or ZooKeeper
-    /// variant has none: the object store's put stands in).
-    pub(super) fn op(self) -> Op {
-        match self {
-            Variant::MyUnfenced => Op::MyUnfenced,
-            Variant::MyFenced => Op::MyFenced,
-            Variant::MyFloor => Op::MyFloor,
-            Variant::RedisSet => Op::RedisSet,
-            Variant::RedisFenced => Op::RedisFenced,
-            Variant::RedisFcall => Op::RedisFcall,
-            Variant::RedisFloor => Op::RedisFloor,
-            Variant::S3Fenced => Op::S3Fenced,
-            _ => Op::S3Put,
         }
     }
 }

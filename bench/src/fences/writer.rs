@@ -138,7 +138,7 @@ impl Writer {
                 (self.fence_node.write(ticket, write).await)
                     .map_err(|e| format!("zookeeper fenced write (fence node): {e}"))?;
             }
-            other => self.others.once(other.op(), ticket).await?,
+            other => self.others.once(other, ticket).await?,
         }
         Ok(())
     }
