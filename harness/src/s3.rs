@@ -9,6 +9,12 @@ use std::time::{Duration, Instant};
 
 use zkfence_testkit::{spawn_tied, Keeper};
 
+/// moto's server app on 127.0.0.1 and the port in `sys.argv[1]`, one request at a time.
+const SERIAL_MOTO: &str = "import sys
+from werkzeug.serving import run_simple
+from moto.server import DomainDispatcherApplication, create_backend_app
+run_simple('127.0.0.1', int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False, use_reloader=False)";
+
 /// The moto a kit-built environment gets for [`Preconditions::Enforced`]: it answers a failed
 /// `If-Match` or `If-None-Match` on PutObject with 412.
 const MOTO_ENFORCING: &str = "5.2.1";
@@ -106,21 +112,19 @@ impl LocalS3 {
         let log = std::fs::File::create(dir.join("moto.log")).map_err(|e| format!("log: {e}"))?;
         let err_log = log.try_clone().map_err(|e| format!("log: {e}"))?;
         let mut cmd = Command::new(python);
-        cmd.args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err_log);
+        // moto's own `moto.server` serves each request on a thread of its own, and its
+        // conditional PutObject checks and then stores without a lock: two concurrent
+        // `If-None-Match: *` creates could both succeed (seen once in CI, 2026-11-29, as
+        // verify's `concurrent_first_claims` failing on the enforcing server). S3 makes the
+        // check and the write one step; one request at a time does the same here.
+        cmd.args(["-c", SERIAL_MOTO, &port.to_string()])
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err_log);
         // The server stops with us however we die, whichever thread started it.
         let (child, _keeper) = spawn_tied(cmd, libc::SIGKILL)
-            .map_err(|e| format!("start {} -m moto.server: {e}", python.display()))?;
+            .map_err(|e| format!("start {}'s moto server: {e}", python.display()))?;
         let mut s3 = LocalS3 {
             child,
             port,
