@@ -23,7 +23,6 @@ import inspect
 from typing import (
     Any,
     Awaitable,
-    Callable,
     Generator,
     Mapping,
     NamedTuple,
@@ -33,7 +32,7 @@ from typing import (
     Union,
 )
 
-from . import _zkfence
+from . import _zkfence, mysql, postgres, redis
 from ._errors import LockLost, Refused, Timeout, ZkfenceError
 
 __all__ = [
@@ -355,17 +354,3 @@ class FencedElection(_Acquirable):
         """The same as :meth:`acquire`."""
         return self.acquire(timeout)
 
-
-def _ticket_and_check(held: Union[Guard, Ticket, Tuple[str, int]]) -> Tuple[str, int, Callable[[], None]]:
-    """The scope, the token, and the check to run before committing, from a guard or a
-    ticket (a ticket alone has no check: the store's fence is then all that stands)."""
-    if isinstance(held, Guard):
-        ticket = held.ticket
-        return ticket.scope, ticket.token, held.check
-    scope, token = held[0], held[1]
-    if not isinstance(scope, str) or not isinstance(token, int) or token < 0:
-        raise ValueError("give a zkfence Guard, or a ticket (scope: str, token: int from 0)")
-    return scope, token, lambda: None
-
-
-from . import mysql, postgres, redis  # noqa: E402  (they use the names above)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from . import _zkfence
 from ._errors import Refused
+from ._held import ticket_and_check
 
 #: The error number MySQL and MariaDB give a ``SIGNAL`` (the SQLSTATE is not passed on by
 #: PyMySQL); a refusal's message starts with ``zkfence: refused``.
@@ -49,13 +50,12 @@ def transaction(conn: Any, held: Any) -> Iterator[Any]:
     yields a cursor; seals and commits when the block ends, after a last check of the
     guard's hold; rolls back on any exception.
 
-    Raises :class:`zkfence.Refused` when a newer holder has claimed the scope (or the seal
-    finds the transaction rolled back under the work), :class:`zkfence.LockLost` when the
-    hold ended before the commit.
+    Raises :class:`zkfence.Refused` when a newer holder has claimed the scope,
+    :class:`zkfence.LockLost` when the hold ended before the commit, and PyMySQL's error
+    (1644, ``zkfence: this transaction holds no claim``) when the seal finds the transaction
+    rolled back under the work.
     """
-    from . import _ticket_and_check
-
-    scope, token, check = _ticket_and_check(held)
+    scope, token, check = ticket_and_check(held)
     if conn.get_autocommit():
         raise ValueError(
             "zkfence.mysql.transaction needs autocommit off (PyMySQL's default: connect "
@@ -73,7 +73,10 @@ def transaction(conn: Any, held: Any) -> Iterator[Any]:
         conn.commit()
     except BaseException as err:
         _reset(conn)
-        raise _refusal(err, scope, token) from err
+        refused = _refusal(err, scope, token)
+        if refused is None:
+            raise
+        raise refused from err
     finally:
         cur.close()
 
@@ -88,9 +91,10 @@ def _reset(conn: Any) -> None:
         pass  # a broken connection rolls back on its own
 
 
-def _refusal(err: BaseException, scope: str, token: int) -> BaseException:
+def _refusal(err: BaseException, scope: str, token: int) -> Optional[Refused]:
+    """``err`` as :class:`Refused` when it is the fence's refusal; else ``None``."""
     args: Tuple[Any, ...] = tuple(getattr(err, "args", ()))
     if len(args) < 2 or args[0] != SIGNAL_ERRNO or not str(args[1]).startswith("zkfence: refused"):
-        return err
+        return None
     match = re.search(r"the fence holds (\d+)", str(args[1]))
     return Refused(str(args[1]), scope, token, int(match.group(1)) if match else None)

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional
 
 from . import _zkfence
 from ._errors import Refused
+from ._held import ticket_and_check
 
 #: The SQLSTATE of a refusal.
 REFUSED = "ZF001"
@@ -41,15 +42,16 @@ def claim(conn: Any, held: Any, schema: Optional[str] = None) -> Optional[int]:
     """Claims the fence for the guard (or ticket) in the connection's open transaction: the
     first statement of a transaction that writes under the lock. The token the fence held
     before (``None`` on the scope's first claim)."""
-    from . import _ticket_and_check
-
-    scope, token, _ = _ticket_and_check(held)
+    scope, token, _ = ticket_and_check(held)
     try:
         row = conn.execute(
             f"SELECT {_claim_function(schema)}(%s, %s)", (scope, token)
         ).fetchone()
     except Exception as err:  # psycopg.Error: the package does not import psycopg
-        raise _refusal(err, scope, token) from err
+        refused = _refusal(err, scope, token)
+        if refused is None:
+            raise
+        raise refused from err
     return None if row is None else row[0]
 
 
@@ -61,9 +63,7 @@ def transaction(conn: Any, held: Any, schema: Optional[str] = None) -> Iterator[
     Raises :class:`zkfence.Refused` when a newer holder has claimed the scope, and
     :class:`zkfence.LockLost` when the hold ended before the commit.
     """
-    from . import _ticket_and_check
-
-    _, _, check = _ticket_and_check(held)
+    _, _, check = ticket_and_check(held)
     with conn.transaction():
         claim(conn, held, schema)
         yield conn
@@ -71,10 +71,10 @@ def transaction(conn: Any, held: Any, schema: Optional[str] = None) -> Iterator[
         check()
 
 
-def _refusal(err: BaseException, scope: str, token: int) -> BaseException:
-    """``err`` as :class:`Refused` when it is the fence's refusal; else ``err``."""
+def _refusal(err: BaseException, scope: str, token: int) -> Optional[Refused]:
+    """``err`` as :class:`Refused` when it is the fence's refusal; else ``None``."""
     if getattr(err, "sqlstate", None) != REFUSED:
-        return err
+        return None
     detail = getattr(getattr(err, "diag", None), "message_detail", None) or ""
     seen = int(detail) if re.fullmatch(r"-?\d+", detail) else None
     return Refused(str(err).strip(), scope, token, seen)

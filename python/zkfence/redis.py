@@ -12,6 +12,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _zkfence
 from ._errors import Refused
+from ._held import ticket_and_check
 
 #: The fence keys' prefix: the fence of scope ``S`` is the key ``zkfence:fence:{S}``.
 PREFIX = "zkfence:fence:"
@@ -58,9 +59,7 @@ def _call(client: Any, script: str, keys: List[str], args: List[Any], scope: str
 def claim(client: Any, held: Any) -> Optional[int]:
     """Raises the scope's fence to the guard's token; the token it held before (``None``
     on the first claim)."""
-    from . import _ticket_and_check
-
-    scope, token, check = _ticket_and_check(held)
+    scope, token, check = ticket_and_check(held)
     check()
     reply = _call(client, _CLAIM, [fence_key(scope)], [str(token)], scope, token)
     return int(reply[1]) if reply[1] else None
@@ -70,9 +69,7 @@ def write(client: Any, held: Any, commands: Iterable[Sequence[Any]]) -> List[Any
     """Runs ``commands`` (each a sequence: the command's name, then its arguments, keys
     marked with :class:`Key`) if the guard's token is not older than the fence's, and raises
     the fence to it; their replies, in order."""
-    from . import _ticket_and_check
-
-    scope, token, check = _ticket_and_check(held)
+    scope, token, check = ticket_and_check(held)
     keys = [fence_key(scope)]
     args: List[Any] = [str(token)]
     encoded: List[Any] = []
