@@ -281,6 +281,10 @@ pub(crate) struct Args {
     /// path, the row or key it writes), all writing at once; the throughputs are their sum.
     #[arg(long, default_value_t = 1, requires = "fences")]
     pub(super) fence_writers: usize,
+    /// With --fences: the stores measured, of postgres, zookeeper, mysql, redis and
+    /// object-store (all by default; the servers of all of them start either way).
+    #[arg(long, value_delimiter = ',', requires = "fences")]
+    pub(super) fence_stores: Vec<String>,
     /// `--failover` and its options: leader failover, zkfence against Curator's LeaderLatch.
     #[command(flatten)]
     pub(super) failover: super::failover::Options,

@@ -77,7 +77,8 @@ enum Action {
     /// Install the fence in the store (idempotent), or print what would be installed.
     #[command(after_help = "\
 What each store gets: PostgreSQL the table zkfence_fence and the function zkfence_claim;
-MySQL/MariaDB the table and the procedures zkfence_claim and zkfence_seal; Redis the function
+MySQL/MariaDB the table and the procedures zkfence_claim, zkfence_seal, zkfence_begin and
+zkfence_commit; Redis the function
 library zkfence (zkfence_claim, zkfence_write; Redis 7); an object store nothing (install runs
 the probe of its conditional writes); ZooKeeper nothing (the fence node is created by the
 first claim).
@@ -623,7 +624,7 @@ async fn install(at: &At, idle: Duration) -> Result<(), Failed> {
                 .await
                 .map_err(cannot_connect)?;
             (fence.install().await).map_err(|e| Failed::store("cannot install the fence", e))?;
-            "the table zkfence_fence and the procedures zkfence_claim(scope, token) and zkfence_seal(scope)".to_owned()
+            "the table zkfence_fence and the procedures zkfence_claim(scope, token), zkfence_seal(scope), zkfence_begin(scope, token) and zkfence_commit(scope)".to_owned()
         }
         #[cfg(feature = "redis")]
         Store::Redis(url) => install_redis(at, &url).await?,

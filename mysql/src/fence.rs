@@ -554,7 +554,7 @@ impl MySqlFence {
                 // A seal stopped the commit, or the commit failed: nothing committed.
                 roll_back(conn).await;
                 let reason = retryable(&err);
-                let err = FenceError::Store(E::from(err));
+                let err = FenceError::Store(E::from(not_installed(err)));
                 Err(match reason {
                     Some(reason) => Attempt::Retry(reason, err),
                     None => Attempt::Done(err),
@@ -780,8 +780,14 @@ impl MySqlFence {
             .exec(
                 "SELECT ROUTINE_NAME, ROUTINE_DEFINITION FROM information_schema.ROUTINES \
                  WHERE ROUTINE_SCHEMA = ? AND ROUTINE_TYPE = 'PROCEDURE' \
-                 AND ROUTINE_NAME IN ('zkfence_claim', 'zkfence_seal')",
-                (&db,),
+                 AND ROUTINE_NAME IN (?, ?, ?, ?)",
+                (
+                    &db,
+                    sql::PROCEDURES[0],
+                    sql::PROCEDURES[1],
+                    sql::PROCEDURES[2],
+                    sql::PROCEDURES[3],
+                ),
             )
             .await?;
         if columns.is_empty() && routines.is_empty() {
@@ -975,6 +981,7 @@ fn classify(
     err: mysql_async::Error,
     phase: &'static str,
 ) -> Attempt<mysql_async::Error> {
+    let err = not_installed(err);
     if let Some(seen) = refusal(&err) {
         return Attempt::Done(ticket.refused(seen));
     }
@@ -991,6 +998,23 @@ fn classify(
         Attempt::Done(ticket.in_doubt(err))
     } else {
         Attempt::Done(FenceError::Store(err))
+    }
+}
+
+/// `err`, or, where it says that one of the fence's procedures does not exist, the same error
+/// saying what to run (an install older than `zkfence_begin` and `zkfence_commit` has the claim
+/// and the seal alone).
+fn not_installed(err: mysql_async::Error) -> mysql_async::Error {
+    match err {
+        mysql_async::Error::Server(mut e) if e.code == 1305 && e.message.contains("zkfence_") => {
+            e.message.push_str(
+                ": this version's fence is not installed in the database the fence looks in: \
+                 run `zkfence fence install mysql://…/DB` (or MySqlFence::install), which also \
+                 updates an older install",
+            );
+            mysql_async::Error::Server(e)
+        }
+        err => err,
     }
 }
 

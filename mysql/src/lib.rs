@@ -5,7 +5,7 @@
 //! # What it installs
 //!
 //! [`MySqlFence::install`] creates (idempotently) a table `zkfence_fence` (one row per
-//! **scope**, a lock path: the highest token accepted) and two procedures, which any client
+//! **scope**, a lock path: the highest token accepted) and four procedures, which any client
 //! calls the same way ([`MySqlFence::install_sql`] prints the script for the `mysql`/`mariadb`
 //! client; `zkfence fence install mysql://…` runs it):
 //!
@@ -17,8 +17,21 @@
 //!   ([`MySqlFence::with_idle_timeout`], 10 s by default).
 //! - `zkfence_seal(scope)`, called last before `COMMIT`: checks that this transaction still
 //!   holds the scope's claim, or signals [`ROLLED_BACK`] (`ZF003`).
+//! - `zkfence_begin(scope, token)` and `zkfence_commit(scope)`: the same claim and seal as a
+//!   transaction's first and last statements. The first turns autocommit off before it claims,
+//!   the second commits after it seals and turns autocommit back on, so a fenced transaction
+//!   costs the server no statement more than a plain one. [`MySqlFence::transaction`] sends
+//!   these.
 //!
 //! # The recipe, from any client
+//!
+//! ```sql
+//! CALL zkfence_begin('/locks/orders', '4294967339'); -- instead of START TRANSACTION
+//! UPDATE orders SET state = 'paid' WHERE id = 7;
+//! CALL zkfence_commit('/locks/orders');              -- instead of COMMIT
+//! ```
+//!
+//! or, on a connection that keeps autocommit off:
 //!
 //! ```sql
 //! SET autocommit = 0;                               -- once per connection: the claim insists

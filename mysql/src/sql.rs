@@ -106,18 +106,51 @@ pub(crate) fn parameters(name: &str, claim: Claim) -> Vec<(String, String, Optio
         ),
     };
     let mut params = vec![("p_scope".to_owned(), scope.0, scope.1)];
-    if name == "zkfence_claim" {
+    if name == PROCEDURES[0] || name == PROCEDURES[2] {
         params.push(("p_token_text".to_owned(), "varchar(255)".to_owned(), None));
     }
     params
 }
 
-/// The procedures' names and their `CREATE PROCEDURE` statements.
-pub(crate) fn procedures(database: Option<&str>, code: Code) -> [(&'static str, String); 2] {
+/// The procedures' names, as [`procedures`] installs them.
+pub(crate) const PROCEDURES: [&str; 4] = [
+    "zkfence_claim",
+    "zkfence_seal",
+    "zkfence_begin",
+    "zkfence_commit",
+];
+
+/// The procedures' names and their `CREATE PROCEDURE` statements: the claim and the seal, and
+/// the same two as a fenced transaction's first and last statements (`zkfence_begin` turns
+/// autocommit off and claims, `zkfence_commit` seals and commits), so that a fenced
+/// transaction costs the server no more statements than a plain one (`START TRANSACTION`, the
+/// work, `COMMIT`).
+pub(crate) fn procedures(database: Option<&str>, code: Code) -> [(&'static str, String); 4] {
     [
-        ("zkfence_claim", claim_procedure(database, code)),
-        ("zkfence_seal", seal_procedure(database, code.claim)),
+        (PROCEDURES[0], claim_procedure(database, code, Ends::Alone)),
+        (
+            PROCEDURES[1],
+            seal_procedure(database, code.claim, Ends::Alone),
+        ),
+        (
+            PROCEDURES[2],
+            claim_procedure(database, code, Ends::Transaction),
+        ),
+        (
+            PROCEDURES[3],
+            seal_procedure(database, code.claim, Ends::Transaction),
+        ),
     ]
+}
+
+/// Whether a claim or seal procedure also opens or ends the transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// The claim or seal alone: the client turns autocommit off and commits.
+    Alone,
+    /// `zkfence_begin`, which turns autocommit off before its claim (and returns no result
+    /// set), or `zkfence_commit`, which commits after its seal and turns autocommit back on.
+    Transaction,
 }
 
 /// The body of a `CREATE PROCEDURE` statement (from its `BEGIN` line), as
@@ -154,10 +187,9 @@ pub(crate) fn install_script(database: Option<&str>, code: Code) -> String {
     script
 }
 
-fn claim_procedure(database: Option<&str>, code: Code) -> String {
+fn claim_procedure(database: Option<&str>, code: Code, ends: Ends) -> String {
     let claim = code.claim;
     let table = qualified(database, "zkfence_fence");
-    let name = qualified(database, "zkfence_claim");
     let refuse_if = match claim {
         Claim::StrictlyGreater => "seen >= p_token",
         _ => "seen > p_token",
@@ -171,10 +203,26 @@ fn claim_procedure(database: Option<&str>, code: Code) -> String {
     let bad_args = bad("zkfence_claim: give the lock path (1 to 1024 bytes of UTF-8) and its fencing token as quoted text, a decimal integer from 0 to 9223372036854775807 (as ZKFENCE_TOKEN holds it)");
     let read_only = bad("zkfence_claim: this connection refuses writes since an earlier zkfence error: ROLLBACK; SET SESSION TRANSACTION READ WRITE; then claim again, with a token that still holds the lock");
     let scope_param = scope_param(claim);
+    // zkfence_begin turns autocommit off itself; the claim alone insists on it.
+    let (name, comment, autocommit, reply) = match ends {
+        Ends::Alone => (
+            PROCEDURES[0],
+            "raises the scope''s fence to the token",
+            format!("IF @@autocommit <> 0 THEN\n    {no_autocommit}\n  END IF;"),
+            "\n  SELECT seen AS previous;",
+        ),
+        Ends::Transaction => (
+            PROCEDURES[2],
+            "turns autocommit off, then raises the scope''s fence to the token",
+            "SET autocommit = 0;".to_owned(),
+            "",
+        ),
+    };
+    let name = qualified(database, name);
     format!(
         "CREATE PROCEDURE {name}(IN p_scope {scope_param}, IN p_token_text VARCHAR(255))
   MODIFIES SQL DATA
-  COMMENT 'zkfence: raises the scope''s fence to the token, or signals SQLSTATE {REFUSED} and dooms the transaction; keeps the fence row locked to the end of the transaction'
+  COMMENT 'zkfence: {comment}, or signals SQLSTATE {REFUSED} and dooms the transaction; keeps the fence row locked to the end of the transaction'
 BEGIN
   DECLARE seen BIGINT DEFAULT NULL;
   DECLARE v_claims BIGINT DEFAULT NULL;
@@ -183,9 +231,7 @@ BEGIN
   DECLARE v_scope VARBINARY({MAX_SCOPE_BYTES});{bound}
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET seen = NULL;
   DECLARE EXIT HANDLER FOR SQLSTATE '25006' BEGIN {read_only} END;
-  IF @@autocommit <> 0 THEN
-    {no_autocommit}
-  END IF;
+  {autocommit}
   -- The token in any decimal text form a client sends (42, 0042, +42), compared as the
   -- integer it spells; anything else (-1, 4.2e1, past i64::MAX) is no token. Never MySQL's
   -- own string-to-integer cast, which reads 'abc' as 0 and clips 1e30 to the largest BIGINT.
@@ -215,8 +261,7 @@ BEGIN
       WHERE scope = v_scope;
   END IF;
   {mark}
-  SET @zkfence_previous = seen;
-  SELECT seen AS previous;
+  SET @zkfence_previous = seen;{reply}
 END",
         refused = refuse("seen", doom),
         mark = mark(database),
@@ -324,8 +369,16 @@ fn refuse(seen: &str, doom: &str) -> String {
     )
 }
 
-fn seal_procedure(database: Option<&str>, claim: Claim) -> String {
-    let name = qualified(database, "zkfence_seal");
+fn seal_procedure(database: Option<&str>, claim: Claim, ends: Ends) -> String {
+    let (name, comment, commit) = match ends {
+        Ends::Alone => (PROCEDURES[1], "call last before COMMIT: checks", ""),
+        Ends::Transaction => (
+            PROCEDURES[3],
+            "the last statement of a fenced transaction: commits it if",
+            "\n  COMMIT;\n  SET autocommit = 1;",
+        ),
+    };
+    let name = qualified(database, name);
     let (claims, marks) = (
         qualified(database, "zkfence_claims"),
         qualified(database, "zkfence_sealable"),
@@ -339,11 +392,11 @@ fn seal_procedure(database: Option<&str>, claim: Claim) -> String {
     let head = format!(
         "CREATE PROCEDURE {name}(IN p_scope {scope_param})
   MODIFIES SQL DATA
-  COMMENT 'zkfence: call last before COMMIT: checks that this transaction still holds the scope''s latest claim, else dooms it'
+  COMMENT 'zkfence: {comment} this transaction still holds the scope''s latest claim, else dooms it'
 "
     );
     if claim == Claim::NoOpSeal {
-        return format!("{head}BEGIN\n  DO 0;\nEND");
+        return format!("{head}BEGIN\n  DO 0;{commit}\nEND");
     }
     format!(
         "{head}BEGIN
@@ -357,7 +410,7 @@ fn seal_procedure(database: Option<&str>, claim: Claim) -> String {
   IF latest IS NULL THEN
     {gone}
   END IF;
-  UPDATE {marks} SET n = 0 WHERE scope = v_scope;
+  UPDATE {marks} SET n = 0 WHERE scope = v_scope;{commit}
 END"
     )
 }
@@ -375,32 +428,46 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// The statements that open a fenced transaction, sent as one: the isolation level (which
-/// fails if a transaction is already open on the connection), autocommit off (so that nothing
-/// after a rollback under the work commits on its own, and the claim insists on it), then the
-/// claims in order, unless `claims` is false (a mutant's).
+/// fails if a transaction is already open on the connection), then `zkfence_begin` with the
+/// first claim (autocommit off, so that nothing after a rollback under the work commits on its
+/// own) and `zkfence_claim` with the others, in order; with no claims (or `claims` false, a
+/// mutant's), autocommit off alone.
 pub(crate) fn begin(
     database: Option<&str>,
     level: mysql_async::IsolationLevel,
     tickets: &[(String, i64)],
     claims: bool,
 ) -> String {
-    let mut sql = format!("SET TRANSACTION ISOLATION LEVEL {level}; SET autocommit = 0");
-    for (scope, token) in tickets.iter().filter(|_| claims) {
-        let claim = qualified(database, "zkfence_claim");
+    let mut sql = format!("SET TRANSACTION ISOLATION LEVEL {level}");
+    let tickets = match claims {
+        true => tickets,
+        false => &[],
+    };
+    if tickets.is_empty() {
+        sql.push_str("; SET autocommit = 0");
+    }
+    for (i, (scope, token)) in tickets.iter().enumerate() {
+        let claim = qualified(database, PROCEDURES[if i == 0 { 2 } else { 0 }]);
         let _ = write!(sql, "; CALL {claim}({}, {token})", hex(scope.as_bytes()));
     }
     sql
 }
 
-/// The statements that end a fenced transaction, sent as one: the seals, `COMMIT`, autocommit
-/// back on. A failed seal stops the rest (the server runs no statement after a failed one).
+/// The statements that end a fenced transaction, sent as one: `zkfence_seal` for each scope
+/// but the last, then `zkfence_commit` for the last (its seal, `COMMIT`, autocommit back on);
+/// with no scopes, `COMMIT` and autocommit on. A failed seal stops the rest (the server runs no
+/// statement after a failed one).
 pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
-    let seal = qualified(database, "zkfence_seal");
+    let Some((last, others)) = scopes.split_last() else {
+        return "COMMIT; SET autocommit = 1".to_owned();
+    };
+    let seal = qualified(database, PROCEDURES[1]);
     let mut sql = String::new();
-    for scope in scopes {
+    for scope in others {
         let _ = write!(sql, "CALL {seal}({}); ", hex(scope.as_bytes()));
     }
-    sql.push_str("COMMIT; SET autocommit = 1");
+    let commit = qualified(database, PROCEDURES[3]);
+    let _ = write!(sql, "CALL {commit}({})", hex(last.as_bytes()));
     sql
 }
 
@@ -409,16 +476,14 @@ pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
 pub(crate) const ROLLBACK: &str =
     "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1";
 
-/// The standalone claim, committed on its own (autocommit off for it, its seal clearing its
-/// mark): text statements sent as one, one round trip (a prepared one costs a prepare on each
-/// new connection).
+/// The standalone claim, committed on its own (`zkfence_begin`, then `zkfence_commit`, whose
+/// seal clears its mark): text statements sent as one, one round trip (a prepared one costs a
+/// prepare on each new connection).
 pub(crate) fn claim(database: Option<&str>, scope: &str, token: i64) -> String {
-    let claim = qualified(database, "zkfence_claim");
-    let seal = qualified(database, "zkfence_seal");
+    let begin = qualified(database, PROCEDURES[2]);
+    let commit = qualified(database, PROCEDURES[3]);
     let scope = hex(scope.as_bytes());
-    format!(
-        "SET autocommit = 0; CALL {claim}({scope}, {token}); CALL {seal}({scope}); COMMIT; SET autocommit = 1"
-    )
+    format!("CALL {begin}({scope}, {token}); CALL {commit}({scope})")
 }
 
 /// A scope's fence.
@@ -484,11 +549,13 @@ mod tests {
             claim: Claim::Sound,
             idle_bound,
         };
-        let [(_, claim), (_, seal)] = procedures(None, code(Some(17)));
+        let [(_, claim), (_, seal), (_, begin), (_, commit)] = procedures(None, code(Some(17)));
         assert!(body(&claim).starts_with("BEGIN\n"));
         assert_eq!(idle_bound_of(body(&claim)), Some(17));
+        assert_eq!(idle_bound_of(body(&begin)), Some(17));
         assert_eq!(idle_bound_of(body(&seal)), None);
-        let [(_, unbounded), _] = procedures(None, code(None));
+        assert_eq!(idle_bound_of(body(&commit)), None);
+        let [(_, unbounded), ..] = procedures(None, code(None));
         assert_eq!(idle_bound_of(body(&unbounded)), None);
     }
 
@@ -500,9 +567,38 @@ mod tests {
             &[("/a".into(), 5), ("/b".into(), 7)],
             true,
         );
-        let a = sql.find("zkfence_claim(X'2f61', 5)").unwrap();
-        let b = sql.find("zkfence_claim(X'2f62', 7)").unwrap();
-        assert!(sql.starts_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"));
-        assert!(a < b);
+        assert_eq!(
+            sql,
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             CALL zkfence_begin(X'2f61', 5); CALL zkfence_claim(X'2f62', 7)"
+        );
+        let unclaimed = begin(None, mysql_async::IsolationLevel::ReadCommitted, &[], true);
+        assert!(unclaimed.ends_with("; SET autocommit = 0"));
+    }
+
+    #[test]
+    fn commit_seals_every_scope_and_commits_with_the_last() {
+        assert_eq!(
+            commit(Some("ops"), &["/a", "/b"]),
+            "CALL `ops`.zkfence_seal(X'2f61'); CALL `ops`.zkfence_commit(X'2f62')"
+        );
+        assert_eq!(commit(None, &[]), "COMMIT; SET autocommit = 1");
+    }
+
+    #[test]
+    fn begin_and_commit_open_and_end_the_transaction() {
+        let code = Code {
+            claim: Claim::Sound,
+            idle_bound: Some(10),
+        };
+        let [(_, claim), (_, seal), (_, begin), (_, commit)] = procedures(None, code);
+        assert!(
+            claim.contains("IF @@autocommit <> 0") && claim.contains("SELECT seen AS previous")
+        );
+        assert!(begin.contains("SET autocommit = 0;") && !begin.contains("SELECT seen"));
+        assert!(!seal.contains("COMMIT;"));
+        assert!(commit
+            .trim_end()
+            .ends_with("COMMIT;\n  SET autocommit = 1;\nEND"));
     }
 }

@@ -503,6 +503,32 @@ async fn an_install_that_is_missing_or_edited_is_not_current() {
     conformance::installed_fence_is_current(&store)
         .await
         .expect("installed again");
+    // An install from before zkfence_begin and zkfence_commit: not current, and a fenced
+    // transaction says what to run, not only the server's "does not exist".
+    (conn
+        .query_drop("DROP PROCEDURE zkfence_begin; DROP PROCEDURE zkfence_commit")
+        .await)
+        .unwrap();
+    let why = match conformance::installed_fence_is_current(&store).await {
+        Err(conformance::Failure::Violation(why)) => why,
+        other => panic!("an install without zkfence_begin passed: {other:?}"),
+    };
+    assert!(why.contains("zkfence_begin is missing"), "{why}");
+    let ticket = conformance::ticket("/kit/old-install", 5);
+    let err = slow
+        .transaction(&mut conn, &ticket, |c| Box::pin(c.query_drop("DO 1")))
+        .await
+        .unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("zkfence_begin") && err.contains("zkfence fence install"),
+        "{err}"
+    );
+    slow.install(&mut conn).await.unwrap();
+    (slow
+        .transaction(&mut conn, &ticket, |c| Box::pin(c.query_drop("DO 1")))
+        .await)
+        .expect("a fenced transaction once installed again");
     store.remove().await.unwrap();
 }
 

@@ -61,22 +61,34 @@ const DEFAULT_SECONDS: f64 = 3.0;
 const SETUP: &str = "CREATE TABLE IF NOT EXISTS bench_counter (id int PRIMARY KEY, v bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS bench_floor (id int PRIMARY KEY, token bigint NOT NULL, claims bigint NOT NULL, updated timestamptz NOT NULL DEFAULT now())";
 
-/// Each store's variants, interleaved in each round.
-const STORES: [&[Variant]; 5] = [
-    &[Variant::PgUnfenced, Variant::PgFenced, Variant::PgFloor],
-    &[
-        Variant::ZkSetData,
-        Variant::ZkNodeCheck,
-        Variant::ZkFenceNode,
-    ],
-    &[Variant::MyUnfenced, Variant::MyFenced, Variant::MyFloor],
-    &[
-        Variant::RedisSet,
-        Variant::RedisFenced,
-        Variant::RedisFcall,
-        Variant::RedisFloor,
-    ],
-    &[Variant::S3Put, Variant::S3Fenced],
+/// Each store's name (as `--fence-stores` takes it) and variants, interleaved in each round.
+const STORES: [(&str, &[Variant]); 5] = [
+    (
+        "postgres",
+        &[Variant::PgUnfenced, Variant::PgFenced, Variant::PgFloor],
+    ),
+    (
+        "zookeeper",
+        &[
+            Variant::ZkSetData,
+            Variant::ZkNodeCheck,
+            Variant::ZkFenceNode,
+        ],
+    ),
+    (
+        "mysql",
+        &[Variant::MyUnfenced, Variant::MyFenced, Variant::MyFloor],
+    ),
+    (
+        "redis",
+        &[
+            Variant::RedisSet,
+            Variant::RedisFenced,
+            Variant::RedisFcall,
+            Variant::RedisFloor,
+        ],
+    ),
+    ("object-store", &[Variant::S3Put, Variant::S3Fenced]),
 ];
 
 /// A ratio reported: its summary label, its JSON key, and (fenced, unfenced), whose
@@ -210,6 +222,7 @@ impl Side {
 /// for every writer side by side; the locks released.
 async fn round(
     writers: Vec<Writer>,
+    stores: &[&[Variant]],
     round: usize,
     seconds: f64,
 ) -> Result<(Vec<Writer>, Vec<Side>), String> {
@@ -224,7 +237,7 @@ async fn round(
         guards.push((guard, path));
     }
     let mut sides = Vec::new();
-    for store in STORES {
+    for store in stores {
         let mut order = store.to_vec();
         // Each round starts with another variant, so that none always runs first.
         let first = round % order.len();
@@ -255,6 +268,19 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
         eprintln!("zkfence: --fences needs --rounds of 1 or more, --fence-writers from 1 to 64, and --seconds (and --warmup, --latency-ms) that are positive numbers");
         return Ok(EXIT_USAGE);
     }
+    let names = &args.fence_stores;
+    if let Some(bad) = names.iter().find(|n| STORES.iter().all(|(s, _)| s != n)) {
+        let known: Vec<&str> = STORES.iter().map(|(s, _)| *s).collect();
+        eprintln!(
+            "zkfence: --fence-stores: no store `{bad}`: name some of {}",
+            known.join(", ")
+        );
+        return Ok(EXIT_USAGE);
+    }
+    let stores: Vec<&[Variant]> = (STORES.iter())
+        .filter(|(name, _)| names.is_empty() || names.iter().any(|n| n == name))
+        .map(|(_, variants)| *variants)
+        .collect();
     let mut links = Links::new(args.latency_ms);
     if args.latency_ms > 0.0 {
         eprintln!(
@@ -279,12 +305,12 @@ pub(super) async fn fences(args: &Args, hosts: &str) -> Result<u8, String> {
             "bench: warming up, {} s per variant (not counted) ...",
             args.warmup
         );
-        writers = round(writers, 0, args.warmup).await?.0;
+        writers = round(writers, &stores, 0, args.warmup).await?.0;
     }
     let mut all = Vec::new();
     for r in 0..rounds {
         eprintln!("bench fences round {}/{rounds} ...", r + 1);
-        let (back, sides) = round(writers, r, seconds).await?;
+        let (back, sides) = round(writers, &stores, r, seconds).await?;
         writers = back;
         println!("{}", with_round(&round_json(seconds, count, &sides), r + 1));
         all.push(sides);
@@ -401,6 +427,9 @@ fn summary(
     for r in RATIOS {
         let (label, _, fenced, unfenced) = r;
         let ratios: Vec<f64> = all.iter().filter_map(|sides| ratio(sides, r)).collect();
+        if ratios.is_empty() {
+            continue; // a store not measured
+        }
         let spread = Spread::of(&ratios).map_or("-".into(), Spread::show);
         let mut line = format!("{label:<width$}   {spread:<16}");
         for (i, variant) in [unfenced, fenced].into_iter().enumerate() {
