@@ -64,6 +64,7 @@ impl Credential {
     /// `SASLAuthenticationProvider` and a JAAS `Server` section), an `addauth` packet for any
     /// other (`digest`, …).
     fn apply(&self, connect: zkfence::Connect) -> zkfence::Connect {
+        #[cfg(feature = "sasl")]
         if self.scheme == "sasl" {
             let secret = String::from_utf8_lossy(&self.secret);
             if let Some((user, password)) = secret.split_once(':') {
@@ -79,6 +80,7 @@ impl Credential {
 
 impl Connection {
     /// Plain TCP to `hosts`, no credentials: for the demo's own workers.
+    #[cfg(feature = "demo")]
     pub(crate) fn plain(hosts: &str) -> Connection {
         Connection {
             connect: hosts.to_owned(),
@@ -106,6 +108,10 @@ impl Connection {
             (None, None) => return Ok(None),
         };
         match text.trim().split_once(':') {
+            Some(("sasl", _)) if cfg!(not(feature = "sasl")) => {
+                eprintln!("zkfence: this zkfence was built without the sasl feature, which sasl: credentials need: cargo install zkfence-cli --features sasl");
+                Err(EXIT_USAGE)
+            }
             Some(("sasl", secret)) if !secret.contains(':') => {
                 eprintln!("zkfence: SASL credentials must read sasl:USER:PASSWORD");
                 Err(EXIT_USAGE)
@@ -125,7 +131,18 @@ impl Connection {
         }
     }
 
+    /// Without the `tls` feature: `None` for plain TCP, or an error for a TLS option.
+    #[cfg(not(feature = "tls"))]
+    fn tls(&self) -> Result<Option<std::convert::Infallible>, u8> {
+        if self.tls_ca.is_some() || self.tls_cert.is_some() {
+            eprintln!("zkfence: this zkfence was built without the tls feature, which --tls-ca and --tls-cert need: cargo install zkfence-cli --features tls");
+            return Err(EXIT_USAGE);
+        }
+        Ok(None)
+    }
+
     /// The TLS options from the PEM files, or `None` for plain TCP.
+    #[cfg(feature = "tls")]
     fn tls(&self) -> Result<Option<zk::TlsOptions>, u8> {
         let Some(ca) = &self.tls_ca else {
             if self.tls_cert.is_some() {
@@ -183,6 +200,7 @@ impl Connection {
             if let Some(credential) = &credential {
                 connect = credential.apply(connect);
             }
+            #[cfg(feature = "tls")]
             if let Some(tls) = tls.clone() {
                 connect = connect.with_tls(tls);
             }

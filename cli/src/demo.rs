@@ -27,7 +27,7 @@ mod redis_lock;
 
 /// What `demo --redis` says in a `zkfence` built without the Redis lock.
 #[cfg(not(feature = "redis"))]
-const WITHOUT_REDIS: &str = "this zkfence was built without the redis feature, which --redis needs: cargo install zkfence-cli --features redis (it is on by default)";
+const WITHOUT_REDIS: &str = "this zkfence was built without the redis feature, which --redis needs: cargo install zkfence-cli --features demo,redis (or --features full)";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\

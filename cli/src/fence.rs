@@ -240,7 +240,7 @@ enum Store {
 /// The error for a store whose feature this build left out.
 #[allow(dead_code)] // with every feature on
 fn without(store: &str, feature: &str) -> String {
-    format!("this zkfence was built without the {feature} feature, which {store} needs: cargo install zkfence-cli --features {feature} (every store's is on by default)")
+    format!("this zkfence was built without the {feature} feature, which {store} needs: cargo install zkfence-cli --features {feature} (--features full: every store's)")
 }
 
 impl Store {

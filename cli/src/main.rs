@@ -2,6 +2,7 @@
 //! whole idea work in one command (`zkfence demo`).
 
 mod connect;
+#[cfg(feature = "demo")]
 mod demo;
 mod duration;
 mod elect;
@@ -10,6 +11,7 @@ mod fence;
 mod holders;
 mod json;
 mod lifeline;
+#[cfg(feature = "demo")]
 mod local;
 mod revoke;
 mod run;
@@ -54,13 +56,22 @@ enum Command {
     /// what other languages need, show and rebase fences, verify a deployment.
     Fence(fence::Args),
     /// Show, step by step, a stalled holder's late write refused thanks to the fencing token.
+    #[cfg(feature = "demo")]
     Demo(demo::Args),
+    /// Show, step by step, a stalled holder's late write refused thanks to the fencing token
+    /// (this build has no demo: install with `--features demo`).
+    #[cfg(not(feature = "demo"))]
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
     /// Print a shell completion script, e.g. `zkfence completions bash > /etc/bash_completion.d/zkfence`.
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
     /// One worker process of the demo (run by `zkfence demo`).
+    #[cfg(feature = "demo")]
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
     /// The process that kills a command's group if zkfence dies (started by `run`).
@@ -127,8 +138,15 @@ fn main() -> ExitCode {
             Command::Holders(args) => holders::holders(args).await,
             Command::Revoke(args) => revoke::revoke(args).await,
             Command::Fence(args) => fence::fence(args).await,
+            #[cfg(feature = "demo")]
             Command::Demo(args) => demo::demo(args).await,
+            #[cfg(feature = "demo")]
             Command::DemoWorker(args) => demo::worker(args).await,
+            #[cfg(not(feature = "demo"))]
+            Command::Demo { .. } => {
+                eprintln!("zkfence: this zkfence was built without the demo feature: cargo install zkfence-cli --features demo (or run scripts/demo in a clone)");
+                EXIT_USAGE
+            }
             Command::Lifeline => lifeline::main(),
             Command::Completions { shell } => {
                 clap_complete::generate(
