@@ -213,13 +213,13 @@ impl OwnStore {
     /// The request that commits a write on this store, as its bytes cross the wire (not a
     /// bare `COMMIT`, which `READ COMMITTED` in a transaction's first statement holds too):
     /// PostgreSQL's simple query ending `COMMIT` (the fence sends `SELECT 1; COMMIT`), the
-    /// MySQL fence's `CALL zkfence_seal(…); COMMIT; SET autocommit = 1`, Redis's `EVALSHA`
+    /// MySQL fence's `CALL zkfence_commit(…)` (its seal, then `COMMIT`), Redis's `EVALSHA`
     /// (or `EVAL`) of the fence's script, the ZooKeeper fence's `multi` (by its log entry's
     /// path), the object store fence's conditional `PUT`.
     fn commit(&self) -> &'static [u8] {
         match self.kind {
             StoreKind::Postgres => b"COMMIT\0",
-            StoreKind::MariaDb => b"; COMMIT;",
+            StoreKind::MariaDb => b"zkfence_commit(",
             StoreKind::Redis => b"EVAL",
             StoreKind::ZooKeeper => zookeeper::COMMIT,
             StoreKind::ObjectStore => object::COMMIT,
