@@ -49,7 +49,7 @@ pub(crate) struct PendingNode {
     prefix: String,
     ours: Ours,
     /// Delete with the release marker: only with lock-delay on, and never for the kinds whose
-    /// marked release admits a successor (see the queue module's "The handoff").
+    /// marked release admits a successor (see `queue::handoff`'s "The handoff").
     mark: bool,
 }
 

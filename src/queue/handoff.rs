@@ -1,7 +1,63 @@
 //! What the events on the nodes ahead of a waiter mean: when it may proceed with no further
 //! request, when it must list the queue again, and when it simply goes on waiting. Pure: the
-//! queue arms the watches this asks for and feeds their events in. The argument is the queue
-//! module's "The handoff".
+//! queue arms the watches this asks for and feeds their events in. The argument:
+//!
+//! # The handoff
+//!
+//! A watch says that a node changed, not why. A waiter whose last listing showed only its
+//! predecessor ahead may proceed when that node goes (nothing new sorts before it). One that
+//! queued behind more nodes would have to list the queue again, a read on the critical path of
+//! every handoff, unless the event itself says that the predecessor held the lock. So:
+//!
+//! - **A waiter learns of a node's deletion from a child watch** on it. An ephemeral node has
+//!   no children, so the watch fires only when the node is deleted, never when someone writes
+//!   its data: a revocation request (zkfence's or Apache Curator's `Revoker`, which writes
+//!   `__REVOKE__` into the holder's node) wakes nobody waiting behind the holder. An exists
+//!   watch would fire on that write, and a waiter that took it for a release would walk in
+//!   beside the holder (the `DataChangeAdmits` mutant).
+//! - **A holder marks its release** when a successor is likely to need it: it deletes its node
+//!   in a `multi` that first sets the node's data (`cleanup::RELEASED`). Only holders of
+//!   the kinds that hold alone mark (mutex, writer; `Kind::marks_release`), and only if they
+//!   waited in a crowded queue: their listing showed two other nodes or more, or the wait
+//!   lasted long enough (`OWN_WATCH_DELAY`) for others to queue behind them. Two contenders
+//!   passing the lock back and forth (an active and a standby) each queue behind the holder
+//!   alone, proceed on its deletion, and a plain delete serves them at less cost. A successor
+//!   that did queue behind more than one node and finds the deletion unmarked lists again, a
+//!   round trip later, never sooner: marking only saves requests, and omitting it is always
+//!   safe. With lock-delay on, every release is marked (it says "released, not failed").
+//! - **A waiter that gives up never marks** its deletion as a lock node of a kind that holds
+//!   alone. So a data change on a `lock-` or `__WRIT__` node followed by its deletion in the
+//!   same transaction proves that its holder released it, and a holder took the lock only
+//!   once everything sorted before it was gone.
+//! - **A successor that queued behind more than one node** also sets a data watch on the node
+//!   it watches (`handoff::Ahead::senses`). The release's transaction fires the data watch
+//!   (the data change) and then the child watch (the deletion); on seeing both, the successor
+//!   proceeds with no request when the node held alone (`Kind::admitted_by_release`): a mutex
+//!   or writer watched its immediate predecessor, a reader the nearest exclusive node with
+//!   only readers between. Nothing new can sort before us, and every node before ours was in
+//!   our listing (it was sent after our create). A data change alone (a revocation request)
+//!   makes it wait on; a deletion alone, or a reader's or a semaphore lease's release, sends it
+//!   to list again. ZooKeeper 3.9+ gives both events the transaction's zxid, and they must
+//!   match; before 3.9 a write of someone else's into a *waiting* node, followed by that
+//!   waiter's failure, would pass for a release here (zkfence's own revocation requests go
+//!   only to holders; Curator's `Revoker` aimed at waiters is the case to avoid).
+//! - **A waiter proves its session before its turn.** A grant needs a lease that holds, and a
+//!   waiting session writes nothing, so after a wait longer than its lease a grant would
+//!   commit a proof between the release and the acquire's return: a second commit on the
+//!   handoff's path. So a mutex or writer waiter that queued behind two nodes or more, and
+//!   whose lease lapses while it still waits, sets one more child watch: on its *herald*
+//!   ([`Kind::herald`]), the node four places ahead of its own, or the farthest of fewer. When
+//!   the herald goes, the waiter's turn is a few handoffs away, and it asks the watchdog for a
+//!   proof at once, as a grant would; by its own turn the lease holds, or the proof is on its
+//!   way and the grant waits for it rather than send another. The herald decides nothing: its
+//!   deletion only moves a proof earlier (a herald that withdrew, or critical sections that
+//!   outlast the lease, cost one proof more). A wait that ends while the create's commit
+//!   still keeps the lease costs nothing more. Draining a long queue, each handoff
+//!   then commits the release and one proof, as before, but only the release is on its path;
+//!   each node is watched by its successor and by the waiter whose herald it is, so a deletion
+//!   notifies two sessions, not one. `zkfence_grant_proofs_total` counts grants by how their
+//!   lease was proved.
+//!
 
 use zookeeper_client as zk;
 
@@ -49,7 +105,7 @@ pub(crate) struct Ahead {
     lock_delay: bool,
     /// A semaphore waiter behind the head of the waiters: its one target is its predecessor,
     /// a waiter too, whose data change is the announcement that it was admitted (see the queue
-    /// module's "The semaphore's gate").
+    /// module's `watches`, "The semaphore's gate").
     follows: bool,
     flaw: Flaw,
 }
@@ -77,8 +133,8 @@ impl Ahead {
     }
 
     /// Whether this is a semaphore waiter behind the head of the waiters with no lock-delay,
-    /// which watches its predecessor's data alone (see the queue module's "The semaphore's
-    /// gate").
+    /// which watches its predecessor's data alone (see `queue::watches`' "The
+    /// semaphore's gate").
     pub(crate) fn follows(&self) -> bool {
         self.follows
     }
@@ -177,7 +233,7 @@ impl Ahead {
 /// Whether a waiter of `kind` that gives up deletes its node with the release marker: only
 /// with lock-delay on (where the marker says "not a failure"), and never for a mutex or writer,
 /// whose marked node would read as a holder's release and let its successor past the nodes
-/// still ahead (the queue module's "The handoff").
+/// still ahead (`queue::handoff`'s "The handoff").
 pub(crate) fn withdrawal_marked(kind: Kind, lock_delay: bool, flaw: Flaw) -> bool {
     flaw.is(Mutant::MarkedWithdrawal) || (lock_delay && !kind.marks_release())
 }
@@ -189,7 +245,7 @@ pub(crate) fn rereads_after_delay(vanished: bool, flaw: Flaw) -> bool {
 }
 
 /// Whether a holder of `kind` releases with the marker: always with lock-delay on; otherwise
-/// when its kind holds alone and it waited in a crowded queue (the queue module's "The
+/// when its kind holds alone and it waited in a crowded queue (`queue::handoff`'s "The
 /// handoff").
 pub(crate) fn release_marked(kind: Kind, lock_delay: bool, crowded: bool) -> bool {
     lock_delay || (kind.marks_release() && crowded)
@@ -198,7 +254,7 @@ pub(crate) fn release_marked(kind: Kind, lock_delay: bool, crowded: bool) -> boo
 /// Whether a semaphore waiter admitted by the listing that showed `behind` nodes after its
 /// own (`None`: admitted on an event, with no listing) announces its admission with a write
 /// into its node: the waiter right behind it watches its data and becomes the head of the
-/// waiters then (the queue module's "The semaphore's gate"). Not with lock-delay, where every
+/// waiters then (`queue::watches`' "The semaphore's gate"). Not with lock-delay, where every
 /// waiter watches its `n` nearest.
 pub(crate) fn announces_admission(
     kind: Kind,

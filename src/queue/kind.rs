@@ -112,7 +112,7 @@ impl Kind {
 
     /// Whether a holder of this kind marks its release, so that a successor that queued
     /// behind more than one node may proceed on it without listing the queue again: the kinds
-    /// whose holders hold alone (see `crate::queue`'s "The handoff").
+    /// whose holders hold alone (see `crate::queue::handoff`'s "The handoff").
     pub(crate) fn marks_release(self) -> bool {
         marker_holds_alone(self.marker())
     }
@@ -209,8 +209,8 @@ impl Kind {
             Kind::Semaphore(n) => {
                 // Any of the n nearest nodes ahead going away admits us when exactly n are
                 // ahead; nodes further ahead going away never do (those n still block). With
-                // no lock-delay, the queue watches fewer (the queue module's "The semaphore's
-                // gate"): the head of the waiters the children as a whole, any other waiter
+                // no lock-delay, the queue watches fewer (`queue::watches`' "The
+                // semaphore's gate"): the head of the waiters the children as a whole, any other waiter
                 // the nearest alone.
                 let n = n.max(1) as usize;
                 let blocking = (ahead.len() + 1).saturating_sub(n);
@@ -248,7 +248,7 @@ pub(crate) struct Position {
 impl Position {
     /// Whether this listing shows a crowded queue: two other nodes or more, so that our
     /// release is likely to have a successor that queued behind more than one node, and is
-    /// marked for it (the queue module's "The handoff").
+    /// marked for it (`queue::handoff`'s "The handoff").
     pub(crate) fn crowded(&self) -> bool {
         self.others >= 2
     }
