@@ -157,12 +157,16 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+#[cfg(feature = "conformance")]
 mod conformance;
 mod connected;
 mod dial;
 mod fence;
+#[cfg(feature = "conformance")]
+mod installed;
 mod sql;
 
+#[cfg(feature = "conformance")]
 pub use crate::conformance::ConformanceStore;
 pub use crate::connected::Connected;
 pub use crate::fence::{MySqlFence, TxFuture};

@@ -95,6 +95,7 @@ pub(crate) fn install(database: Option<&str>, code: Code) -> Vec<String> {
     statements
 }
 
+#[cfg(feature = "conformance")]
 /// The parameters a procedure of `code` declares, as `information_schema.PARAMETERS` shows
 /// them: name, type (`DTD_IDENTIFIER`), character set.
 pub(crate) fn parameters(name: &str, claim: Claim) -> Vec<(String, String, Option<String>)> {
@@ -153,6 +154,7 @@ enum Ends {
     Transaction,
 }
 
+#[cfg(feature = "conformance")]
 /// The body of a `CREATE PROCEDURE` statement (from its `BEGIN` line), as
 /// `information_schema.ROUTINES.ROUTINE_DEFINITION` shows it.
 pub(crate) fn body(statement: &str) -> &str {
@@ -162,6 +164,7 @@ pub(crate) fn body(statement: &str) -> &str {
     }
 }
 
+#[cfg(feature = "conformance")]
 /// The idle bound, in seconds, that an installed claim's body sets (`None`: none).
 pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
     let (_, rest) = body.split_once(IDLE_DECLARATION)?;

@@ -99,6 +99,8 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+#[cfg(feature = "conformance")]
+mod conformance;
 mod error;
 mod fence;
 mod header;
@@ -106,9 +108,11 @@ mod prefixed;
 mod probe;
 mod snapshot;
 
+#[cfg(feature = "conformance")]
+pub use crate::conformance::ConformanceStore;
 pub use crate::error::Error;
 pub use crate::fence::{BoxError, ObjectFence};
-pub use crate::prefixed::{ConformanceStore, Prefixed};
+pub use crate::prefixed::Prefixed;
 
 /// The object format and the write protocol, for a writer in another language (`zkfence fence
 /// script s3://` prints it). An object store runs no code of ours: the compare is the writer's,

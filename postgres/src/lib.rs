@@ -76,12 +76,14 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+#[cfg(feature = "conformance")]
 mod conformance;
 mod connected;
 mod dial;
 mod fence;
 mod sql;
 
+#[cfg(feature = "conformance")]
 pub use crate::conformance::ConformanceStore;
 pub use crate::connected::Connected;
 pub use crate::fence::{sqlstate, PostgresFence, TxFuture};

@@ -185,6 +185,7 @@ fn refusal_doom(table: &str, doom: bool) -> (String, &'static str) {
     (mark, hint)
 }
 
+#[cfg(feature = "conformance")]
 /// The idle bound a claim function's body sets, in milliseconds (0: none); `None` for a body
 /// that is not one of this version's.
 pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
@@ -192,6 +193,7 @@ pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
     rest[..rest.find(';')?].trim().parse().ok()
 }
 
+#[cfg(feature = "conformance")]
 /// The installed claim function's body and its table, for `schema`'s fence; no row when there
 /// is no such function.
 pub(crate) fn installed(schema: Option<&str>) -> String {
@@ -202,6 +204,7 @@ pub(crate) fn installed(schema: Option<&str>) -> String {
     )
 }
 
+#[cfg(feature = "conformance")]
 /// `text` as a SQL string literal.
 pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))

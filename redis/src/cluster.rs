@@ -140,6 +140,7 @@ impl Link {
         self.nodes(true).await
     }
 
+    #[cfg(feature = "conformance")]
     /// Every replica of a cluster, each on a connection of its own (none for a server).
     pub(crate) async fn replicas(&self) -> Result<Vec<Node>, BoxError> {
         self.nodes(false).await
@@ -208,12 +209,15 @@ impl ConnectionLike for Link {
 pub(crate) struct Node {
     /// `host:port`, as `CLUSTER NODES` gives it (the URL's, for a server alone).
     pub(crate) addr: String,
-    /// The slot ranges it serves (a replica's: none).
+    /// The slot ranges it serves (a replica's: none); read by the conformance kit's check of
+    /// every primary.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     pub(crate) slots: Vec<(u16, u16)>,
     pub(crate) conn: MultiplexedConnection,
 }
 
 impl Node {
+    #[cfg(feature = "conformance")]
     /// Whether it serves `slot`.
     pub(crate) fn serves(&self, slot: u16) -> bool {
         self.slots

@@ -74,12 +74,14 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod cluster;
+#[cfg(feature = "conformance")]
 mod conformance;
 mod connected;
 mod dial;
 mod fence;
 
 pub use crate::cluster::Link;
+#[cfg(feature = "conformance")]
 pub use crate::conformance::ConformanceStore;
 pub use crate::connected::Connected;
 pub use crate::fence::{Command, Commands, RedisFence, CLAIM_SCRIPT, FUNCTIONS, WRITE_SCRIPT};

@@ -113,10 +113,12 @@ and compare. Never delete a fence node (a recreated node starts its version over
 with `zkfence fence rebase zk://hosts/fence-node --scope S --to T`.
 ";
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod contract;
 mod driver;
 mod error;
+#[cfg(feature = "conformance")]
 mod kit_zookeeper;
 mod ticket;
 mod url;
@@ -132,6 +134,7 @@ pub mod protocol {
 pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
 pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, Attempt, Run};
 pub use self::error::FenceError;
+#[cfg(feature = "conformance")]
 pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
 pub use self::url::{read_client_identity, read_url_file, take_url_parameters, Taken};
