@@ -183,8 +183,14 @@ async fn expired_session_cancels_with_session_expired() {
         latencies.push(started.elapsed());
         // Closing a session deletes its ephemeral nodes, and fires their watches, before the
         // server closes the connection: our node's deletion can be the first thing we see.
+        // A hold expired right after its grant may have no watch on its node yet; riding out
+        // the disconnect, it then learns of the expiry only from its reconnect, and under load
+        // (CI, 2026-11-29) its lease lapsed first: a loss all the same, never a hold kept.
         assert!(
-            matches!(reason, LossReason::SessionExpired | LossReason::NodeDeleted),
+            matches!(
+                reason,
+                LossReason::SessionExpired | LossReason::NodeDeleted | LossReason::LeaseExpired
+            ),
             "{reason:?}"
         );
         let released = guard.release().await;

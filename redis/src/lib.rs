@@ -29,7 +29,8 @@
 //!   another slot. One node's URL reaches the whole cluster ([`Link::open`]: claims and
 //!   writes go to the primary of the scope's slot, `MOVED` and `ASK` followed);
 //!   [`Connected`] installs the function library on every primary and lists every
-//!   primary's fences, and [`ConformanceStore`] checks every primary.
+//!   primary's fences, and `ConformanceStore` (the `conformance` feature) checks every
+//!   primary.
 //! - **A failover can take the fence backwards**: replication is asynchronous, so a fence
 //!   raised on a primary that dies before replicating it is lost with it, and the promoted
 //!   replica accepts an older token again. A claim is durable across a failover only once
@@ -46,8 +47,9 @@
 //!   `appendfsync always`; `everysec` can lose the last second's raises), a restarted server
 //!   accepts any token again, a stale holder's too. Fence keys carry no TTL: an `allkeys-*`
 //!   eviction policy drops them under memory pressure, `noeviction` and `volatile-*` never.
-//!   [`ConformanceStore`]'s check of a deployment (`zkfence fence verify`) fails such a server
-//!   unless told to accept it ([`ConformanceStore::accept_volatile`]).
+//!   The check of a deployment (`zkfence fence verify`, `ConformanceStore` with the
+//!   `conformance` feature) fails such a server unless told to accept it
+//!   (`ConformanceStore::accept_volatile`).
 //! - **`MULTI` and pipelines do not stop at a refused claim**: the commands queued after it
 //!   run all the same (`EXEC` returns the refusal among its replies). Only the one call,
 //!   [`RedisFence::write`] (`FCALL zkfence_write`), keeps a refused holder's writes out.

@@ -27,32 +27,8 @@ impl Attempt<'_> {
             if self.deadline().is_some_and(|d| Instant::now() >= d) {
                 return Ok(None); // `pending` cleans up whatever may have been created
             }
-            self.pending.sending_create();
-            let sent = clock::now();
-            let create = client.create(&create_path, self.data, &mode);
-            let list = client.list_children(path);
-            let read = self
-                .queue
-                .admission
-                .is_some()
-                .then(|| client.get_data(path));
-            let created = create.await;
-            self.record(sent, &created);
-            let listing = list.await.ok();
-            let lock_data = match read {
-                Some(read) => read.await.ok(),
-                None => None,
-            };
-            let err = match created {
-                Ok((stat, sequence)) => {
-                    let name = format!("{}{sequence}", self.pending.prefix());
-                    return Ok(Some(Created {
-                        name,
-                        stat,
-                        listing,
-                        lock_data,
-                    }));
-                }
+            let err = match self.send_create(&create_path, &mode).await {
+                Ok(created) => return Ok(Some(created)),
                 Err(err) => err,
             };
             match err {
@@ -87,6 +63,39 @@ impl Attempt<'_> {
                 }
             }
         }
+    }
+
+    /// Sends the create with the listing (and the kind's read) right behind it, on the session:
+    /// one round trip. Records what its reply proves for the lease.
+    async fn send_create(
+        &mut self,
+        create_path: &str,
+        mode: &zk::CreateOptions<'_>,
+    ) -> std::result::Result<Created, zk::Error> {
+        let (client, path) = (self.client, self.path);
+        self.pending.sending_create();
+        let sent = clock::now();
+        let create = client.create(create_path, self.data, mode);
+        let list = client.list_children(path);
+        let read = self
+            .queue
+            .admission
+            .is_some()
+            .then(|| client.get_data(path));
+        let created = create.await;
+        self.record(sent, &created);
+        let listing = list.await.ok();
+        let lock_data = match read {
+            Some(read) => read.await.ok(),
+            None => None,
+        };
+        let (stat, sequence) = created?;
+        Ok(Created {
+            name: format!("{}{sequence}", self.pending.prefix()),
+            stat,
+            listing,
+            lock_data,
+        })
     }
 
     /// What the create's reply proves for the lease: a commit, or a refusal (a reply).

@@ -224,37 +224,55 @@ impl Attempt<'_> {
                         sense,
                     } => (event, target, sense),
                 };
-            self.session_over(&event)?;
-            match target {
-                // The queue changed: a holder left, or a node came or went.
-                GATE => {
-                    return Ok(Some(Verdict::Relist {
-                        after_vanish: false,
-                    }))
-                }
-                // A hint, never a decision: prove our session now, off the path of the
-                // handoffs to come.
-                HERALD => {
-                    if event.event_type == zk::EventType::NodeDeleted {
-                        self.warm_up(node);
-                    }
-                    continue;
-                }
-                _ => {}
+            if let Some(decided) =
+                self.on_blocker(node, ahead, &mut watching, event, target, sense)?
+            {
+                return Ok(Some(decided));
             }
-            if sense == Sense::Deletion {
-                // The release marker's event came first (zookeeper-client hands events over
-                // in order), but both were ready when we polled: take it first.
-                for marker in take_ready(&mut watching, target, Sense::Data) {
-                    ahead.on_event(target, Sense::Data, &marker);
-                }
+        }
+    }
+
+    /// What the event on a watch ahead (on `target`, of `sense`) decides; `None`: wait on. A
+    /// decision parks the watches still set.
+    fn on_blocker(
+        &self,
+        node: &Queued,
+        ahead: &mut Ahead,
+        watching: &mut Vec<Watching>,
+        event: zk::WatchedEvent,
+        target: usize,
+        sense: Sense,
+    ) -> Result<Option<Verdict>> {
+        self.session_over(&event)?;
+        match target {
+            // The queue changed: a holder left, or a node came or went.
+            GATE => {
+                return Ok(Some(Verdict::Relist {
+                    after_vanish: false,
+                }))
             }
-            match ahead.on_event(target, sense, &event) {
-                Verdict::Wait => {}
-                decided => {
-                    park(watching);
-                    return Ok(Some(decided));
+            // A hint, never a decision: prove our session now, off the path of the handoffs
+            // to come.
+            HERALD => {
+                if event.event_type == zk::EventType::NodeDeleted {
+                    self.warm_up(node);
                 }
+                return Ok(None);
+            }
+            _ => {}
+        }
+        if sense == Sense::Deletion {
+            // The release marker's event came first (zookeeper-client hands events over in
+            // order), but both were ready when we polled: take it first.
+            for marker in take_ready(watching, target, Sense::Data) {
+                ahead.on_event(target, Sense::Data, &marker);
+            }
+        }
+        match ahead.on_event(target, sense, &event) {
+            Verdict::Wait => Ok(None),
+            decided => {
+                park(std::mem::take(watching));
+                Ok(Some(decided))
             }
         }
     }

@@ -87,12 +87,27 @@ impl Attempt<'_> {
         let targets: Vec<String> = (position.watch.iter().take(ahead.watched()))
             .map(|n| child_path(self.path, n))
             .collect();
+        let sent = self.send_watches(&targets, ahead);
+        waited.herald = self.queue.kind.herald(children, node.sequence);
+        if let Some(own) = own {
+            match own.await {
+                Ok((Some(_), watcher)) => *own_watch = Some(Box::pin(watch_changed(watcher))),
+                Ok((None, _)) => return Err(self.node_deleted(node).await),
+                Err(err) => return self.watch_failed(&node.path, err).await,
+            }
+        }
+        self.collect_watches(sent, &targets, position, ahead, waited)
+            .await
+    }
+
+    /// Sends the watch requests [`Ahead`] asks for on `targets`, back to back: each request is
+    /// sent here, when the client's method is called (not when its reply is awaited).
+    fn send_watches<'t>(&'t self, targets: &'t [String], ahead: &Ahead) -> Vec<SentWatch<'t>> {
+        let client = self.client;
         let mut sent = Vec::new();
         for (i, target) in targets.iter().enumerate() {
             for &sense in ahead.senses(i) {
-                // Each request is sent here, when the client's method is called (not when its
-                // reply is awaited below): so the requests go out back to back.
-                let watch: Pin<Box<dyn Future<Output = WatchReply> + Send + '_>> = match sense {
+                let watch: Pin<Box<dyn Future<Output = WatchReply> + Send + 't>> = match sense {
                     Sense::Deletion => {
                         let reply = client.list_and_watch_children(target);
                         Box::pin(async move { reply.await.map(|(_, w)| (w, 0)) })
@@ -105,14 +120,18 @@ impl Attempt<'_> {
                 sent.push((i, sense, watch));
             }
         }
-        waited.herald = self.queue.kind.herald(children, node.sequence);
-        if let Some(own) = own {
-            match own.await {
-                Ok((Some(_), watcher)) => *own_watch = Some(Box::pin(watch_changed(watcher))),
-                Ok((None, _)) => return Err(self.node_deleted(node).await),
-                Err(err) => return self.watch_failed(&node.path, err).await,
-            }
-        }
+        sent
+    }
+
+    /// The watches `sent` on `targets` once their replies are in: what arming found.
+    async fn collect_watches(
+        &self,
+        sent: Vec<SentWatch<'_>>,
+        targets: &[String],
+        position: &Position,
+        ahead: &Ahead,
+        waited: &mut Waited,
+    ) -> Result<Armed> {
         let (mut watching, mut gone, mut failed) = (Vec::with_capacity(sent.len()), false, None);
         let mut late = false; // a follower's watch set after an announcement it did not see
         for (i, sense, reply) in sent {
@@ -353,6 +372,13 @@ pub(super) fn take_ready(
 
 /// The reply to setting a watch, with the watched node's data version (0 for a child watch).
 type WatchReply = std::result::Result<(zk::OneshotWatcher, i32), zk::Error>;
+
+/// A watch request sent: the index of its target, its kind, and its reply.
+type SentWatch<'t> = (
+    usize,
+    Sense,
+    Pin<Box<dyn Future<Output = WatchReply> + Send + 't>>,
+);
 
 /// What arming the watches found.
 pub(super) enum Armed {
