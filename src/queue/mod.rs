@@ -7,7 +7,6 @@
 //! removes our node on every way out (the pending node, then the grant's release),
 //! [`in_process`] the queue inside a process.
 //!
-//!
 //! The steps, each in a file of its own: [`state`] what they share, [`create`] our node
 //! created and checked, [`wait`] our turn awaited (the watches it sets in [`watches`]), and
 //! [`grant`] the lock-delay, the proof and the grant. Why a handoff needs no listing is
@@ -15,25 +14,25 @@
 //!
 //! # What the queue model checks
 //!
-//! The queue model (`model/src/queue/`, in the `zkfence-model` package) checks this argument
-//! exhaustively for three contenders (a mutex's, or mixes of readers and writers, with
-//! lock-delay on and off) on a linearizable server: creates in any order, each listing, the
-//! watches the waiter asks for, events in the transactions' order, marked and plain
-//! releases, waiters that give up, sessions that expire, revocation requests written into any
-//! node, and waits that outlast the lease; and, with two of the contenders on one session,
+//! The queue model (`model/src/queue/`, in the `zkfence-model` package) checks the protocol and
+//! [`handoff`]'s argument exhaustively for three contenders (a mutex's, or mixes of readers and
+//! writers, with lock-delay on and off) on a linearizable server: creates in any order, each
+//! listing, the watches the waiter asks for, events in the transactions' order, marked and
+//! plain releases, waiters that give up, sessions that expire, revocation requests written into
+//! any node, and waits that outlast the lease; and, with two of the contenders on one session,
 //! both their nodes deleted in one transaction they are not told of. Every decision is this
 //! module's: the kinds' `position`, the handoff's `Ahead`, `release_marked`,
-//! `withdrawal_marked`, `rereads_after_delay` and the grant rule
-//! (`LeaseCell::grants_at_once`). In every state no two holders exclude each other, a
-//! holder's live predecessors that block its kind are all gone, a grant holds on a lease that
-//! holds, a grant after a lock-delay never rests on a reply sent after its node went, and
-//! tokens increase; and every schedule ends with every contender served. It assumes
-//! of ZooKeeper what the argument above does: sequential nodes, an atomic `multi`, one-shot
-//! watches that fire in the transactions' order, in order with replies, and a zxid shared by
-//! a transaction's events. It leaves out connection loss (a lost reply, a watch set twice),
-//! semaphores and elections (their own tests), the waiter's watch on its own node (a grant
-//! that rests on no read made after its node went is that watch's and the watchdog's to
-//! cancel), and time beyond whether a wait outlasted the lease (the lease model's).
+//! `withdrawal_marked`, `rereads_after_delay` and the grant rule (`LeaseCell::grants_at_once`).
+//! In every state no two holders exclude each other, a holder's live predecessors that block
+//! its kind are all gone, a grant holds on a lease that holds, a grant after a lock-delay never
+//! rests on a reply sent after its node went, and tokens increase; and every schedule ends with
+//! every contender served. It assumes of ZooKeeper what the argument above does: sequential
+//! nodes, an atomic `multi`, one-shot watches that fire in the transactions' order, in order
+//! with replies, and a zxid shared by a transaction's events. It leaves out connection loss (a
+//! lost reply, a watch set twice), semaphores and elections (their own tests), the waiter's
+//! watch on its own node (a grant that rests on no read made after its node went is that
+//! watch's and the watchdog's to cancel), and time beyond whether a wait outlasted the lease
+//! (the lease model's).
 
 pub(crate) mod cleanup;
 mod create;
