@@ -75,7 +75,7 @@ struct Identity {
 
 /// `url` without the TLS parameters (which mysql_async does not know), and what they asked.
 fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
-    let (rest, taken) = zkfence::fence::take_url_parameters(url, &TLS_PARAMETERS)?;
+    let (rest, taken) = zkfence::fence::author::take_url_parameters(url, &TLS_PARAMETERS)?;
     let (mut asked, mut cert, mut key) = (Asked::default(), None, None);
     for (name, value) in taken {
         match name.replace('_', "-").as_str() {
@@ -214,7 +214,7 @@ mod tls {
     /// The PEM texts of `identity`'s certificate chain and private key: a file that cannot be
     /// used is an error naming its parameter and path.
     pub(super) fn load(identity: &Identity) -> Result<(Vec<u8>, Vec<u8>), ConfigError> {
-        zkfence::fence::read_client_identity(
+        zkfence::fence::author::read_client_identity(
             ("ssl-cert", &identity.cert),
             ("ssl-key", &identity.key),
         )

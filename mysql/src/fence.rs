@@ -8,7 +8,8 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel};
 use tracing::Instrument;
-use zkfence::fence::{self, Attempt, ConfigError, FenceError, FenceState, FenceTicket};
+use zkfence::fence::author::Attempt;
+use zkfence::fence::{self, ConfigError, FenceError, FenceState, FenceTicket};
 
 /// The label of this store in the `zkfence_fence_*` metrics.
 pub(crate) const STORE: &str = "mysql";
@@ -311,7 +312,7 @@ impl MySqlFence {
         conn: &mut Conn,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<mysql_async::Error>> {
-        let mut run = fence::Run::new(STORE, "claim", ticket, self.max_attempts);
+        let mut run = fence::author::Run::new(STORE, "claim", ticket, self.max_attempts);
         let outcome = loop {
             match self.claim_once(conn, ticket).instrument(run.span()).await {
                 Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
@@ -491,7 +492,7 @@ impl MySqlFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let mut run = fence::Run::new(STORE, "transaction", first, self.max_attempts);
+        let mut run = fence::author::Run::new(STORE, "transaction", first, self.max_attempts);
         let outcome = loop {
             let outcome = (self.attempt(conn, &ordered, &mut work))
                 .instrument(run.span())
@@ -528,7 +529,8 @@ impl MySqlFence {
             Ok(value) => value,
             Err(err) => {
                 roll_back(conn).await;
-                let reason = fence::find_cause::<mysql_async::Error>(&err).and_then(retryable);
+                let reason =
+                    fence::author::find_cause::<mysql_async::Error>(&err).and_then(retryable);
                 return Err(match reason {
                     Some(reason) => Attempt::Retry(reason, FenceError::Store(err)),
                     None => Attempt::Done(FenceError::Store(err)),

@@ -549,7 +549,7 @@ impl ObjectFence {
                     tracing::warn!(scope = %found.scope, path = %path, from = found.token, to, "fence rebased");
                     return Ok(Some(found.token));
                 }
-                Err(Attempt::Raced(_)) => fence::record_retry(STORE, "raced"),
+                Err(Attempt::Raced(_)) => fence::author::record_retry(STORE, "raced"),
                 Err(Attempt::Failed(FenceError::Store(err))) => return Err(err),
                 Err(Attempt::Failed(err)) => return Err(Error::Aborted(err.to_string().into())),
             }
@@ -639,15 +639,15 @@ impl ObjectFence {
         work: impl Future<Output = Result<T, FenceError<Error>>>,
     ) -> Result<T, FenceError<Error>> {
         let mut work = Some(work);
-        fence::drive(STORE, op, ticket, 1, || {
+        fence::author::drive(STORE, op, ticket, 1, || {
             let work = work.take();
             async move {
                 tracing::Span::current().record("path", tracing::field::display(path));
                 match work {
-                    Some(work) => work.await.map_err(fence::Attempt::Done),
-                    None => Err(fence::Attempt::Done(FenceError::Store(Error::Aborted(
-                        "a fenced write is attempted once".into(),
-                    )))),
+                    Some(work) => work.await.map_err(fence::author::Attempt::Done),
+                    None => Err(fence::author::Attempt::Done(FenceError::Store(
+                        Error::Aborted("a fenced write is attempted once".into()),
+                    ))),
                 }
             }
         })
@@ -691,7 +691,7 @@ impl ObjectFence {
                             attempts: races,
                         }));
                     }
-                    fence::record_retry(STORE, "raced");
+                    fence::author::record_retry(STORE, "raced");
                     (base, fresh) = (now, true);
                 }
                 Err(Attempt::Failed(err)) => return Err(err),

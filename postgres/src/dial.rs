@@ -116,7 +116,7 @@ const TLS_PARAMETERS: [&str; 7] = [
 /// `url` without the TLS parameters tokio-postgres cannot parse, and what they asked.
 fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
     let (rest, taken) = if url.contains("://") {
-        zkfence::fence::take_url_parameters(url, &TLS_PARAMETERS)?
+        zkfence::fence::author::take_url_parameters(url, &TLS_PARAMETERS)?
     } else {
         // key=value pairs; quoted values are left to tokio-postgres (and so are not TLS's).
         let (mut kept, mut taken) = (Vec::new(), Vec::new());
@@ -331,7 +331,7 @@ mod tls {
     ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ConfigError> {
         let (cert, key) = (&identity.cert, &identity.key);
         let (chain, pem) =
-            zkfence::fence::read_client_identity(("sslcert", cert), ("sslkey", key))?;
+            zkfence::fence::author::read_client_identity(("sslcert", cert), ("sslkey", key))?;
         let unusable = |name, path: &str, why: String, instead| {
             ConfigError::new(name, format!("{path} ({why})"), instead)
         };

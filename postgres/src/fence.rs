@@ -9,7 +9,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 use tracing::Instrument;
-use zkfence::fence::{self, Attempt, ConfigError, FenceError, FenceState, FenceTicket};
+use zkfence::fence::author::Attempt;
+use zkfence::fence::{self, ConfigError, FenceError, FenceState, FenceTicket};
 
 /// The future a [`PostgresFence::transaction`] closure returns: boxed, borrowing the
 /// transaction.
@@ -298,7 +299,7 @@ impl PostgresFence {
         client: &impl GenericClient,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
-        fence::drive(STORE, "claim", ticket, 1, || async {
+        fence::author::drive(STORE, "claim", ticket, 1, || async {
             self.claim_once(client, ticket).await.map_err(Attempt::Done)
         })
         .await
@@ -453,7 +454,7 @@ impl PostgresFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let mut run = fence::Run::new(STORE, "transaction", first, self.max_attempts);
+        let mut run = fence::author::Run::new(STORE, "transaction", first, self.max_attempts);
         let outcome = loop {
             let outcome = (self.attempt(client, &ordered, &mut work))
                 .instrument(run.span())
@@ -735,7 +736,7 @@ fn is_serialization(err: &tokio_postgres::Error) -> bool {
 
 /// Whether `err` (or an error in its `source()` chain) is a serialization failure or deadlock.
 fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
-    fence::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
+    fence::author::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
 }
 
 #[cfg(feature = "conformance")]

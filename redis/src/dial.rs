@@ -107,7 +107,7 @@ fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
         Some((body, fragment)) => (body, Some(fragment)),
         None => (url, None),
     };
-    let (mut rest, taken) = zkfence::fence::take_url_parameters(body, &TLS_PARAMETERS)?;
+    let (mut rest, taken) = zkfence::fence::author::take_url_parameters(body, &TLS_PARAMETERS)?;
     let (mut asked, mut cert, mut key) = (Asked::default(), None, None);
     for (name, value) in taken {
         match name {
@@ -175,7 +175,7 @@ mod tls {
         };
         let client_tls = match &asked.identity {
             Some((cert, key)) => {
-                let (client_cert, client_key) = zkfence::fence::read_client_identity(
+                let (client_cert, client_key) = zkfence::fence::author::read_client_identity(
                     ("ssl_certfile", cert),
                     ("ssl_keyfile", key),
                 )?;
@@ -198,7 +198,7 @@ mod tls {
         path: &str,
         instead: &'static str,
     ) -> Result<Vec<u8>, ConfigError> {
-        let pem = zkfence::fence::read_url_file(name, path)?;
+        let pem = zkfence::fence::author::read_url_file(name, path)?;
         let unusable = |why: String| ConfigError::new(name, format!("{path} ({why})"), instead);
         let found = CertificateDer::pem_slice_iter(&pem)
             .collect::<Result<Vec<_>, _>>()

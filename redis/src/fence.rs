@@ -788,13 +788,13 @@ impl RedisFence {
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
         let op = if commands.is_some() { "write" } else { "claim" };
         let mut conn = Some(conn);
-        fence::drive(STORE, op, ticket, 1, || {
+        fence::author::drive(STORE, op, ticket, 1, || {
             let conn = conn.take();
             async move {
-                let conn = conn.ok_or(fence::Attempt::Done(FenceError::Invalid(
+                let conn = conn.ok_or(fence::author::Attempt::Done(FenceError::Invalid(
                     zkfence::Error::InvalidOptions("a fenced script is sent once"),
                 )))?;
-                (self.attempt(conn, ticket, commands).await).map_err(fence::Attempt::Done)
+                (self.attempt(conn, ticket, commands).await).map_err(fence::author::Attempt::Done)
             }
         })
         .await

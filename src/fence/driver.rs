@@ -18,7 +18,8 @@ use super::ticket::FenceTicket;
 /// # Examples
 ///
 /// ```
-/// use zkfence::fence::{Attempt, FenceError};
+/// use zkfence::fence::FenceError;
+/// use zkfence::fence::author::Attempt;
 /// let failed: Attempt<std::io::Error> = Attempt::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")));
 /// assert!(matches!(failed.into_error(), FenceError::Store(_)));
 /// ```
@@ -36,7 +37,8 @@ impl<E> Attempt<E> {
     /// # Examples
     ///
     /// ```
-    /// use zkfence::fence::{Attempt, FenceError};
+    /// use zkfence::fence::FenceError;
+    /// use zkfence::fence::author::Attempt;
     /// let done: Attempt<std::io::Error> = Attempt::Done(FenceError::Store(std::io::Error::other("x")));
     /// assert!(matches!(done.into_error(), FenceError::Store(_)));
     /// ```
@@ -71,7 +73,8 @@ impl<E> From<FenceError<E>> for Attempt<E> {
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
-/// use zkfence::fence::{drive, Attempt, FenceError, FenceTicket};
+/// use zkfence::fence::{FenceError, FenceTicket};
+/// use zkfence::fence::author::{drive, Attempt};
 /// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
 /// let mut tries = 0;
 /// let outcome: Result<u32, FenceError<std::io::Error>> =
@@ -129,7 +132,8 @@ where
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// use tracing::Instrument as _;
-/// use zkfence::fence::{FenceError, FenceTicket, Run};
+/// use zkfence::fence::{FenceError, FenceTicket};
+/// use zkfence::fence::author::Run;
 /// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
 /// let mut run = Run::new("my-store", "transaction", &ticket, 3);
 /// let mut conn = vec![]; // what each attempt borrows
@@ -161,7 +165,7 @@ impl Run {
     ///
     /// ```
     /// let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::Run::new("my-store", "claim", &ticket, 1);
+    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
     /// # let _ = run;
     /// ```
     pub fn new(
@@ -194,7 +198,7 @@ impl Run {
     ///
     /// ```
     /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::Run::new("my-store", "claim", &ticket, 1);
+    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
     /// let _entered = run.span().entered();
     /// ```
     pub fn span(&self) -> tracing::Span {
@@ -213,7 +217,7 @@ impl Run {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
     /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse()?;
-    /// let mut run = zkfence::fence::Run::new("my-store", "transaction", &ticket, 2);
+    /// let mut run = zkfence::fence::author::Run::new("my-store", "transaction", &ticket, 2);
     /// assert!(run.again("deadlock").await);
     /// assert!(!run.again("deadlock").await);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -236,7 +240,7 @@ impl Run {
     ///
     /// ```
     /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::Run::new("my-store", "claim", &ticket, 1);
+    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
     /// let outcome: Result<(), zkfence::fence::FenceError<std::io::Error>> = run.finish(Ok(()));
     /// assert!(outcome.is_ok());
     /// ```
@@ -261,7 +265,7 @@ impl Run {
 /// ```
 /// let started = std::time::Instant::now();
 /// let outcome: Result<(), zkfence::fence::FenceError<std::io::Error>> = Ok(());
-/// zkfence::fence::record("my-store", started, &outcome);
+/// zkfence::fence::author::record("my-store", started, &outcome);
 /// ```
 pub fn record<T, E: fmt::Display>(
     store: &'static str,
@@ -294,7 +298,7 @@ pub fn record<T, E: fmt::Display>(
 /// # Examples
 ///
 /// ```
-/// zkfence::fence::record_retry("my-store", "raced");
+/// zkfence::fence::author::record_retry("my-store", "raced");
 /// ```
 pub fn record_retry(store: &'static str, reason: &'static str) {
     let labels = [("store", store), ("reason", reason)];
@@ -308,7 +312,7 @@ pub fn record_retry(store: &'static str, reason: &'static str) {
 /// # Examples
 ///
 /// ```
-/// let pause = zkfence::fence::retry_backoff(1);
+/// let pause = zkfence::fence::author::retry_backoff(1);
 /// assert!(pause >= std::time::Duration::from_millis(10) && pause < std::time::Duration::from_millis(20));
 /// ```
 pub fn retry_backoff(attempt: u32) -> std::time::Duration {
@@ -335,7 +339,7 @@ pub fn retry_backoff(attempt: u32) -> std::time::Duration {
 ///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> { Some(&self.0) }
 /// }
 /// let err = Mine(std::io::Error::other("deep"));
-/// assert!(zkfence::fence::find_cause::<std::io::Error>(&err).is_some());
+/// assert!(zkfence::fence::author::find_cause::<std::io::Error>(&err).is_some());
 /// ```
 pub fn find_cause<'a, T: std::error::Error + 'static>(
     err: &'a (dyn std::error::Error + 'static),

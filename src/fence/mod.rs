@@ -132,10 +132,30 @@ pub mod protocol {
 }
 
 pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
-pub use self::driver::{drive, find_cause, record, record_retry, retry_backoff, Attempt, Run};
 pub use self::error::FenceError;
 #[cfg(feature = "conformance")]
 pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
-pub use self::url::{read_client_identity, read_url_file, take_url_parameters, Taken};
 pub use self::zookeeper::ZooKeeperFence;
+
+/// The plumbing zkfence's fence packages share: the retrying driver of a fenced operation
+/// ([`drive`](author::drive), [`Run`](author::Run), [`Attempt`](author::Attempt)), its metrics
+/// ([`record`](author::record), [`record_retry`](author::record_retry)), the backoff, the
+/// cause of an error, and the TLS parameters of a store's URL.
+///
+/// **Not API-stable**: it changes with the fence packages, in any release, as object_store's
+/// `integration` module does. A fence of your own may use it with zkfence pinned to one
+/// version; a service using the fences never needs it.
+///
+/// # Examples
+///
+/// ```
+/// let pause = zkfence::fence::author::retry_backoff(1);
+/// assert!(pause > std::time::Duration::ZERO);
+/// ```
+pub mod author {
+    pub use crate::fence::driver::{
+        drive, find_cause, record, record_retry, retry_backoff, Attempt, Run,
+    };
+    pub use crate::fence::url::{read_client_identity, read_url_file, take_url_parameters, Taken};
+}

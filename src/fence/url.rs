@@ -20,7 +20,7 @@ pub type Taken<'n> = (String, Vec<(&'n str, String)>);
 /// # Examples
 ///
 /// ```
-/// let (rest, taken) = zkfence::fence::take_url_parameters(
+/// let (rest, taken) = zkfence::fence::author::take_url_parameters(
 ///     "postgresql://db/orders?sslmode=verify-full&application_name=x&sslrootcert=%2Fca.pem",
 ///     &["sslmode", "sslrootcert"],
 /// )?;
@@ -62,7 +62,7 @@ pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<Taken<'n>
 /// # Examples
 ///
 /// ```
-/// let err = zkfence::fence::read_url_file("sslcert", "/no/such/client.pem").unwrap_err();
+/// let err = zkfence::fence::author::read_url_file("sslcert", "/no/such/client.pem").unwrap_err();
 /// assert!(err.to_string().contains("sslcert"));
 /// assert!(err.given().starts_with("/no/such/client.pem"));
 /// ```
@@ -90,7 +90,7 @@ pub fn read_url_file(name: &'static str, path: &str) -> Result<Vec<u8>, ConfigEr
 /// # Examples
 ///
 /// ```
-/// let err = zkfence::fence::read_client_identity(("sslcert", "/no/c.pem"), ("sslkey", "/no/c.key"))
+/// let err = zkfence::fence::author::read_client_identity(("sslcert", "/no/c.pem"), ("sslkey", "/no/c.key"))
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("sslcert"));
 /// ```

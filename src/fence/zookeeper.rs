@@ -414,10 +414,10 @@ impl ZooKeeperFence {
         let op = if claiming { "claim" } else { "write" };
         let unchecked = self.flaw.is(FenceMutant::CheckOutsideTransaction) && !claiming;
         let mut ops = Some(ops);
-        super::drive("zookeeper", op, ticket, 1, || {
+        super::driver::drive("zookeeper", op, ticket, 1, || {
             let ops = ops.take();
             async move {
-                let ops = ops.ok_or(super::Attempt::Done(FenceError::Store(
+                let ops = ops.ok_or(super::driver::Attempt::Done(FenceError::Store(
                     Error::InvalidOptions("a fenced write is attempted once"),
                 )))?;
                 let session = self.client.session_id();
@@ -434,7 +434,7 @@ impl ZooKeeperFence {
                         }),
                     false => self.attempts(ticket, ops).await,
                 };
-                outcome.map_err(super::Attempt::Done)
+                outcome.map_err(super::driver::Attempt::Done)
             }
         })
         .await
@@ -476,7 +476,7 @@ impl ZooKeeperFence {
                 }
                 Err(Attempt::Raced) => {
                     self.forget();
-                    super::record_retry("zookeeper", "raced");
+                    super::driver::record_retry("zookeeper", "raced");
                 }
                 Err(Attempt::NoParent) => {
                     let node = self.node.as_deref().unwrap_or_default();
