@@ -140,14 +140,14 @@ impl Dial {
         Ok(Dial::from(builder))
     }
 
-    #[cfg(feature = "conformance")]
     /// The same server, in database `db`.
+    #[cfg(feature = "conformance")]
     pub(crate) fn with_database(&self, db: &str) -> Dial {
         Dial::from(OptsBuilder::from_opts(self.opts.clone()).db_name(Some(db)))
     }
 
-    #[cfg(feature = "conformance")]
     /// The database a connection starts in, if any.
+    #[cfg(feature = "conformance")]
     pub(crate) fn database(&self) -> Option<&str> {
         self.opts.db_name()
     }

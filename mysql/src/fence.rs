@@ -206,8 +206,8 @@ impl MySqlFence {
         self.database.as_deref()
     }
 
-    #[cfg(feature = "conformance")]
     /// The database the fence lives in (`None`: the connection's).
+    #[cfg(feature = "conformance")]
     pub(crate) fn database(&self) -> Option<&str> {
         self.db()
     }

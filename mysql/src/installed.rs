@@ -47,13 +47,7 @@ impl MySqlFence {
                 "SELECT ROUTINE_NAME, ROUTINE_DEFINITION FROM information_schema.ROUTINES \
                  WHERE ROUTINE_SCHEMA = ? AND ROUTINE_TYPE = 'PROCEDURE' \
                  AND ROUTINE_NAME IN (?, ?, ?, ?)",
-                (
-                    &db,
-                    sql::PROCEDURES[0],
-                    sql::PROCEDURES[1],
-                    sql::PROCEDURES[2],
-                    sql::PROCEDURES[3],
-                ),
+                (&db, sql::CLAIM, sql::SEAL, sql::BEGIN, sql::COMMIT),
             )
             .await?;
         if columns.is_empty() && routines.is_empty() {

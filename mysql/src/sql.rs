@@ -95,9 +95,9 @@ pub(crate) fn install(database: Option<&str>, code: Code) -> Vec<String> {
     statements
 }
 
-#[cfg(feature = "conformance")]
 /// The parameters a procedure of `code` declares, as `information_schema.PARAMETERS` shows
 /// them: name, type (`DTD_IDENTIFIER`), character set.
+#[cfg(feature = "conformance")]
 pub(crate) fn parameters(name: &str, claim: Claim) -> Vec<(String, String, Option<String>)> {
     let scope = match claim {
         Claim::ClientCharsetScope => (format!("varbinary({MAX_SCOPE_BYTES})"), None),
@@ -107,19 +107,20 @@ pub(crate) fn parameters(name: &str, claim: Claim) -> Vec<(String, String, Optio
         ),
     };
     let mut params = vec![("p_scope".to_owned(), scope.0, scope.1)];
-    if name == PROCEDURES[0] || name == PROCEDURES[2] {
+    if name == CLAIM || name == BEGIN {
         params.push(("p_token_text".to_owned(), "varchar(255)".to_owned(), None));
     }
     params
 }
 
-/// The procedures' names, as [`procedures`] installs them.
-pub(crate) const PROCEDURES: [&str; 4] = [
-    "zkfence_claim",
-    "zkfence_seal",
-    "zkfence_begin",
-    "zkfence_commit",
-];
+/// The claim procedure's name.
+pub(crate) const CLAIM: &str = "zkfence_claim";
+/// The seal procedure's name.
+pub(crate) const SEAL: &str = "zkfence_seal";
+/// The claim that first turns autocommit off: a fenced transaction's first statement.
+pub(crate) const BEGIN: &str = "zkfence_begin";
+/// The seal followed by `COMMIT`: a fenced transaction's last statement.
+pub(crate) const COMMIT: &str = "zkfence_commit";
 
 /// The procedures' names and their `CREATE PROCEDURE` statements: the claim and the seal, and
 /// the same two as a fenced transaction's first and last statements (`zkfence_begin` turns
@@ -128,17 +129,11 @@ pub(crate) const PROCEDURES: [&str; 4] = [
 /// work, `COMMIT`).
 pub(crate) fn procedures(database: Option<&str>, code: Code) -> [(&'static str, String); 4] {
     [
-        (PROCEDURES[0], claim_procedure(database, code, Ends::Alone)),
+        (CLAIM, claim_procedure(database, code, Ends::Alone)),
+        (SEAL, seal_procedure(database, code.claim, Ends::Alone)),
+        (BEGIN, claim_procedure(database, code, Ends::Transaction)),
         (
-            PROCEDURES[1],
-            seal_procedure(database, code.claim, Ends::Alone),
-        ),
-        (
-            PROCEDURES[2],
-            claim_procedure(database, code, Ends::Transaction),
-        ),
-        (
-            PROCEDURES[3],
+            COMMIT,
             seal_procedure(database, code.claim, Ends::Transaction),
         ),
     ]
@@ -154,9 +149,9 @@ enum Ends {
     Transaction,
 }
 
-#[cfg(feature = "conformance")]
 /// The body of a `CREATE PROCEDURE` statement (from its `BEGIN` line), as
 /// `information_schema.ROUTINES.ROUTINE_DEFINITION` shows it.
+#[cfg(feature = "conformance")]
 pub(crate) fn body(statement: &str) -> &str {
     match statement.find("\nBEGIN\n") {
         Some(at) => &statement[at + 1..],
@@ -164,8 +159,8 @@ pub(crate) fn body(statement: &str) -> &str {
     }
 }
 
-#[cfg(feature = "conformance")]
 /// The idle bound, in seconds, that an installed claim's body sets (`None`: none).
+#[cfg(feature = "conformance")]
 pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
     let (_, rest) = body.split_once(IDLE_DECLARATION)?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -209,13 +204,13 @@ fn claim_procedure(database: Option<&str>, code: Code, ends: Ends) -> String {
     // zkfence_begin turns autocommit off itself; the claim alone insists on it.
     let (name, comment, autocommit, reply) = match ends {
         Ends::Alone => (
-            PROCEDURES[0],
+            CLAIM,
             "raises the scope''s fence to the token",
             format!("IF @@autocommit <> 0 THEN\n    {no_autocommit}\n  END IF;"),
             "\n  SELECT seen AS previous;",
         ),
         Ends::Transaction => (
-            PROCEDURES[2],
+            BEGIN,
             "turns autocommit off, then raises the scope''s fence to the token",
             "SET autocommit = 0;".to_owned(),
             "",
@@ -374,9 +369,9 @@ fn refuse(seen: &str, doom: &str) -> String {
 
 fn seal_procedure(database: Option<&str>, claim: Claim, ends: Ends) -> String {
     let (name, comment, commit) = match ends {
-        Ends::Alone => (PROCEDURES[1], "call last before COMMIT: checks", ""),
+        Ends::Alone => (SEAL, "call last before COMMIT: checks", ""),
         Ends::Transaction => (
-            PROCEDURES[3],
+            COMMIT,
             "the last statement of a fenced transaction: commits it if",
             "\n  COMMIT;\n  SET autocommit = 1;",
         ),
@@ -450,7 +445,7 @@ pub(crate) fn begin(
         sql.push_str("; SET autocommit = 0");
     }
     for (i, (scope, token)) in tickets.iter().enumerate() {
-        let claim = qualified(database, PROCEDURES[if i == 0 { 2 } else { 0 }]);
+        let claim = qualified(database, if i == 0 { BEGIN } else { CLAIM });
         let _ = write!(sql, "; CALL {claim}({}, {token})", hex(scope.as_bytes()));
     }
     sql
@@ -464,12 +459,12 @@ pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
     let Some((last, others)) = scopes.split_last() else {
         return "COMMIT; SET autocommit = 1".to_owned();
     };
-    let seal = qualified(database, PROCEDURES[1]);
+    let seal = qualified(database, SEAL);
     let mut sql = String::new();
     for scope in others {
         let _ = write!(sql, "CALL {seal}({}); ", hex(scope.as_bytes()));
     }
-    let commit = qualified(database, PROCEDURES[3]);
+    let commit = qualified(database, COMMIT);
     let _ = write!(sql, "CALL {commit}({})", hex(last.as_bytes()));
     sql
 }
@@ -483,8 +478,8 @@ pub(crate) const ROLLBACK: &str =
 /// seal clears its mark): text statements sent as one, one round trip (a prepared one costs a
 /// prepare on each new connection).
 pub(crate) fn claim(database: Option<&str>, scope: &str, token: i64) -> String {
-    let begin = qualified(database, PROCEDURES[2]);
-    let commit = qualified(database, PROCEDURES[3]);
+    let begin = qualified(database, BEGIN);
+    let commit = qualified(database, COMMIT);
     let scope = hex(scope.as_bytes());
     format!("CALL {begin}({scope}, {token}); CALL {commit}({scope})")
 }

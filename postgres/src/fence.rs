@@ -107,8 +107,8 @@ impl PostgresFence {
         Ok(self)
     }
 
-    #[cfg(feature = "conformance")]
     /// The schema the fence lives in (`None`: the search path's).
+    #[cfg(feature = "conformance")]
     pub(crate) fn schema(&self) -> Option<&str> {
         self.schema.as_deref()
     }
@@ -212,10 +212,10 @@ impl PostgresFence {
         }
     }
 
-    #[cfg(feature = "conformance")]
     /// Whether the claim function installed for this fence is this version's sound one (with
     /// whatever idle bound it was installed with): `Ok(Some(bound))` (0: no bound), `Ok(None)`
     /// when none is installed, `Err` with the installed body when it differs.
+    #[cfg(feature = "conformance")]
     pub(crate) async fn installed(
         &self,
         client: &impl GenericClient,
@@ -739,16 +739,16 @@ fn retryable<E: std::error::Error + 'static>(err: &E) -> bool {
     fence::author::find_cause::<tokio_postgres::Error>(err).is_some_and(is_serialization)
 }
 
-#[cfg(feature = "conformance")]
 /// What to do about a pooler in statement mode, in [`describe`]'s words and verify's.
+#[cfg(feature = "conformance")]
 pub(crate) const STATEMENT_MODE: &str = "a pooler in statement mode splits the claim from your \
     writes: use transaction or session mode (PgBouncer: pool_mode = transaction)";
 
-#[cfg(feature = "conformance")]
 /// `err` as a line for a person: the server's message, its SQLSTATE and detail for a database
 /// error (tokio-postgres's own text says only "db error"), else the error's text with its
 /// causes. A pooler's refusal of a transaction in statement mode (PgBouncer's "transaction
 /// blocks not allowed in statement pooling mode") says what to change.
+#[cfg(feature = "conformance")]
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     match err.as_db_error() {
         Some(db) => {

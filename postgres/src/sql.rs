@@ -185,17 +185,17 @@ fn refusal_doom(table: &str, doom: bool) -> (String, &'static str) {
     (mark, hint)
 }
 
-#[cfg(feature = "conformance")]
 /// The idle bound a claim function's body sets, in milliseconds (0: none); `None` for a body
 /// that is not one of this version's.
+#[cfg(feature = "conformance")]
 pub(crate) fn idle_bound_of(body: &str) -> Option<u64> {
     let rest = &body[body.find(IDLE_LINE)? + IDLE_LINE.len()..];
     rest[..rest.find(';')?].trim().parse().ok()
 }
 
-#[cfg(feature = "conformance")]
 /// The installed claim function's body and its table, for `schema`'s fence; no row when there
 /// is no such function.
+#[cfg(feature = "conformance")]
 pub(crate) fn installed(schema: Option<&str>) -> String {
     let claim = qualified(schema, "zkfence_claim");
     format!(
@@ -204,8 +204,8 @@ pub(crate) fn installed(schema: Option<&str>) -> String {
     )
 }
 
-#[cfg(feature = "conformance")]
 /// `text` as a SQL string literal.
+#[cfg(feature = "conformance")]
 pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }

@@ -140,8 +140,8 @@ impl Link {
         self.nodes(true).await
     }
 
-    #[cfg(feature = "conformance")]
     /// Every replica of a cluster, each on a connection of its own (none for a server).
+    #[cfg(feature = "conformance")]
     pub(crate) async fn replicas(&self) -> Result<Vec<Node>, BoxError> {
         self.nodes(false).await
     }
@@ -217,8 +217,8 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    #[cfg(feature = "conformance")]
     /// Whether it serves `slot`.
+    #[cfg(feature = "conformance")]
     pub(crate) fn serves(&self, slot: u16) -> bool {
         self.slots
             .iter()

@@ -398,20 +398,20 @@ impl RedisFence {
         Ok(self)
     }
 
-    #[cfg(feature = "conformance")]
     /// The claim and write scripts as this fence sends them (`EVALSHA`, then `EVAL`).
+    #[cfg(feature = "conformance")]
     pub(crate) fn scripts(&self) -> [String; 2] {
         [self.lua(CLAIM_SCRIPT), self.lua(WRITE_SCRIPT)]
     }
 
-    #[cfg(feature = "conformance")]
     /// The fence keys' prefix.
+    #[cfg(feature = "conformance")]
     pub(crate) fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    #[cfg(feature = "conformance")]
     /// The function library's name.
+    #[cfg(feature = "conformance")]
     pub(crate) fn library_name(&self) -> &str {
         &self.library
     }

@@ -39,7 +39,7 @@ impl Attempt<'_> {
     ) -> Result<Option<Waited>> {
         let mut listing = node.listing.clone();
         let mut waited = Waited::default();
-        let mut next = Relist {
+        let mut next = Waiting {
             after_vanish: false,
             gate: Gate::default(),
             own_due,
@@ -70,26 +70,28 @@ impl Attempt<'_> {
             let round =
                 (self.watch_round(&position, &children, node, &mut waited, &mut next)).await?;
             match round {
-                Round::Proceed { vanished } => {
+                Some(Verdict::Proceed { vanished }) => {
                     waited.vanished = vanished;
                     return Ok(Some(waited));
                 }
-                Round::Relist => {}
-                Round::RanOut => return Ok(None),
+                Some(Verdict::Relist { after_vanish }) => next.after_vanish = after_vanish,
+                // The wait ran out (our node is removed).
+                Some(Verdict::Wait) | None => return Ok(None),
             }
         }
     }
 
     /// One round of the wait at `position`: the watches it calls for set (or the gate's taken),
-    /// then their events awaited until one decides. Notes in `next` how to list again.
+    /// then their events awaited until one decides; `None` when the wait ran out (our node is
+    /// removed). Notes in `next` whether the next listing sets the gate's watch.
     async fn watch_round(
         &mut self,
         position: &Position,
         children: &[String],
         node: &Queued,
         waited: &mut Waited,
-        next: &mut Relist,
-    ) -> Result<Round> {
+        next: &mut Waiting,
+    ) -> Result<Option<Verdict>> {
         let flaw = self.queue.options.flaw;
         let mut ahead = Ahead::new(self.queue.kind, position, self.lock_delay_on(), flaw);
         let armed = if self.gated(position) {
@@ -102,15 +104,16 @@ impl Attempt<'_> {
             Armed::Watching(watching) => watching,
             Armed::Gone if matches!(ahead.on_gone(), Verdict::Proceed { .. }) => {
                 self.announce_admission(node, None);
-                return Ok(Round::Proceed { vanished: false });
+                return Ok(Some(Verdict::Proceed { vanished: false }));
             }
-            Armed::Gone | Armed::Retry => {
-                next.after_vanish = false;
-                return Ok(Round::Relist);
-            }
-            Armed::Ungated => {
-                next.gate.next = true; // list again, setting the gate's watch
-                return Ok(Round::Relist);
+            // Only a gated waiter meets `Ungated`, and it has no lock-delay, the one thing
+            // `after_vanish` counts for.
+            Armed::Gone | Armed::Retry | Armed::Ungated => {
+                // List again; `Ungated`: setting the gate's watch.
+                next.gate.next = matches!(armed, Armed::Ungated);
+                return Ok(Some(Verdict::Relist {
+                    after_vanish: false,
+                }));
             }
         };
         let own_due = next.own_due;
@@ -118,17 +121,16 @@ impl Attempt<'_> {
             Some(Verdict::Proceed { vanished }) => {
                 self.still_queued(node, &mut waited.own_watch).await?;
                 self.announce_admission(node, None);
-                Ok(Round::Proceed { vanished })
+                Ok(Some(Verdict::Proceed { vanished }))
             }
-            Some(Verdict::Relist { after_vanish }) => {
-                next.after_vanish = after_vanish;
+            Some(relist @ Verdict::Relist { after_vanish }) => {
                 next.gate.next = self.heads_next(&ahead, position, after_vanish);
-                Ok(Round::Relist)
+                Ok(Some(relist))
             }
             Some(Verdict::Wait) | None => {
                 // The wait ran out.
                 self.withdraw().await?;
-                Ok(Round::RanOut)
+                Ok(None)
             }
         }
     }
@@ -474,8 +476,8 @@ impl Attempt<'_> {
     }
 }
 
-/// What a wait carries from one listing to the next.
-struct Relist {
+/// A wait in progress: what it carries from one listing to the next.
+struct Waiting {
     /// We list again because a node we watched vanished without a release: if nothing blocks
     /// us then, that node may have been a failed holder (lock-delay).
     after_vanish: bool,
@@ -483,16 +485,6 @@ struct Relist {
     gate: Gate,
     /// When we watch our own node, if the wait lasts.
     own_due: Instant,
-}
-
-/// How a round of the wait ended.
-enum Round {
-    /// Nothing ahead blocks us; `vanished`: a node we waited on went without a release.
-    Proceed { vanished: bool },
-    /// List the queue again.
-    Relist,
-    /// The wait ran out (our node is removed).
-    RanOut,
 }
 
 pub(super) enum Woke {
