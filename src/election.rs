@@ -15,11 +15,11 @@ use crate::lock::{Contender, FencedLock};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::names::{self, LATCH_NAME};
+use crate::requests::nodes::child_path;
+use crate::requests::retry::{is_connection_error, retrying};
+use crate::requests::watch::{watch_changed, NodeWatch};
 use crate::token::FencingToken;
 use crate::wait::Wait;
-use crate::zk::nodes::child_path;
-use crate::zk::retry::{is_connection_error, retrying};
-use crate::zk::watch::{watch_changed, NodeWatch};
 
 /// The child of the election path that holds the leader's proclaimed value (it is no candidate:
 /// its name has no `latch-`).
@@ -520,11 +520,11 @@ impl Leadership {
             let write = || fenced_write(client, node, path, &value, create);
             match retrying(client, write).await?.map_err(failed)? {
                 Ok(()) => return Ok(()),
-                Err(Fenced::NodeGone) => {
+                Err(ProclaimFailure::NodeGone) => {
                     return Err(Error::LockLost(crate::LossReason::NodeDeleted))
                 }
-                Err(Fenced::ValueMissing | Fenced::Exists) => {}
-                Err(Fenced::Other(err)) => return Err(failed(err)),
+                Err(ProclaimFailure::ValueMissing | ProclaimFailure::Exists) => {}
+                Err(ProclaimFailure::Other(err)) => return Err(failed(err)),
             }
         }
         Err(failed(zk::Error::UnexpectedError(
@@ -588,7 +588,7 @@ impl crate::section::Guarded for Leadership {
 }
 
 impl crate::section::Fenceable for Leadership {
-    fn halt(&self) -> std::result::Result<(), crate::watchdog::Halt> {
+    fn halt(&self) -> std::result::Result<(), crate::watchdog::CheckError> {
         self.inner.held.halt()
     }
 
@@ -602,7 +602,7 @@ impl crate::section::Fenceable for Leadership {
 }
 
 /// How a fenced write of the proclaimed value failed.
-enum Fenced {
+enum ProclaimFailure {
     /// Our node is gone: no longer the leader.
     NodeGone,
     /// The value node does not exist yet.
@@ -620,7 +620,7 @@ async fn fenced_write(
     path: &str,
     value: &[u8],
     create: bool,
-) -> std::result::Result<std::result::Result<(), Fenced>, zk::Error> {
+) -> std::result::Result<std::result::Result<(), ProclaimFailure>, zk::Error> {
     let mut multi = client.new_multi_writer();
     let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     let added = multi
@@ -630,22 +630,24 @@ async fn fenced_write(
             false => multi.add_set_data(path, value, None),
         });
     if let Err(err) = added {
-        return Ok(Err(Fenced::Other(err)));
+        return Ok(Err(ProclaimFailure::Other(err)));
     }
     Ok(match multi.commit().await {
         Ok(_) => Ok(()),
-        Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => Err(Fenced::NodeGone),
+        Err(zk::MultiWriteError::OperationFailed { index: 0, .. }) => {
+            Err(ProclaimFailure::NodeGone)
+        }
         Err(zk::MultiWriteError::OperationFailed { source, .. }) => Err(match source {
-            zk::Error::NoNode => Fenced::ValueMissing,
-            zk::Error::NodeExists => Fenced::Exists,
-            err => Fenced::Other(err),
+            zk::Error::NoNode => ProclaimFailure::ValueMissing,
+            zk::Error::NodeExists => ProclaimFailure::Exists,
+            err => ProclaimFailure::Other(err),
         }),
         Err(err) => {
             let err = zk::Error::from(err);
             if is_connection_error(&err) {
                 return Err(err);
             }
-            Err(Fenced::Other(err))
+            Err(ProclaimFailure::Other(err))
         }
     })
 }

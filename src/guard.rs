@@ -18,14 +18,14 @@ use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{Grant, Release};
-use crate::reentrancy::{Key, Owned, Owner, Owners};
+use crate::reentrancy::{HasOwner, HoldTable, Key, Owner};
+use crate::requests::nodes::Deleted;
 use crate::token::FencingToken;
-use crate::watchdog::{Event, GuardState, Halt, Interest, LazyCancel, Terms};
-use crate::zk::nodes::Deleted;
+use crate::watchdog::{CheckError, Event, GuardState, HoldTerms, LazyCancel, WatchdogRef};
 
 /// One acquisition: what its guards and their [`Held`] handles share.
 #[derive(Debug)]
-pub(crate) struct Holding {
+pub(crate) struct Hold {
     /// The node's path on the server, the client's chroot included (as the session's watchdog
     /// watches it); its path under the chroot, a child of the lock path, starts at `at`.
     node: Arc<str>,
@@ -52,29 +52,29 @@ pub(crate) struct Holding {
 struct Guards {
     count: usize,
     /// Keeps the session's watchdog running while the holding lasts.
-    interest: Option<Interest>,
+    interest: Option<WatchdogRef>,
     /// Deletes the node (and gives up the in-process turn).
     release: Option<Release>,
 }
 
 /// The holdings of this process and who owns each, for reentrancy (see
 /// [`crate::reentrancy`]).
-static HOLDINGS: LazyLock<Owners<Holding>> = LazyLock::new(Owners::default);
+static HOLDINGS: LazyLock<HoldTable<Hold>> = LazyLock::new(HoldTable::default);
 
-impl Owned for Holding {
+impl HasOwner for Hold {
     fn owner(&self) -> Owner {
         *self.owner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Holding {
+impl Hold {
     fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
         self.guards.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// The holdings on `key` that `owner` owns, with their kinds.
-pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
+pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Hold>)> {
     HOLDINGS.owned_by(key, owner)
 }
 
@@ -103,7 +103,7 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Holding>)> {
 /// # Ok(()) }
 /// ```
 pub struct Held<M: Mode = Exclusive> {
-    holding: Arc<Holding>,
+    holding: Arc<Hold>,
     /// This guard's cancellation, when it is a nested guard's (the first guard's is in the
     /// holding): a child of the holding's, also cancelled when this guard ends while others
     /// hold on.
@@ -329,7 +329,7 @@ impl<M: Mode> Held<M> {
         loop {
             match self.halt() {
                 Ok(()) => return Ok(()),
-                Err(Halt::Jeopardy) => {}
+                Err(CheckError::Jeopardy) => {}
                 Err(lost) => return Err(lost.into()),
             }
             tokio::select! {
@@ -396,10 +396,10 @@ impl<M: Mode> Held<M> {
 
     /// The synchronous check: this guard ended (released, while others hold on), or the
     /// holding's own state.
-    pub(crate) fn halt(&self) -> std::result::Result<(), Halt> {
+    pub(crate) fn halt(&self) -> std::result::Result<(), CheckError> {
         let state = &self.holding.state;
         if self.own().is_cancelled() && state.reason().is_none() {
-            return Err(Halt::Lost(LossReason::Released));
+            return Err(CheckError::Lost(LossReason::Released));
         }
         state.check()
     }
@@ -500,7 +500,7 @@ impl<M: Mode> std::ops::Deref for LockGuard<M> {
 
 /// Who holds a new holding, and which lock it is on.
 #[derive(Debug)]
-pub(crate) struct Holder {
+pub(crate) struct NewHold {
     pub(crate) key: Key,
     pub(crate) kind: Kind,
     pub(crate) owner: Owner,
@@ -514,7 +514,7 @@ impl<M: Mode> LockGuard<M> {
         grant: Grant,
         options: &LockOptions,
         label: Arc<str>,
-        holder: Holder,
+        holder: NewHold,
     ) -> LockGuard<M> {
         let Grant {
             token,
@@ -525,7 +525,7 @@ impl<M: Mode> LockGuard<M> {
             ..
         } = grant;
         let watch = interest.watch();
-        let state = Arc::new(watch.guard_state(Terms {
+        let state = Arc::new(watch.guard_state(HoldTerms {
             budget: options.lease.budget(watch.session_timeout()),
             ride_out: options.ride_out,
             grace: options.grace,
@@ -540,7 +540,7 @@ impl<M: Mode> LockGuard<M> {
             watch: node_watch,
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
-        let holding = Arc::new(Holding {
+        let holding = Arc::new(Hold {
             node,
             at,
             token,
@@ -565,7 +565,7 @@ impl<M: Mode> LockGuard<M> {
     /// request. `Ok(None)` if the holding was released meanwhile (the acquire queues);
     /// [`Error::LockLost`] if it was lost: its node may still stand in the queue, and an
     /// acquire queued behind it would wait for the task's own lost guard.
-    pub(crate) fn nest(holding: Arc<Holding>) -> Result<Option<LockGuard<M>>> {
+    pub(crate) fn nest(holding: Arc<Hold>) -> Result<Option<LockGuard<M>>> {
         {
             let mut guards = holding.guards();
             match holding.state.reason() {
@@ -580,7 +580,7 @@ impl<M: Mode> LockGuard<M> {
 
     /// A guard of `holding`, with its own cancellation `own`: `None` for the first guard,
     /// whose cancellation is the holding's `first`.
-    fn of(holding: Arc<Holding>, own: Option<Arc<LazyCancel>>) -> LockGuard<M> {
+    fn of(holding: Arc<Hold>, own: Option<Arc<LazyCancel>>) -> LockGuard<M> {
         LockGuard {
             held: Held {
                 holding,
@@ -763,7 +763,7 @@ impl<M: Mode> crate::section::Guarded for LockGuard<M> {
 }
 
 impl<M: Mode> crate::section::Fenceable for Held<M> {
-    fn halt(&self) -> std::result::Result<(), Halt> {
+    fn halt(&self) -> std::result::Result<(), CheckError> {
         Held::halt(self)
     }
 

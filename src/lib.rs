@@ -335,13 +335,13 @@ mod mutants;
 mod options;
 mod queue;
 mod reentrancy;
+mod requests;
 mod rwlock;
 mod section;
 mod semaphore;
 mod token;
 mod wait;
 mod watchdog;
-mod zk;
 
 pub use crate::acquire::Acquire;
 pub use crate::connect::Connect;

@@ -12,18 +12,18 @@ use zookeeper_client as zk;
 
 use crate::acquire::{sealed::Sealed, Acquire};
 use crate::error::{Error, Result};
-use crate::guard::{self, Held, Holder, LockGuard};
+use crate::guard::{self, Held, LockGuard, NewHold};
 use crate::metrics::{ACQUIRE_DURATION_SECONDS, ACQUISITIONS_TOTAL};
 use crate::mode::{Exclusive, Mode};
 use crate::options::LockOptions;
 use crate::queue::kind::Kind;
 use crate::queue::{self, Admission, Grant, Queue};
 use crate::reentrancy::{self, Key, Owner, Reentry};
+use crate::requests::nodes::{child_path, delete_node, Deleted};
+use crate::requests::retry::retrying;
 use crate::token::FencingToken;
 use crate::wait::Wait;
 use crate::watchdog::REVOKE;
-use crate::zk::nodes::{child_path, delete_node, Deleted};
-use crate::zk::retry::retrying;
 
 /// One node in a lock's queue, as [`FencedLock::contenders`] reports it.
 ///
@@ -474,11 +474,11 @@ impl<M: Mode> FencedLock<M> {
         );
         let started = Instant::now();
         let result = match self.reentry() {
-            Ok(Entry::Queue(pin)) => {
+            Ok(AcquirePath::Queue(pin)) => {
                 let queued = self.queue_for(wait, pin, data);
                 queued.instrument(span.clone()).await
             }
-            Ok(Entry::Nested(guard)) => Ok(Some(guard)),
+            Ok(AcquirePath::Nested(guard)) => Ok(Some(guard)),
             Err(err) => Err(err),
         };
         let outcome = match &result {
@@ -509,17 +509,17 @@ impl<M: Mode> FencedLock<M> {
 
     /// What an acquire by the calling task gets, given what it already holds on this lock
     /// (see [`crate::reentrancy::reentry`]).
-    fn reentry(&self) -> Result<Entry<M>> {
+    fn reentry(&self) -> Result<AcquirePath<M>> {
         let queue = &self.queue;
         let held = guard::owned_by(&self.key(), Owner::current());
         let kinds: Vec<Kind> = held.iter().map(|(kind, _)| *kind).collect();
         Ok(
             match reentrancy::reentry(&kinds, queue.kind, queue.options.reentrant) {
-                Reentry::Queue => Entry::Queue(None),
+                Reentry::Queue => AcquirePath::Queue(None),
                 Reentry::Nest(i) => LockGuard::<M>::nest(held[i].1.clone())?
-                    .map_or(Entry::Queue(None), Entry::Nested),
+                    .map_or(AcquirePath::Queue(None), AcquirePath::Nested),
                 // The write lock stays held while the read lock is taken beside it.
-                Reentry::Downgrade(i) => Entry::Queue(LockGuard::nest(held[i].1.clone())?),
+                Reentry::Downgrade(i) => AcquirePath::Queue(LockGuard::nest(held[i].1.clone())?),
                 Reentry::WouldDeadlock => {
                     return Err(Error::WouldDeadlock {
                         path: queue.path.to_string(),
@@ -576,7 +576,7 @@ impl<M: Mode> FencedLock<M> {
     /// The guard of a grant on this lock, held by the calling task.
     fn guard(&self, grant: Grant) -> LockGuard<M> {
         let queue = &self.queue;
-        let holder = Holder {
+        let holder = NewHold {
             key: self.key(),
             kind: queue.kind,
             owner: Owner::current(),
@@ -600,7 +600,7 @@ impl<M: Mode> Acquire for FencedLock<M> {
 }
 
 /// How an acquire goes on, given what the task already holds.
-enum Entry<M: Mode> {
+enum AcquirePath<M: Mode> {
     /// Through the queue; with a downgrade, the write lock's share to keep.
     Queue(Option<LockGuard>),
     /// A reentrant acquire's guard, no request sent.

@@ -63,6 +63,121 @@ pub const FENCE_WRITE_DURATION_SECONDS: &str = "zkfence_fence_write_duration_sec
 /// between its read and the commit) or `serialization` (the database asked for a retry).
 pub const FENCE_RETRIES_TOTAL: &str = "zkfence_fence_retries_total";
 
+/// What a metric is, for [`describe`]: a counter, a gauge, or a histogram in seconds.
+#[derive(Debug, Clone, Copy)]
+enum MetricKind {
+    /// A counter, with no unit.
+    Counter,
+    /// A gauge, with no unit.
+    Gauge,
+    /// A histogram of seconds.
+    Seconds,
+}
+
+/// Every zkfence metric, its kind and its help text, in the order [`describe`] registers them.
+const DESCRIPTIONS: &[(&str, MetricKind, &str)] = &[
+    (
+        ACQUIRE_DURATION_SECONDS,
+        MetricKind::Seconds,
+        "time from an acquire call to its outcome",
+    ),
+    (
+        ACQUISITIONS_TOTAL,
+        MetricKind::Counter,
+        "acquisitions that returned a guard",
+    ),
+    (
+        HELD_LOCKS,
+        MetricKind::Gauge,
+        "guards currently held by this process",
+    ),
+    (
+        HOLD_DURATION_SECONDS,
+        MetricKind::Seconds,
+        "time from acquisition to release, drop or loss",
+    ),
+    (
+        RELEASE_ERRORS_TOTAL,
+        MetricKind::Counter,
+        "releases whose delete failed",
+    ),
+    (
+        BACKGROUND_CLEANUPS_TOTAL,
+        MetricKind::Counter,
+        "queue nodes deleted in the background",
+    ),
+    (
+        LOCK_LOST_TOTAL,
+        MetricKind::Counter,
+        "held locks lost, by reason",
+    ),
+    (
+        LOSS_DETECTION_SECONDS,
+        MetricKind::Seconds,
+        "time from an observable loss to the guard's cancellation",
+    ),
+    (
+        LEASE_PROBES_TOTAL,
+        MetricKind::Counter,
+        "watchdog lease probes, by outcome",
+    ),
+    (
+        LEASE_REMAINING_SECONDS,
+        MetricKind::Seconds,
+        "lease left right after each proof",
+    ),
+    (
+        WATCHED_SESSIONS,
+        MetricKind::Gauge,
+        "sessions watched by a watchdog in this process",
+    ),
+    (
+        IN_PROCESS_WAITERS,
+        MetricKind::Gauge,
+        "tasks waiting in an in-process queue",
+    ),
+    (
+        JEOPARDY_TOTAL,
+        MetricKind::Counter,
+        "jeopardy spells entered and resumed",
+    ),
+    (
+        JEOPARDY_SECONDS,
+        MetricKind::Seconds,
+        "how long each jeopardy spell lasted, by outcome",
+    ),
+    (
+        LOCK_DELAYS_TOTAL,
+        MetricKind::Counter,
+        "acquisitions held back by the lock-delay after a failed holder",
+    ),
+    (
+        GRANT_PROOFS_TOTAL,
+        MetricKind::Counter,
+        "grants by how their session's lease was proved: held, warmed while waiting, or at the grant",
+    ),
+    (
+        PARKED_WATCHES,
+        MetricKind::Gauge,
+        "watches no longer needed, left to fire instead of removed",
+    ),
+    (
+        FENCE_WRITES_TOTAL,
+        MetricKind::Counter,
+        "fenced writes and claims, by store and outcome",
+    ),
+    (
+        FENCE_WRITE_DURATION_SECONDS,
+        MetricKind::Seconds,
+        "time from a fenced write's call to its outcome, retries included",
+    ),
+    (
+        FENCE_RETRIES_TOTAL,
+        MetricKind::Counter,
+        "fenced writes tried again, by reason",
+    ),
+];
+
 /// Registers units and help text for every zkfence metric with the installed recorder. Call
 /// it once after installing your recorder; recording works without it.
 ///
@@ -74,68 +189,13 @@ pub const FENCE_RETRIES_TOTAL: &str = "zkfence_fence_retries_total";
 /// ```
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_histogram!(
-        ACQUIRE_DURATION_SECONDS,
-        Unit::Seconds,
-        "time from an acquire call to its outcome"
-    );
-    describe_counter!(ACQUISITIONS_TOTAL, "acquisitions that returned a guard");
-    describe_gauge!(HELD_LOCKS, "guards currently held by this process");
-    describe_histogram!(
-        HOLD_DURATION_SECONDS,
-        Unit::Seconds,
-        "time from acquisition to release, drop or loss"
-    );
-    describe_counter!(RELEASE_ERRORS_TOTAL, "releases whose delete failed");
-    describe_counter!(
-        BACKGROUND_CLEANUPS_TOTAL,
-        "queue nodes deleted in the background"
-    );
-    describe_counter!(LOCK_LOST_TOTAL, "held locks lost, by reason");
-    describe_histogram!(
-        LOSS_DETECTION_SECONDS,
-        Unit::Seconds,
-        "time from an observable loss to the guard's cancellation"
-    );
-    describe_counter!(LEASE_PROBES_TOTAL, "watchdog lease probes, by outcome");
-    describe_histogram!(
-        LEASE_REMAINING_SECONDS,
-        Unit::Seconds,
-        "lease left right after each proof"
-    );
-    describe_gauge!(
-        WATCHED_SESSIONS,
-        "sessions watched by a watchdog in this process"
-    );
-    describe_gauge!(IN_PROCESS_WAITERS, "tasks waiting in an in-process queue");
-    describe_counter!(JEOPARDY_TOTAL, "jeopardy spells entered and resumed");
-    describe_histogram!(
-        JEOPARDY_SECONDS,
-        Unit::Seconds,
-        "how long each jeopardy spell lasted, by outcome"
-    );
-    describe_counter!(
-        LOCK_DELAYS_TOTAL,
-        "acquisitions held back by the lock-delay after a failed holder"
-    );
-    describe_counter!(
-        GRANT_PROOFS_TOTAL,
-        "grants by how their session's lease was proved: held, warmed while waiting, or at the grant"
-    );
-    describe_gauge!(
-        PARKED_WATCHES,
-        "watches no longer needed, left to fire instead of removed"
-    );
-    describe_counter!(
-        FENCE_WRITES_TOTAL,
-        "fenced writes and claims, by store and outcome"
-    );
-    describe_histogram!(
-        FENCE_WRITE_DURATION_SECONDS,
-        Unit::Seconds,
-        "time from a fenced write's call to its outcome, retries included"
-    );
-    describe_counter!(FENCE_RETRIES_TOTAL, "fenced writes tried again, by reason");
+    for &(name, kind, description) in DESCRIPTIONS {
+        match kind {
+            MetricKind::Counter => describe_counter!(name, description),
+            MetricKind::Gauge => describe_gauge!(name, description),
+            MetricKind::Seconds => describe_histogram!(name, Unit::Seconds, description),
+        }
+    }
 }
 
 /// Counts one task in [`IN_PROCESS_WAITERS`] while it lives (cancel safe).

@@ -17,7 +17,7 @@ use crate::options::LockOptions;
 use crate::section::{Fenceable, Guarded};
 use crate::token::FencingToken;
 use crate::wait::Wait;
-use crate::watchdog::Halt;
+use crate::watchdog::CheckError;
 
 /// Several fenced locks held together, like Apache Curator's `InterProcessMultiLock`, but
 /// acquired in **one canonical order** (sorted by path) whatever order you give them, so two
@@ -285,9 +285,9 @@ impl MultiHeld {
         self.halt().map_err(Error::from)
     }
 
-    fn halt(&self) -> std::result::Result<(), Halt> {
-        let halts: Vec<Halt> = self.helds.iter().filter_map(|h| h.halt().err()).collect();
-        match halts.iter().find(|h| matches!(h, Halt::Lost(_))) {
+    fn halt(&self) -> std::result::Result<(), CheckError> {
+        let halts: Vec<CheckError> = self.helds.iter().filter_map(|h| h.halt().err()).collect();
+        match halts.iter().find(|h| matches!(h, CheckError::Lost(_))) {
             Some(lost) => Err(*lost),
             None => halts.first().map_or(Ok(()), |h| Err(*h)),
         }
@@ -406,7 +406,7 @@ impl MultiHeld {
 }
 
 impl Fenceable for MultiHeld {
-    fn halt(&self) -> std::result::Result<(), Halt> {
+    fn halt(&self) -> std::result::Result<(), CheckError> {
         MultiHeld::halt(self)
     }
 

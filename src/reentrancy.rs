@@ -1,5 +1,5 @@
 //! Reentrancy: the holds of this process, by session and lock path, and which task owns each
-//! ([`Owners`]); and the rule ([`reentry`]) by which a task that already holds a lock
+//! ([`HoldTable`]); and the rule ([`reentry`]) by which a task that already holds a lock
 //! re-enters it, downgrades a write lock to a read lock, or is told at once that waiting would
 //! deadlock it.
 //!
@@ -48,7 +48,7 @@ impl Key {
 
     /// The key of `path` on a client of `session` and `chroot`.
     pub(crate) fn new(session: i64, chroot: &str, path: &Arc<str>) -> Key {
-        let path = match crate::zk::chroot_prefix(chroot) {
+        let path = match crate::requests::chroot_prefix(chroot) {
             "" => path.clone(),
             chroot => Arc::from(format!("{chroot}{path}")),
         };
@@ -57,83 +57,83 @@ impl Key {
 }
 
 /// A hold that says who owns it now (an adoption moves it).
-pub(crate) trait Owned {
+pub(crate) trait HasOwner {
     /// Its owner.
     fn owner(&self) -> Owner;
 }
 
-/// One hold in [`Owners`]: its kind, and the hold itself, which knows its owner.
+/// One hold in [`HoldTable`]: its kind, and the hold itself, which knows its owner.
 #[derive(Debug)]
-struct Entry<T> {
+struct HoldEntry<T> {
     kind: Kind,
     hold: Weak<T>,
 }
 
 /// The holds on one lock. Most locks have one, kept in the map without an allocation.
 #[derive(Debug)]
-enum Holds<T> {
-    One(Entry<T>),
-    Many(Vec<Entry<T>>),
+enum LockHolds<T> {
+    One(HoldEntry<T>),
+    Many(Vec<HoldEntry<T>>),
 }
 
-impl<T> Holds<T> {
-    fn entries(&self) -> &[Entry<T>] {
+impl<T> LockHolds<T> {
+    fn entries(&self) -> &[HoldEntry<T>] {
         match self {
-            Holds::One(entry) => std::slice::from_ref(entry),
-            Holds::Many(entries) => entries,
+            LockHolds::One(entry) => std::slice::from_ref(entry),
+            LockHolds::Many(entries) => entries,
         }
     }
 }
 
 /// The holds of this process (of one type `T`), by lock, with who owns each.
 #[derive(Debug)]
-pub(crate) struct Owners<T> {
-    holds: Mutex<HashMap<Key, Holds<T>>>,
+pub(crate) struct HoldTable<T> {
+    holds: Mutex<HashMap<Key, LockHolds<T>>>,
 }
 
-impl<T> Default for Owners<T> {
+impl<T> Default for HoldTable<T> {
     fn default() -> Self {
-        Owners {
+        HoldTable {
             holds: Mutex::new(HashMap::new()),
         }
     }
 }
 
-impl<T: Owned> Owners<T> {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Holds<T>>> {
+impl<T: HasOwner> HoldTable<T> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, LockHolds<T>>> {
         self.holds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records `hold`, of `kind`.
     pub(crate) fn insert(&self, key: &Key, kind: Kind, hold: &Arc<T>) {
-        let entry = Entry {
+        let entry = HoldEntry {
             kind,
             hold: Arc::downgrade(hold),
         };
         let mut map = self.map();
         let Some(holds) = map.get_mut(key) else {
-            map.insert(key.clone(), Holds::One(entry));
+            map.insert(key.clone(), LockHolds::One(entry));
             return;
         };
-        let entries = match std::mem::replace(holds, Holds::Many(Vec::new())) {
-            Holds::One(first) => vec![first, entry],
-            Holds::Many(mut entries) => {
+        let entries = match std::mem::replace(holds, LockHolds::Many(Vec::new())) {
+            LockHolds::One(first) => vec![first, entry],
+            LockHolds::Many(mut entries) => {
                 entries.push(entry);
                 entries
             }
         };
-        *holds = Holds::Many(entries);
+        *holds = LockHolds::Many(entries);
     }
 
     /// Forgets `hold` (and any hold that has ended meanwhile).
     pub(crate) fn remove(&self, key: &Key, hold: &Arc<T>) {
         let mut map = self.map();
         let gone = Arc::downgrade(hold);
-        let keep = |e: &Entry<T>| !e.hold.ptr_eq(&gone) && e.hold.strong_count() > 0;
+        let keep = |e: &HoldEntry<T>| !e.hold.ptr_eq(&gone) && e.hold.strong_count() > 0;
         let empty = match map.get_mut(key) {
             None => return,
-            Some(Holds::One(entry)) => !keep(entry),
-            Some(Holds::Many(entries)) => {
+            Some(LockHolds::One(entry)) => !keep(entry),
+            Some(LockHolds::Many(entries)) => {
                 entries.retain(keep);
                 entries.is_empty()
             }
@@ -232,7 +232,7 @@ pub(crate) fn describe(kind: Kind) -> &'static str {
 mod tests {
     use super::*;
 
-    impl Owned for () {
+    impl HasOwner for () {
         fn owner(&self) -> Owner {
             Owner::current()
         }
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn the_map_gives_back_a_bursts_room_and_keeps_a_few_holds() {
-        let owners = Owners::<()>::default();
+        let owners = HoldTable::<()>::default();
         let hold = Arc::new(());
         let keys: Vec<Key> = (0..10_000)
             .map(|i| Key::new(1, "", &Arc::from(format!("/locks/{i}"))))
@@ -262,7 +262,7 @@ mod tests {
             assert_eq!(owners.owned_by(key, Owner::current()).len(), 1);
         }
         // A few holds coming and going keep their room: no shrink below KEEP_ROOM.
-        let small = Owners::<()>::default();
+        let small = HoldTable::<()>::default();
         small.insert(&keys[0], Kind::Mutex, &hold);
         let room = small.map().capacity();
         small.remove(&keys[0], &hold);
@@ -324,7 +324,7 @@ mod tests {
         );
     }
 
-    impl Owned for Mutex<Owner> {
+    impl HasOwner for Mutex<Owner> {
         fn owner(&self) -> Owner {
             *self.lock().unwrap()
         }
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn only_the_owners_live_holds_are_found() {
-        let owners: Owners<Mutex<Owner>> = Owners::default();
+        let owners: HoldTable<Mutex<Owner>> = HoldTable::default();
         let path = Arc::from("/locks/a");
         let key = Key::new(7, "/", &path);
         assert_eq!(key, Key::new(7, "", &path));

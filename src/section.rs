@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::loss::LossReason;
-use crate::watchdog::Halt;
+use crate::watchdog::CheckError;
 
 /// What a section runs under: a guard that is released after it, and the cloneable handle the
 /// section gets (a [`LockGuard`](crate::LockGuard) and its [`Held`](crate::Held), a
@@ -31,7 +31,7 @@ pub trait Guarded: Send {
 #[allow(unreachable_pub)]
 pub trait Fenceable: Clone + Send + Sync + Unpin + 'static {
     /// Whether the hold is steady, in jeopardy or over.
-    fn halt(&self) -> std::result::Result<(), Halt>;
+    fn halt(&self) -> std::result::Result<(), CheckError>;
 
     /// Until the hold is steady again (or lost).
     fn steady(&self) -> impl Future<Output = Result<()>> + Send;
@@ -50,7 +50,7 @@ where
 {
     let held = guard.handle();
     let cancelled = Box::pin(held.cancellation_token().cancelled_owned());
-    let section = Fenced {
+    let section = WhileHeld {
         future: Some(Box::pin(f(guard.handle()))),
         held,
         cancelled,
@@ -86,7 +86,7 @@ enum SectionEnd<O> {
 /// Polls the critical section only while the lock holds: not at all while the hold is in
 /// jeopardy (it waits, unpolled, until the hold is steady again), and never again once it is
 /// lost (it is dropped).
-struct Fenced<H, Fut> {
+struct WhileHeld<H, Fut> {
     held: H,
     /// Wakes the section on loss, so one waiting on something slow is dropped promptly.
     cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
@@ -95,7 +95,7 @@ struct Fenced<H, Fut> {
     future: Option<Pin<Box<Fut>>>,
 }
 
-impl<H: Fenceable, Fut: Future> Future for Fenced<H, Fut> {
+impl<H: Fenceable, Fut: Future> Future for WhileHeld<H, Fut> {
     type Output = SectionEnd<Fut::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -111,11 +111,11 @@ impl<H: Fenceable, Fut: Future> Future for Fenced<H, Fut> {
             }
             match this.held.halt() {
                 Ok(()) => break,
-                Err(Halt::Lost(reason)) => {
+                Err(CheckError::Lost(reason)) => {
                     this.future = None;
                     return Poll::Ready(SectionEnd::Lost(reason));
                 }
-                Err(Halt::Jeopardy) => {
+                Err(CheckError::Jeopardy) => {
                     let held = this.held.clone();
                     this.steadying = Some(Box::pin(async move { held.steady().await }));
                 }

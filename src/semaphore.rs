@@ -13,9 +13,9 @@ use crate::mode::Shared;
 use crate::options::{LockOptions, ParentMode};
 use crate::queue::kind::Kind;
 use crate::queue::Admission;
+use crate::requests::nodes::create_parents;
+use crate::requests::retry::retrying;
 use crate::wait::Wait;
-use crate::zk::nodes::create_parents;
-use crate::zk::retry::retrying;
 
 /// A fair, fenced counting semaphore: up to `permits` holders at once on one ZooKeeper path.
 ///

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::str::Chars;
 
 /// Who uses whom: module path (`queue::kind`; `""` is the crate root) to the modules it uses.
-type Edges = BTreeMap<String, BTreeSet<String>>;
+pub(crate) type Edges = BTreeMap<String, BTreeSet<String>>;
 
 /// The files under `src` as module paths with their text, tests and comment lines left out.
 pub(crate) fn modules(src: &Path) -> BTreeMap<String, String> {
@@ -165,7 +165,42 @@ fn reexports(
         }
         found.insert(module.clone(), names);
     }
+    // A `#[macro_export]` macro is an item of the crate root, defined in its own file: a path
+    // to it (`crate::m`, the re-export that puts it in a module) leads to that file.
+    for (module, text) in modules {
+        for name in exported_macros(text) {
+            let mut source: Vec<String> = module
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            source.push(name.clone());
+            if let Some(root) = found.get_mut("") {
+                root.entry(name).or_insert(source);
+            }
+        }
+    }
     found
+}
+
+/// The names of the `#[macro_export]` macros `text` defines.
+fn exported_macros(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[macro_export]") {
+        rest = &rest[at..];
+        let Some(at) = rest.find("macro_rules!") else {
+            break;
+        };
+        rest = &rest[at + "macro_rules!".len()..];
+        let name: String = (rest.trim_start().chars())
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// The module an absolute path leads to: its longest prefix that is a module, or, when the
@@ -299,6 +334,12 @@ pub(crate) fn circles(src: &Path) -> Vec<String> {
     files.chain(top).collect()
 }
 
+/// Who uses whom among the top-level modules of the package whose source is `src` (`queue`
+/// for everything under `src/queue/`; the crate root is `""`).
+pub(crate) fn top_level_uses(src: &Path) -> Edges {
+    top_level(&edges(&modules(src)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +384,26 @@ mod tests {
         assert_eq!(edges["a::x"], ["b::y".to_string()].into());
         assert!(cycles(&edges).is_empty(), "{:?}", cycles(&edges));
         assert_eq!(cycles(&top_level(&edges)), ["a -> b -> a", "b -> a -> b"]);
+    }
+
+    #[test]
+    fn a_macro_exported_from_a_child_is_that_childs() {
+        // `#[macro_export]` puts the macro at the root; its re-export in a sibling leads to the
+        // file that defines it, not to the root.
+        let modules = synthetic(&[
+            ("", "mod a;\nmod b;\npub use crate::b::B;"),
+            (
+                "a",
+                "#[doc(hidden)]\n#[macro_export]\nmacro_rules! __m { () => {} }",
+            ),
+            (
+                "b",
+                "pub struct B;\npub mod api {\n    pub use crate::__m as m;\n}",
+            ),
+        ]);
+        let edges = edges(&modules);
+        assert_eq!(edges["b"], ["a".to_string()].into());
+        assert!(cycles(&top_level(&edges)).is_empty());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The architecture map, `ARCHITECTURE.md`, checked against the tree: its package table (between
 //! `<!-- packages -->` and `<!-- /packages -->`) lists every package of the workspace with its
 //! folder, whether it is published and the packages it depends on, as `cargo metadata` says;
-//! every top-level module of the library (`src/x.rs`, `src/x/`) is named in it; and every path
-//! it writes in backticks exists.
+//! every file of the library's `src/` is named in it; and every path it writes in backticks
+//! exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -85,23 +85,21 @@ fn paths(map: &str) -> BTreeSet<String> {
     found
 }
 
-/// The library's top-level modules, as the map must name them: `src/x.rs` or `src/x/`.
-fn library_modules(root: &Path) -> Vec<String> {
-    let mut modules = Vec::new();
-    for entry in std::fs::read_dir(root.join("src"))
+/// Every file of the library's `src/` as the map must name it (`src/x.rs`, `src/x/y.rs`, or
+/// `y.rs` on a line that names `src/x/`), `src/lib.rs` aside. A folder's `mod.rs` is named by the
+/// folder (`src/x/`) too.
+fn library_files(root: &Path) -> Vec<(String, Option<String>)> {
+    let mut files: Vec<(String, Option<String>)> = crate::source::rust_files(&root.join("src"))
         .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.path().is_dir() {
-            modules.push(format!("src/{name}/"));
-        } else if name.ends_with(".rs") && name != "lib.rs" {
-            modules.push(format!("src/{name}"));
-        }
-    }
-    modules.sort();
-    modules
+        .filter_map(|f| Some(f.strip_prefix(root).ok()?.to_string_lossy().into_owned()))
+        .filter(|f| f != "src/lib.rs")
+        .map(|f| {
+            let folder = (f.strip_suffix("/mod.rs")).map(str::to_owned);
+            (f, folder)
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// One line per place the map and the tree disagree.
@@ -130,14 +128,15 @@ pub(crate) fn check(root: &Path, packages: &BTreeMap<String, Package>) -> Vec<St
             }
         }
     }
-    for module in library_modules(root) {
-        if !map.contains(&format!("`{module}`")) {
+    let named = paths(&map);
+    for (file, folder) in library_files(root) {
+        if !named.contains(&file) && !folder.is_some_and(|f| named.contains(&f)) {
             problems.push(format!(
-                "{MAP}: the library's module `{module}` is not on the map"
+                "{MAP}: the library's file `{file}` is not on the map: name it where its layer or concern is"
             ));
         }
     }
-    for path in paths(&map) {
+    for path in named {
         if !root.join(&path).exists() {
             problems.push(format!("{MAP}: `{path}` does not exist"));
         }

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 use crate::error::Result;
 use crate::metrics::BACKGROUND_CLEANUPS_TOTAL;
 use crate::queue::in_process::InProcessTurn;
-use crate::zk::nodes::{child_path, delete_node, find_own_node, Deleted};
+use crate::requests::nodes::{child_path, delete_node, find_own_node, Deleted};
 
 /// The data a marked release writes into its node in the transaction that deletes it
 /// (lock-delay, and the handoff: see `crate::queue`).
@@ -24,7 +24,7 @@ fn marker(mark: bool) -> Option<&'static [u8]> {
 
 /// What of ours may exist in the queue while an acquire runs.
 #[derive(Debug)]
-enum Ours {
+enum Leftovers {
     /// Nothing: no create sent yet since the last refusal.
     Nothing,
     /// A create was sent and its reply has not arrived: a node named with our prefix may exist.
@@ -47,7 +47,7 @@ pub(crate) struct PendingNode {
     parent: String,
     /// `_c_<uuid>-<marker>`: finds the node when the create's reply was lost.
     prefix: String,
-    ours: Ours,
+    ours: Leftovers,
     /// Delete with the release marker: only with lock-delay on, and never for the kinds whose
     /// marked release admits a successor (see `queue::handoff`'s "The handoff").
     mark: bool,
@@ -61,7 +61,7 @@ impl PendingNode {
             client,
             parent,
             prefix,
-            ours: Ours::Unnamed,
+            ours: Leftovers::Unnamed,
             mark,
         }
     }
@@ -73,20 +73,20 @@ impl PendingNode {
 
     /// A create is about to be sent: from now on a node of ours may exist.
     pub(crate) fn sending_create(&mut self) {
-        if !matches!(self.ours, Ours::Node(_)) {
-            self.ours = Ours::Unnamed;
+        if !matches!(self.ours, Leftovers::Node(_)) {
+            self.ours = Leftovers::Unnamed;
         }
     }
 
     /// The server refused our create: nothing of ours exists (an earlier create that lost its
     /// reply was looked for, after the reconnect, before this one was sent).
     pub(crate) fn refused(&mut self) {
-        self.ours = Ours::Nothing;
+        self.ours = Leftovers::Nothing;
     }
 
     /// Our node exists, named `name`.
     pub(crate) fn created(&mut self, name: &str) {
-        self.ours = Ours::Node(child_path(&self.parent, name));
+        self.ours = Leftovers::Node(child_path(&self.parent, name));
     }
 
     /// Whether a waiter that gives up from now on deletes with the marker.
@@ -100,15 +100,15 @@ impl PendingNode {
     /// for a reconnect, or the delete fails, the drop cleans up in the background.
     pub(crate) async fn remove(&mut self) -> Result<()> {
         match &self.ours {
-            Ours::Nothing => {}
-            Ours::Node(node) => {
+            Leftovers::Nothing => {}
+            Leftovers::Node(node) => {
                 delete_node(&self.client, node, marker(self.mark)).await?;
             }
-            Ours::Unnamed => {
+            Leftovers::Unnamed => {
                 remove_by_prefix(&self.client, &self.parent, &self.prefix, self.mark).await?
             }
         }
-        self.ours = Ours::Nothing;
+        self.ours = Leftovers::Nothing;
         Ok(())
     }
 
@@ -120,11 +120,11 @@ impl PendingNode {
         mark: bool,
         turn: Option<InProcessTurn>,
     ) -> Release {
-        let node = match std::mem::replace(&mut self.ours, Ours::Nothing) {
-            Ours::Node(node) => node.into(),
+        let node = match std::mem::replace(&mut self.ours, Leftovers::Nothing) {
+            Leftovers::Node(node) => node.into(),
             // A grant comes after our create's reply ([`Self::created`]); named again all
             // the same rather than trusted.
-            Ours::Nothing | Ours::Unnamed => child_path(&self.parent, name).into(),
+            Leftovers::Nothing | Leftovers::Unnamed => child_path(&self.parent, name).into(),
         };
         Release {
             client: self.client.clone(),
@@ -140,10 +140,10 @@ impl Drop for PendingNode {
     fn drop(&mut self) {
         let client = self.client.clone();
         let mark = self.mark;
-        match std::mem::replace(&mut self.ours, Ours::Nothing) {
-            Ours::Nothing => {}
-            Ours::Node(node) => spawn_cleanup(client, node.into(), mark, None),
-            Ours::Unnamed => {
+        match std::mem::replace(&mut self.ours, Leftovers::Nothing) {
+            Leftovers::Nothing => {}
+            Leftovers::Node(node) => spawn_cleanup(client, node.into(), mark, None),
+            Leftovers::Unnamed => {
                 let (parent, prefix) = (
                     std::mem::take(&mut self.parent),
                     std::mem::take(&mut self.prefix),

@@ -6,10 +6,10 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::options::ParentMode;
+use crate::requests::nodes::{child_path, create_parents, delete_node, find_own_node};
+use crate::requests::retry::{answered_by_server, await_reconnect, is_connection_error};
 use crate::token::FencingToken;
 use crate::watchdog::clock;
-use crate::zk::nodes::{child_path, create_parents, delete_node, find_own_node};
-use crate::zk::retry::{answered_by_server, await_reconnect, is_connection_error};
 
 use super::names;
 use super::state::{Attempt, Created, Queued};

@@ -7,11 +7,11 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::metrics::{GRANT_PROOFS_TOTAL, LOCK_DELAYS_TOTAL};
+use crate::requests::retry::retrying;
+use crate::requests::{chroot_prefix, server_path};
 use crate::wait::sleep_until_opt;
 use crate::watchdog::clock;
 use crate::watchdog::Event;
-use crate::zk::retry::retrying;
-use crate::zk::{chroot_prefix, server_path};
 
 use super::handoff::release_marked;
 use super::in_process::InProcessTurn;

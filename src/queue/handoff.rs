@@ -197,35 +197,38 @@ impl Ahead {
                 target.marked = Some(event.zxid);
                 Verdict::Wait
             }
-            zk::EventType::NodeDeleted => {
-                // The same transaction as the data change, when the server says (3.9+).
-                let blind = self.flaw.is(Mutant::ZxidBlind);
-                let marked = target.marked.is_some_and(|zxid| {
-                    blind
-                        || zxid == zk::WatchedEvent::NO_ZXID
-                        || event.zxid == zk::WatchedEvent::NO_ZXID
-                        || zxid == event.zxid
-                });
-                if self.blocking == 1 {
-                    // Our last listing showed it as the only blocker, and nothing new can
-                    // sort before us: the zero-request handoff.
-                    Verdict::Proceed {
-                        vanished: self.lock_delay && !marked,
-                    }
-                } else if (marked || self.flaw.is(Mutant::UnmarkedAdmits))
-                    && target.admits_on_release
-                {
-                    Verdict::Proceed { vanished: false }
-                } else {
-                    Verdict::Relist {
-                        after_vanish: !marked,
-                    }
-                }
-            }
+            zk::EventType::NodeDeleted => self.on_deletion(&self.targets[i], event.zxid),
             // A reconnect or anything unexpected: what the queue looks like now is unknown.
             _ => Verdict::Relist {
                 after_vanish: false,
             },
+        }
+    }
+
+    /// What the deletion of `target`, at zxid `deleted`, means: the zero-request handoff
+    /// when it was our only blocker, a pass past the others when it was a marked release of a
+    /// node that held alone, else a new listing.
+    fn on_deletion(&self, target: &Target, deleted: i64) -> Verdict {
+        // The same transaction as the data change, when the server says (3.9+).
+        let blind = self.flaw.is(Mutant::ZxidBlind);
+        let marked = target.marked.is_some_and(|changed| {
+            blind
+                || changed == zk::WatchedEvent::NO_ZXID
+                || deleted == zk::WatchedEvent::NO_ZXID
+                || changed == deleted
+        });
+        if self.blocking == 1 {
+            // Our last listing showed it as the only blocker, and nothing new can
+            // sort before us: the zero-request handoff.
+            Verdict::Proceed {
+                vanished: self.lock_delay && !marked,
+            }
+        } else if (marked || self.flaw.is(Mutant::UnmarkedAdmits)) && target.admits_on_release {
+            Verdict::Proceed { vanished: false }
+        } else {
+            Verdict::Relist {
+                after_vanish: !marked,
+            }
         }
     }
 }

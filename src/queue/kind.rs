@@ -165,36 +165,22 @@ impl Kind {
     /// without sorting the listing: how many nodes block us, and the ones to watch (the
     /// nearest blockers).
     pub(crate) fn position(self, children: &[String], own: &str, own_seq: i32) -> Position {
-        let mut present = false;
-        let mut others = 0;
-        let mut ahead: Vec<(i32, &String, Role)> = Vec::new();
-        for child in children {
-            if child == own {
-                present = true;
-                continue;
-            }
-            let Some((seq, role)) = parse_node(child) else {
-                continue;
-            };
-            others += 1;
-            let d = distance(own_seq, seq);
-            if d < 0 {
-                ahead.push((d, child, role));
-            }
+        let (present, others, ahead) = survey(children, own, own_seq);
+        let behind = others - ahead.len();
+        let (blocking, watch) = self.blockers(ahead);
+        Position {
+            present,
+            blocking,
+            watch: if blocking > 0 { watch } else { Vec::new() },
+            others,
+            behind,
         }
-        let ahead_count = ahead.len();
-        let watch_nearest = |mut nodes: Vec<(i32, &String, Role)>, n: usize| -> Vec<String> {
-            // The n nearest (largest, least negative distances) in linear time: a listing of a
-            // long queue is never sorted; only the n picked are ordered, nearest first.
-            let nearest = std::cmp::Reverse;
-            if nodes.len() > n && n > 0 {
-                nodes.select_nth_unstable_by_key(n - 1, |&(d, _, _)| nearest(d));
-                nodes.truncate(n);
-            }
-            nodes.sort_unstable_by_key(|&(d, _, _)| nearest(d));
-            nodes.into_iter().map(|(_, name, _)| name.clone()).collect()
-        };
-        let (blocking, watch) = match self {
+    }
+
+    /// Of the nodes `ahead` of ours, how many block us by this kind's predicate, and the
+    /// nearest of those, to watch.
+    fn blockers(self, ahead: Vec<AheadNode<'_>>) -> (usize, Vec<String>) {
+        match self {
             Kind::Mutex | Kind::Write | Kind::Latch => {
                 let blocking = ahead.len();
                 (blocking, watch_nearest(ahead, 1))
@@ -216,16 +202,51 @@ impl Kind {
                 let blocking = (ahead.len() + 1).saturating_sub(n);
                 (blocking, watch_nearest(ahead, n))
             }
-        };
-        let behind = others - ahead_count;
-        Position {
-            present,
-            blocking,
-            watch: if blocking > 0 { watch } else { Vec::new() },
-            others,
-            behind,
         }
     }
+}
+
+/// A queue node ahead of ours: its distance from ours (negative), its name and its role.
+type AheadNode<'a> = (i32, &'a String, Role);
+
+/// One pass over a listing, `children`, for our node (`own`, sequence `own_seq`): whether it
+/// is there, how many other queue nodes there are, and those of them that sort before ours.
+fn survey<'a>(
+    children: &'a [String],
+    own: &str,
+    own_seq: i32,
+) -> (bool, usize, Vec<AheadNode<'a>>) {
+    let mut present = false;
+    let mut others = 0;
+    let mut ahead: Vec<AheadNode<'a>> = Vec::new();
+    for child in children {
+        if child == own {
+            present = true;
+            continue;
+        }
+        let Some((seq, role)) = parse_node(child) else {
+            continue;
+        };
+        others += 1;
+        let d = distance(own_seq, seq);
+        if d < 0 {
+            ahead.push((d, child, role));
+        }
+    }
+    (present, others, ahead)
+}
+
+/// The names of the `n` nodes of `nodes` nearest ours, nearest first.
+fn watch_nearest(mut nodes: Vec<AheadNode<'_>>, n: usize) -> Vec<String> {
+    // The n nearest (largest, least negative distances) in linear time: a listing of a
+    // long queue is never sorted; only the n picked are ordered, nearest first.
+    let nearest = std::cmp::Reverse;
+    if nodes.len() > n && n > 0 {
+        nodes.select_nth_unstable_by_key(n - 1, |&(d, _, _)| nearest(d));
+        nodes.truncate(n);
+    }
+    nodes.sort_unstable_by_key(|&(d, _, _)| nearest(d));
+    nodes.into_iter().map(|(_, name, _)| name.clone()).collect()
 }
 
 /// Where we stand in one listing of the lock path's children.

@@ -48,9 +48,9 @@ mod wait;
 mod watches;
 
 use crate::error::{Error, Result};
+use crate::requests::chroot_prefix;
 use crate::wait::Wait;
-use crate::watchdog::{self, Interest};
-use crate::zk::chroot_prefix;
+use crate::watchdog::{self, WatchdogRef};
 
 pub(crate) use self::cleanup::Release;
 use self::kind::Kind;
@@ -111,7 +111,7 @@ const NODE_NAME_BYTES: u64 = 3 + 36 + 1 + 8 + 10;
 /// length and the node's full path on the server: the chroot, the lock path, `/`, its name),
 /// and, for an acquire that `waits`, the paths its watches may take until its grant (see
 /// [`waiting_watch_paths`]), each about as long as our node's path.
-fn reserve_node(queue: &Queue, interest: &mut Interest, waits: bool) -> Result<()> {
+fn reserve_node(queue: &Queue, interest: &mut WatchdogRef, waits: bool) -> Result<()> {
     let client = &queue.client;
     let chroot = chroot_prefix(client.path()).len() as u64;
     let path = chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;

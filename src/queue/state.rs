@@ -12,12 +12,12 @@ use zookeeper_client as zk;
 use crate::error::{Error, Result};
 use crate::metrics::lock_label;
 use crate::options::LockOptions;
+use crate::requests::server_path;
+use crate::requests::watch::NodeWatch;
 use crate::token::FencingToken;
 use crate::wait::Wait;
 use crate::watchdog::lease::LeaseCell;
-use crate::watchdog::{Creating, Interest};
-use crate::zk::server_path;
-use crate::zk::watch::NodeWatch;
+use crate::watchdog::{Creating, WatchdogRef};
 
 use super::cleanup::{PendingNode, Release};
 use super::handoff::withdrawal_marked;
@@ -105,7 +105,7 @@ impl Queue {
 pub(crate) struct Grant {
     pub(crate) token: FencingToken,
     /// The session's watchdog, kept running for the holder.
-    pub(crate) interest: Interest,
+    pub(crate) interest: WatchdogRef,
     /// The watch on our node set while we waited, if any: the watchdog takes it over.
     pub(crate) node_watch: Option<NodeWatch>,
     /// How long a prefix the client's chroot puts before its paths on the server: the
@@ -140,7 +140,7 @@ pub(super) struct Attempt<'a> {
     pub(super) session: zk::SessionId,
     pub(super) wait: Wait,
     /// The session's watchdog, running while we acquire (and then for the holder).
-    pub(super) interest: Interest,
+    pub(super) interest: WatchdogRef,
     /// Our node until it is granted: removed on every other way out.
     pub(super) pending: PendingNode,
     /// While we create and until we wait: the session's watchdog probes meanwhile (a slow
@@ -213,7 +213,7 @@ impl<'a> Attempt<'a> {
         queue: &'a Queue,
         wait: Wait,
         data: &'a [u8],
-        interest: Interest,
+        interest: WatchdogRef,
     ) -> Attempt<'a> {
         let client = &queue.client;
         let creating = Some(interest.watch().start_creating());

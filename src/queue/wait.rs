@@ -5,10 +5,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
+use crate::requests::retry::retrying;
+use crate::requests::watch::{watch_changed, NodeWatch};
 use crate::wait::{sleep_until_opt, Wait};
 use crate::watchdog::clock;
-use crate::zk::retry::retrying;
-use crate::zk::watch::{watch_changed, NodeWatch};
 
 use super::handoff::{self, Ahead, Sense, Verdict};
 use super::kind::{Kind, Position};

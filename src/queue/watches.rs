@@ -55,10 +55,10 @@ use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
 use crate::metrics::PARKED_WATCHES;
+use crate::requests::nodes::child_path;
+use crate::requests::retry::{await_reconnect, is_connection_error, retrying};
+use crate::requests::watch::{watch_changed, NodeWatch};
 use crate::watchdog::clock;
-use crate::zk::nodes::child_path;
-use crate::zk::retry::{await_reconnect, is_connection_error, retrying};
-use crate::zk::watch::{watch_changed, NodeWatch};
 
 use super::handoff::{announced_before_watch, Ahead, Sense};
 use super::kind::Position;

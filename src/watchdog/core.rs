@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::lease::LeaseCell;
-use super::state::{GuardState, Spell};
+use super::state::{GuardState, JeopardySpell};
 use crate::loss::LossReason;
 use crate::metrics::{JEOPARDY_SECONDS, JEOPARDY_TOTAL, LOCK_LOST_TOTAL, LOSS_DETECTION_SECONDS};
 use crate::mutants::Mutant;
@@ -23,7 +23,7 @@ pub(crate) enum Event {
         id: u64,
         node: Arc<str>,
         state: Arc<GuardState>,
-        watch: Option<crate::zk::watch::NodeWatch>,
+        watch: Option<crate::requests::watch::NodeWatch>,
     },
     /// The guard was released or dropped.
     Unregister { id: u64 },
@@ -85,7 +85,7 @@ pub(crate) struct NodeToWatch {
     /// The guard's state: a guard released before the watch is armed needs none, and a
     /// revocation request found in the node's data is told to it.
     pub(super) state: Arc<GuardState>,
-    pub(super) pending: Option<crate::zk::watch::NodeWatch>,
+    pub(super) pending: Option<crate::requests::watch::NodeWatch>,
 }
 
 impl fmt::Debug for NodeToWatch {
@@ -99,7 +99,7 @@ impl fmt::Debug for NodeToWatch {
 
 /// A guard as the watchdog sees it.
 #[derive(Debug)]
-struct Entry {
+struct WatchedGuard {
     node: Arc<str>,
     state: Arc<GuardState>,
     /// Whether its budget is in `Core::budgets`: only steady live guards have a lease deadline
@@ -114,7 +114,7 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct Core {
     session: i64,
-    guards: HashMap<u64, Entry>,
+    guards: HashMap<u64, WatchedGuard>,
     /// Lease budgets of the steady guards (a multiset), to sleep until the earliest deadline.
     budgets: BTreeMap<Duration, usize>,
     /// When the grace of each guard in jeopardy runs out.
@@ -171,7 +171,7 @@ impl Core {
         id: u64,
         node: Arc<str>,
         state: Arc<GuardState>,
-        watch: Option<crate::zk::watch::NodeWatch>,
+        watch: Option<crate::requests::watch::NodeWatch>,
         now: Instant,
     ) -> NodeToWatch {
         *self.budgets.entry(state.terms.budget).or_default() += 1;
@@ -183,7 +183,7 @@ impl Core {
         };
         let ride_out = state.terms.ride_out;
         let deadline = state.deadline();
-        let entry = Entry {
+        let entry = WatchedGuard {
             node,
             state,
             counted: true,
@@ -243,7 +243,7 @@ impl Core {
             self.lose(id, cause, now);
             return;
         }
-        if state.enter_jeopardy(Spell { since, cause }) {
+        if state.enter_jeopardy(JeopardySpell { since, cause }) {
             metrics::counter!(JEOPARDY_TOTAL, "outcome" => "entered", "lock" => state.terms.label.clone())
                 .increment(1);
             tracing::warn!(
@@ -552,7 +552,7 @@ impl Core {
             if let Some(end) = guard.grace_end {
                 core.grace_ends.insert((end, guard.id));
             }
-            let entry = Entry {
+            let entry = WatchedGuard {
                 node: guard.node.clone(),
                 state,
                 counted: guard.counted,

@@ -2,6 +2,7 @@
 //! probes).
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -17,8 +18,8 @@ use super::lease::{LeaseCell, RunRecord};
 use super::nodes::Nodes;
 use super::registry::SessionWatch;
 use crate::metrics::{LEASE_PROBES_TOTAL, LEASE_REMAINING_SECONDS, WATCHED_SESSIONS};
+use crate::requests::retry::answered_by_server;
 use crate::wait::sleep_until_opt;
-use crate::zk::retry::answered_by_server;
 
 /// How long an idle watchdog keeps its client handle (and keeps probing) after the last guard
 /// or acquire of its session ended. The task itself lives as long as the session; only the
@@ -145,53 +146,9 @@ impl Driver {
         loop {
             self.take_posted();
             let detach_at = idle_since.map(|t| t + LINGER.min(self.timeout / 3));
-            let (due_at, probe_at) = (self.core.next_deadline(), self.probe_at());
-            let sweep_at = self.nodes.next_due();
-            let wake = tokio::select! {
-                biased;
-                // First: after a pause its time is long past, and it records the gap before
-                // anything else runs.
-                _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
-                event = self.events.recv() => Wake::Event(event),
-                (folded, state) = next_state(&mut states) => Wake::State(folded, state),
-                Some((id, gone)) = self.nodes.watches.next() => Wake::Watched(id, gone),
-                Some(read) = self.nodes.reads.next() => Wake::Read(read),
-                _ = sleep_on_lease_clock(due_at) => Wake::Due,
-                Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
-                _ = sleep_on_lease_clock(probe_at) => Wake::ProbeTime,
-                _ = sleep_until_opt(sweep_at) => Wake::Sweep,
-                _ = sleep_until_opt(detach_at), if self.client.is_some() => Wake::Detach,
-            };
-            match wake {
-                Wake::Tick => self.tick(),
-                Wake::Event(None) => break,
-                Wake::Event(Some(event)) => {
-                    if let Some(node) = self.on_event(event) {
-                        (self.nodes).add(node, Instant::now(), &self.core, self.client.as_ref());
-                    }
-                }
-                Wake::State(folded, state) => {
-                    // Both in one turn: a guard registered between them would be judged by
-                    // the break that came before it.
-                    folded.into_iter().for_each(|folded| self.on_state(folded));
-                    self.on_state(state);
-                }
-                Wake::Watched(id, gone) => {
-                    if gone {
-                        self.core.apply(Event::NodeGone { id }, clock::now());
-                    }
-                    (self.nodes).watch_ended(id, &self.core, self.client.as_ref());
-                }
-                Wake::Read(read) => {
-                    for id in self.nodes.gone(read) {
-                        self.core.apply(Event::NodeGone { id }, clock::now());
-                    }
-                }
-                Wake::Due => self.core.check_lease(clock::now()),
-                Wake::Probed(reply) => self.on_probe(reply),
-                Wake::ProbeTime => self.send_probe(),
-                Wake::Sweep => self.nodes.sweep(&self.core, self.client.as_ref()),
-                Wake::Detach => self.detach(),
+            let wake = self.next_wake(&mut states, detach_at).await;
+            if self.on_wake(wake).is_break() {
+                break;
             }
             self.stop_looking();
             let idle = self.idle();
@@ -201,6 +158,69 @@ impl Driver {
             idle_since = idle.then(|| idle_since.unwrap_or_else(Instant::now));
         }
         metrics::gauge!(WATCHED_SESSIONS).decrement(1.0);
+    }
+
+    /// Waits for what wakes the task next: the ticker first, then messages, session states,
+    /// node watches and reads, the lease deadline, probes, the deferred watches' sweep, and
+    /// (idle since `detach_at`) the time to let the client handle go.
+    async fn next_wake(
+        &mut self,
+        states: &mut Option<SessionStates>,
+        detach_at: Option<Instant>,
+    ) -> Wake {
+        let (due_at, probe_at) = (self.core.next_deadline(), self.probe_at());
+        let sweep_at = self.nodes.next_due();
+        tokio::select! {
+            biased;
+            // First: after a pause its time is long past, and it records the gap before
+            // anything else runs.
+            _ = sleep_on_lease_clock(Some(self.tick_at)) => Wake::Tick,
+            event = self.events.recv() => Wake::Event(event),
+            (folded, state) = next_state(states) => Wake::State(folded, state),
+            Some((id, gone)) = self.nodes.watches.next() => Wake::Watched(id, gone),
+            Some(read) = self.nodes.reads.next() => Wake::Read(read),
+            _ = sleep_on_lease_clock(due_at) => Wake::Due,
+            Some(reply) = self.probing.in_flight.next() => Wake::Probed(reply),
+            _ = sleep_on_lease_clock(probe_at) => Wake::ProbeTime,
+            _ = sleep_until_opt(sweep_at) => Wake::Sweep,
+            _ = sleep_until_opt(detach_at), if self.client.is_some() => Wake::Detach,
+        }
+    }
+
+    /// Does what woke the task; `Break` once the message channel has closed (the task ends).
+    fn on_wake(&mut self, wake: Wake) -> ControlFlow<()> {
+        match wake {
+            Wake::Tick => self.tick(),
+            Wake::Event(None) => return ControlFlow::Break(()),
+            Wake::Event(Some(event)) => {
+                if let Some(node) = self.on_event(event) {
+                    (self.nodes).add(node, Instant::now(), &self.core, self.client.as_ref());
+                }
+            }
+            Wake::State(folded, state) => {
+                // Both in one turn: a guard registered between them would be judged by
+                // the break that came before it.
+                folded.into_iter().for_each(|folded| self.on_state(folded));
+                self.on_state(state);
+            }
+            Wake::Watched(id, gone) => {
+                if gone {
+                    self.core.apply(Event::NodeGone { id }, clock::now());
+                }
+                (self.nodes).watch_ended(id, &self.core, self.client.as_ref());
+            }
+            Wake::Read(read) => {
+                for id in self.nodes.gone(read) {
+                    self.core.apply(Event::NodeGone { id }, clock::now());
+                }
+            }
+            Wake::Due => self.core.check_lease(clock::now()),
+            Wake::Probed(reply) => self.on_probe(reply),
+            Wake::ProbeTime => self.send_probe(),
+            Wake::Sweep => self.nodes.sweep(&self.core, self.client.as_ref()),
+            Wake::Detach => self.detach(),
+        }
+        ControlFlow::Continue(())
     }
 
     /// Takes the registrations and ends the guards posted (see [`SessionWatch::post`]).
@@ -633,27 +653,38 @@ async fn probe_session(
     sync: bool,
 ) -> Vec<ProbeReply> {
     let sent = clock::now();
-    let copy = |chunk: &[Check]| chunk.to_vec();
     if sync {
-        let path = targets
-            .first()
-            .map_or_else(|| Arc::from("/"), |c| c.path.clone());
-        let synced = client.sync(&path);
-        let read = client.check_stat(&path);
-        let synced = synced.await;
-        let answer = match (read.await, synced) {
-            (Ok(None), _) => Answer::Refused(Some(0)),
-            (_, Ok(())) => Answer::Synced,
-            (_, Err(err)) => refused_or_none(&err, None),
-        };
-        let checks = copy(&targets[..targets.len().min(1)]);
-        return vec![ProbeReply {
-            sent,
-            checks,
-            answer,
-        }];
+        return vec![probe_by_sync(&client, &targets, sent).await];
     }
-    let chunks = chunk_checks(&targets);
+    probe_by_checks(&client, &targets, sent).await
+}
+
+/// The probe under the mutants' `sync` rule (unsound: see [`probe_session`]): a `sync`, then a
+/// read of the first target (`/` without one), sent at `sent`; one reply, for that target.
+async fn probe_by_sync(client: &zk::Client, targets: &[Check], sent: Instant) -> ProbeReply {
+    let path = targets
+        .first()
+        .map_or_else(|| Arc::from("/"), |c| c.path.clone());
+    let synced = client.sync(&path);
+    let read = client.check_stat(&path);
+    let synced = synced.await;
+    let answer = match (read.await, synced) {
+        (Ok(None), _) => Answer::Refused(Some(0)),
+        (_, Ok(())) => Answer::Synced,
+        (_, Err(err)) => refused_or_none(&err, None),
+    };
+    let checks = targets[..targets.len().min(1)].to_vec();
+    ProbeReply {
+        sent,
+        checks,
+        answer,
+    }
+}
+
+/// The probe proper (see [`probe_session`]): a `multi` of `check`s (any version) per chunk of
+/// the targets, sent together at `sent`; a reply per chunk, in order.
+async fn probe_by_checks(client: &zk::Client, targets: &[Check], sent: Instant) -> Vec<ProbeReply> {
+    let chunks = chunk_checks(targets);
     let commits = chunks.iter().map(|chunk| {
         let mut multi = client.new_multi_writer();
         let added = (chunk.iter()).try_for_each(|c| multi.add_check_version(&c.path, -1));
@@ -666,7 +697,7 @@ async fn probe_session(
     (chunks.iter().zip(results))
         .map(|(chunk, result)| ProbeReply {
             sent,
-            checks: copy(chunk),
+            checks: chunk.to_vec(),
             answer: match result {
                 Ok(()) => Answer::Committed,
                 Err(zk::MultiWriteError::OperationFailed { index, source }) => {
@@ -720,7 +751,7 @@ fn chunk_checks(checks: &[Check]) -> Vec<&[Check]> {
 /// data and child tables) and an `addWatch` per session.
 struct SessionStates {
     watcher: zk::StateWatcher,
-    fold: Unfold,
+    fold: LastTaken,
 }
 
 impl SessionStates {
@@ -729,7 +760,7 @@ impl SessionStates {
         let last = watcher.state();
         SessionStates {
             watcher,
-            fold: Unfold { last },
+            fold: LastTaken { last },
         }
     }
 
@@ -741,11 +772,11 @@ impl SessionStates {
 
 /// What [`SessionStates`] remembers to put a folded flap back: the state last taken.
 #[derive(Debug)]
-struct Unfold {
+struct LastTaken {
     last: zk::SessionState,
 }
 
-impl Unfold {
+impl LastTaken {
     /// What a change to `state` yields: the Disconnected folded into it, if the channel
     /// folded one (see [`SessionStates`]), then `state`.
     fn changed_to(
@@ -775,12 +806,12 @@ async fn next_state(
 
 #[cfg(test)]
 mod tests {
-    use super::Unfold;
+    use super::LastTaken;
     use zookeeper_client::SessionState::{ConnectedReadOnly, Disconnected, Expired, SyncConnected};
 
     #[test]
     fn a_change_back_to_the_last_state_is_a_flap_put_back() {
-        let mut fold = Unfold {
+        let mut fold = LastTaken {
             last: SyncConnected,
         };
         // Seen one by one: as they come.

@@ -764,56 +764,78 @@ impl LeaseCell {
         let flaw = self.flaw();
         let sent_at = to_nanos(sent);
         let gap = nanos(self.gap());
-        // The replies `k` can pair with: back at least `G` before it was sent.
-        let pair_by = match flaw.is(Mutant::NoPairGap) {
-            true => sent_at,
-            false => sent_at - gap,
-        };
-        let paired = {
-            let mut replies = self.replies();
-            let old_enough = replies.partition_point(|&(_, r)| r <= pair_by);
-            let best = replies
-                .iter()
-                .take(old_enough)
-                .copied()
-                .max_by_key(|&(s, _)| s);
-            // Every later proof finds all of these old enough too: only the best one matters.
-            if let Some(best) = best {
-                replies.drain(..old_enough);
-                replies.push_front(best);
-            }
-            // The anchor is the reply's send time: its arrival at the server is no earlier.
-            best.map(|(s, r)| if flaw.is(Mutant::ReceiveAnchor) { r } else { s })
-        };
+        let paired = self.paired_anchor(flaw, sent_at, gap);
         let mut candidate = paired;
         if self.cold.load(Ordering::Acquire) {
-            // The cold phase: lean on the keepalive, until pairing does at least as well; but
-            // only across a stretch the process is known to have run through (else the
-            // keepalive may not have run either: the module's "The cold proofs").
-            let lean = match flaw.is(Mutant::ColdWithoutKeepalive) {
-                true => gap,
-                false => nanos(self.lean()),
-            };
-            let leaning = self.ran_through(sent_at).then_some(sent_at - lean);
-            candidate = match (paired, leaning) {
-                (Some(p), Some(l)) => Some(p.max(l)),
-                (p, l) => p.or(l),
-            };
-            // Only a pair with a reply of this phase ends it: older ones, from before an idle
-            // spell, prove too little for the regular probes to keep the lease from there.
-            let since = self.cold_since.load(Ordering::Acquire);
-            if paired.is_some_and(|p| p >= since && leaning.is_none_or(|l| p >= l)) {
-                self.cold.store(false, Ordering::Release);
-            } else {
-                let took = nanos(at.saturating_duration_since(sent)) as u64;
-                self.slowest_cold_commit.fetch_max(took, Ordering::AcqRel);
-            }
+            candidate = self.cold_anchor(flaw, paired, sent, at, gap);
         }
         if let Some(candidate) = candidate {
             self.anchor.fetch_max(candidate, Ordering::AcqRel);
         }
         self.newest_commit.fetch_max(to_nanos(at), Ordering::AcqRel);
         self.replied(sent, at);
+    }
+
+    /// The anchor a write sent at `sent_at` (nanoseconds) proves by pairing, if any: the
+    /// latest send time among the replies back at least `gap` (`G`) before it was sent. Keeps
+    /// only the best of those replies.
+    fn paired_anchor(&self, flaw: Flaw, sent_at: i64, gap: i64) -> Option<i64> {
+        // The replies `k` can pair with: back at least `G` before it was sent.
+        let pair_by = match flaw.is(Mutant::NoPairGap) {
+            true => sent_at,
+            false => sent_at - gap,
+        };
+        let mut replies = self.replies();
+        let old_enough = replies.partition_point(|&(_, r)| r <= pair_by);
+        let best = replies
+            .iter()
+            .take(old_enough)
+            .copied()
+            .max_by_key(|&(s, _)| s);
+        // Every later proof finds all of these old enough too: only the best one matters.
+        if let Some(best) = best {
+            replies.drain(..old_enough);
+            replies.push_front(best);
+        }
+        // The anchor is the reply's send time: its arrival at the server is no earlier.
+        best.map(|(s, r)| if flaw.is(Mutant::ReceiveAnchor) { r } else { s })
+    }
+
+    /// The anchor a commit of the cold phase, sent at `sent` and replied at `at`, proves: the
+    /// later of its pair's (`paired`) and a lean on the client's keepalive (when the process
+    /// ran through the lean). Ends the cold phase when a pair with a reply of this phase does
+    /// at least as well as the lean; else counts the commit's time toward the slowest one.
+    fn cold_anchor(
+        &self,
+        flaw: Flaw,
+        paired: Option<i64>,
+        sent: Instant,
+        at: Instant,
+        gap: i64,
+    ) -> Option<i64> {
+        let sent_at = to_nanos(sent);
+        // The cold phase: lean on the keepalive, until pairing does at least as well; but
+        // only across a stretch the process is known to have run through (else the
+        // keepalive may not have run either: the module's "The cold proofs").
+        let lean = match flaw.is(Mutant::ColdWithoutKeepalive) {
+            true => gap,
+            false => nanos(self.lean()),
+        };
+        let leaning = self.ran_through(sent_at).then_some(sent_at - lean);
+        let candidate = match (paired, leaning) {
+            (Some(p), Some(l)) => Some(p.max(l)),
+            (p, l) => p.or(l),
+        };
+        // Only a pair with a reply of this phase ends it: older ones, from before an idle
+        // spell, prove too little for the regular probes to keep the lease from there.
+        let since = self.cold_since.load(Ordering::Acquire);
+        if paired.is_some_and(|p| p >= since && leaning.is_none_or(|l| p >= l)) {
+            self.cold.store(false, Ordering::Release);
+        } else {
+            let took = nanos(at.saturating_duration_since(sent)) as u64;
+            self.slowest_cold_commit.fetch_max(took, Ordering::AcqRel);
+        }
+        candidate
     }
 
     /// The session was created by a connect sent at `at` (no earlier): the leader that

@@ -41,8 +41,8 @@ use self::driver::Driver;
 use self::lease::LeasePolicy;
 pub use self::nodes::HOLD_WATCH_BYTES;
 pub(crate) use self::nodes::REVOKE;
-pub(crate) use self::registry::{session_began, Creating, Interest};
-pub(crate) use self::state::{GuardState, Halt, LazyCancel, Terms};
+pub(crate) use self::registry::{session_began, Creating, WatchdogRef};
+pub(crate) use self::state::{CheckError, GuardState, HoldTerms, LazyCancel};
 
 /// The session's watchdog, started if it is not running, with one more unit of interest, for
 /// a lock on `lock_path` leasing with `policy`.
@@ -50,7 +50,7 @@ pub(crate) fn watch_session(
     client: &zk::Client,
     policy: &LeasePolicy,
     lock_path: &str,
-) -> Interest {
+) -> WatchdogRef {
     let (interest, events) = registry::join(client, policy, lock_path);
     if let Some(events) = events {
         metrics::gauge!(WATCHED_SESSIONS).increment(1.0);
@@ -87,8 +87,8 @@ mod tests {
         watch
     }
 
-    fn terms(ride_out: bool, grace: Duration) -> Terms {
-        Terms {
+    fn terms(ride_out: bool, grace: Duration) -> HoldTerms {
+        HoldTerms {
             budget: policy().budget(T),
             ride_out,
             grace,
@@ -100,7 +100,7 @@ mod tests {
         register_with(watch, terms(ride_out, Duration::ZERO))
     }
 
-    fn register_with(watch: &Arc<SessionWatch>, terms: Terms) -> (u64, Arc<GuardState>) {
+    fn register_with(watch: &Arc<SessionWatch>, terms: HoldTerms) -> (u64, Arc<GuardState>) {
         let state = Arc::new(watch.guard_state(terms));
         let id = watch.next_id();
         let node: Arc<str> = format!("/locks/a/n{id}").into();
@@ -143,7 +143,10 @@ mod tests {
         settle().await;
         watch.send(Event::State(zk::SessionState::Disconnected));
         settle().await;
-        assert_eq!(strict.check(), Err(Halt::Lost(LossReason::Disconnected)));
+        assert_eq!(
+            strict.check(),
+            Err(CheckError::Lost(LossReason::Disconnected))
+        );
         assert!(strict.is_cancelled());
         assert_eq!(patient.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(9_799)).await;
@@ -159,7 +162,10 @@ mod tests {
             patient.is_cancelled(),
             "the watchdog did not cancel at the deadline"
         );
-        assert_eq!(patient.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
+        assert_eq!(
+            patient.check(),
+            Err(CheckError::Lost(LossReason::LeaseExpired))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -193,13 +199,13 @@ mod tests {
             watch.send(Event::State(state));
             settle().await;
             for guard in &guards {
-                assert_eq!(guard.check(), Err(Halt::Lost(reason)), "{state}");
+                assert_eq!(guard.check(), Err(CheckError::Lost(reason)), "{state}");
             }
             let (_, late) = register(&watch, true);
             settle().await;
             assert_eq!(
                 late.check(),
-                Err(Halt::Lost(reason)),
+                Err(CheckError::Lost(reason)),
                 "registered after {state}"
             );
         }
@@ -213,7 +219,10 @@ mod tests {
         let (_, bystander) = register(&watch, false);
         watch.send(Event::NodeGone { id: gone });
         settle().await;
-        assert_eq!(victim.check(), Err(Halt::Lost(LossReason::NodeDeleted)));
+        assert_eq!(
+            victim.check(),
+            Err(CheckError::Lost(LossReason::NodeDeleted))
+        );
         assert_eq!(bystander.check(), Ok(()));
     }
 
@@ -227,7 +236,10 @@ mod tests {
         assert_eq!(guard.check(), Ok(()));
         watch.send(Event::SessionId(8));
         settle().await;
-        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::SessionChanged)));
+        assert_eq!(
+            guard.check(),
+            Err(CheckError::Lost(LossReason::SessionChanged))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -239,7 +251,10 @@ mod tests {
         tokio::time::advance(Duration::from_millis(9_799)).await;
         assert_eq!(guard.check(), Ok(()));
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
+        assert_eq!(
+            guard.check(),
+            Err(CheckError::Lost(LossReason::LeaseExpired))
+        );
         assert!(guard.is_cancelled(), "check() cancels the token itself");
     }
 
@@ -254,7 +269,7 @@ mod tests {
         watch.send(Event::NodeGone { id });
         watch.send(Event::State(zk::SessionState::Disconnected));
         settle().await;
-        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::Released)));
+        assert_eq!(guard.check(), Err(CheckError::Lost(LossReason::Released)));
         assert!(
             !guard.lose(LossReason::NodeDeleted),
             "a second reason replaced the first"
@@ -264,7 +279,7 @@ mod tests {
     const GRACE: Duration = Duration::from_secs(5);
 
     /// A core with one guard registered under `terms`, its lease proven at the start.
-    fn core_with(terms: Terms) -> (core::Core, u64, Arc<GuardState>, Instant) {
+    fn core_with(terms: HoldTerms) -> (core::Core, u64, Arc<GuardState>, Instant) {
         let (watch, _events) = SessionWatch::new(7, T);
         let start = clock::now();
         watch.lease().prove(start);
@@ -289,17 +304,20 @@ mod tests {
         let deadline = guard.deadline();
         tokio::time::advance(deadline - start).await;
         core.check_lease(clock::now());
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         assert!(*guard.jeopardy().borrow());
         assert!(!guard.is_cancelled(), "the token fired in jeopardy");
         // The grace counts from the lapse: it runs out GRACE after the deadline.
         assert_eq!(core.next_deadline(), Some(deadline + GRACE));
         tokio::time::advance(GRACE - Duration::from_millis(1)).await;
         core.check_lease(clock::now());
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         tokio::time::advance(Duration::from_millis(1)).await;
         core.check_lease(clock::now());
-        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::LeaseExpired)));
+        assert_eq!(
+            guard.check(),
+            Err(CheckError::Lost(LossReason::LeaseExpired))
+        );
         assert!(guard.is_cancelled());
         assert!(!*guard.jeopardy().borrow());
         assert_eq!(
@@ -315,15 +333,15 @@ mod tests {
         let deadline = guard.deadline();
         tokio::time::advance(deadline - start + Duration::from_secs(1)).await;
         // The guard's own check finds the lapse before the watchdog does.
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         core.check_lease(clock::now());
         // A probe sent before the spell began proves nothing about the spell.
         core.found(id, deadline - Duration::from_millis(1), clock::now());
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         // One sent after, while the lease is still past its deadline, does not resume either.
         let sent = clock::now();
         core.found(id, sent, clock::now());
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         // The lease holds again and a probe sent in the spell found the node: steady.
         core.lease.prove(sent);
         core.found(id, sent, clock::now());
@@ -348,12 +366,12 @@ mod tests {
             clock::now(),
         );
         core.apply(Event::State(zk::SessionState::Disconnected), clock::now());
-        assert_eq!(strict.check(), Err(Halt::Jeopardy));
+        assert_eq!(strict.check(), Err(CheckError::Jeopardy));
         assert_eq!(riding.check(), Ok(()));
         core.apply(Event::State(zk::SessionState::SyncConnected), clock::now());
         assert_eq!(
             strict.check(),
-            Err(Halt::Jeopardy),
+            Err(CheckError::Jeopardy),
             "a reconnect alone resumed"
         );
         core.lease.prove(clock::now());
@@ -362,8 +380,14 @@ mod tests {
         // Expiry ends every hold, in jeopardy or not.
         core.apply(Event::State(zk::SessionState::Disconnected), clock::now());
         core.apply(Event::State(zk::SessionState::Expired), clock::now());
-        assert_eq!(strict.check(), Err(Halt::Lost(LossReason::SessionExpired)));
-        assert_eq!(riding.check(), Err(Halt::Lost(LossReason::SessionExpired)));
+        assert_eq!(
+            strict.check(),
+            Err(CheckError::Lost(LossReason::SessionExpired))
+        );
+        assert_eq!(
+            riding.check(),
+            Err(CheckError::Lost(LossReason::SessionExpired))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -371,9 +395,12 @@ mod tests {
         let (mut core, id, guard, start) = core_with(terms(false, GRACE));
         tokio::time::advance(guard.deadline() - start).await;
         core.check_lease(clock::now());
-        assert_eq!(guard.check(), Err(Halt::Jeopardy));
+        assert_eq!(guard.check(), Err(CheckError::Jeopardy));
         core.apply(Event::NodeGone { id }, clock::now());
-        assert_eq!(guard.check(), Err(Halt::Lost(LossReason::NodeDeleted)));
+        assert_eq!(
+            guard.check(),
+            Err(CheckError::Lost(LossReason::NodeDeleted))
+        );
         assert_eq!(core.next_deadline(), None);
     }
 
@@ -389,7 +416,7 @@ mod tests {
         clock::inject_suspend(T);
         assert_eq!(
             checked.check(),
-            Err(Halt::Lost(LossReason::LeaseExpired)),
+            Err(CheckError::Lost(LossReason::LeaseExpired)),
             "check() passed after a suspend longer than the lease"
         );
         // The watchdog's timer slept on the monotonic clock; it wakes within its longest

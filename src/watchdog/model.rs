@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 use super::clock;
 use super::core::{Answer, Core, CoreSnapshot, Event};
 use super::lease::{client_keepalive, LeaseCell, LeasePolicy};
-use super::state::{GuardState, Halt, Terms};
+use super::state::{CheckError, GuardState, HoldTerms};
 use crate::loss::LossReason;
 use crate::mutants::{Flaw, Mutant};
 
@@ -131,8 +131,8 @@ impl Settings {
         self.policy.check_feasible(self.session_timeout).is_ok()
     }
 
-    fn terms(&self) -> Terms {
-        Terms {
+    fn terms(&self) -> HoldTerms {
+        HoldTerms {
             budget: self.budget(),
             ride_out: self.ride_out,
             grace: self.grace,
@@ -278,7 +278,7 @@ impl Watchdog {
 
     /// What the guard's `check()` answers at `now` (`GuardState::check`), on a copy: the
     /// value is left as it was. `None` without a guard.
-    pub fn check(&self, now: i64) -> Option<Result<(), Halt>> {
+    pub fn check(&self, now: i64) -> Option<Result<(), CheckError>> {
         let state = &self.0.guards.first()?.state;
         let lease = Arc::new(LeaseCell::restore(&self.0.lease));
         Some(GuardState::restore(state, lease).check_at(at(now)))

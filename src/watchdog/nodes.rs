@@ -32,8 +32,8 @@ use zookeeper_client as zk;
 use super::core::{Core, NodeToWatch};
 use super::state::GuardState;
 use crate::mutants::Mutant;
-use crate::zk::retry::{await_reconnect, is_connection_error};
-use crate::zk::watch::watch_changed;
+use crate::requests::retry::{await_reconnect, is_connection_error};
+use crate::requests::watch::watch_changed;
 
 /// How long a guard must be held before the watchdog arms its own watch on the guard's node.
 /// Most holds are shorter than this and then cost no request beyond create, list and delete.

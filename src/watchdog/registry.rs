@@ -14,8 +14,8 @@ use zookeeper_client as zk;
 use super::clock;
 use super::core::Event;
 use super::lease::{LeaseCell, LeasePolicy};
-use super::state::{GuardState, Terms};
-use crate::zk::chroot_prefix;
+use super::state::{GuardState, HoldTerms};
+use crate::requests::chroot_prefix;
 
 /// The per-session shared part: what acquires and guards hold.
 #[derive(Debug)]
@@ -67,7 +67,7 @@ static SESSIONS: LazyLock<Mutex<HashMap<i64, Arc<SessionWatch>>>> = LazyLock::ne
 /// A counted interest in a session's watchdog; dropping it lets the watchdog wind down (and
 /// gives back the node bytes it reserved).
 #[derive(Debug)]
-pub(crate) struct Interest {
+pub(crate) struct WatchdogRef {
     watch: Arc<SessionWatch>,
     /// The bytes of the lock node this acquire (then its hold) keeps on the session.
     node_bytes: u64,
@@ -75,7 +75,7 @@ pub(crate) struct Interest {
     waiting_bytes: u64,
 }
 
-impl Interest {
+impl WatchdogRef {
     pub(crate) fn watch(&self) -> &Arc<SessionWatch> {
         &self.watch
     }
@@ -145,7 +145,7 @@ impl Drop for Creating {
     }
 }
 
-impl Drop for Interest {
+impl Drop for WatchdogRef {
     fn drop(&mut self) {
         self.granted();
         if self.node_bytes > 0 {
@@ -162,7 +162,7 @@ pub(super) fn join(
     client: &zk::Client,
     policy: &LeasePolicy,
     lock_path: &str,
-) -> (Interest, Option<mpsc::UnboundedReceiver<Event>>) {
+) -> (WatchdogRef, Option<mpsc::UnboundedReceiver<Event>>) {
     let session = client.session_id().0;
     let mut sessions = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(watch) = sessions.get(&session) {
@@ -180,7 +180,7 @@ pub(super) fn join(
                 }
             }
             let watch = watch.clone();
-            let interest = Interest {
+            let interest = WatchdogRef {
                 watch,
                 node_bytes: 0,
                 waiting_bytes: 0,
@@ -195,7 +195,7 @@ pub(super) fn join(
     watch.adopt(policy, client, lock_path);
     let watch = Arc::new(watch);
     sessions.insert(session, watch.clone());
-    let interest = Interest {
+    let interest = WatchdogRef {
         watch,
         node_bytes: 0,
         waiting_bytes: 0,
@@ -343,7 +343,7 @@ impl SessionWatch {
 
     /// The shared state of a new guard on this session, leasing on the session's lease (its
     /// cancellation is its own, its token made when first asked for).
-    pub(crate) fn guard_state(&self, terms: Terms) -> GuardState {
+    pub(crate) fn guard_state(&self, terms: HoldTerms) -> GuardState {
         GuardState::new(self.lease.clone(), terms)
     }
 

@@ -17,7 +17,7 @@ use crate::loss::LossReason;
 
 /// How a guard holds: what its owner chose, per guard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Terms {
+pub(crate) struct HoldTerms {
     /// How long after the lease's anchor the hold stands.
     pub(crate) budget: Duration,
     /// Whether a disconnect leaves the hold standing until the lease lapses.
@@ -32,7 +32,7 @@ pub(crate) struct Terms {
 // Public in a private module: named by the section runner's `Fenceable`, never by users.
 #[allow(unreachable_pub)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Halt {
+pub enum CheckError {
     /// Suspended: the lease lapsed (or the connection dropped) with no evidence of loss; the
     /// hold resumes when a committed probe finds its node, or is lost when the grace runs out.
     Jeopardy,
@@ -41,18 +41,18 @@ pub enum Halt {
 }
 
 /// What `check()` reports for a halt, for every kind of hold alike.
-impl From<Halt> for Error {
-    fn from(halt: Halt) -> Error {
+impl From<CheckError> for Error {
+    fn from(halt: CheckError) -> Error {
         match halt {
-            Halt::Jeopardy => Error::Jeopardy,
-            Halt::Lost(reason) => Error::LockLost(reason),
+            CheckError::Jeopardy => Error::Jeopardy,
+            CheckError::Lost(reason) => Error::LockLost(reason),
         }
     }
 }
 
 /// A jeopardy spell: since when (on the lease clock) and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Spell {
+pub(crate) struct JeopardySpell {
     pub(crate) since: Instant,
     /// The loss it becomes if the grace runs out: `LeaseExpired` or `Disconnected`.
     pub(crate) cause: LossReason,
@@ -106,9 +106,9 @@ pub(crate) struct GuardState {
     cancel: LazyCancel,
     reason: OnceLock<LossReason>,
     lease: Arc<LeaseCell>,
-    pub(crate) terms: Terms,
+    pub(crate) terms: HoldTerms,
     /// The spell, while one is on.
-    spell: Mutex<Option<Spell>>,
+    spell: Mutex<Option<JeopardySpell>>,
     /// `spell.is_some()`, readable without the lock (`check()` runs before every poll of a
     /// section).
     in_jeopardy: AtomicBool,
@@ -132,7 +132,7 @@ struct Signals {
 }
 
 impl GuardState {
-    pub(super) fn new(lease: Arc<LeaseCell>, terms: Terms) -> Self {
+    pub(super) fn new(lease: Arc<LeaseCell>, terms: HoldTerms) -> Self {
         GuardState {
             cancel: LazyCancel::default(),
             reason: OnceLock::new(),
@@ -183,17 +183,17 @@ impl GuardState {
 
     /// The synchronous check: lost, released, in jeopardy, or past the lease deadline by the
     /// lease clock (which puts the hold in jeopardy if it has a grace, and loses it otherwise).
-    pub(crate) fn check(&self) -> Result<(), Halt> {
+    pub(crate) fn check(&self) -> Result<(), CheckError> {
         self.check_at(clock::now())
     }
 
     /// [`Self::check`] at `now` on the lease clock.
-    pub(crate) fn check_at(&self, now: Instant) -> Result<(), Halt> {
+    pub(crate) fn check_at(&self, now: Instant) -> Result<(), CheckError> {
         if let Some(reason) = self.reason() {
-            return Err(Halt::Lost(reason));
+            return Err(CheckError::Lost(reason));
         }
         if self.in_jeopardy.load(Ordering::Acquire) {
-            return Err(Halt::Jeopardy);
+            return Err(CheckError::Jeopardy);
         }
         let deadline = self.deadline();
         if now < deadline {
@@ -201,23 +201,23 @@ impl GuardState {
         }
         if self.terms.grace.is_zero() {
             self.lose(LossReason::LeaseExpired);
-            return Err(Halt::Lost(
+            return Err(CheckError::Lost(
                 self.reason().unwrap_or(LossReason::LeaseExpired),
             ));
         }
-        self.enter_jeopardy(Spell {
+        self.enter_jeopardy(JeopardySpell {
             since: deadline,
             cause: LossReason::LeaseExpired,
         });
         match self.reason() {
-            Some(reason) => Err(Halt::Lost(reason)),
-            None => Err(Halt::Jeopardy),
+            Some(reason) => Err(CheckError::Lost(reason)),
+            None => Err(CheckError::Jeopardy),
         }
     }
 
     /// Starts `spell`, unless the hold is lost or in jeopardy already; returns whether this
     /// call started it.
-    pub(crate) fn enter_jeopardy(&self, spell: Spell) -> bool {
+    pub(crate) fn enter_jeopardy(&self, spell: JeopardySpell) -> bool {
         let mut current = self.spell();
         if current.is_some() || self.reason().is_some() {
             return false;
@@ -231,7 +231,7 @@ impl GuardState {
     /// Ends the spell, if one is on, began no later than `proof_sent` (the send time of a
     /// committed probe that found this guard's node) and the lease holds again at `now`.
     /// Returns the spell it ended.
-    pub(crate) fn resume(&self, proof_sent: Instant, now: Instant) -> Option<Spell> {
+    pub(crate) fn resume(&self, proof_sent: Instant, now: Instant) -> Option<JeopardySpell> {
         let mut current = self.spell();
         let spell = (*current)?;
         if spell.since > proof_sent || now >= self.deadline() || self.reason().is_some() {
@@ -244,7 +244,7 @@ impl GuardState {
     }
 
     /// The spell in progress, if any.
-    pub(crate) fn current_spell(&self) -> Option<Spell> {
+    pub(crate) fn current_spell(&self) -> Option<JeopardySpell> {
         *self.spell()
     }
 
@@ -293,7 +293,7 @@ impl GuardState {
 
     /// The hold's signals, made on the first call with the jeopardy that `spell` (the locked
     /// spell) says.
-    fn signals(&self, spell: &Option<Spell>) -> &Signals {
+    fn signals(&self, spell: &Option<JeopardySpell>) -> &Signals {
         self.signals.get_or_init(|| {
             Box::new(Signals {
                 jeopardy: watch::Sender::new(spell.is_some()),
@@ -304,13 +304,13 @@ impl GuardState {
 
     /// Tells the jeopardy's receivers, if there are any, what `spell` (the locked spell,
     /// just changed) now says.
-    fn tell_jeopardy(&self, spell: &Option<Spell>) {
+    fn tell_jeopardy(&self, spell: &Option<JeopardySpell>) {
         if let Some(signals) = self.signals.get() {
             signals.jeopardy.send_replace(spell.is_some());
         }
     }
 
-    fn spell(&self) -> std::sync::MutexGuard<'_, Option<Spell>> {
+    fn spell(&self) -> std::sync::MutexGuard<'_, Option<JeopardySpell>> {
         self.spell.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -319,10 +319,10 @@ impl GuardState {
 #[cfg(feature = "model")]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct StateSnapshot {
-    pub(crate) terms: Terms,
+    pub(crate) terms: HoldTerms,
     pub(crate) reason: Option<LossReason>,
     pub(crate) cancelled: bool,
-    pub(crate) spell: Option<Spell>,
+    pub(crate) spell: Option<JeopardySpell>,
 }
 
 #[cfg(feature = "model")]
@@ -378,7 +378,7 @@ mod tests {
     }
 
     fn state() -> GuardState {
-        let terms = Terms {
+        let terms = HoldTerms {
             budget: Duration::from_secs(9),
             ride_out: false,
             grace: Duration::from_secs(30),
@@ -393,7 +393,7 @@ mod tests {
         // Nobody waited: a revocation and a jeopardy make nothing.
         let quiet = state();
         quiet.revocation_requested();
-        quiet.enter_jeopardy(Spell {
+        quiet.enter_jeopardy(JeopardySpell {
             since: clock::now(),
             cause: LossReason::Disconnected,
         });
@@ -424,9 +424,9 @@ mod tests {
 
     #[test]
     fn a_halt_is_the_error_check_reports() {
-        assert_eq!(Error::from(Halt::Jeopardy), Error::Jeopardy);
+        assert_eq!(Error::from(CheckError::Jeopardy), Error::Jeopardy);
         assert_eq!(
-            Error::from(Halt::Lost(LossReason::NodeDeleted)),
+            Error::from(CheckError::Lost(LossReason::NodeDeleted)),
             Error::LockLost(LossReason::NodeDeleted)
         );
     }
