@@ -321,6 +321,8 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod acquire;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod connect;
 mod election;
 mod error;

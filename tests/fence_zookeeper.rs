@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use zkfence::fence::{conformance, ZooKeeperStore};
+use zkfence::conformance::{self, ZooKeeperStore};
 use zkfence::fence::{FenceError, FenceTicket, ZooKeeperFence};
 use zkfence::{Acquire, Error, FencedLock, LockOptions};
 use zkfence_harness::{chroot, connect, shared};
@@ -61,7 +61,7 @@ async fn conformance_lost_hold_writes_nothing() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
-    use zkfence::fence::conformance::expect_caught;
+    use zkfence::conformance::expect_caught;
     use zkfence::FenceMutant;
 
     fn assert_caught(mutant: FenceMutant, outcome: conformance::Outcome) {

@@ -48,8 +48,8 @@ use self::options::{Impl, Mode, Run, CONFIGS, IMPLS, LOCKS};
 use self::report::{find, Report};
 use self::stats::{per_acquisition, per_second};
 use self::workload::InProcess;
-use crate::support::start_local_zookeeper;
 use crate::support::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
+use zkfence_testkit::start_local_zookeeper;
 
 /// `zkfence-bench [OPTIONS]`, or one candidate process of `--failover` (started by the bench).
 #[derive(Parser, Debug)]
@@ -160,7 +160,7 @@ async fn with_server(args: &Args) -> u8 {
         Some(hosts) => (hosts.clone(), None),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match start_local_zookeeper(|| bench_server(false)).await {
+            local = match start_local_zookeeper("zkfence-bench", || bench_server(false)).await {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };
@@ -255,7 +255,7 @@ async fn matrix(args: &Args, hosts: &str) -> Result<u8, String> {
     let mut violated = reports.iter().any(|r| r.violations > 0);
     if args.connect.is_none() && !args.skip_force_sync {
         eprintln!("bench: starting a second throwaway ZooKeeper, forceSync=yes ...");
-        let durable = match start_local_zookeeper(|| bench_server(true)).await {
+        let durable = match start_local_zookeeper("zkfence-bench", || bench_server(true)).await {
             Ok(zk) => zk,
             Err(code) => return Ok(code),
         };

@@ -1,5 +1,5 @@
-//! The Redis lock many users pick instead of a ZooKeeper lock, as the bench's peer and the
-//! demo's counterexample. One Redis server, a key per lock:
+//! The Redis lock many users pick instead of a ZooKeeper lock, as the bench's peer (the demo has
+//! its own, smaller, in `cli/src/demo/redis_lock.rs`). One Redis server, a key per lock:
 //!
 //! - acquire: `SET key <random value> NX PX <ttl>`; taken when it answers `OK`;
 //! - release: a script that deletes the key only if it still holds our value (the

@@ -81,23 +81,6 @@ pub(crate) async fn open(hosts: &str, session_timeout: Duration) -> Result<zk::C
     })
 }
 
-/// Starts a throwaway local ZooKeeper (Debian's package) with `start` (one of
-/// `LocalZooKeeper`'s starters), or says why not on one line.
-pub(crate) async fn start_local_zookeeper(
-    start: impl FnOnce() -> Result<zkfence_testkit::LocalZooKeeper, zkfence_testkit::StartError>
-        + Send
-        + 'static,
-) -> Result<zkfence_testkit::LocalZooKeeper, u8> {
-    let started = match tokio::task::spawn_blocking(start).await {
-        Ok(started) => started.map_err(|err| (err.to_string(), EXIT_UNAVAILABLE)),
-        Err(err) => Err((err.to_string(), EXIT_FAILURE)),
-    };
-    started.map_err(|(message, code)| {
-        eprintln!("zkfence-bench: {message}");
-        code
-    })
-}
-
 /// Makes `command`'s child get SIGKILL when the bench dies (a stopped child too, which a
 /// closed stdin would not end). Only from the main thread, which lives as long as the bench:
 /// the parent-death signal follows the thread that forked.

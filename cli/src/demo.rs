@@ -20,7 +20,7 @@ use crate::duration::parse_duration;
 #[cfg(not(feature = "redis"))]
 use crate::exit::EXIT_USAGE;
 use crate::exit::{fail, EXIT_FAILURE};
-use crate::local::start_local_zookeeper;
+use zkfence_testkit::start_local_zookeeper;
 
 #[cfg(feature = "redis")]
 mod redis_lock;
@@ -117,7 +117,9 @@ pub(crate) async fn demo(args: Args) -> u8 {
             println!(
                 "Starting a throwaway ZooKeeper (Debian's zookeeper package) on a loopback port..."
             );
-            local = match start_local_zookeeper(zkfence_testkit::LocalZooKeeper::start).await {
+            local = match start_local_zookeeper("zkfence", zkfence_testkit::LocalZooKeeper::start)
+                .await
+            {
                 Ok(zk) => zk,
                 Err(code) => return code,
             };

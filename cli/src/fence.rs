@@ -10,7 +10,7 @@ use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::conformance::{self, FenceStore};
 use zkfence::fence::{BoxError, ConfigError, Fence, FenceError, FenceState};
 
 use crate::exit::{EXIT_FAILURE, EXIT_NO_PERMISSION, EXIT_UNAVAILABLE, EXIT_USAGE};
@@ -475,31 +475,11 @@ fn redis_fence(at: &At) -> zkfence_redis::RedisFence {
 }
 
 #[cfg(feature = "s3")]
-/// An S3 client of `bucket`, configured from the AWS environment (`AWS_ACCESS_KEY_ID`,
-/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT` or `AWS_ENDPOINT_URL` for S3-compatible
-/// stores), with conditional puts. An `http://` endpoint is used as given (object_store's
-/// `AWS_ALLOW_HTTP` is implied, unless set otherwise).
-fn s3(bucket: &str) -> Result<zkfence_object_store::ObjectFence, Failed> {
-    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-    if bucket.is_empty() {
-        return Err(Failed::usage(
-            "s3:// names no bucket: give s3://bucket/prefix",
-        ));
-    }
-    let mut builder = AmazonS3Builder::from_env();
-    let http = (builder.get_config_value(&AmazonS3ConfigKey::Endpoint))
-        .is_some_and(|endpoint| endpoint.to_ascii_lowercase().starts_with("http://"));
-    if http && std::env::var_os("AWS_ALLOW_HTTP").is_none() {
-        builder = builder.with_allow_http(true);
-    }
-    let store = builder
-        .with_bucket_name(bucket)
-        .with_conditional_put(S3ConditionalPut::ETagMatch)
-        .build()
-        .map_err(|e| Failed::usage(format!("s3://{bucket}: {e} (set AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; AWS_ENDPOINT for an S3-compatible store)")))?;
-    Ok(zkfence_object_store::ObjectFence::new(std::sync::Arc::new(
-        store,
-    )))
+/// The fenced objects under the prefix of `url` (`s3://bucket/prefix`), in S3 configured from
+/// the AWS environment ([`zkfence_object_store::Connected::connect`]); what is wrong with the
+/// URL or the environment as a usage error.
+async fn s3(url: &str) -> Result<zkfence_object_store::Connected, Failed> {
+    (zkfence_object_store::Connected::connect(url).await).map_err(Failed::usage)
 }
 
 /// A ZooKeeper client of `hosts`, with the CLI's connect defaults.
@@ -550,10 +530,7 @@ async fn connect(at: &At) -> Result<Box<dyn Fence>, Failed> {
                 .map_err(cannot_connect)?,
         ),
         #[cfg(feature = "s3")]
-        Store::S3 { bucket, prefix } => Box::new(zkfence_object_store::Prefixed::new(
-            s3(&bucket)?,
-            prefix.into(),
-        )),
+        Store::S3 { .. } => Box::new(s3(&at.url).await?),
         Store::ZooKeeper { hosts, node } => {
             let client = zk_client(&hosts).await?;
             Box::new(
@@ -630,8 +607,8 @@ async fn install(at: &At, idle: Duration) -> Result<(), Failed> {
         Store::Redis(url) => install_redis(at, &url).await?,
         #[cfg(feature = "s3")]
         Store::S3 { bucket, prefix } => {
-            let fence = s3(&bucket)?;
-            (fence.probe(&prefix.clone().into()).await)
+            let fence = s3(&at.url).await?;
+            (fence.fence().probe(fence.prefix()).await)
                 .map_err(|e| Failed::store(&format!("s3://{bucket}/{prefix} cannot fence"), e))?;
             "nothing (an object carries its own fence); the store enforces conditional writes"
                 .to_owned()
@@ -1106,7 +1083,7 @@ async fn check(
         #[cfg(feature = "redis")]
         Store::Redis(url) => check_redis(at, &url, &name, accept_volatile, report, stop).await,
         #[cfg(feature = "s3")]
-        Store::S3 { bucket, prefix } => check_s3(bucket, prefix, &name, report, stop).await,
+        Store::S3 { .. } => check_s3(&at.url, &name, report, stop).await,
         Store::ZooKeeper { hosts, node } => {
             check_zookeeper(&hosts, &node, &name, report, stop).await
         }
@@ -1225,13 +1202,14 @@ async fn check_redis(
 
 #[cfg(feature = "s3")]
 async fn check_s3(
-    bucket: String,
-    prefix: String,
+    url: &str,
     name: &str,
     report: &mut Report,
     stop: &mut Stop,
 ) -> Result<(), Failed> {
-    let store = zkfence_object_store::ConformanceStore::new(s3(&bucket)?, &prefix.into(), name);
+    let fence = s3(url).await?;
+    let store =
+        zkfence_object_store::ConformanceStore::new(fence.fence().clone(), fence.prefix(), name);
     let remove = |store: zkfence_object_store::ConformanceStore| store.clear();
     let cases = &conformance::CLAIMS_ONLY[..];
     let what = format!(
@@ -1251,7 +1229,7 @@ async fn check_zookeeper(
     let cases = &conformance::DEPLOYMENT[..];
     let client = zk_client(hosts).await?;
     let store = stop
-        .through(zkfence::fence::ZooKeeperStore::create(
+        .through(zkfence::conformance::ZooKeeperStore::create(
             client.clone(),
             client,
             node,
@@ -1260,7 +1238,7 @@ async fn check_zookeeper(
         ))
         .await
         .map_err(|e| cannot(NEEDS_ZOOKEEPER, e.into()))?;
-    let remove = |store: zkfence::fence::ZooKeeperStore| store.clear();
+    let remove = |store: zkfence::conformance::ZooKeeperStore| store.clear();
     let what = format!(
         "the scratch nodes under {}/{}",
         node.trim_end_matches('/'),
@@ -1355,7 +1333,15 @@ mod tests {
                 prefix: String::new()
             })
         );
-        assert!(s3("").err().unwrap().0.contains("bucket"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(runtime
+            .block_on(s3("s3://"))
+            .err()
+            .unwrap()
+            .0
+            .contains("bucket"));
         assert_eq!(
             without_password("mysql://app:secret@db:3306/orders"),
             "mysql://app:PASSWORD@db:3306/orders"

@@ -11,8 +11,6 @@ mod fence;
 mod holders;
 mod json;
 mod lifeline;
-#[cfg(feature = "demo")]
-mod local;
 mod revoke;
 mod run;
 mod supervise;

@@ -338,7 +338,7 @@ async fn rebase_refuses_to_raise_a_fence_without_raise() {
     let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client, "/fence").unwrap();
     let scope = "/locks/up";
     let held = 0x2_0000_0005;
-    let ticket = zkfence::fence::conformance::ticket(scope, held);
+    let ticket = zkfence::conformance::ticket(scope, held);
     fence.claim(&ticket).await.unwrap();
     let higher = (held + 1).to_string();
     let rebase = ["fence", "rebase", &url, "--scope", scope, "--yes", "--to"];

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 use tokio::sync::RwLock;
-use zkfence::fence::conformance;
+use zkfence::conformance;
 use zkfence_harness::{LocalRedisCluster, TestCa};
 use zkfence_redis::{Link, RedisFence};
 

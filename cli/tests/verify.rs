@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use zkfence::fence::conformance::DEPLOYMENT;
+use zkfence::conformance::DEPLOYMENT;
 use zkfence_harness::{chroot, connect, shared, shared_mariadb, wait_until};
 use zkfence_harness::{LocalRedis, LocalS3, Preconditions};
 
@@ -212,7 +212,7 @@ async fn zookeeper_verify_leaves_nothing_and_show_reads_odd_nodes() {
     assert_eq!((code, out.trim()), (Some(0), "no fence yet"), "{err}");
     // The first claim sets it.
     let fence = zkfence::fence::ZooKeeperFence::with_fence_node(client.clone(), "/fences").unwrap();
-    let ticket = zkfence::fence::conformance::ticket("/locks/empty", 5);
+    let ticket = zkfence::conformance::ticket("/locks/empty", 5);
     assert_eq!(fence.claim(&ticket).await.unwrap(), None);
     let (code, out, err) = run(&["fence", "show", "--json", &url]).await;
     assert_eq!(code, Some(0), "{err}");

@@ -11,6 +11,10 @@
 //!   crashed and restarted on their data);
 //!   [`LocalPgBouncer`], Debian's PgBouncer in front of a PostgreSQL server in a [`PoolMode`];
 //!   [`python_clients`], the Python clients of the cross-language tests.
+//! - The conformance kit's stores in the fence packages' tests, written once: a proxy that
+//!   loses replies in front of a store ([`through_reply_proxy`]), the kit's store built through
+//!   it ([`proxied_kit_store!`]) or on a deployment ([`deployed_kit_store!`]), and the fence
+//!   mutants' table ([`mutants_caught!`]).
 //! - [`curator`]: Apache Curator's jars and `javac`, for the interop tests and the bench's
 //!   Curator peers; [`stats`]: one definition of a percentile.
 //!
@@ -30,6 +34,7 @@ pub mod curator;
 mod database;
 mod delay;
 mod faults;
+mod kit;
 mod mariadb;
 mod pgbouncer;
 mod postgres;
@@ -44,6 +49,7 @@ mod tls;
 
 pub use crate::delay::DelayProxy;
 pub use crate::faults::StoreFaults;
+pub use crate::kit::{port_of, reply_switch, through_reply_proxy, with_port};
 pub use crate::mariadb::LocalMariaDb;
 pub use crate::pgbouncer::{LocalPgBouncer, PoolMode};
 pub use crate::postgres::{LocalPostgres, POSTGRES_USER};

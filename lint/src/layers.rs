@@ -39,7 +39,9 @@ fn modules_named(cell: &str) -> Vec<String> {
 /// Each module's place, as the layers' table of `map` gives it, or the problems reading it.
 fn places(map: &str) -> Result<BTreeMap<String, Place>, Vec<String>> {
     let Some(start) = map.find(SECTION) else {
-        return Err(vec![format!("no section `{SECTION}` with the layers' table")]);
+        return Err(vec![format!(
+            "no section `{SECTION}` with the layers' table"
+        )]);
     };
     let section = &map[start + SECTION.len()..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
@@ -77,7 +79,10 @@ fn misuses(uses: &Edges, places: &BTreeMap<String, Place>) -> Vec<String> {
     let named = |m: &str| format!("`{m}`");
     for (from, tos) in uses.iter().filter(|(from, _)| !from.is_empty()) {
         let Some(at) = places.get(from) else {
-            problems.insert(format!("{} is in no layer: add it to the layers' table", named(from)));
+            problems.insert(format!(
+                "{} is in no layer: add it to the layers' table",
+                named(from)
+            ));
             continue;
         };
         // A use of the crate root is a circle, which the imports' check reports.
@@ -158,15 +163,26 @@ mod tests {
     #[test]
     fn a_layer_may_use_itself_below_and_beside_but_not_above() {
         let places = places(MAP).unwrap();
-        let fine = uses(&[("lock", "zk"), ("zk", "wait"), ("zk", "error"), ("", "lock")]);
+        let fine = uses(&[
+            ("lock", "zk"),
+            ("zk", "wait"),
+            ("zk", "error"),
+            ("", "lock"),
+        ]);
         assert!(misuses(&fine, &places).is_empty());
         let up = misuses(&uses(&[("zk", "lock")]), &places);
         assert_eq!(up.len(), 1);
-        assert!(up[0].contains("`zk` (layer `requests`) uses `lock`"), "{up:?}");
+        assert!(
+            up[0].contains("`zk` (layer `requests`) uses `lock`"),
+            "{up:?}"
+        );
         let beside = misuses(&uses(&[("error", "zk")]), &places);
         assert!(beside[0].contains("beside every layer"), "{beside:?}");
         let unplaced = misuses(&uses(&[("lock", "other")]), &places);
-        assert!(unplaced[0].contains("`other` is in no layer"), "{unplaced:?}");
+        assert!(
+            unplaced[0].contains("`other` is in no layer"),
+            "{unplaced:?}"
+        );
     }
 
     #[test]

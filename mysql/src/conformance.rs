@@ -1,5 +1,5 @@
 //! [`ConformanceStore`]: the fence in a scratch database of a real server, as the conformance
-//! kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
+//! kit ([`zkfence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
 //! verify mysql://…` against a user's deployment.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use zkfence::fence::conformance::{
+use zkfence::conformance::{
     rescoped, scratch_name, BoxFuture, CarryOn, FenceStore, Frozen, Hooks, ReplySwitch, Setup,
 };
 use zkfence::fence::{BoxError, FenceError, FenceTicket};
@@ -28,7 +28,7 @@ use crate::{sql, MySqlFence};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
-/// use zkfence::fence::conformance::{self, Setup};
+/// use zkfence::conformance::{self, Setup};
 /// use zkfence_mysql::{ConformanceStore, MySqlFence};
 ///
 /// let url = "mysql://app:secret@db.internal:3306/orders";

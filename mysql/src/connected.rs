@@ -1,9 +1,11 @@
 //! [`Connected`]: a [`MySqlFence`] bound to a connection of its own, the fence contract
 //! ([`Fence`]) on MySQL/MariaDB.
+//!
+//! [`Fence`]: zkfence::fence::Fence
 
 use mysql_async::Conn;
 use tokio::sync::Mutex;
-use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+use zkfence::fence::BoxError;
 
 use crate::dial::Dial;
 use crate::MySqlFence;
@@ -11,6 +13,8 @@ use crate::MySqlFence;
 /// A [`MySqlFence`] with a connection of its own: the fence contract every zkfence store
 /// offers ([`Fence`]), as `zkfence fence` drives it. A fenced transaction takes a connection of
 /// yours ([`MySqlFence::transaction`]); this is for the rest.
+///
+/// [`Fence`]: zkfence::fence::Fence
 ///
 /// # Examples
 ///
@@ -115,39 +119,9 @@ impl Connected {
     }
 }
 
-impl Fence for Connected {
-    fn store(&self) -> &'static str {
-        crate::fence::STORE
-    }
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
-        Box::pin(async move {
-            let outcome = self.fence.claim(&mut *self.conn.lock().await, ticket).await;
-            outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.seen(&mut *self.conn.lock().await, scope).await?) })
-    }
-
-    fn rebase<'a>(
-        &'a self,
-        scope: &'a str,
-        to: i64,
-    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move {
-            Ok(self
-                .fence
-                .rebase(&mut *self.conn.lock().await, scope, to)
-                .await?)
-        })
-    }
-
-    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.fences(&mut *self.conn.lock().await).await?) })
-    }
-}
+zkfence::fence::author::connected_fence!(
+    Connected,
+    crate::fence::STORE,
+    |this| this.fence,
+    &mut *this.conn.lock().await
+);

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, IsolationLevel};
-use tracing::Instrument;
-use zkfence::fence::author::Attempt;
+use zkfence::fence::author::TryFailure;
 use zkfence::fence::{self, ConfigError, FenceError, FenceState, FenceTicket};
 
 /// The label of this store in the `zkfence_fence_*` metrics.
@@ -312,26 +311,21 @@ impl MySqlFence {
         conn: &mut Conn,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<mysql_async::Error>> {
-        let mut run = fence::author::Run::new(STORE, "claim", ticket, self.max_attempts);
-        let outcome = loop {
-            match self.claim_once(conn, ticket).instrument(run.span()).await {
-                Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
-                    true => continue,
-                    false => break Err(err),
-                },
-                outcome => break outcome.map_err(Attempt::into_error),
-            }
-        };
-        run.finish(outcome)
+        let max = self.max_attempts;
+        fence::author::drive_on(STORE, "claim", ticket, max, conn, |conn| async {
+            let outcome = self.claim_once(conn, ticket).await;
+            (conn, outcome)
+        })
+        .await
     }
 
     async fn claim_once(
         &self,
         conn: &mut Conn,
         ticket: &FenceTicket,
-    ) -> Result<Option<i64>, Attempt<mysql_async::Error>> {
-        ticket.check_before_commit().map_err(Attempt::Done)?;
-        check_scope(ticket).map_err(Attempt::Done)?;
+    ) -> Result<Option<i64>, TryFailure<mysql_async::Error>> {
+        ticket.check_before_commit().map_err(TryFailure::Done)?;
+        check_scope(ticket).map_err(TryFailure::Done)?;
         if self.flaw == Flaw::RowsAffected {
             return self.claim_by_count(conn, ticket).await;
         }
@@ -351,7 +345,7 @@ impl MySqlFence {
         &self,
         conn: &mut impl Queryable,
         ticket: &FenceTicket,
-    ) -> Result<Option<i64>, Attempt<mysql_async::Error>> {
+    ) -> Result<Option<i64>, TryFailure<mysql_async::Error>> {
         let (scope, token) = (ticket.scope().as_bytes(), ticket.token().as_i64());
         let update = sql::conditional_update(self.db());
         let changed = match conn.exec_iter(update, (token, scope, token)).await {
@@ -370,7 +364,7 @@ impl MySqlFence {
             Ok(()) => Ok(None),
             // No row changed and the row exists: taken for a newer holder's.
             Err(mysql_async::Error::Server(e)) if e.code == 1062 => {
-                Err(Attempt::Done(ticket.refused(ticket.token().as_i64())))
+                Err(TryFailure::Done(ticket.refused(ticket.token().as_i64())))
             }
             Err(err) => Err(classify(ticket, err, "claim")),
         }
@@ -492,39 +486,34 @@ impl MySqlFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let mut run = fence::author::Run::new(STORE, "transaction", first, self.max_attempts);
-        let outcome = loop {
-            let outcome = (self.attempt(conn, &ordered, &mut work))
-                .instrument(run.span())
-                .await;
-            match outcome {
-                Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
-                    true => continue,
-                    false => break Err(err),
-                },
-                outcome => break outcome.map_err(Attempt::into_error),
-            }
-        };
-        run.finish(outcome)
+        let ordered = &ordered[..];
+        let (on, max) = ((conn, &mut work), self.max_attempts);
+        fence::author::drive_on(STORE, "transaction", first, max, on, |(conn, work)| async {
+            let outcome = self.try_transaction(conn, ordered, work).await;
+            ((conn, work), outcome)
+        })
+        .await
     }
 
-    /// One run of a fenced transaction.
-    async fn attempt<T, E, F>(
+    /// One try of a fenced transaction.
+    async fn try_transaction<T, E, F>(
         &self,
         conn: &mut Conn,
         tickets: &[&FenceTicket],
         work: &mut F,
-    ) -> Result<T, Attempt<E>>
+    ) -> Result<T, TryFailure<E>>
     where
         F: for<'c> FnMut(&'c mut Conn) -> TxFuture<'c, T, E>,
         E: From<mysql_async::Error> + std::error::Error + 'static,
     {
         let checked = || (tickets.iter()).try_for_each(|t| t.check_before_commit::<E>());
-        checked().map_err(Attempt::Done)?;
+        checked().map_err(TryFailure::Done)?;
         for ticket in tickets {
-            check_scope(ticket).map_err(Attempt::Done)?;
+            check_scope(ticket).map_err(TryFailure::Done)?;
         }
-        self.begin(conn, tickets).await.map_err(widen)?;
+        self.begin(conn, tickets)
+            .await
+            .map_err(|e| e.map_store(E::from))?;
         let value = match work(conn).await {
             Ok(value) => value,
             Err(err) => {
@@ -532,15 +521,15 @@ impl MySqlFence {
                 let reason =
                     fence::author::find_cause::<mysql_async::Error>(&err).and_then(retryable);
                 return Err(match reason {
-                    Some(reason) => Attempt::Retry(reason, FenceError::Store(err)),
-                    None => Attempt::Done(FenceError::Store(err)),
+                    Some(reason) => TryFailure::Retry(reason, FenceError::Store(err)),
+                    None => TryFailure::Done(FenceError::Store(err)),
                 });
             }
         };
         // The last check before the commit: a hold lost meanwhile writes nothing.
         if let Err(err) = checked() {
             roll_back(conn).await;
-            return Err(Attempt::Done(err));
+            return Err(TryFailure::Done(err));
         }
         // The mutants that claim outside the transaction, or commit unsealed, seal nothing.
         let sealed = !matches!(
@@ -559,11 +548,11 @@ impl MySqlFence {
                 let reason = retryable(&err);
                 let err = FenceError::Store(E::from(not_installed(err)));
                 Err(match reason {
-                    Some(reason) => Attempt::Retry(reason, err),
-                    None => Attempt::Done(err),
+                    Some(reason) => TryFailure::Retry(reason, err),
+                    None => TryFailure::Done(err),
                 })
             }
-            Err(err) => Err(Attempt::Done(tickets[0].in_doubt(E::from(err)))),
+            Err(err) => Err(TryFailure::Done(tickets[0].in_doubt(E::from(err)))),
         }
     }
 
@@ -573,7 +562,7 @@ impl MySqlFence {
         &self,
         conn: &mut Conn,
         tickets: &[&FenceTicket],
-    ) -> Result<(), Attempt<mysql_async::Error>> {
+    ) -> Result<(), TryFailure<mysql_async::Error>> {
         if self.flaw == Flaw::CheckOutsideTransaction {
             // The mutant claims in statements of their own, in autocommit.
             for ticket in tickets {
@@ -595,7 +584,7 @@ impl MySqlFence {
                     "a transaction is already open on this connection: commit or roll it back \
                            first (a fenced transaction dropped mid-way leaves its own open: \
                            `ROLLBACK; SET autocommit = 1`)";
-                return Err(Attempt::Done(FenceError::Invalid(
+                return Err(TryFailure::Done(FenceError::Invalid(
                     zkfence::Error::InvalidOptions(why),
                 )));
             }
@@ -616,8 +605,8 @@ impl MySqlFence {
             roll_back(conn).await;
             return Err(match err {
                 // Inside a transaction that never commits: a broken connection rolled it back.
-                Attempt::Done(FenceError::InDoubt { cause, .. }) => {
-                    Attempt::Done(FenceError::Store(cause))
+                TryFailure::Done(FenceError::InDoubt { cause, .. }) => {
+                    TryFailure::Done(FenceError::Store(cause))
                 }
                 err => err,
             });
@@ -752,38 +741,30 @@ pub(crate) async fn is_mariadb(conn: &mut impl Queryable) -> Result<bool, mysql_
     Ok(version.is_some_and(|v| v.contains("MariaDB")))
 }
 
-/// `failed` with the store's error converted to `E`'s.
-fn widen<E: From<mysql_async::Error>>(failed: Attempt<mysql_async::Error>) -> Attempt<E> {
-    match failed {
-        Attempt::Done(err) => Attempt::Done(err.map_store(E::from)),
-        Attempt::Retry(reason, err) => Attempt::Retry(reason, err.map_store(E::from)),
-    }
-}
-
 /// A claim's error, classified: a refusal; a rollback worth retrying; a broken connection with
 /// the statement sent (in doubt); or the database's error.
 fn classify(
     ticket: &FenceTicket,
     err: mysql_async::Error,
     phase: &'static str,
-) -> Attempt<mysql_async::Error> {
+) -> TryFailure<mysql_async::Error> {
     let err = not_installed(err);
     if let Some(seen) = refusal(&err) {
-        return Attempt::Done(ticket.refused(seen));
+        return TryFailure::Done(ticket.refused(seen));
     }
     if let mysql_async::Error::Server(e) = &err {
         // Two first claims at once: the second inserts a row the first committed.
         if e.code == 1062 && phase == "claim" {
-            return Attempt::Retry("first_claim", FenceError::Store(err));
+            return TryFailure::Retry("first_claim", FenceError::Store(err));
         }
     }
     if let Some(reason) = retryable(&err) {
-        return Attempt::Retry(reason, FenceError::Store(err));
+        return TryFailure::Retry(reason, FenceError::Store(err));
     }
     if err.is_fatal() {
-        Attempt::Done(ticket.in_doubt(err))
+        TryFailure::Done(ticket.in_doubt(err))
     } else {
-        Attempt::Done(FenceError::Store(err))
+        TryFailure::Done(FenceError::Store(err))
     }
 }
 

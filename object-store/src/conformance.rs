@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt as _;
 use object_store::path::Path;
-use zkfence::fence::conformance::{BoxFuture as KitFuture, FenceStore, Hooks, ReplySwitch};
+use zkfence::conformance::{BoxFuture as KitFuture, FenceStore, Hooks, ReplySwitch};
 use zkfence::fence::{FenceError, FenceTicket};
 
 use crate::error::Error;
@@ -14,7 +14,7 @@ use crate::fence::ObjectFence;
 /// The conformance kit's claims on objects under a scratch prefix of a real store
 /// (`<prefix>/<scratch name>/`, one object per scope), and the store's probe
 /// ([`ObjectFence::probe`]): what `zkfence fence verify s3://…` runs
-/// ([`zkfence::fence::conformance::CLAIMS_ONLY`]). The kit's read-modify-write cases need a
+/// ([`zkfence::conformance::CLAIMS_ONLY`]). The kit's read-modify-write cases need a
 /// versioned bucket of the test's own, where zkfence's own tests run them.
 /// [`ConformanceStore::clear`] deletes the objects.
 ///
@@ -23,7 +23,7 @@ use crate::fence::ObjectFence;
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// use std::sync::Arc;
-/// use zkfence::fence::conformance;
+/// use zkfence::conformance;
 /// use zkfence_object_store::{ConformanceStore, ObjectFence};
 ///
 /// let fence = ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
@@ -50,7 +50,7 @@ impl ConformanceStore {
     pub fn new(fence: ObjectFence, prefix: &Path, name: &str) -> ConformanceStore {
         let scratch = prefix
             .clone()
-            .join(zkfence::fence::conformance::scratch_name(name, 200));
+            .join(zkfence::conformance::scratch_name(name, 200));
         ConformanceStore { fence, scratch }
     }
 
@@ -97,7 +97,7 @@ impl FenceStore for ConformanceStore {
     ) -> KitFuture<'a, Result<(), FenceError<Error>>> {
         Box::pin(async move {
             let path = self.object(ticket.scope());
-            self.fence.claim(ticket, &path).await.map(|_| ())
+            self.fence.claim(&path, ticket).await.map(|_| ())
         })
     }
 

@@ -10,7 +10,7 @@ use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt as _, PutMode, PutOptions,
     PutPayload, UpdateVersion,
 };
-use zkfence::fence::{self, FenceError, FenceTicket};
+use zkfence::fence::{self, BoxError, FenceError, FenceTicket};
 
 use crate::error::Error;
 use crate::header::{self, State, WriteId};
@@ -28,19 +28,6 @@ const MAX_KNOWN: usize = 1024;
 
 /// The metadata key the `EtagOnly` mutant keeps its token under (zkfence's own tests).
 const TOKEN_METADATA: &str = "zkfence-token";
-
-/// An error of an [`update`](ObjectFence::update)'s closure: any error converts into it with
-/// `?`, and the update ends with [`Error::Aborted`] holding it.
-///
-/// # Examples
-///
-/// ```
-/// let parse = |bytes: &[u8]| -> Result<u64, zkfence_object_store::BoxError> {
-///     Ok(std::str::from_utf8(bytes)?.parse()?)
-/// };
-/// assert!(parse(b"x").is_err());
-/// ```
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Fenced writes to objects of an [`ObjectStore`]: each fenced object carries, in its first
 /// line, the highest token it has accepted, and every write is **conditional on the exact
@@ -84,9 +71,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// let path = Path::from("jobs/7/state");
 /// let old: FenceTicket = "5@4294967301::/locks/job-7".parse()?;
 /// let new: FenceTicket = "6@4294967302::/locks/job-7".parse()?;
-/// fence.put(&old, &path, "running").await?;
-/// fence.put(&new, &path, "restarted").await?;
-/// match fence.put(&old, &path, "done").await {
+/// fence.put(&path, &old, "running").await?;
+/// fence.put(&path, &new, "restarted").await?;
+/// match fence.put(&path, &old, "done").await {
 ///     Err(FenceError::Refused { seen, .. }) => assert_eq!(seen, 4294967302),
 ///     other => panic!("the older holder's write must be refused: {other:?}"),
 /// }
@@ -166,7 +153,7 @@ enum Intent {
 }
 
 /// How one conditional write ended, short of success.
-enum Attempt {
+enum NotWritten {
     /// The object moved since it was read: here it is now.
     Raced(Snapshot),
     Failed(FenceError<Error>),
@@ -331,14 +318,14 @@ impl ObjectFence {
     ///
     /// ```
     /// # async fn demo(fence: zkfence_object_store::ObjectFence, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
-    /// let written = fence.put(&ticket, &"config/manifest".into(), r#"{"generation":7}"#).await?;
+    /// let written = fence.put(&"config/manifest".into(), &ticket, r#"{"generation":7}"#).await?;
     /// assert_eq!(written.token(), Some(ticket.token().as_i64()));
     /// # Ok(()) }
     /// ```
     pub async fn put(
         &self,
-        ticket: &FenceTicket,
         path: &Path,
+        ticket: &FenceTicket,
         payload: impl Into<Bytes>,
     ) -> Result<Snapshot, FenceError<Error>> {
         let payload = payload.into();
@@ -376,7 +363,7 @@ impl ObjectFence {
     ///     let base = fence.read(&path).await?;
     ///     let next = format!("{} and more", String::from_utf8_lossy(base.payload().map_or(&b""[..], |p| p)));
     ///     // ... slow work here: a newer holder may take over meanwhile ...
-    ///     match fence.put_if(&ticket, &base, next).await {
+    ///     match fence.put_if(&base, &ticket, next).await {
     ///         Err(FenceError::Store(Error::Changed { .. })) => continue,
     ///         outcome => break outcome.map(|_| ())?,
     ///     }
@@ -385,8 +372,8 @@ impl ObjectFence {
     /// ```
     pub async fn put_if(
         &self,
-        ticket: &FenceTicket,
         base: &Snapshot,
+        ticket: &FenceTicket,
         payload: impl Into<Bytes>,
     ) -> Result<Snapshot, FenceError<Error>> {
         let payload = payload.into();
@@ -397,14 +384,14 @@ impl ObjectFence {
             ticket.check_before_commit()?;
             match self.commit(ticket, base, State::Value, payload).await {
                 Ok(written) => Ok(written),
-                Err(Attempt::Raced(now)) => {
+                Err(NotWritten::Raced(now)) => {
                     check_scope(ticket, &now)?;
                     (self.flaw.admits(token, now.token())).map_err(|seen| ticket.refused(seen))?;
                     Err(FenceError::Store(Error::Changed {
                         path: base.path().to_string(),
                     }))
                 }
-                Err(Attempt::Failed(err)) => Err(err),
+                Err(NotWritten::Failed(err)) => Err(err),
             }
         };
         self.observe(ticket, base.path(), "put_if", work).await
@@ -422,7 +409,8 @@ impl ObjectFence {
     ///
     /// # Errors
     ///
-    /// As [`put`](Self::put), and [`Error::Aborted`] with `change`'s error (nothing written).
+    /// As [`put`](Self::put), and [`Error::Aborted`] with `change`'s error (nothing written):
+    /// a [`BoxError`](zkfence::fence::BoxError), which any error converts into with `?`.
     ///
     /// # Cancel safety
     ///
@@ -433,7 +421,7 @@ impl ObjectFence {
     /// ```
     /// # async fn demo(fence: zkfence_object_store::ObjectFence, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
     /// let written = fence
-    ///     .update(&ticket, &"counters/orders".into(), |current| {
+    ///     .update(&"counters/orders".into(), &ticket, |current| {
     ///         let n: u64 = match current {
     ///             Some(bytes) => std::str::from_utf8(bytes)?.parse()?,
     ///             None => 0,
@@ -446,8 +434,8 @@ impl ObjectFence {
     /// ```
     pub async fn update<F, T>(
         &self,
-        ticket: &FenceTicket,
         path: &Path,
+        ticket: &FenceTicket,
         mut change: F,
     ) -> Result<Snapshot, FenceError<Error>>
     where
@@ -485,14 +473,14 @@ impl ObjectFence {
     ///
     /// ```
     /// # async fn demo(fence: zkfence_object_store::ObjectFence, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
-    /// let before = fence.claim(&ticket, &"config/manifest".into()).await?;
+    /// let before = fence.claim(&"config/manifest".into(), &ticket).await?;
     /// println!("raised from {before:?}");
     /// # Ok(()) }
     /// ```
     pub async fn claim(
         &self,
-        ticket: &FenceTicket,
         path: &Path,
+        ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<Error>> {
         let mut keep = |_: &Snapshot| Ok(Intent::Keep);
         let work = self.fenced(ticket, path, &mut keep);
@@ -523,7 +511,7 @@ impl ObjectFence {
     /// use std::sync::Arc;
     /// let fence = zkfence_object_store::ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
     /// let ticket: zkfence::fence::FenceTicket = "7@4294967303::/locks/a".parse()?;
-    /// fence.put(&ticket, &"a/state".into(), "v1").await?;
+    /// fence.put(&"a/state".into(), &ticket, "v1").await?;
     /// assert_eq!(fence.rebase(&"a/state".into(), 5).await?, Some(4294967303));
     /// assert_eq!(fence.read(&"a/state".into()).await?.token(), Some(5));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -549,9 +537,9 @@ impl ObjectFence {
                     tracing::warn!(scope = %found.scope, path = %path, from = found.token, to, "fence rebased");
                     return Ok(Some(found.token));
                 }
-                Err(Attempt::Raced(_)) => fence::author::record_retry(STORE, "raced"),
-                Err(Attempt::Failed(FenceError::Store(err))) => return Err(err),
-                Err(Attempt::Failed(err)) => return Err(Error::Aborted(err.to_string().into())),
+                Err(NotWritten::Raced(_)) => fence::author::record_retry(STORE, "raced"),
+                Err(NotWritten::Failed(FenceError::Store(err))) => return Err(err),
+                Err(NotWritten::Failed(err)) => return Err(Error::Aborted(err.to_string().into())),
             }
         }
         Err(Error::Contended {
@@ -584,14 +572,14 @@ impl ObjectFence {
     /// ```
     /// # async fn demo(fence: zkfence_object_store::ObjectFence, ticket: zkfence::fence::FenceTicket) -> Result<(), Box<dyn std::error::Error>> {
     /// let path = "jobs/7/state".into();
-    /// fence.delete(&ticket, &path).await?;
+    /// fence.delete(&path, &ticket).await?;
     /// assert!(fence.read(&path).await?.payload().is_none());
     /// # Ok(()) }
     /// ```
     pub async fn delete(
         &self,
-        ticket: &FenceTicket,
         path: &Path,
+        ticket: &FenceTicket,
     ) -> Result<Snapshot, FenceError<Error>> {
         let mut next = |base: &Snapshot| match base.is_empty() {
             true => Ok(Intent::Keep),
@@ -644,8 +632,8 @@ impl ObjectFence {
             async move {
                 tracing::Span::current().record("path", tracing::field::display(path));
                 match work {
-                    Some(work) => work.await.map_err(fence::author::Attempt::Done),
-                    None => Err(fence::author::Attempt::Done(FenceError::Store(
+                    Some(work) => work.await.map_err(fence::author::TryFailure::Done),
+                    None => Err(fence::author::TryFailure::Done(FenceError::Store(
                         Error::Aborted("a fenced write is attempted once".into()),
                     ))),
                 }
@@ -683,7 +671,7 @@ impl ObjectFence {
             };
             match self.commit(ticket, &base, state, payload).await {
                 Ok(written) => return Ok((base, written)),
-                Err(Attempt::Raced(now)) => {
+                Err(NotWritten::Raced(now)) => {
                     races += 1;
                     if races >= MAX_RACES {
                         return Err(FenceError::Store(Error::Contended {
@@ -694,7 +682,7 @@ impl ObjectFence {
                     fence::author::record_retry(STORE, "raced");
                     (base, fresh) = (now, true);
                 }
-                Err(Attempt::Failed(err)) => return Err(err),
+                Err(NotWritten::Failed(err)) => return Err(err),
             }
         }
     }
@@ -753,7 +741,7 @@ impl ObjectFence {
         base: &Snapshot,
         state: State,
         payload: Bytes,
-    ) -> Result<Snapshot, Attempt> {
+    ) -> Result<Snapshot, NotWritten> {
         let path = base.path();
         let token = ticket.token().as_i64();
         let etag_only = self.flaw == Flaw::EtagOnly;
@@ -768,7 +756,7 @@ impl ObjectFence {
             let key = Attribute::Metadata(TOKEN_METADATA.into());
             attributes.insert(key, token.to_string().into());
         }
-        let mode = self.mode(base).map_err(Attempt::Failed)?;
+        let mode = self.mode(base).map_err(NotWritten::Failed)?;
         let options = PutOptions {
             mode,
             attributes,
@@ -792,13 +780,15 @@ impl ObjectFence {
                 Ok(Snapshot::found(path.clone(), found))
             }
             Err(err) if condition_failed(&err) => self.moved(ticket, path, write_id, err).await,
-            Err(err) if never_applied(&err) => Err(Attempt::Failed(FenceError::Store(err.into()))),
-            Err(err) => Err(Attempt::Failed(ticket.in_doubt(err.into()))),
+            Err(err) if never_applied(&err) => {
+                Err(NotWritten::Failed(FenceError::Store(err.into())))
+            }
+            Err(err) => Err(NotWritten::Failed(ticket.in_doubt(err.into()))),
         };
         match &written {
             Ok(snapshot) => self.remember(snapshot),
-            Err(Attempt::Failed(_)) => self.forget(path),
-            Err(Attempt::Raced(_)) => {}
+            Err(NotWritten::Failed(_)) => self.forget(path),
+            Err(NotWritten::Raced(_)) => {}
         }
         written
     }
@@ -829,12 +819,12 @@ impl ObjectFence {
         path: &Path,
         write_id: WriteId,
         err: object_store::Error,
-    ) -> Result<Snapshot, Attempt> {
+    ) -> Result<Snapshot, NotWritten> {
         let resent = resent(&err);
         let now = match self.read(path).await {
             Ok(now) => now,
-            Err(_) if resent => return Err(Attempt::Failed(ticket.in_doubt(err.into()))),
-            Err(read) => return Err(Attempt::Failed(FenceError::Store(read))),
+            Err(_) if resent => return Err(NotWritten::Failed(ticket.in_doubt(err.into()))),
+            Err(read) => return Err(NotWritten::Failed(FenceError::Store(read))),
         };
         let ours = self.flaw != Flaw::EtagOnly
             && now.parts().is_some_and(|found| found.write_id == write_id);
@@ -844,9 +834,9 @@ impl ObjectFence {
         }
         if resent {
             // Our first send may have landed and been overwritten since: unknown.
-            return Err(Attempt::Failed(ticket.in_doubt(err.into())));
+            return Err(NotWritten::Failed(ticket.in_doubt(err.into())));
         }
-        Err(Attempt::Raced(now))
+        Err(NotWritten::Raced(now))
     }
 }
 

@@ -70,7 +70,7 @@
 //! store.put(&data, vec![0u8; 1024].into()).await?;
 //! // 2. the small manifest that points at it, fenced.
 //! let manifest = Path::from("reports/manifest");
-//! fence.put(&ticket, &manifest, data.to_string()).await?;
+//! fence.put(&manifest, &ticket, data.to_string()).await?;
 //! let current = fence.read(&manifest).await?;
 //! assert_eq!(current.payload().map(|p| &p[..]), Some(data.as_ref().as_bytes()));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -87,32 +87,36 @@
 //! # async fn demo(zk: zookeeper_client::Client, fence: ObjectFence) -> Result<(), Box<dyn std::error::Error>> {
 //! let lock = FencedLock::new(zk, "/locks/reports", LockOptions::default())?;
 //! let guard = lock.acquire().await?;
-//! fence.put(&guard.ticket(), &"reports/manifest".into(), "reports/data/0001.parquet").await?;
+//! fence.put(&"reports/manifest".into(), &guard.ticket(), "reports/data/0001.parquet").await?;
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
 //!
 //! # Layout
 //!
-//! `fence.rs` the fenced writes; `snapshot.rs` what a read finds; `header.rs` the object
-//! format; `probe.rs` the store check; `error.rs` the errors.
+//! `fence.rs` the fenced writes; `connected.rs` the fence contract on the fenced objects under a
+//! prefix; `dial.rs` an S3 bucket reached from its URL (the `aws` feature); `snapshot.rs` what
+//! a read finds; `header.rs` the object format; `probe.rs` the store
+//! check; `error.rs` the errors.
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 #[cfg(feature = "conformance")]
 mod conformance;
+mod connected;
+#[cfg(feature = "aws")]
+mod dial;
 mod error;
 mod fence;
 mod header;
-mod prefixed;
 mod probe;
 mod snapshot;
 
 #[cfg(feature = "conformance")]
 pub use crate::conformance::ConformanceStore;
+pub use crate::connected::Connected;
 pub use crate::error::Error;
-pub use crate::fence::{BoxError, ObjectFence};
-pub use crate::prefixed::Prefixed;
+pub use crate::fence::ObjectFence;
 
 /// The object format and the write protocol, for a writer in another language (`zkfence fence
 /// script s3://` prints it). An object store runs no code of ours: the compare is the writer's,

@@ -27,7 +27,7 @@ use crate::header::{State, WriteId};
 /// let ticket: zkfence::fence::FenceTicket = "1@4294967297::/locks/config".parse()?;
 /// let path = Path::from("config/manifest");
 /// assert!(!fence.read(&path).await?.exists());
-/// fence.put(&ticket, &path, "v1").await?;
+/// fence.put(&path, &ticket, "v1").await?;
 /// let snapshot = fence.read(&path).await?;
 /// assert_eq!(snapshot.token(), Some(4294967297));
 /// assert_eq!(snapshot.payload().map(|p| &p[..]), Some(&b"v1"[..]));

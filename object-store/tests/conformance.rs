@@ -155,7 +155,7 @@ impl FenceStore for S3Store {
     ) -> BoxFuture<'a, Result<(), FenceError<Error>>> {
         Box::pin(async move {
             let path = self.manifest(ticket.scope());
-            self.fence.claim(ticket, &path).await.map(|_| ())
+            self.fence.claim(&path, ticket).await.map(|_| ())
         })
     }
 
@@ -182,7 +182,7 @@ impl FenceStore for S3Store {
                     hook();
                 }
                 let payload = serde_json::to_vec(&manifest).expect("json");
-                match self.fence.put_if(ticket, &base, payload).await {
+                match self.fence.put_if(&base, ticket, payload).await {
                     Ok(_) => return Ok(value),
                     // Moved by a write of no newer token: read and add again.
                     Err(FenceError::Store(Error::Changed { .. })) => continue,
@@ -243,11 +243,7 @@ impl FenceStore for S3Store {
     }
 
     fn reply_switch(&self) -> ReplySwitch {
-        let proxy = self.proxy.clone();
-        Arc::new(move |on| match on {
-            true => proxy.drop_replies(true),
-            false => proxy.reset(),
-        })
+        zkfence_harness::reply_switch(self.proxy.clone())
     }
 
     /// The fence's probe of the store, on a scratch object under this store's prefix.
@@ -284,30 +280,14 @@ mod mutants {
         S3Store::build(name, |fence| fence.with_mutant(mutant)).await
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_check_outside_the_condition_is_caught_by_the_paused_stale_writer() {
-        let store = store("mutant_outside", FenceMutant::CheckOutsideTransaction).await;
-        let outcome = conformance::stale_writer_paused_before_commit(&store).await;
-        expect_caught("CheckOutsideTransaction", outcome);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn strictly_greater_is_caught_by_order() {
-        let store = store("mutant_strict", FenceMutant::StrictlyGreater).await;
-        expect_caught("StrictlyGreater", conformance::order(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn equality_is_caught_by_order() {
-        let store = store("mutant_equality", FenceMutant::Equality).await;
-        expect_caught("Equality", conformance::order(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_upsert_is_caught_by_order() {
-        let store = store("mutant_upsert", FenceMutant::NoUpsert).await;
-        expect_caught("NoUpsert", conformance::order(&store).await);
-    }
+    zkfence_harness::mutants_caught!(store;
+        the_check_outside_the_condition_is_caught_by_the_paused_stale_writer:
+            CheckOutsideTransaction by stale_writer_paused_before_commit,
+        strictly_greater_is_caught_by_order: StrictlyGreater by order,
+        equality_is_caught_by_order: Equality by order,
+        no_upsert_is_caught_by_order: NoUpsert by order,
+        a_string_compare_is_caught_by_the_edge_tokens: StringCompare by edge_tokens,
+    );
 
     /// The probe skipped: on a store that ignores conditional writes (moto 4) the probe's case
     /// passes, and the stale writer paused before its commit is what the kit catches; the same
@@ -326,11 +306,5 @@ mod mutants {
         assert_eq!(conformance::preconditions_enforced(&store).await, Ok(()));
         let outcome = conformance::stale_writer_paused_before_commit(&store).await;
         expect_caught("NoProbe", outcome);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_string_compare_is_caught_by_the_edge_tokens() {
-        let store = store("mutant_string", FenceMutant::StringCompare).await;
-        expect_caught("StringCompare", conformance::edge_tokens(&store).await);
     }
 }

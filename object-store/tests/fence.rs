@@ -37,17 +37,17 @@ async fn same_content_rewrite(stale: &ObjectFence, newer: &ObjectFence, path: &P
     let broken =
         |what: &str, err: &dyn std::fmt::Display| Failure::Broken(format!("{what}: {err}"));
     stale
-        .put(&old, path, "P")
+        .put(path, &old, "P")
         .await
         .map_err(|e| broken("the first write", &e))?;
     let read = stale.read(path).await.map_err(|e| broken("the read", &e))?;
     newer
-        .put(&new, path, "Q")
+        .put(path, &new, "Q")
         .await
         .map_err(|e| broken("the newer holder's write", &e))?;
-    let back = (newer.put(&new, path, "P").await).map_err(|e| broken("the rewrite", &e))?;
+    let back = (newer.put(path, &new, "P").await).map_err(|e| broken("the rewrite", &e))?;
     let aba = back.e_tag() == read.e_tag();
-    match stale.put_if(&old, &read, "stale").await {
+    match stale.put_if(&read, &old, "stale").await {
         Err(FenceError::Refused { seen, .. }) if seen == new.token().as_i64() => Ok(()),
         Ok(_) => Err(Failure::Violation(format!(
             "the stale holder's write landed over the newer holder's same-content rewrite (the ETag came back: {aba})"
@@ -117,8 +117,8 @@ async fn the_probe_refuses_the_local_filesystem() {
     // And a fenced update there fails without writing, rather than writing unconditionally.
     let ticket = holder("/locks/local", 1);
     let path = Path::from("data/manifest");
-    fence.put(&ticket, &path, "one").await.unwrap(); // create-if-absent works there
-    let err = fence.put(&ticket, &path, "two").await.unwrap_err();
+    fence.put(&path, &ticket, "one").await.unwrap(); // create-if-absent works there
+    let err = fence.put(&path, &ticket, "two").await.unwrap_err();
     assert!(matches!(err, FenceError::Store(_)), "{err:?}");
     assert_eq!(
         text(&fence.read(&path).await.unwrap()).as_deref(),
@@ -133,8 +133,8 @@ async fn a_fenced_delete_keeps_the_token_and_refuses_an_older_create() {
     let path = unique("delete", "state");
     let scope = "/locks/delete";
     let (t1, t2, t3) = (holder(scope, 1), holder(scope, 2), holder(scope, 3));
-    fence.put(&t1, &path, "a").await.unwrap();
-    let tombstone = fence.delete(&t2, &path).await.unwrap();
+    fence.put(&path, &t1, "a").await.unwrap();
+    let tombstone = fence.delete(&path, &t2).await.unwrap();
     assert!(tombstone.is_empty());
     let read = ObjectFence::new(fence.store().clone())
         .read(&path)
@@ -144,11 +144,11 @@ async fn a_fenced_delete_keeps_the_token_and_refuses_an_older_create() {
     assert_eq!(read.token(), Some(t2.token().as_i64()));
     // A plain delete would let this create-if-absent through.
     let stale = ObjectFence::new(fence.store().clone());
-    let err = stale.put(&t1, &path, "stale").await.unwrap_err();
+    let err = stale.put(&path, &t1, "stale").await.unwrap_err();
     assert!(matches!(err, FenceError::Refused { seen, .. } if seen == t2.token().as_i64()));
     // Deleting again is a no-op; a newer holder writes again.
-    fence.delete(&t2, &path).await.unwrap();
-    fence.put(&t3, &path, "c").await.unwrap();
+    fence.delete(&path, &t2).await.unwrap();
+    fence.put(&path, &t3, "c").await.unwrap();
     assert_eq!(
         text(&stale.read(&path).await.unwrap()).as_deref(),
         Some("c")
@@ -176,10 +176,10 @@ async fn increment_with_lost_reply(
     path: &Path,
     meanwhile: impl std::future::Future<Output = ()>,
 ) -> Result<zkfence_object_store::Snapshot, FenceError<Error>> {
-    fence.put(ticket, path, "1").await.unwrap();
+    fence.put(path, ticket, "1").await.unwrap();
     let direct = support::fence().await;
     proxy.drop_replies(true);
-    let add = fence.update(ticket, path, |current| {
+    let add = fence.update(path, ticket, |current| {
         let n: u64 = std::str::from_utf8(current.ok_or("no counter")?)?.parse()?;
         Ok((n + 1).to_string())
     });
@@ -216,7 +216,7 @@ async fn a_resent_write_overtaken_meanwhile_is_in_doubt_not_refused() {
     let path = unique("overtaken", "counter");
     let (t1, t2) = (holder("/locks/overtaken", 1), holder("/locks/overtaken", 2));
     let newer = async {
-        support::fence().await.put(&t2, &path, "9").await.unwrap();
+        support::fence().await.put(&path, &t2, "9").await.unwrap();
     };
     let outcome = increment_with_lost_reply(&fence, &proxy, &t1, &path, newer).await;
     // Our write landed, then the newer holder's: "refused" would say nothing was written.
@@ -232,7 +232,7 @@ async fn concurrent_updates_neither_lose_nor_repeat_an_increment() {
     let t = holder("/locks/concurrent", 1);
     let add = |fence: ObjectFence, t: FenceTicket, path: Path| async move {
         for _ in 0..10 {
-            let outcome = fence.update(&t, &path, |current| {
+            let outcome = fence.update(&path, &t, |current| {
                 let n: u64 = match current {
                     Some(bytes) => std::str::from_utf8(bytes)?.parse()?,
                     None => 0,
@@ -257,7 +257,7 @@ async fn an_object_written_without_the_fence_is_left_alone() {
     let plain = PutPayload::from_static(b"not fenced");
     fence.store().put(&path, plain).await.unwrap();
     let err = fence
-        .put(&holder("/locks/x", 1), &path, "fenced")
+        .put(&path, &holder("/locks/x", 1), "fenced")
         .await
         .unwrap_err();
     assert!(
@@ -280,9 +280,9 @@ async fn an_object_written_without_the_fence_is_left_alone() {
 async fn an_object_fenced_for_another_scope_is_refused() {
     let fence = fence().await;
     let path = unique("scope", "data");
-    fence.put(&holder("/locks/a", 1), &path, "a").await.unwrap();
+    fence.put(&path, &holder("/locks/a", 1), "a").await.unwrap();
     let err = fence
-        .put(&holder("/locks/b", 9), &path, "b")
+        .put(&path, &holder("/locks/b", 9), "b")
         .await
         .unwrap_err();
     assert!(

@@ -1,5 +1,5 @@
 //! [`ConformanceStore`]: the fence on a scratch schema of a real database, as the conformance
-//! kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
+//! kit ([`zkfence::conformance`]) drives it: zkfence's own tests, and `zkfence fence
 //! verify postgresql://…` against a user's deployment.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, IsolationLevel};
-use zkfence::fence::conformance::{
+use zkfence::conformance::{
     rescoped, scratch_name, BoxFuture, CarryOn, Conflicted, FenceStore, Frozen, Hooks, ReplySwitch,
     Setup,
 };
@@ -30,7 +30,7 @@ use crate::PostgresFence;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
-/// use zkfence::fence::conformance::{self, Setup};
+/// use zkfence::conformance::{self, Setup};
 /// use zkfence_postgres::{ConformanceStore, PostgresFence};
 ///
 /// let url = "postgresql://app@db.internal/orders";

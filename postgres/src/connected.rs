@@ -1,8 +1,10 @@
 //! [`Connected`]: a [`PostgresFence`] bound to a connection of its own, the fence contract
 //! ([`Fence`]) on PostgreSQL.
+//!
+//! [`Fence`]: zkfence::fence::Fence
 
 use tokio_postgres::Client;
-use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+use zkfence::fence::BoxError;
 
 use crate::dial::Dial;
 use crate::PostgresFence;
@@ -10,6 +12,8 @@ use crate::PostgresFence;
 /// A [`PostgresFence`] with a connection of its own: the fence contract every zkfence store
 /// offers ([`Fence`]), as `zkfence fence` drives it. A fenced transaction takes a connection of
 /// yours ([`PostgresFence::transaction`]); this is for the rest.
+///
+/// [`Fence`]: zkfence::fence::Fence
 ///
 /// # Examples
 ///
@@ -104,34 +108,9 @@ impl Connected {
     }
 }
 
-impl Fence for Connected {
-    fn store(&self) -> &'static str {
-        crate::fence::STORE
-    }
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
-        Box::pin(async move {
-            let outcome = self.fence.claim(&self.client, ticket).await;
-            outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.seen(&self.client, scope).await?) })
-    }
-
-    fn rebase<'a>(
-        &'a self,
-        scope: &'a str,
-        to: i64,
-    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.rebase(&self.client, scope, to).await?) })
-    }
-
-    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.fences(&self.client).await?) })
-    }
-}
+zkfence::fence::author::connected_fence!(
+    Connected,
+    crate::fence::STORE,
+    |this| this.fence,
+    &this.client
+);

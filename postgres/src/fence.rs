@@ -8,8 +8,7 @@ use std::task::Poll;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
-use tracing::Instrument;
-use zkfence::fence::author::Attempt;
+use zkfence::fence::author::TryFailure;
 use zkfence::fence::{self, ConfigError, FenceError, FenceState, FenceTicket};
 
 /// The future a [`PostgresFence::transaction`] closure returns: boxed, borrowing the
@@ -300,7 +299,9 @@ impl PostgresFence {
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
         fence::author::drive(STORE, "claim", ticket, 1, || async {
-            self.claim_once(client, ticket).await.map_err(Attempt::Done)
+            self.claim_once(client, ticket)
+                .await
+                .map_err(TryFailure::Done)
         })
         .await
     }
@@ -454,27 +455,18 @@ impl PostgresFence {
             let why = "a fenced transaction needs at least one ticket";
             return Err(FenceError::Invalid(zkfence::Error::InvalidOptions(why)));
         };
-        let mut run = fence::author::Run::new(STORE, "transaction", first, self.max_attempts);
-        let outcome = loop {
-            let outcome = (self.attempt(client, &ordered, &mut work))
-                .instrument(run.span())
-                .await;
-            match outcome {
-                Err(FenceError::Store(err)) if retryable(&err) => {
-                    match run.again("serialization").await {
-                        true => continue,
-                        false => break Err(FenceError::Store(err)),
-                    }
-                }
-                outcome => break outcome,
-            }
-        };
-        run.finish(outcome)
+        let ordered = &ordered[..];
+        let (on, max) = ((client, &mut work), self.max_attempts);
+        fence::author::drive_on(STORE, "transaction", first, max, on, |(db, work)| async {
+            let outcome = self.try_transaction(db, ordered, work).await;
+            ((db, work), outcome.map_err(worth_retrying))
+        })
+        .await
     }
 
-    /// One run of a fenced transaction. A serialization failure comes back as
+    /// One try of a fenced transaction. A serialization failure comes back as
     /// `FenceError::Store`, for [`transaction_all`](Self::transaction_all) to retry.
-    async fn attempt<T, E, F>(
+    async fn try_transaction<T, E, F>(
         &self,
         client: &mut Client,
         tickets: &[&FenceTicket],
@@ -732,6 +724,17 @@ fn is_serialization(err: &tokio_postgres::Error) -> bool {
         err.code(),
         Some(code) if *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
     )
+}
+
+/// A failed try of a fenced transaction, worth another when it failed for a serialization
+/// failure or a deadlock (the database rolled it back).
+fn worth_retrying<E: std::error::Error + 'static>(err: FenceError<E>) -> TryFailure<E> {
+    match err {
+        FenceError::Store(err) if retryable(&err) => {
+            TryFailure::Retry("serialization", FenceError::Store(err))
+        }
+        err => TryFailure::Done(err),
+    }
 }
 
 /// Whether `err` (or an error in its `source()` chain) is a serialization failure or deadlock.

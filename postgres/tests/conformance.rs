@@ -2,16 +2,14 @@
 //! COMMITTED and SERIALIZABLE), each fence mutant caught by the case that attacks it, the SQL
 //! function from `psql`, and a refusal that points at a reset ensemble.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::{Client, IsolationLevel, NoTls};
-use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::conformance::{self, FenceStore};
 use zkfence::fence::FenceError;
 use zkfence::{Acquire, FencedLock, LockOptions};
 use zkfence_harness::{chroot, connect, shared, shared_postgres};
 use zkfence_postgres::{ConformanceStore, PostgresFence};
-use zkfence_testkit::RawProxy;
 
 type PgStore = ConformanceStore;
 
@@ -31,32 +29,7 @@ async fn open(conninfo: &str) -> Client {
     client
 }
 
-/// The kit's store on the shared server, in a schema of the test's own; the fence's
-/// connections through a proxy (to lose a commit's reply), reads direct.
-async fn build(name: &str, fence: PostgresFence) -> PgStore {
-    let direct = direct().await;
-    let port: u16 = direct
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix("port="))
-        .and_then(|p| p.parse().ok())
-        .unwrap();
-    let proxy = Arc::new(RawProxy::start(&format!("127.0.0.1:{port}")).await.unwrap());
-    let proxied = direct.replace(&format!("port={port}"), &format!("port={}", proxy.port()));
-    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
-        true => proxy.drop_replies(true),
-        false => proxy.reset(),
-    });
-    let name = format!("{name}_{}", std::process::id());
-    ConformanceStore::create(
-        &direct,
-        fence,
-        &name,
-        conformance::Setup::Fresh,
-        Some((proxied, switch)),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("the kit's store: {e}"))
-}
+zkfence_harness::proxied_kit_store!(build: PgStore, PostgresFence, direct().await);
 
 async fn new_store(name: &str) -> PgStore {
     build(name, PostgresFence::new()).await
@@ -102,93 +75,27 @@ async fn conformance_lost_hold_writes_nothing() {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
-    use zkfence::fence::conformance::{expect_caught, Outcome};
     use zkfence::FenceMutant;
 
     async fn store(name: &str, mutant: FenceMutant) -> PgStore {
         build(name, PostgresFence::new().with_mutant(mutant)).await
     }
 
-    fn assert_caught(mutant: FenceMutant, outcome: Outcome) {
-        expect_caught(&format!("{mutant:?}"), outcome);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_check_outside_the_transaction_is_caught_by_the_paused_stale_writer() {
-        let m = FenceMutant::CheckOutsideTransaction;
-        let store = store("mutant_outside", m).await;
-        assert_caught(
-            m,
-            conformance::stale_writer_paused_before_commit(&store).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn strictly_greater_is_caught_by_order() {
-        let m = FenceMutant::StrictlyGreater;
-        assert_caught(
-            m,
-            conformance::order(&store("mutant_strict", m).await).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn equality_is_caught_by_order() {
-        let m = FenceMutant::Equality;
-        assert_caught(
-            m,
-            conformance::order(&store("mutant_equality", m).await).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_string_compare_is_caught_by_the_edge_tokens() {
-        let m = FenceMutant::StringCompare;
-        assert_caught(
-            m,
-            conformance::edge_tokens(&store("mutant_string", m).await).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_upsert_is_caught_by_order() {
-        let m = FenceMutant::NoUpsert;
-        assert_caught(
-            m,
-            conformance::order(&store("mutant_upsert", m).await).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_refusal_a_savepoint_undoes_is_caught_by_carrying_on() {
-        let m = FenceMutant::RefusalInSavepoint;
-        let store = store("mutant_savepoint", m).await;
-        assert_caught(
-            m,
-            conformance::carrying_on_after_a_refusal_commits_nothing(&store).await,
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_idle_bound_is_caught_by_the_frozen_holder() {
-        let m = FenceMutant::NoIdleBound;
-        let store = store("mutant_idle", m).await;
-        assert_caught(m, conformance::frozen_holder_does_not_block(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_mutant_install_is_not_the_installed_fence_of_this_version() {
-        let m = FenceMutant::RefusalInSavepoint;
-        let store = store("mutant_installed", m).await;
-        assert_caught(m, conformance::installed_fence_is_current(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_serialization_failure_taken_as_success_is_caught() {
-        let m = FenceMutant::SerializationAsSuccess;
-        let store = store("mutant_serialization", m).await;
-        assert_caught(m, conformance::serialization_failure_retried(&store).await);
-    }
+    zkfence_harness::mutants_caught!(store;
+        the_check_outside_the_transaction_is_caught_by_the_paused_stale_writer:
+            CheckOutsideTransaction by stale_writer_paused_before_commit,
+        strictly_greater_is_caught_by_order: StrictlyGreater by order,
+        equality_is_caught_by_order: Equality by order,
+        a_string_compare_is_caught_by_the_edge_tokens: StringCompare by edge_tokens,
+        no_upsert_is_caught_by_order: NoUpsert by order,
+        a_refusal_a_savepoint_undoes_is_caught_by_carrying_on:
+            RefusalInSavepoint by carrying_on_after_a_refusal_commits_nothing,
+        no_idle_bound_is_caught_by_the_frozen_holder: NoIdleBound by frozen_holder_does_not_block,
+        a_mutant_install_is_not_the_installed_fence_of_this_version:
+            RefusalInSavepoint by installed_fence_is_current,
+        a_serialization_failure_taken_as_success_is_caught:
+            SerializationAsSuccess by serialization_failure_retried,
+    );
 }
 
 /// Any client gets the same check from one statement: `psql` calling the function is refused

@@ -10,16 +10,14 @@
 //! (it needs a ZooKeeper lock, and its check before the commit is the client's: the pooler
 //! plays no part in it; tests/conformance.rs runs it direct).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::NoTls;
 
-use zkfence::fence::conformance::{self, FenceStore, Hooks, Setup};
+use zkfence::conformance::{self, FenceStore, Hooks, Setup};
 use zkfence::fence::FenceError;
 use zkfence_harness::{shared_postgres, wait_until, LocalPgBouncer, PoolMode};
 use zkfence_postgres::{ConformanceStore, PostgresFence};
-use zkfence_testkit::RawProxy;
 
 /// A PgBouncer in `mode` in front of the shared server.
 async fn pooler(mode: PoolMode) -> LocalPgBouncer {
@@ -34,27 +32,15 @@ async fn pooler(mode: PoolMode) -> LocalPgBouncer {
 /// `mode` (the fence's through a proxy in front of it); the pooler lives as long as the store.
 async fn build(name: &str, mode: PoolMode) -> (ConformanceStore, LocalPgBouncer) {
     let pooler = pooler(mode).await;
-    let proxy = Arc::new(
-        RawProxy::start(&format!("127.0.0.1:{}", pooler.port()))
-            .await
-            .unwrap(),
-    );
     let pooled = pooler.conninfo("postgres");
-    let proxied = pooled.replace(
-        &format!("port={}", pooler.port()),
-        &format!("port={}", proxy.port()),
-    );
-    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
-        true => proxy.drop_replies(true),
-        false => proxy.reset(),
-    });
+    let through = zkfence_harness::through_reply_proxy(&pooled).await;
     let name = format!("{name}_{}", std::process::id());
     let store = ConformanceStore::create(
         &pooled,
         PostgresFence::new(),
         &name,
         Setup::Fresh,
-        Some((proxied, switch)),
+        Some(through),
     )
     .await
     .unwrap_or_else(|e| panic!("the kit's store through PgBouncer in {mode} mode: {e}"));

@@ -14,7 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 use zkfence::fence::{BoxError, ConfigError};
 
-use crate::dial;
+use crate::dial::{authority, node_url, Dial};
 
 /// A connection to a Redis server, or to a Redis Cluster through one node's URL: commands on a
 /// cluster go to the node of their keys' slot (redirections followed), so a fenced call whose
@@ -84,15 +84,15 @@ impl Link {
     /// # let _ = redis; Ok(()) }
     /// ```
     pub async fn open(url: &str) -> Result<Link, BoxError> {
-        let mut first = dial::open(url).await?;
+        let dial = Dial::parse(url)?;
+        let mut first = dial.open().await?;
         if !is_cluster_node(&mut first).await? {
             return Ok(Link {
                 conn: Conn::Server(first),
                 url: Some(url.into()),
             });
         }
-        let client = dial::client(url)?;
-        let info = client.get_connection_info().clone();
+        let info = dial.info().clone();
         if info.redis_settings().db() != 0 {
             let why = format!("database {}", info.redis_settings().db());
             let instead = "a URL without a database (a Redis Cluster has database 0 alone)";
@@ -106,7 +106,7 @@ impl Link {
         // The URL's certificates (ssl_ca_certs, ssl_certfile), for every node the client
         // reaches, not only the first.
         #[cfg(feature = "tls")]
-        let builder = match dial::certificates(url)? {
+        let builder = match crate::dial::certificates(url)? {
             Some(certificates) => builder.certs(certificates),
             None => builder,
         };
@@ -166,7 +166,7 @@ impl Link {
             .await?;
         let mut found = Vec::new();
         for (addr, slots) in parse_nodes(&text, primaries) {
-            let conn = dial::open(&node_url(url, &addr)).await.map_err(|e| {
+            let conn = Dial::open_url(&node_url(url, &addr)).await.map_err(|e| {
                 format!("cannot reach the cluster's node {addr} (as CLUSTER NODES names it): {e}")
             })?;
             found.push(Node { addr, slots, conn });
@@ -278,60 +278,9 @@ fn parse_nodes(text: &str, primaries: bool) -> Vec<(String, Vec<(u16, u16)>)> {
         .collect()
 }
 
-/// `url` with its host and port replaced by `addr`'s (`host:port`; an IPv6 host bracketed),
-/// everything else (scheme, credentials, database, parameters) kept.
-pub(crate) fn node_url(url: &str, addr: &str) -> String {
-    let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "6379"));
-    let host = match host.contains(':') && !host.starts_with('[') {
-        true => format!("[{host}]"),
-        false => host.to_owned(),
-    };
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return format!("redis://{host}:{port}/");
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, _)) => format!("{scheme}://{userinfo}@{host}:{port}{tail}"),
-        None => format!("{scheme}://{host}:{port}{tail}"),
-    }
-}
-
-/// The `host:port` of `url`, without its credentials.
-fn authority(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    (authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host))
-    .to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn node_urls_keep_all_but_the_address() {
-        let cases = [
-            (
-                "redis://127.0.0.1:7000/",
-                "10.0.0.2:7001",
-                "redis://10.0.0.2:7001/",
-            ),
-            (
-                "rediss://app:secret@cache:7000/0?protocol=resp3#insecure",
-                "10.0.0.2:7001",
-                "rediss://app:secret@10.0.0.2:7001/0?protocol=resp3#insecure",
-            ),
-            ("redis://cache", "::1:7001", "redis://[::1]:7001"),
-        ];
-        for (url, addr, want) in cases {
-            assert_eq!(node_url(url, addr), want, "{url}");
-        }
-        assert_eq!(authority("redis://u:p@cache:7000/0"), "cache:7000");
-    }
 
     #[test]
     fn cluster_nodes_are_read() {

@@ -1,5 +1,5 @@
 //! [`ConformanceStore`]: the fence under a scratch key prefix of a real server, as the
-//! conformance kit ([`zkfence::fence::conformance`]) drives it: zkfence's own tests, and
+//! conformance kit ([`zkfence::conformance`]) drives it: zkfence's own tests, and
 //! `zkfence fence verify redis://…` against a user's deployment.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -7,14 +7,15 @@ use std::sync::{Arc, Mutex};
 
 use redis::aio::MultiplexedConnection;
 use redis::RedisError;
-use zkfence::fence::conformance::{
+use zkfence::conformance::{
     rescoped, scratch_name, BoxFuture, CarryOn, FenceStore, Hooks, ReplySwitch, Setup,
 };
 use zkfence::fence::{BoxError, FenceError, FenceTicket};
 
-use crate::{dial, Commands, Link, RedisFence};
+use crate::dial::{without_password, Dial};
+use crate::{Commands, Link, RedisFence};
 
-/// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::fence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
+/// The fence under keys of its own, prefixed with [`scratch_name`](zkfence::conformance::scratch_name)`(name)` and `:`: for each key the kit names, a
 /// counter `<ns>{<scope>}:counter:<key>` and a log list `<ns>{<scope>}:log:<key>` (in the
 /// fence key's slot: tagged with the scope). [`Setup::Fresh`]: fence keys `<ns>fence:{<scope>}`,
 /// a function library of the store's own loaded ([`RedisFence::install`]), claims and writes
@@ -37,7 +38,7 @@ use crate::{dial, Commands, Link, RedisFence};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
-/// use zkfence::fence::conformance::{self, Setup};
+/// use zkfence::conformance::{self, Setup};
 /// use zkfence_redis::{ConformanceStore, RedisFence};
 ///
 /// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", Setup::Deployed, None).await?;
@@ -56,7 +57,7 @@ pub struct ConformanceStore {
     scopes: String,
     /// Where the fence's connections go (through the proxy, if any); none on a cluster,
     /// whose connection is shared.
-    fence_client: Option<redis::Client>,
+    fence_dial: Option<Dial>,
     /// The claims' connection, opened at the start (a claim is sent on one opened before its
     /// replies are dropped).
     fenced: tokio::sync::Mutex<Link>,
@@ -125,12 +126,12 @@ impl ConformanceStore {
             Some((via, switch)) => (via, Some(switch)),
             None => (url.to_owned(), None),
         };
-        let (fence_client, fenced) = match reader.is_cluster() {
+        let (fence_dial, fenced) = match reader.is_cluster() {
             true => (None, reader.clone()),
             false => {
-                let client = dial::client(&fence_url)?;
-                let conn = client.get_multiplexed_async_connection().await?;
-                (Some(client), Link::from(conn))
+                let dial = Dial::parse(&fence_url)?;
+                let conn = dial.open().await?;
+                (Some(dial), Link::from(conn))
             }
         };
         let fenced = tokio::sync::Mutex::new(fenced);
@@ -141,7 +142,7 @@ impl ConformanceStore {
             accept_volatile: false,
             scopes: setup.scopes(&scratch),
             fenced,
-            fence_client,
+            fence_dial,
             reader,
             switch,
             scopes_of: Mutex::default(),
@@ -162,7 +163,7 @@ impl ConformanceStore {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
-    /// use zkfence::fence::conformance::{self, Setup};
+    /// use zkfence::conformance::{self, Setup};
     /// use zkfence_redis::{ConformanceStore, RedisFence};
     ///
     /// let store = ConformanceStore::create("redis://cache.internal/", RedisFence::new(), "check", Setup::Deployed, None)
@@ -209,8 +210,8 @@ impl ConformanceStore {
     /// # let _ = conn; Ok(()) }
     /// ```
     pub async fn connect(&self) -> Result<Link, RedisError> {
-        match &self.fence_client {
-            Some(client) => Ok(client.get_multiplexed_async_connection().await?.into()),
+        match &self.fence_dial {
+            Some(dial) => Ok(dial.open().await?.into()),
             None => Ok(self.reader.clone()),
         }
     }
@@ -750,49 +751,7 @@ fn text(value: &redis::Value) -> Option<String> {
     }
 }
 
-/// `url` without its password (`redis://user:secret@host/` as `redis://user@host/`), for
-/// advice printed in a failure.
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<URL>".to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        None => url.to_owned(),
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            match user {
-                "" => format!("{scheme}://{host}{path}"),
-                user => format!("{scheme}://{user}@{host}{path}"),
-            }
-        }
-    }
-}
-
 /// The first element of an acceptance.
 fn ok() -> redis::Value {
     redis::Value::BulkString(b"ok".to_vec())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn advice_never_shows_a_password() {
-        let cases = [
-            ("redis://cache:6379/0", "redis://cache:6379/0"),
-            ("redis://:secret@cache:6379/0", "redis://cache:6379/0"),
-            (
-                "rediss://app:secret@cache/0#insecure",
-                "rediss://app@cache/0#insecure",
-            ),
-            ("redis://app:p@ss@cache", "redis://app@cache"),
-            ("cache:6379", "<URL>"),
-        ];
-        for (url, shown) in cases {
-            assert_eq!(without_password(url), shown, "{url}");
-        }
-    }
 }

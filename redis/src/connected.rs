@@ -1,8 +1,10 @@
 //! [`Connected`]: a [`RedisFence`] bound to a connection of its own (a server's, or a
 //! cluster's through one node's URL), the fence contract ([`Fence`]) on Redis.
+//!
+//! [`Fence`]: zkfence::fence::Fence
 
 use redis::aio::MultiplexedConnection;
-use zkfence::fence::{BoxError, BoxFuture, Fence, FenceError, FenceState, FenceTicket};
+use zkfence::fence::{BoxError, FenceState};
 
 use crate::{Link, RedisFence};
 
@@ -12,6 +14,8 @@ use crate::{Link, RedisFence};
 /// client. On a Redis Cluster (a node's URL: see [`Link::open`]) a claim, `seen` and `rebase`
 /// go to the primary of the scope's slot, and [`install`](Connected::install) and `fences`
 /// to every primary.
+///
+/// [`Fence`]: zkfence::fence::Fence
 ///
 /// # Examples
 ///
@@ -168,8 +172,8 @@ impl Connected {
         Ok(loaded)
     }
 
-    /// Every fence on every primary, by scope.
-    async fn fences(&self) -> Result<Vec<FenceState>, BoxError> {
+    /// Every fence on every primary, by scope (`Fence::fences`).
+    async fn every_primarys_fences(&self) -> Result<Vec<FenceState>, BoxError> {
         let mut fences = Vec::new();
         for mut primary in self.conn.primaries().await? {
             fences.extend(self.fence.fences(&mut primary.conn).await?);
@@ -179,34 +183,10 @@ impl Connected {
     }
 }
 
-impl Fence for Connected {
-    fn store(&self) -> &'static str {
-        crate::fence::STORE
-    }
-
-    fn claim<'a>(
-        &'a self,
-        ticket: &'a FenceTicket,
-    ) -> BoxFuture<'a, Result<Option<i64>, FenceError<BoxError>>> {
-        Box::pin(async move {
-            let outcome = self.fence.claim(&mut self.conn.clone(), ticket).await;
-            outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))
-        })
-    }
-
-    fn seen<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.seen(&mut self.conn.clone(), scope).await?) })
-    }
-
-    fn rebase<'a>(
-        &'a self,
-        scope: &'a str,
-        to: i64,
-    ) -> BoxFuture<'a, Result<Option<i64>, BoxError>> {
-        Box::pin(async move { Ok(self.fence.rebase(&mut self.conn.clone(), scope, to).await?) })
-    }
-
-    fn fences(&self) -> BoxFuture<'_, Result<Vec<FenceState>, BoxError>> {
-        Box::pin(Connected::fences(self))
-    }
-}
+zkfence::fence::author::connected_fence!(
+    Connected,
+    crate::fence::STORE,
+    |this| this.fence,
+    &mut this.conn.clone();
+    fences: this.every_primarys_fences()
+);

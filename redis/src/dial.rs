@@ -14,18 +14,42 @@
 //! A client certificate is for a server with `tls-auth-clients yes` (or `optional`).
 
 use redis::aio::MultiplexedConnection;
+use redis::RedisError;
 use zkfence::fence::{BoxError, ConfigError};
 
-/// A connection to `url`: `redis://`, or `rediss://` (TLS, the server's certificate checked
-/// against `ssl_ca_certs` or the system's roots, which honour `SSL_CERT_FILE`; a client
-/// certificate from `ssl_certfile` and `ssl_keyfile`; `#insecure` at the end checks nothing)
-/// with the `tls` feature.
-pub(crate) async fn open(url: &str) -> Result<MultiplexedConnection, BoxError> {
-    Ok(client(url)?.get_multiplexed_async_connection().await?)
+/// A server to connect to: redis's client of a URL, `redis://`, or `rediss://` (TLS, the
+/// server's certificate checked against `ssl_ca_certs` or the system's roots, which honour
+/// `SSL_CERT_FILE`; a client certificate from `ssl_certfile` and `ssl_keyfile`; `#insecure` at
+/// the end checks nothing) with the `tls` feature.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    client: redis::Client,
+}
+
+impl Dial {
+    /// The server `url` names, or what to give instead.
+    pub(crate) fn parse(url: &str) -> Result<Dial, ConfigError> {
+        client(url).map(|client| Dial { client })
+    }
+
+    /// A new connection.
+    pub(crate) async fn open(&self) -> Result<MultiplexedConnection, RedisError> {
+        self.client.get_multiplexed_async_connection().await
+    }
+
+    /// A new connection to the server `url` names.
+    pub(crate) async fn open_url(url: &str) -> Result<MultiplexedConnection, BoxError> {
+        Ok(Dial::parse(url)?.open().await?)
+    }
+
+    /// Where it connects, as redis's cluster client takes a node.
+    pub(crate) fn info(&self) -> &redis::ConnectionInfo {
+        self.client.get_connection_info()
+    }
 }
 
 /// The client of `url`, or what to give instead.
-pub(crate) fn client(url: &str) -> Result<redis::Client, ConfigError> {
+fn client(url: &str) -> Result<redis::Client, ConfigError> {
     let (url, asked) = take_tls(url)?;
     if url.starts_with("rediss://") {
         #[cfg(feature = "tls")]
@@ -148,6 +172,58 @@ fn take_tls(url: &str) -> Result<(String, Asked), ConfigError> {
     Ok((rest, asked))
 }
 
+/// `url` with its host and port replaced by `addr`'s (`host:port`; an IPv6 host bracketed),
+/// everything else (scheme, credentials, database, parameters) kept: a node of a cluster,
+/// dialed with the URL's credentials and TLS.
+pub(crate) fn node_url(url: &str, addr: &str) -> String {
+    let (host, port) = addr.rsplit_once(':').unwrap_or((addr, "6379"));
+    let host = match host.contains(':') && !host.starts_with('[') {
+        true => format!("[{host}]"),
+        false => host.to_owned(),
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("redis://{host}:{port}/");
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, _)) => format!("{scheme}://{userinfo}@{host}:{port}{tail}"),
+        None => format!("{scheme}://{host}:{port}{tail}"),
+    }
+}
+
+/// The `host:port` of `url`, without its credentials.
+pub(crate) fn authority(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    (authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host))
+    .to_owned()
+}
+
+/// `url` without its password (`redis://user:secret@host/` as `redis://user@host/`), for
+/// advice printed in a failure.
+#[cfg(feature = "conformance")]
+pub(crate) fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<URL>".to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        None => url.to_owned(),
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            match user {
+                "" => format!("{scheme}://{host}{path}"),
+                user => format!("{scheme}://{user}@{host}{path}"),
+            }
+        }
+    }
+}
+
 #[cfg(feature = "tls")]
 mod tls {
     //! The files redis-py's parameters name, read and checked when the URL is parsed.
@@ -213,6 +289,45 @@ mod tls {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_urls_keep_all_but_the_address() {
+        let cases = [
+            (
+                "redis://127.0.0.1:7000/",
+                "10.0.0.2:7001",
+                "redis://10.0.0.2:7001/",
+            ),
+            (
+                "rediss://app:secret@cache:7000/0?protocol=resp3#insecure",
+                "10.0.0.2:7001",
+                "rediss://app:secret@10.0.0.2:7001/0?protocol=resp3#insecure",
+            ),
+            ("redis://cache", "::1:7001", "redis://[::1]:7001"),
+        ];
+        for (url, addr, want) in cases {
+            assert_eq!(node_url(url, addr), want, "{url}");
+        }
+        assert_eq!(authority("redis://u:p@cache:7000/0"), "cache:7000");
+    }
+
+    #[cfg(feature = "conformance")]
+    #[test]
+    fn advice_never_shows_a_password() {
+        let cases = [
+            ("redis://cache:6379/0", "redis://cache:6379/0"),
+            ("redis://:secret@cache:6379/0", "redis://cache:6379/0"),
+            (
+                "rediss://app:secret@cache/0#insecure",
+                "rediss://app@cache/0#insecure",
+            ),
+            ("redis://app:p@ss@cache", "redis://app@cache"),
+            ("cache:6379", "<URL>"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(without_password(url), shown, "{url}");
+        }
+    }
 
     #[test]
     fn tls_parameters_come_out_of_urls() {

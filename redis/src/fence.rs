@@ -25,15 +25,15 @@ macro_rules! prelude {
     () => {
         r#"
 local PREFIX = 'zkfence:fence:'
+local OPEN = PREFIX .. '{'
 local function fence_key(key)
-  return type(key) == 'string' and #key > #PREFIX + 2
-    and string.sub(key, 1, #PREFIX + 1) == PREFIX .. '{' and string.sub(key, -1) == '}'
+  return type(key) == 'string' and #key > #OPEN + 1
+    and string.byte(key, -1) == 125 and string.sub(key, 1, #OPEN) == OPEN
 end
 local function token(text)
   if type(text) ~= 'string' then return nil end
-  local digits = string.match(text, '^%+?(%d+)$')
+  local digits = string.match(text, '^%+?0*(%d+)$')
   if not digits then return nil end
-  digits = string.match(digits, '^0*(%d.*)$')
   if #digits > 19 or (#digits == 19 and digits > '9223372036854775807') then return nil end
   return digits
 end
@@ -77,25 +77,26 @@ local function claim(KEYS, ARGV)
   return {'ok', seen or ''}
 end
 local function write(KEYS, ARGV)
-  local count = string.match(ARGV[2] or '', '^%d+$')
+  local count = tonumber(string.match(ARGV[2] or '', '^%d+$'))
   if not count then return bad('give the number of commands after the token') end
   local commands = {}
   local at = 3
-  for c = 1, tonumber(count) do
-    local argc = string.match(ARGV[at] or '', '^%d+$')
-    if not argc or tonumber(argc) == 0 then
+  for c = 1, count do
+    local argc = tonumber(string.match(ARGV[at] or '', '^%d+$'))
+    if not argc or argc == 0 then
       return bad('command ' .. c .. ': give its number of arguments, then each tagged')
     end
     at = at + 1
     local args = {}
-    for a = 1, tonumber(argc) do
+    for a = 1, argc do
       local arg = ARGV[at]
       if arg == nil then return bad('command ' .. c .. ' has fewer arguments than it says') end
-      local tag = string.sub(arg, 1, 1)
-      if tag == 'v' then
+      local tag = string.byte(arg, 1)
+      local n = tag == 107 and tonumber(string.match(arg, '^k(%d+)$'))
+      if tag == 118 then
         args[a] = string.sub(arg, 2)
-      elseif tag == 'k' and string.match(arg, '^k%d+$') and KEYS[tonumber(string.sub(arg, 2))] and tonumber(string.sub(arg, 2)) > 1 then
-        args[a] = KEYS[tonumber(string.sub(arg, 2))]
+      elseif n and n > 1 and KEYS[n] then
+        args[a] = KEYS[n]
       else
         return bad('argument ' .. at .. ' (' .. arg .. '): tag each argument, v<value> for a value, k<n> for KEYS[n] with n from 2 (KEYS[1] is the fence key)')
       end
@@ -791,10 +792,11 @@ impl RedisFence {
         fence::author::drive(STORE, op, ticket, 1, || {
             let conn = conn.take();
             async move {
-                let conn = conn.ok_or(fence::author::Attempt::Done(FenceError::Invalid(
+                let conn = conn.ok_or(fence::author::TryFailure::Done(FenceError::Invalid(
                     zkfence::Error::InvalidOptions("a fenced script is sent once"),
                 )))?;
-                (self.attempt(conn, ticket, commands).await).map_err(fence::author::Attempt::Done)
+                (self.attempt(conn, ticket, commands).await)
+                    .map_err(fence::author::TryFailure::Done)
             }
         })
         .await

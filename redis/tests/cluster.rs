@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::sync::RwLock;
-use zkfence::fence::conformance::{self, Setup, DEPLOYMENT};
+use zkfence::conformance::{self, Setup, DEPLOYMENT};
 use zkfence::fence::{Fence, FenceError};
 use zkfence_harness::{wait_until, LocalRedisCluster};
 use zkfence_redis::{Commands, ConformanceStore, Connected, Link, RedisFence};
@@ -303,26 +303,14 @@ async fn a_claim_a_paused_replica_does_not_acknowledge_is_in_doubt() {
     patient.claim(&mut redis, &third).await.unwrap();
 }
 
-/// The store `zkfence fence verify <url>` checks with, on the cluster.
-async fn deployed(cluster: &LocalRedisCluster, name: &str) -> ConformanceStore {
-    let name = format!("{name}_{}", std::process::id());
-    ConformanceStore::create(
-        &cluster.url(),
-        RedisFence::new(),
-        &name,
-        Setup::Deployed,
-        None,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("the deployed store: {e}"))
-}
+zkfence_harness::deployed_kit_store!(deployed: ConformanceStore, RedisFence::new());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_deployment_case_passes_on_several_primaries() {
     let cluster = cluster().await;
     let _gate = GATE.read().await;
     install(cluster).await;
-    let store = deployed(cluster, "cluster_sound").await;
+    let store = deployed(&cluster.url(), "cluster_sound").await;
     let mut failed = Vec::new();
     for case in DEPLOYMENT {
         if let Err(e) = conformance::run(case, &store).await.unwrap() {
@@ -362,7 +350,7 @@ async fn a_primary_without_the_library_fails_the_check_naming_it() {
         .command(bare, &["FUNCTION", "DELETE", "zkfence"])
         .unwrap();
     assert_eq!(out.trim(), "OK");
-    let store = deployed(cluster, "cluster_bare").await;
+    let store = deployed(&cluster.url(), "cluster_bare").await;
     let checked = conformance::installed_fence_is_current(&store).await;
     // The library back before anything is asserted: the tests after this one need it.
     install(cluster).await;
@@ -395,7 +383,7 @@ async fn a_primary_without_the_library_fails_the_check_naming_it() {
 async fn the_durability_check_looks_at_every_node() {
     let cluster = cluster().await;
     let _gate = GATE.write().await;
-    let store = deployed(cluster, "cluster_durable").await;
+    let store = deployed(&cluster.url(), "cluster_durable").await;
     conformance::deployment_keeps_fences(&store).await.unwrap();
     let (primary, replica) = (
         primaries(cluster).remove(2),

@@ -1,15 +1,14 @@
 //! The Redis fence against a real `redis-server`: every case of the conformance kit, each
 //! fence mutant caught by the case that attacks it, and the hash slot rule.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use zkfence::fence::conformance::{self, FenceStore};
+use zkfence::conformance::{self, FenceStore};
 use zkfence::fence::FenceError;
 use zkfence_harness::LocalRedis;
 use zkfence_harness::{chroot, connect, shared};
 use zkfence_redis::{Commands, ConformanceStore, RedisFence};
-use zkfence_testkit::RawProxy;
 
 type RedisStore = ConformanceStore;
 
@@ -26,26 +25,12 @@ fn server() -> &'static str {
         .1
 }
 
-/// The kit's store on the shared server, under keys of the test's own; the fence's
-/// connection through a proxy (to lose a reply), reads direct.
-async fn build(name: &str, fence: RedisFence) -> RedisStore {
+zkfence_harness::proxied_kit_store!(build: RedisStore, RedisFence, redis_url().await);
+
+/// The shared server's URL.
+async fn redis_url() -> String {
     let addr = tokio::task::spawn_blocking(server).await.unwrap();
-    let proxy = Arc::new(RawProxy::start(addr).await.unwrap());
-    let proxied = format!("redis://{}/", proxy.addr());
-    let switch: conformance::ReplySwitch = Arc::new(move |on| match on {
-        true => proxy.drop_replies(true),
-        false => proxy.reset(),
-    });
-    let name = format!("{name}_{}", std::process::id());
-    ConformanceStore::create(
-        &format!("redis://{addr}/"),
-        fence,
-        &name,
-        conformance::Setup::Fresh,
-        Some((proxied, switch)),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("the kit's store: {e}"))
+    format!("redis://{addr}/")
 }
 
 async fn new_store(name: &str) -> RedisStore {
@@ -99,44 +84,21 @@ async fn outside_the_slot(store: &RedisStore) -> Outside {
 #[cfg(feature = "mutants")]
 mod mutants {
     use super::*;
-    use zkfence::fence::conformance::expect_caught;
     use zkfence::FenceMutant;
 
     async fn store(name: &str, mutant: FenceMutant) -> RedisStore {
         build(name, RedisFence::new().with_mutant(mutant)).await
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_scripts_without_the_form_check_are_caught_by_the_text_forms() {
-        let store = store("mutant_form", FenceMutant::NoFormCheck).await;
-        let outcome = conformance::tokens_in_any_text_form(&store).await;
-        expect_caught("NoFormCheck", outcome);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_double_compare_is_caught_by_the_edge_tokens() {
-        let store = store("mutant_double", FenceMutant::DoubleCompare).await;
-        expect_caught("DoubleCompare", conformance::edge_tokens(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_check_outside_the_script_is_caught_by_the_paused_stale_writer() {
-        let store = store("mutant_outside", FenceMutant::CheckOutsideTransaction).await;
-        let outcome = conformance::stale_writer_paused_before_commit(&store).await;
-        expect_caught("CheckOutsideTransaction", outcome);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn strictly_greater_is_caught_by_order() {
-        let store = store("mutant_strict", FenceMutant::StrictlyGreater).await;
-        expect_caught("StrictlyGreater", conformance::order(&store).await);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn no_upsert_is_caught_by_order() {
-        let store = store("mutant_upsert", FenceMutant::NoUpsert).await;
-        expect_caught("NoUpsert", conformance::order(&store).await);
-    }
+    zkfence_harness::mutants_caught!(store;
+        the_scripts_without_the_form_check_are_caught_by_the_text_forms:
+            NoFormCheck by tokens_in_any_text_form,
+        a_double_compare_is_caught_by_the_edge_tokens: DoubleCompare by edge_tokens,
+        the_check_outside_the_script_is_caught_by_the_paused_stale_writer:
+            CheckOutsideTransaction by stale_writer_paused_before_commit,
+        strictly_greater_is_caught_by_order: StrictlyGreater by order,
+        no_upsert_is_caught_by_order: NoUpsert by order,
+    );
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn any_key_claim_is_caught_by_the_claim_on_a_counter() {

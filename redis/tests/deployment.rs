@@ -4,7 +4,7 @@
 //! eviction policy, a replica, `CONFIG GET` refused, the library missing or edited. Every case
 //! goes through the library the server has loaded (`FCALL`), never a script of this version's.
 
-use zkfence::fence::conformance::{self, Outcome, Setup, DEPLOYMENT};
+use zkfence::conformance::{self, Outcome, DEPLOYMENT};
 use zkfence_harness::LocalRedis;
 use zkfence_redis::{ConformanceStore, RedisFence};
 
@@ -30,12 +30,7 @@ async fn command<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> T {
     (cmd.query_async(&mut conn(url).await).await).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-/// The store `zkfence fence verify <url>` checks with.
-async fn deployed(url: &str, name: &str) -> ConformanceStore {
-    ConformanceStore::create(url, RedisFence::new(), name, Setup::Deployed, None)
-        .await
-        .unwrap_or_else(|e| panic!("the deployed store: {e}"))
-}
+zkfence_harness::deployed_kit_store!(deployed: ConformanceStore, RedisFence::new());
 
 /// Every case of [`DEPLOYMENT`], as `zkfence fence verify` runs them.
 async fn verify(store: &ConformanceStore) -> Vec<(&'static str, Outcome)> {

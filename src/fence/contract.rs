@@ -17,11 +17,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A store's fence, as every store has it: the same verbs, with the same arguments in the same
 /// order, whatever the store. Each fence package implements it on its fence bound to a
-/// connection it holds (`zkfence_postgres::Connected`, `zkfence_mysql::Connected`,
-/// `zkfence_redis::Connected`, `zkfence_object_store::ObjectFence` under a prefix, and
-/// [`ZooKeeperFence`](super::ZooKeeperFence)), which is what `zkfence fence` drives for
-/// every store alike. The fenced write itself (a transaction, a script, a `multi`, an object)
-/// is each store's own: see each package.
+/// connection it holds, `Connected` in every package (`zkfence_postgres::Connected`,
+/// `zkfence_mysql::Connected`, `zkfence_redis::Connected`, `zkfence_object_store::Connected`:
+/// the fenced objects under a prefix), and [`ZooKeeperFence`](super::ZooKeeperFence), which is
+/// what `zkfence fence` drives for every store alike. The fenced write itself (a transaction,
+/// a script, a `multi`, an object) is each store's own: see each package.
 ///
 /// A **scope** is a lock path: a row of the SQL stores' fence table, a Redis fence key, the
 /// fence a ZooKeeper fence node holds, the header of each fenced object under an object

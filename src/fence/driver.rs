@@ -10,71 +10,89 @@ use tracing::Instrument as _;
 use super::error::FenceError;
 use super::ticket::FenceTicket;
 
-/// How one attempt at a fenced operation failed: for good, or in a way that running the whole
-/// operation again may cure (the store rolled it back: a serialization failure, a deadlock),
-/// with the reason, the `reason` label of
+/// What one try of a fenced operation failed with: an error for good, or one that running the
+/// whole operation again may cure (the store rolled it back: a serialization failure, a
+/// deadlock), with the reason, the `reason` label of
 /// [`FENCE_RETRIES_TOTAL`](crate::metrics::FENCE_RETRIES_TOTAL).
 ///
 /// # Examples
 ///
 /// ```
 /// use zkfence::fence::FenceError;
-/// use zkfence::fence::author::Attempt;
-/// let failed: Attempt<std::io::Error> = Attempt::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")));
+/// use zkfence::fence::author::TryFailure;
+/// let failed: TryFailure<std::io::Error> = TryFailure::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")));
 /// assert!(matches!(failed.into_error(), FenceError::Store(_)));
 /// ```
 #[derive(Debug)]
-pub enum Attempt<E> {
+pub enum TryFailure<E> {
     /// Failed for good: the operation's error.
     Done(FenceError<E>),
-    /// Failed in a way a new attempt may cure; the error stands if no attempt is left.
+    /// Failed in a way another try may cure; the error stands if no try is left.
     Retry(&'static str, FenceError<E>),
 }
 
-impl<E> Attempt<E> {
+impl<E> TryFailure<E> {
     /// The error, retryable or not.
     ///
     /// # Examples
     ///
     /// ```
     /// use zkfence::fence::FenceError;
-    /// use zkfence::fence::author::Attempt;
-    /// let done: Attempt<std::io::Error> = Attempt::Done(FenceError::Store(std::io::Error::other("x")));
+    /// use zkfence::fence::author::TryFailure;
+    /// let done: TryFailure<std::io::Error> = TryFailure::Done(FenceError::Store(std::io::Error::other("x")));
     /// assert!(matches!(done.into_error(), FenceError::Store(_)));
     /// ```
     pub fn into_error(self) -> FenceError<E> {
         match self {
-            Attempt::Done(err) | Attempt::Retry(_, err) => err,
+            TryFailure::Done(err) | TryFailure::Retry(_, err) => err,
+        }
+    }
+
+    /// The same failure, with the store's error converted by `f` (as
+    /// [`FenceError::map_store`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use zkfence::fence::FenceError;
+    /// use zkfence::fence::author::TryFailure;
+    /// let failed: TryFailure<&str> = TryFailure::Retry("deadlock", FenceError::Store("1213"));
+    /// let wide: TryFailure<String> = failed.map_store(str::to_owned);
+    /// assert!(matches!(wide, TryFailure::Retry("deadlock", FenceError::Store(_))));
+    /// ```
+    pub fn map_store<F>(self, f: impl FnOnce(E) -> F) -> TryFailure<F> {
+        match self {
+            TryFailure::Done(err) => TryFailure::Done(err.map_store(f)),
+            TryFailure::Retry(reason, err) => TryFailure::Retry(reason, err.map_store(f)),
         }
     }
 }
 
-impl<E> From<FenceError<E>> for Attempt<E> {
+impl<E> From<FenceError<E>> for TryFailure<E> {
     fn from(err: FenceError<E>) -> Self {
-        Attempt::Done(err)
+        TryFailure::Done(err)
     }
 }
 
 /// For fence implementations: runs a fenced operation (`op`, on `store`, for `ticket`) the way
-/// every zkfence fence does, as a [`Run`]: in its span, `attempt` up to `max_attempts` times
-/// while it fails with [`Attempt::Retry`], and the outcome recorded. An operation whose attempts
-/// borrow what the next one needs again (a connection, the caller's closure) loops over a
-/// [`Run`] itself.
+/// every zkfence fence does, as [`drive_on`] with nothing carried from one try to the next: in
+/// its span, `once` up to `max_tries` times while it fails with [`TryFailure::Retry`], and
+/// the outcome recorded.
 ///
 /// # Errors
 ///
-/// The last attempt's error.
+/// The last try's error.
 ///
 /// # Cancel safety
 ///
-/// As cancel safe as `attempt`: dropping the future drops the attempt under way.
+/// As cancel safe as `once`: dropping the future drops the try under way.
 ///
 /// # Examples
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 /// use zkfence::fence::{FenceError, FenceTicket};
-/// use zkfence::fence::author::{drive, Attempt};
+/// use zkfence::fence::author::{drive, TryFailure};
 /// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
 /// let mut tries = 0;
 /// let outcome: Result<u32, FenceError<std::io::Error>> =
@@ -83,7 +101,7 @@ impl<E> From<FenceError<E>> for Attempt<E> {
 ///         let this = tries;
 ///         async move {
 ///             match this {
-///                 1 => Err(Attempt::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")))),
+///                 1 => Err(TryFailure::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")))),
 ///                 _ => Ok(this),
 ///             }
 ///         }
@@ -98,82 +116,104 @@ pub async fn drive<T, E, F, Fut>(
     store: &'static str,
     op: &'static str,
     ticket: &FenceTicket,
-    max_attempts: u32,
-    mut attempt: F,
+    max_tries: u32,
+    mut once: F,
 ) -> Result<T, FenceError<E>>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Attempt<E>>>,
+    Fut: Future<Output = Result<T, TryFailure<E>>>,
     E: fmt::Display,
 {
-    let mut run = Run::new(store, op, ticket, max_attempts);
-    let outcome = loop {
-        match attempt().instrument(run.span()).await {
-            Ok(value) => break Ok(value),
-            Err(Attempt::Retry(reason, err)) => match run.again(reason).await {
-                true => continue,
-                false => break Err(err),
-            },
-            Err(Attempt::Done(err)) => break Err(err),
-        }
+    let once = |()| {
+        let next = once();
+        async move { ((), next.await) }
     };
-    run.finish(outcome)
+    drive_on(store, op, ticket, max_tries, (), once).await
 }
 
-/// For fence implementations: one fenced operation under way, as every zkfence fence runs it.
-/// Its `fence` span (fields `store`, `op`, `scope`, `fencing_token`, and `path` and
-/// `session_id` for an attempt to record where they apply) instruments each attempt
-/// ([`span`](Run::span)); [`again`](Run::again) decides and waits for the next attempt after a
-/// failure worth retrying; [`finish`](Run::finish) records the outcome ([`record`]). For the
-/// operations [`drive`] cannot hold, whose attempts borrow what the next one needs again.
+/// The fenced operations' retry loop, written once for every zkfence fence: runs `op` (on
+/// `store`, for `ticket`) in its `fence` span (fields `store`, `op`, `scope`,
+/// `fencing_token`, and `path` and `session_id` for a try to record where they apply), one try
+/// (`once`) after another, up to `max_tries`, while it fails with [`TryFailure::Retry`]
+/// (each retry counted, [`record_retry`], after [`retry_backoff`]), and the outcome recorded
+/// ([`record`]). `on` is what every try works on and the next needs again (the store's
+/// connection, the caller's work): each try takes it and hands it back with its outcome, as
+/// the SQL fences' transactions do.
+///
+/// # Errors
+///
+/// The last try's error.
+///
+/// # Cancel safety
+///
+/// As cancel safe as `once`: dropping the future drops the try under way (and `on` with it),
+/// or the backoff before the next one.
 ///
 /// # Examples
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
-/// use tracing::Instrument as _;
 /// use zkfence::fence::{FenceError, FenceTicket};
-/// use zkfence::fence::author::Run;
+/// use zkfence::fence::author::{drive_on, TryFailure};
 /// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
-/// let mut run = Run::new("my-store", "transaction", &ticket, 3);
-/// let mut conn = vec![]; // what each attempt borrows
-/// let outcome: Result<usize, FenceError<std::io::Error>> = loop {
-///     let attempt = async { conn.push(1); conn.len() }.instrument(run.span()).await;
-///     if attempt < 2 && run.again("deadlock").await {
-///         continue;
-///     }
-///     break Ok(attempt);
-/// };
-/// assert_eq!(run.finish(outcome)?, 2);
+/// let mut conn: Vec<u32> = Vec::new(); // what each try borrows
+/// let outcome: Result<usize, FenceError<std::io::Error>> =
+///     drive_on("my-store", "write", &ticket, 3, &mut conn, |conn| async move {
+///         conn.push(1);
+///         let outcome = match conn.len() {
+///             1 => Err(TryFailure::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")))),
+///             tries => Ok(tries),
+///         };
+///         (conn, outcome)
+///     })
+///     .await;
+/// assert_eq!(outcome?, 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+pub async fn drive_on<S, T, E, F, Fut>(
+    store: &'static str,
+    op: &'static str,
+    ticket: &FenceTicket,
+    max_tries: u32,
+    mut on: S,
+    mut once: F,
+) -> Result<T, FenceError<E>>
+where
+    F: FnMut(S) -> Fut,
+    Fut: Future<Output = (S, Result<T, TryFailure<E>>)>,
+    E: fmt::Display,
+{
+    let mut operation = Operation::new(store, op, ticket, max_tries);
+    let outcome = loop {
+        let (back, outcome) = once(on).instrument(operation.span.clone()).await;
+        on = back;
+        match outcome {
+            Ok(value) => break Ok(value),
+            Err(TryFailure::Retry(reason, err)) => match operation.again(reason).await {
+                true => continue,
+                false => break Err(err),
+            },
+            Err(TryFailure::Done(err)) => break Err(err),
+        }
+    };
+    operation.finish(outcome)
+}
+
+/// One fenced operation under way ([`drive_on`]'s): its span, when it started, and its tries.
 #[derive(Debug)]
-pub struct Run {
+struct Operation {
     store: &'static str,
     started: Instant,
     span: tracing::Span,
     tries: u32,
-    max_attempts: u32,
+    max_tries: u32,
 }
 
-impl Run {
-    /// Starts a run of `op` on `store` for `ticket`, of at most `max_attempts` attempts.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
-    /// # let _ = run;
-    /// ```
-    pub fn new(
-        store: &'static str,
-        op: &'static str,
-        ticket: &FenceTicket,
-        max_attempts: u32,
-    ) -> Run {
+impl Operation {
+    /// An operation `op` on `store` for `ticket`, of at most `max_tries` tries.
+    fn new(store: &'static str, op: &'static str, ticket: &FenceTicket, max_tries: u32) -> Self {
         let span = tracing::debug_span!(
             "fence",
             store,
@@ -183,49 +223,20 @@ impl Run {
             path = tracing::field::Empty,
             session_id = tracing::field::Empty,
         );
-        Run {
+        Operation {
             store,
             started: Instant::now(),
             span,
             tries: 1,
-            max_attempts: max_attempts.max(1),
+            max_tries: max_tries.max(1),
         }
     }
 
-    /// The run's span, to instrument an attempt with.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
-    /// let _entered = run.span().entered();
-    /// ```
-    pub fn span(&self) -> tracing::Span {
-        self.span.clone()
-    }
-
-    /// After an attempt failed for `reason`, whether to make another: if attempts remain,
+    /// After a try failed for `reason`, whether to make another: if tries remain,
     /// counts the retry ([`record_retry`]), waits [`retry_backoff`], and returns `true`.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropped while it waits, the run counts the retry and nothing else.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
-    /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse()?;
-    /// let mut run = zkfence::fence::author::Run::new("my-store", "transaction", &ticket, 2);
-    /// assert!(run.again("deadlock").await);
-    /// assert!(!run.again("deadlock").await);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// # })?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub async fn again(&mut self, reason: &'static str) -> bool {
-        if self.tries >= self.max_attempts {
+    /// Dropped while it waits, the retry is counted and nothing else.
+    async fn again(&mut self, reason: &'static str) -> bool {
+        if self.tries >= self.max_tries {
             return false;
         }
         record_retry(self.store, reason);
@@ -234,17 +245,8 @@ impl Run {
         true
     }
 
-    /// Records the run's `outcome` ([`record`], in its span) and returns it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let ticket: zkfence::fence::FenceTicket = "5@4294967301::/locks/a".parse().unwrap();
-    /// let run = zkfence::fence::author::Run::new("my-store", "claim", &ticket, 1);
-    /// let outcome: Result<(), zkfence::fence::FenceError<std::io::Error>> = run.finish(Ok(()));
-    /// assert!(outcome.is_ok());
-    /// ```
-    pub fn finish<T, E: fmt::Display>(
+    /// Records the operation's `outcome` ([`record`], in its span) and returns it.
+    fn finish<T, E: fmt::Display>(
         self,
         outcome: Result<T, FenceError<E>>,
     ) -> Result<T, FenceError<E>> {
@@ -305,9 +307,9 @@ pub fn record_retry(store: &'static str, reason: &'static str) {
     metrics::counter!(crate::metrics::FENCE_RETRIES_TOTAL, &labels).increment(1);
 }
 
-/// For fence implementations: the pause before retrying a fenced write for the `attempt`th
-/// time (1 for the first retry): 5 ms doubling up to 160 ms, plus a random part of as much
-/// again, so that writers that conflicted do not retry in step.
+/// For fence implementations: the pause before the `retry`th retry of a fenced write (1 for
+/// the first): 5 ms doubling up to 160 ms, plus a random part of as much again, so that
+/// writers that conflicted do not retry in step.
 ///
 /// # Examples
 ///
@@ -315,11 +317,11 @@ pub fn record_retry(store: &'static str, reason: &'static str) {
 /// let pause = zkfence::fence::author::retry_backoff(1);
 /// assert!(pause >= std::time::Duration::from_millis(10) && pause < std::time::Duration::from_millis(20));
 /// ```
-pub fn retry_backoff(attempt: u32) -> std::time::Duration {
+pub fn retry_backoff(retry: u32) -> std::time::Duration {
     use std::hash::{BuildHasher as _, Hasher as _};
-    let base = 5u64 << attempt.min(5);
+    let base = 5u64 << retry.min(5);
     let mut random = std::collections::hash_map::RandomState::new().build_hasher();
-    random.write_u32(attempt);
+    random.write_u32(retry);
     std::time::Duration::from_millis(base + random.finish() % base)
 }
 

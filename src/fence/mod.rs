@@ -113,13 +113,10 @@ and compare. Never delete a fence node (a recreated node starts its version over
 with `zkfence fence rebase zk://hosts/fence-node --scope S --to T`.
 ";
 
-#[cfg(feature = "conformance")]
-pub mod conformance;
+mod connected;
 mod contract;
 mod driver;
 mod error;
-#[cfg(feature = "conformance")]
-mod kit_zookeeper;
 mod ticket;
 mod url;
 mod zookeeper;
@@ -133,15 +130,15 @@ pub mod protocol {
 
 pub use self::contract::{BoxError, BoxFuture, ConfigError, Fence, FenceState};
 pub use self::error::FenceError;
-#[cfg(feature = "conformance")]
-pub use self::kit_zookeeper::ZooKeeperStore;
 pub use self::ticket::{FenceTicket, TicketError};
 pub use self::zookeeper::ZooKeeperFence;
 
-/// The plumbing zkfence's fence packages share: the retrying driver of a fenced operation
-/// ([`drive`](author::drive), [`Run`](author::Run), [`Attempt`](author::Attempt)), its metrics
-/// ([`record`](author::record), [`record_retry`](author::record_retry)), the backoff, the
-/// cause of an error, and the TLS parameters of a store's URL.
+/// The plumbing zkfence's fence packages share: the retry loop of a fenced operation
+/// ([`drive`](author::drive), [`drive_on`](author::drive_on), a try failing with a
+/// [`TryFailure`](author::TryFailure)),
+/// its metrics ([`record`](author::record), [`record_retry`](author::record_retry)), the
+/// backoff, the cause of an error, the TLS parameters of a store's URL, and the fence contract
+/// on a store's fence and its connection ([`connected_fence!`](author::connected_fence)).
 ///
 /// **Not API-stable**: it changes with the fence packages, in any release, as object_store's
 /// `integration` module does. A fence of your own may use it with zkfence pinned to one
@@ -154,8 +151,12 @@ pub use self::zookeeper::ZooKeeperFence;
 /// assert!(pause > std::time::Duration::ZERO);
 /// ```
 pub mod author {
+    #[doc(inline)]
+    pub use crate::__zkfence_connected_fence as connected_fence;
     pub use crate::fence::driver::{
-        drive, find_cause, record, record_retry, retry_backoff, Attempt, Run,
+        drive, drive_on, find_cause, record, record_retry, retry_backoff, TryFailure,
     };
-    pub use crate::fence::url::{read_client_identity, read_url_file, take_url_parameters, Taken};
+    pub use crate::fence::url::{
+        read_client_identity, read_url_file, take_url_parameters, SplitUrl,
+    };
 }

@@ -133,7 +133,7 @@ impl FenceTicket {
     /// ```
     pub fn node_path(&self) -> Option<String> {
         let node = self.node.as_deref()?;
-        Some(crate::zk::nodes::child_path(&self.scope, node))
+        Some(crate::requests::nodes::child_path(&self.scope, node))
     }
 
     /// The hold's check, as [`Held::check`]: fails once the hold is lost, released, in

@@ -3,9 +3,19 @@
 
 use super::ConfigError;
 
-/// What [`take_url_parameters`] returns: the URL without the parameters it took, and each
-/// parameter taken (its name, its decoded value).
-pub type Taken<'n> = (String, Vec<(&'n str, String)>);
+/// A store's URL split in two by [`take_url_parameters`]: the URL without the parameters it
+/// took, to hand on to the store's driver, and each parameter taken (its name, its decoded
+/// value), for the fence package to read.
+///
+/// # Examples
+///
+/// ```
+/// let (rest, taken): zkfence::fence::author::SplitUrl =
+///     zkfence::fence::author::take_url_parameters("redis://h/0?ssl_ca_certs=%2Fca.pem", &["ssl_ca_certs"])?;
+/// assert_eq!((rest.as_str(), taken[0].1.as_str()), ("redis://h/0", "/ca.pem"));
+/// # Ok::<(), zkfence::fence::ConfigError>(())
+/// ```
+pub type SplitUrl<'n> = (String, Vec<(&'n str, String)>);
 
 /// The query parameters of `url` named in `names`, taken out (percent-decoded), and the URL
 /// without them, its other parameters in their order: for a fence package that reads some
@@ -28,7 +38,7 @@ pub type Taken<'n> = (String, Vec<(&'n str, String)>);
 /// assert_eq!(taken, [("sslmode", "verify-full".to_string()), ("sslrootcert", "/ca.pem".to_string())]);
 /// # Ok::<(), zkfence::fence::ConfigError>(())
 /// ```
-pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<Taken<'n>, ConfigError> {
+pub fn take_url_parameters<'n>(url: &str, names: &[&'n str]) -> Result<SplitUrl<'n>, ConfigError> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), Vec::new()));
     };

@@ -9,8 +9,8 @@ use super::ticket::FenceTicket;
 use crate::error::Error;
 use crate::loss::LossReason;
 use crate::mutants::{FenceFlaw, FenceMutant};
-use crate::zk::nodes::create_parents;
-use crate::zk::retry::{is_connection_error, retrying};
+use crate::requests::nodes::create_parents;
+use crate::requests::retry::{is_connection_error, retrying};
 
 /// How often a fenced write re-reads the fence node when other writers keep moving it between
 /// its read and its commit, before it gives up.
@@ -85,12 +85,28 @@ struct Seen {
 }
 
 /// How one attempt at a fenced commit ended, short of success.
-enum Attempt {
+enum CommitFailure {
     /// The fence node moved between our read and our commit: read and compare again.
     Raced,
     /// The fence node's parent is missing: create it, then try again.
     NoParent,
     Failed(FenceError<Error>),
+}
+
+/// Which of the fence's own checks lead a `multi`, ahead of the caller's operations.
+#[derive(Debug, Clone, Copy)]
+struct FenceChecks {
+    /// The holder's node `check`, first.
+    holder: bool,
+    /// The fence node's create, raise or check, after the holder's check if there is one.
+    fence: bool,
+}
+
+impl FenceChecks {
+    /// How many operations they are: the results to leave out of the caller's.
+    fn len(self) -> usize {
+        usize::from(self.holder) + usize::from(self.fence)
+    }
 }
 
 impl ZooKeeperFence {
@@ -417,7 +433,7 @@ impl ZooKeeperFence {
         super::driver::drive("zookeeper", op, ticket, 1, || {
             let ops = ops.take();
             async move {
-                let ops = ops.ok_or(super::driver::Attempt::Done(FenceError::Store(
+                let ops = ops.ok_or(super::driver::TryFailure::Done(FenceError::Store(
                     Error::InvalidOptions("a fenced write is attempted once"),
                 )))?;
                 let session = self.client.session_id();
@@ -429,12 +445,12 @@ impl ZooKeeperFence {
                         .await
                         .map(|out| (None, out))
                         .map_err(|a| match a {
-                            Attempt::Failed(err) => err,
+                            CommitFailure::Failed(err) => err,
                             _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
                         }),
                     false => self.attempts(ticket, ops).await,
                 };
-                outcome.map_err(super::driver::Attempt::Done)
+                outcome.map_err(super::driver::TryFailure::Done)
             }
         })
         .await
@@ -447,26 +463,7 @@ impl ZooKeeperFence {
         ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
     ) -> Result<(Option<i64>, Vec<zk::MultiWriteResult>), FenceError<Error>> {
         for attempt in 0..MAX_RACES {
-            // The fence node as this fence last left it, if it did, on the first try: its
-            // version check in the multi makes a stale memory fail the commit, not the fence.
-            // A refusal is always decided on a fresh read.
-            let mut seen = match attempt {
-                0 => self.known(ticket),
-                _ => None,
-            };
-            let token = ticket.token().as_i64();
-            let admitted = seen
-                .as_ref()
-                .and_then(|s| self.flaw.admits(token, s.token).ok());
-            let raise = match admitted {
-                Some(raise) => raise,
-                None => {
-                    seen = self.read_fence(ticket).await?;
-                    let before = seen.as_ref().and_then(|s| s.token);
-                    (self.flaw.admits(token, before))
-                        .map_err(|()| ticket.refused(before.unwrap_or(-1)))?
-                }
-            };
+            let (seen, raise) = self.admit(ticket, attempt).await?;
             let before = seen.as_ref().and_then(|s| s.token);
             ticket.check_before_commit()?;
             match self.send(ticket, Some((seen.as_ref(), raise)), ops).await {
@@ -474,25 +471,59 @@ impl ZooKeeperFence {
                     self.remember(ticket, seen.as_ref(), raise);
                     return Ok((before, results));
                 }
-                Err(Attempt::Raced) => {
+                Err(CommitFailure::Raced) => {
                     self.forget();
                     super::driver::record_retry("zookeeper", "raced");
                 }
-                Err(Attempt::NoParent) => {
-                    let node = self.node.as_deref().unwrap_or_default();
-                    let parent = &node[..node.rfind('/').unwrap_or(0)];
-                    let mode = zk::CreateMode::Persistent;
-                    create_parents(&self.client, parent, mode, &self.acls)
-                        .await
-                        .map_err(FenceError::Store)?;
-                }
-                Err(Attempt::Failed(err)) => return Err(err),
+                Err(CommitFailure::NoParent) => self.create_fence_parent().await?,
+                Err(CommitFailure::Failed(err)) => return Err(err),
             }
         }
         Err(FenceError::Store(Error::FenceContended {
             scope: ticket.scope().to_owned(),
             attempts: MAX_RACES,
         }))
+    }
+
+    /// What attempt `attempt` commits against: the fence node as seen (`None`: none, to be
+    /// created) and whether the ticket raises it (`false`: it holds the ticket's own token,
+    /// checked unchanged); or the refusal of an older token.
+    async fn admit(
+        &self,
+        ticket: &FenceTicket,
+        attempt: u32,
+    ) -> Result<(Option<Seen>, bool), FenceError<Error>> {
+        // The fence node as this fence last left it, if it did, on the first try: its
+        // version check in the multi makes a stale memory fail the commit, not the fence.
+        // A refusal is always decided on a fresh read.
+        let mut seen = match attempt {
+            0 => self.known(ticket),
+            _ => None,
+        };
+        let token = ticket.token().as_i64();
+        let admitted = seen
+            .as_ref()
+            .and_then(|s| self.flaw.admits(token, s.token).ok());
+        let raise = match admitted {
+            Some(raise) => raise,
+            None => {
+                seen = self.read_fence(ticket).await?;
+                let before = seen.as_ref().and_then(|s| s.token);
+                (self.flaw.admits(token, before))
+                    .map_err(|()| ticket.refused(before.unwrap_or(-1)))?
+            }
+        };
+        Ok((seen, raise))
+    }
+
+    /// Creates the fence node's missing parents (persistent, with the fence's ACLs).
+    async fn create_fence_parent(&self) -> Result<(), FenceError<Error>> {
+        let node = self.node.as_deref().unwrap_or_default();
+        let parent = &node[..node.rfind('/').unwrap_or(0)];
+        let mode = zk::CreateMode::Persistent;
+        create_parents(&self.client, parent, mode, &self.acls)
+            .await
+            .map_err(FenceError::Store)
     }
 
     /// What this fence's last commit left in the fence node, if it was for `ticket`'s scope.
@@ -579,18 +610,38 @@ impl ZooKeeperFence {
         ticket: &FenceTicket,
         checks: Option<(Option<&Seen>, bool)>,
         ops: &mut (dyn FnMut(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Send),
-    ) -> Result<Vec<zk::MultiWriteResult>, Attempt> {
-        let client = &self.client;
+    ) -> Result<Vec<zk::MultiWriteResult>, CommitFailure> {
+        let (seen, _) = checks.unwrap_or((None, false));
+        let mut multi = self.client.new_multi_writer();
+        let ours = self.add_checks(&mut multi, ticket, checks)?;
+        let store = |err| CommitFailure::Failed(FenceError::Store(err));
+        ops(&mut multi).map_err(|e| store(self.request_error("multi", ticket.scope(), e)))?;
+        match multi.commit().await {
+            Ok(mut results) => {
+                results.drain(..ours.len().min(results.len()));
+                Ok(results)
+            }
+            Err(err) => Err(self.commit_failed(ticket, ours, seen, err)),
+        }
+    }
+
+    /// Adds the fence's own checks to `multi`, ahead of the caller's operations (see
+    /// [`send`](Self::send)): the holder's node `check`, when the ticket names it; then the
+    /// fence node's create (none `seen`), raise (`set_data` at the version seen) or `check` (of
+    /// the version seen), when the fence keeps one. None at all when `checks` is `None`.
+    fn add_checks(
+        &self,
+        multi: &mut zk::MultiWriter<'_>,
+        ticket: &FenceTicket,
+        checks: Option<(Option<&Seen>, bool)>,
+    ) -> Result<FenceChecks, CommitFailure> {
         let (seen, raise) = checks.unwrap_or((None, false));
-        let mut multi = client.new_multi_writer();
-        let mut ours = 0;
-        let store = |err| Attempt::Failed(FenceError::Store(err));
+        let store = |err| CommitFailure::Failed(FenceError::Store(err));
         let holder = ticket.node_path().filter(|_| checks.is_some());
         if let Some(node) = &holder {
             multi
                 .add_check_version(node, -1)
                 .map_err(|e| store(self.request_error("multi", node, e)))?;
-            ours += 1;
         }
         let fence_op = self.node.as_ref().filter(|_| checks.is_some());
         if let Some(node) = fence_op {
@@ -604,39 +655,51 @@ impl ZooKeeperFence {
                 (Some(seen), false) => multi.add_check_version(node, seen.version),
             };
             added.map_err(|e| store(self.request_error("multi", node, e)))?;
-            ours += 1;
         }
-        ops(&mut multi).map_err(|e| store(self.request_error("multi", ticket.scope(), e)))?;
-        match multi.commit().await {
-            Ok(mut results) => {
-                results.drain(..ours.min(results.len()));
-                Ok(results)
-            }
-            Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
+        Ok(FenceChecks {
+            holder: holder.is_some(),
+            fence: fence_op.is_some(),
+        })
+    }
+
+    /// What a failed commit of [`send`](Self::send)'s `multi` means, given which of the
+    /// fence's checks led it (`ours`) and the fence node as read (`seen`).
+    fn commit_failed(
+        &self,
+        ticket: &FenceTicket,
+        ours: FenceChecks,
+        seen: Option<&Seen>,
+        err: zk::MultiWriteError,
+    ) -> CommitFailure {
+        let store = |err| CommitFailure::Failed(FenceError::Store(err));
+        match err {
+            zk::MultiWriteError::RequestFailed { source } if is_connection_error(&source) => {
                 let cause = self.request_error("multi", ticket.scope(), source);
-                Err(Attempt::Failed(ticket.in_doubt(cause)))
+                CommitFailure::Failed(ticket.in_doubt(cause))
             }
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                Err(store(self.request_error("multi", ticket.scope(), source)))
+            zk::MultiWriteError::RequestFailed { source } => {
+                store(self.request_error("multi", ticket.scope(), source))
             }
-            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                let holder_op = holder.is_some() && index == 0;
-                let fence_index = usize::from(holder.is_some());
-                let fence_failed = fence_op.is_some() && index == fence_index;
-                Err(match (holder_op, fence_failed, source) {
-                    (true, _, zk::Error::NoNode) => Attempt::Failed(FenceError::LockLost {
+            zk::MultiWriteError::OperationFailed { index, source } => {
+                let holder_op = ours.holder && index == 0;
+                let fence_index = usize::from(ours.holder);
+                let fence_failed = ours.fence && index == fence_index;
+                match (holder_op, fence_failed, source) {
+                    (true, _, zk::Error::NoNode) => CommitFailure::Failed(FenceError::LockLost {
                         scope: ticket.scope().to_owned(),
                         token: ticket.token().as_i64(),
                         cause: Error::LockLost(LossReason::NodeDeleted),
                     }),
-                    (_, true, zk::Error::BadVersion | zk::Error::NodeExists) => Attempt::Raced,
-                    (_, true, zk::Error::NoNode) if seen.is_none() => Attempt::NoParent,
-                    (_, true, zk::Error::NoNode) => Attempt::Raced,
+                    (_, true, zk::Error::BadVersion | zk::Error::NodeExists) => {
+                        CommitFailure::Raced
+                    }
+                    (_, true, zk::Error::NoNode) if seen.is_none() => CommitFailure::NoParent,
+                    (_, true, zk::Error::NoNode) => CommitFailure::Raced,
                     (_, _, source) => {
                         let path = ticket.scope();
                         store(self.request_error("multi", path, source))
                     }
-                })
+                }
             }
         }
     }

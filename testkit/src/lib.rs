@@ -27,7 +27,8 @@
 //! parent-death signal (Linux).
 //!
 //! For servers of your own: [`spawn_tied`] (a child that dies with the test), [`free_port`],
-//! [`temp_dir`].
+//! [`temp_dir`]; for a command-line tool that starts its own ZooKeeper,
+//! [`start_local_zookeeper`].
 //!
 //! # Examples
 //!
@@ -51,14 +52,15 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
-/// The conformance kit for storage fences, [`zkfence::fence::conformance`], here for the tests
+/// The conformance kit for storage fences, [`zkfence::conformance`], here for the tests
 /// that use it ([`conformance_tests!`] writes one test per case).
-pub use zkfence::fence::conformance;
+pub use zkfence::conformance;
 mod distribution;
 mod ensemble;
 mod error;
 mod expire;
 mod history;
+mod local;
 mod options;
 mod process;
 mod proxy;
@@ -71,6 +73,7 @@ pub use crate::ensemble::{LinkFault, LocalEnsemble};
 pub use crate::error::StartError;
 pub use crate::expire::{expire_session, ExpireError};
 pub use crate::history::{History, StaleWrite};
+pub use crate::local::start_local_zookeeper;
 pub use crate::options::EnsembleOptions;
 pub use crate::process::{
     is_paused, is_service, pause, pause_point, resume, Service, ServiceError, ServiceOptions,

@@ -28,8 +28,8 @@ pub(crate) use self::candidate::{candidate, CandidateArgs};
 use self::process::{Setup, Side};
 use self::trial::{Fault, Spec, Trial};
 use crate::support::parse_session_timeout;
-use crate::support::start_local_zookeeper;
 use crate::support::{EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE};
+use zkfence_testkit::start_local_zookeeper;
 
 /// `zkfence-bench --failover`'s options (flattened into `bench`'s).
 #[derive(clap::Args, Debug, Clone)]
@@ -81,7 +81,7 @@ pub(crate) async fn bench(
         Some(hosts) => hosts.to_owned(),
         None => {
             eprintln!("bench: starting a throwaway ZooKeeper (forceSync=no) on a loopback port...");
-            local = match start_local_zookeeper(|| {
+            local = match start_local_zookeeper("zkfence-bench", || {
                 zkfence_testkit::LocalZooKeeper::start_for_bench(false)
             })
             .await

@@ -191,7 +191,7 @@ impl Clients {
             Variant::S3Fenced => {
                 (self
                     .s3_fence
-                    .put(ticket, &self.fenced, PAYLOAD.to_vec())
+                    .put(&self.fenced, ticket, PAYLOAD.to_vec())
                     .await)
                     .map_err(|e| format!("s3 fenced put: {e}"))?;
             }

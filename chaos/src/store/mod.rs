@@ -171,9 +171,7 @@ impl OwnStore {
             .await
             .map_err(|e| format!("the store's proxy: {e}"))?;
         // PostgreSQL's "… port=N …", MySQL's, Redis's, ZooKeeper's and S3's "…:N/…".
-        let proxied = direct
-            .replace(&format!("port={port} "), &format!("port={} ", proxy.port()))
-            .replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+        let proxied = zkfence_harness::with_port(&direct, port, proxy.port());
         Ok(OwnStore {
             kind,
             server: Arc::new(Mutex::new(server)),

@@ -221,15 +221,15 @@ impl ObjStore {
         let written = match step {
             Step::Write(value) => {
                 let bytes = payload(value, &entry(op, "write", token, value));
-                fence.put(ticket, &path, bytes).await
+                fence.put(&path, ticket, bytes).await
             }
             Step::Fence => {
                 let logged = entry(op, "fence", token, 0);
                 let keep = |found: Option<&bytes::Bytes>| {
                     let counter = counter_of(found.map(|p| &p[..]))?;
-                    Ok::<_, zkfence_object_store::BoxError>(payload(counter, &logged))
+                    Ok::<_, zkfence::fence::BoxError>(payload(counter, &logged))
                 };
-                fence.update(ticket, &path, keep).await
+                fence.update(&path, ticket, keep).await
             }
         };
         recorded(written.map(|_| ()))

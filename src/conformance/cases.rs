@@ -1,41 +1,4 @@
-//! The conformance kit for storage fences: the cases every fence (ZooKeeper's, PostgreSQL's,
-//! and those to come) must pass against a real server, each aimed at one way a fence goes
-//! wrong, and each catching a mutant of zkfence's own fences
-//! (`crate::FenceMutant`, behind its `mutants` feature).
-//!
-//! A store plugs in through [`FenceStore`]: a claim, a fenced read-modify-write increment of
-//! a counter (with a commit log of the tokens it accepted, in commit order), and reads of what
-//! the store holds. The cases build their own tickets (tokens of their choosing, as a service
-//! that received them over the wire would), except [`lost_hold_writes_nothing`], which takes a
-//! real lock.
-//!
-//! | case | what it attacks | the fence mutant it catches |
-//! | --- | --- | --- |
-//! | [`order`] | t1, t2 accepted; t1 refused; t2 again accepted; the first claim of a scope | `StrictlyGreater`, `Equality`, `NoUpsert` |
-//! | [`edge_tokens`] | 0, 9/10, 99/100, the epoch boundary 0xFFFF_FFFF/0x1_0000_0000, 2⁵³/2⁵³+1, `i64::MAX`, each in turn | `StringCompare` (and a double compare) |
-//! | [`concurrent_first_claims`] | two first claims of a scope at once: the higher wins | (a check-then-insert race) |
-//! | [`stale_writer_paused_before_commit`] | a stale writer held between its read and its commit while the new holder claims and writes: no token goes down in the commit log | `CheckOutsideTransaction` |
-//! | [`counter_equals_accepted_increments`] | holders one after another, each older one writing late: the counter equals the accepted increments | (lost updates) |
-//! | [`lost_reply_is_in_doubt`], [`lost_claim_reply_is_in_doubt`] | the commit (a claim) applied and its reply lost: reported in doubt, never as done or refused | (a lost reply taken for a refusal) |
-//! | [`lost_hold_writes_nothing`] | the hold lost before the commit: nothing written | (no check before commit) |
-//! | [`serialization_failure_retried`] | a commit refused for serialization is run again, once applied | `SerializationAsSuccess` |
-//! | [`tokens_in_any_text_form`] | the claim from another language with the token as text (plain, padded, signed, malformed): compared as integers, a refusal an error | `NoFormCheck` |
-//! | [`carrying_on_after_a_refusal_commits_nothing`] | a client of another language that ignores the refusal and commits, or rolls back to a savepoint around it and commits | `CommitAfterRefusal`, `RefusalInSavepoint` |
-//! | [`carrying_on_after_a_rollback_under_work_commits_nothing`] | a deadlock's victim that goes on with its writes and commits | `NoOpSeal` |
-//! | [`installed_fence_is_current`] | an install that is missing, older or edited | (an edited install) |
-//! | [`deployment_keeps_fences`] | a store that can lose an acknowledged fence (no append-only file, eviction) | (a volatile deployment) |
-//! | [`frozen_holder_does_not_block`] | a holder frozen in its open transaction: its successor's claim, first claims of other scopes | `NoIdleBound` |
-//! | [`preconditions_enforced`] | an object store that ignores conditional writes | (a store that ignores them; the skipped probe, `NoProbe`, is caught on such a store by the paused stale writer) |
-//!
-//! # Examples
-//!
-//! ```no_run
-//! # async fn demo<S: zkfence::fence::conformance::FenceStore>(store: S) {
-//! use zkfence::fence::conformance;
-//! conformance::order(&store).await.expect("order");
-//! conformance::edge_tokens(&store).await.expect("edge tokens");
-//! # }
-//! ```
+//! The cases, each a function of a [`FenceStore`], and what they share.
 
 use std::fmt;
 use std::future::Future;
@@ -45,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use super::{FenceError, FenceTicket};
+use crate::fence::{FenceError, FenceTicket};
 use crate::{Acquire, FencedLock, FencingToken, LockOptions};
 
 /// A boxed, `Send` future, as [`FenceStore`]'s methods return.
@@ -153,7 +116,7 @@ pub trait FenceStore: Send + Sync {
     /// The claim as a client of another language makes it (`psql`, `mariadb`, `redis-cli`, a
     /// Python driver), with the token as the text `token` and nothing else of the library:
     /// `Ok(true)` accepted, `Ok(false)` refused by the store's refusal error (`ZF001`,
-    /// [`REFUSED`](super::REFUSED)), `Err` with the store's answer for anything else (a bad
+    /// [`REFUSED`](crate::fence::REFUSED)), `Err` with the store's answer for anything else (a bad
     /// token's error, an ordinary reply that is not an acceptance). `None` for a store whose
     /// protocol other languages follow only through the library's code (ZooKeeper's).
     fn foreign_claim<'a>(
@@ -247,7 +210,7 @@ impl Setup {
     /// # Examples
     ///
     /// ```
-    /// use zkfence::fence::conformance::Setup;
+    /// use zkfence::conformance::Setup;
     /// assert_eq!(Setup::Fresh.scopes("zkfence_verify_a"), "");
     /// assert_eq!(Setup::Deployed.scopes("zkfence_verify_a"), "/zkfence-verify/zkfence_verify_a");
     /// ```
@@ -265,7 +228,7 @@ impl Setup {
 /// # Examples
 ///
 /// ```
-/// use zkfence::fence::conformance::{rescoped, ticket};
+/// use zkfence::conformance::{rescoped, ticket};
 /// let t = rescoped(&ticket("/kit/order", 5), "/zkfence-verify/x");
 /// assert_eq!(t.scope(), "/zkfence-verify/x/kit/order");
 /// ```
@@ -312,8 +275,8 @@ pub const CLAIMS_ONLY: [&str; 4] = [
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo<S: zkfence::fence::conformance::FenceStore>(store: S) {
-/// use zkfence::fence::conformance::{run, DEPLOYMENT};
+/// # async fn demo<S: zkfence::conformance::FenceStore>(store: S) {
+/// use zkfence::conformance::{run, DEPLOYMENT};
 /// for case in DEPLOYMENT {
 ///     println!("{case}: {:?}", run(case, &store).await);
 /// }
@@ -383,7 +346,7 @@ impl Failure {
     /// # Examples
     ///
     /// ```
-    /// use zkfence::fence::conformance::Failure;
+    /// use zkfence::conformance::Failure;
     /// assert!(Failure::Violation("x".into()).is_violation());
     /// ```
     pub fn is_violation(&self) -> bool {
@@ -404,7 +367,7 @@ pub type Outcome = Result<(), Failure>;
 /// # Examples
 ///
 /// ```
-/// use zkfence::fence::conformance::{expect_caught, Failure};
+/// use zkfence::conformance::{expect_caught, Failure};
 /// expect_caught("StrictlyGreater", Err(Failure::Violation("t2 again refused".into())));
 /// ```
 pub fn expect_caught(mutant: &str, outcome: Outcome) {
@@ -423,7 +386,7 @@ pub fn expect_caught(mutant: &str, outcome: Outcome) {
 /// # Examples
 ///
 /// ```
-/// use zkfence::fence::conformance::scratch_name;
+/// use zkfence::conformance::scratch_name;
 /// assert_eq!(scratch_name("order-1", 63), "zkfence_verify_order_1");
 /// let long = scratch_name(&"x".repeat(100), 63);
 /// assert_eq!(long.len(), 63);
@@ -463,7 +426,7 @@ fn broken(why: impl fmt::Display) -> Failure {
 /// # Examples
 ///
 /// ```
-/// use zkfence::fence::conformance::error_chain;
+/// use zkfence::conformance::error_chain;
 /// let err = std::io::Error::other("connection refused");
 /// assert_eq!(error_chain(&err), "connection refused");
 /// ```
@@ -727,43 +690,7 @@ pub async fn stale_writer_paused_before_commit<S: FenceStore>(store: &S) -> Outc
         before_commit: None,
     };
     let stale = store.increment(&old, key, hooks);
-    let newer = async {
-        // The stale writer has read, and waits: now the new holder claims and writes.
-        paused_rx
-            .await
-            .map_err(|_| broken("the stale increment ended before its pause"))?;
-        let claim = store.claim(&new);
-        let write = async {
-            expect_accepted("the new holder's claim", claim.await)?;
-            expect_accepted(
-                "the new holder's write",
-                store.increment(&new, key, Hooks::default()).await,
-            )
-        };
-        tokio::pin!(write);
-        // Until the new holder is done, or waits for the stale writer's lock: then let the
-        // stale writer go on.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let done = loop {
-            tokio::select! {
-                done = &mut write => break Some(done),
-                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-            if store.waiting().await.map_err(broken)? {
-                break None;
-            }
-            if Instant::now() > deadline {
-                return Err(broken(
-                    "the new holder neither finished nor waited within 30 s",
-                ));
-            }
-        };
-        let _ = go_tx.send(());
-        match done {
-            Some(done) => done,
-            None => write.await,
-        }
-    };
+    let newer = new_holder_while_stale_waits(store, &new, key, paused_rx, go_tx);
     let (stale, newer) = tokio::join!(stale, newer);
     newer?;
     match stale {
@@ -772,6 +699,63 @@ pub async fn stale_writer_paused_before_commit<S: FenceStore>(store: &S) -> Outc
         Err(err) => return Err(violation(format!("the stale writer: {err}"))),
     }
     check_log(store, key).await
+}
+
+/// The new holder's side of [`stale_writer_paused_before_commit`]: once the stale writer has
+/// read and waits (`paused`), claims and increments with `new`, and lets the stale writer go
+/// on (`go`) once that is done or waits for the stale writer's lock. The new holder's write.
+async fn new_holder_while_stale_waits<S: FenceStore>(
+    store: &S,
+    new: &FenceTicket,
+    key: &str,
+    paused: tokio::sync::oneshot::Receiver<()>,
+    go: tokio::sync::oneshot::Sender<()>,
+) -> Result<i64, Failure> {
+    // The stale writer has read, and waits: now the new holder claims and writes.
+    paused
+        .await
+        .map_err(|_| broken("the stale increment ended before its pause"))?;
+    let claim = store.claim(new);
+    let write = async {
+        expect_accepted("the new holder's claim", claim.await)?;
+        expect_accepted(
+            "the new holder's write",
+            store.increment(new, key, Hooks::default()).await,
+        )
+    };
+    tokio::pin!(write);
+    // Until the new holder is done, or waits for the stale writer's lock: then let the
+    // stale writer go on.
+    let done = done_or_waiting(store, write.as_mut()).await?;
+    let _ = go.send(());
+    match done {
+        Some(done) => done,
+        None => write.await,
+    }
+}
+
+/// Drives `write` until it is done (`Some`, its outcome) or the store says a fenced write
+/// waits for another's lock (`None`: `write` is still to finish), looking every 20 ms; a
+/// failure after 30 s of neither.
+async fn done_or_waiting<S: FenceStore, T>(
+    store: &S,
+    mut write: Pin<&mut impl Future<Output = Result<T, Failure>>>,
+) -> Result<Option<Result<T, Failure>>, Failure> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::select! {
+            done = &mut write => return Ok(Some(done)),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if store.waiting().await.map_err(broken)? {
+            return Ok(None);
+        }
+        if Instant::now() > deadline {
+            return Err(broken(
+                "the new holder neither finished nor waited within 30 s",
+            ));
+        }
+    }
 }
 
 /// The commit log of `key` never goes down, and the counter equals its length.
@@ -870,45 +854,57 @@ pub async fn lost_reply_is_in_doubt<S: FenceStore>(store: &S) -> Outcome {
         })),
     };
     let write = store.increment(&t, key, hooks);
-    let watch = async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        muted_rx
-            .await
-            .map_err(|_| broken("the increment ended before its commit"))?;
-        // The commit is on its way with its reply dropped: once it shows in the store, close
-        // the connection, so that the client learns the reply is not coming.
-        let switch = store.reply_switch();
-        loop {
-            if store.log(key).await.map_err(broken)?.len() == 1 {
-                switch(false);
-                return Ok(true);
-            }
-            if Instant::now() > deadline {
-                switch(false);
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
+    let watch = close_once_committed(store, key, muted_rx);
     let (outcome, applied) = tokio::join!(write, watch);
     let applied = applied?;
-    match outcome {
-        Err(FenceError::InDoubt { .. }) => {}
-        Ok(value) => {
-            return Err(violation(format!(
-                "a commit whose reply was lost was reported done (value {value}); a fence cannot know that"
-            )))
-        }
-        Err(err) => {
-            return Err(violation(format!(
-                "a commit whose reply was lost was reported as: {err}"
-            )))
-        }
-    }
+    expect_write_in_doubt(outcome)?;
     if !applied {
         return Err(broken("the commit never showed in the store within 30 s"));
     }
     check_log(store, key).await
+}
+
+/// The watch of [`lost_reply_is_in_doubt`]: once the commit is on its way with its reply
+/// dropped (`muted`), waits for it to show in `key`'s commit log, then closes the fence's
+/// connections. Whether it showed within 30 s.
+async fn close_once_committed<S: FenceStore>(
+    store: &S,
+    key: &str,
+    muted: tokio::sync::oneshot::Receiver<()>,
+) -> Result<bool, Failure> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    muted
+        .await
+        .map_err(|_| broken("the increment ended before its commit"))?;
+    // The commit is on its way with its reply dropped: once it shows in the store, close
+    // the connection, so that the client learns the reply is not coming.
+    let switch = store.reply_switch();
+    loop {
+        if store.log(key).await.map_err(broken)?.len() == 1 {
+            switch(false);
+            return Ok(true);
+        }
+        if Instant::now() > deadline {
+            switch(false);
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Asserts that a write whose reply was lost was reported `InDoubt`.
+fn expect_write_in_doubt<E: std::error::Error + 'static>(
+    outcome: Result<i64, FenceError<E>>,
+) -> Outcome {
+    match outcome {
+        Err(FenceError::InDoubt { .. }) => Ok(()),
+        Ok(value) => Err(violation(format!(
+            "a commit whose reply was lost was reported done (value {value}); a fence cannot know that"
+        ))),
+        Err(err) => Err(violation(format!(
+            "a commit whose reply was lost was reported as: {err}"
+        ))),
+    }
 }
 
 /// A claim sent with the server's replies dropped (then the connection closed once the claim
@@ -1242,35 +1238,8 @@ pub async fn frozen_holder_does_not_block<S: FenceStore>(store: &S) -> Outcome {
     };
     let bound = store.frozen_bound().await.map_err(broken)?;
     let frozen = frozen.await.map_err(broken)?;
-    let other = ticket("/kit/frozen-other", epoch_token(1));
-    let quick = Duration::from_secs(5);
-    match tokio::time::timeout(quick, store.claim(&other)).await {
-        Err(_) => {
-            return Err(violation(format!(
-                "a first claim of an unrelated scope waited over {} s behind a frozen holder's \
-                 first claim of its own scope (a gap lock)",
-                quick.as_secs()
-            )))
-        }
-        Ok(claimed) => expect_accepted("the unrelated scope's first claim", claimed)?,
-    }
-    let started = Instant::now();
-    let limit = bound.unwrap_or_default() + Duration::from_secs(10);
-    let installed = match bound {
-        Some(bound) => format!("the installed bound is {} ms", bound.as_millis()),
-        None => "the installed fence sets no bound: install it again".to_owned(),
-    };
-    match tokio::time::timeout(limit, store.increment(&new, key, Hooks::default())).await {
-        Err(_) => {
-            return Err(violation(format!(
-                "the successor's claim and write waited over {} s behind a holder frozen in its \
-                 open transaction ({installed})",
-                limit.as_secs(),
-            )))
-        }
-        Ok(written) => expect_accepted("the successor's write", written)?,
-    };
-    let waited = started.elapsed();
+    unrelated_first_claim_passes(store).await?;
+    let waited = successor_passes_within(store, &new, key, bound).await?;
     drop(frozen);
     match store.seen(scope).await.map_err(broken)? {
         Some(seen) if seen == new.token().as_i64() => {}
@@ -1284,6 +1253,48 @@ pub async fn frozen_holder_does_not_block<S: FenceStore>(store: &S) -> Outcome {
         }
     }
     check_log(store, key).await
+}
+
+/// With a holder frozen in its scope's first claim, a first claim of another new scope goes
+/// through within 5 s (no gap lock between unrelated scopes).
+async fn unrelated_first_claim_passes<S: FenceStore>(store: &S) -> Outcome {
+    let other = ticket("/kit/frozen-other", epoch_token(1));
+    let quick = Duration::from_secs(5);
+    match tokio::time::timeout(quick, store.claim(&other)).await {
+        Err(_) => Err(violation(format!(
+            "a first claim of an unrelated scope waited over {} s behind a frozen holder's \
+             first claim of its own scope (a gap lock)",
+            quick.as_secs()
+        ))),
+        Ok(claimed) => expect_accepted("the unrelated scope's first claim", claimed),
+    }
+}
+
+/// With a holder frozen in its open transaction, the successor's (`new`'s) claim and write of
+/// `key` go through within the installed `bound` and 10 s. How long they waited.
+async fn successor_passes_within<S: FenceStore>(
+    store: &S,
+    new: &FenceTicket,
+    key: &str,
+    bound: Option<Duration>,
+) -> Result<Duration, Failure> {
+    let started = Instant::now();
+    let limit = bound.unwrap_or_default() + Duration::from_secs(10);
+    let installed = match bound {
+        Some(bound) => format!("the installed bound is {} ms", bound.as_millis()),
+        None => "the installed fence sets no bound: install it again".to_owned(),
+    };
+    match tokio::time::timeout(limit, store.increment(new, key, Hooks::default())).await {
+        Err(_) => {
+            return Err(violation(format!(
+                "the successor's claim and write waited over {} s behind a holder frozen in its \
+                 open transaction ({installed})",
+                limit.as_secs(),
+            )))
+        }
+        Ok(written) => expect_accepted("the successor's write", written)?,
+    };
+    Ok(started.elapsed())
 }
 
 #[cfg(test)]

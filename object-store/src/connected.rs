@@ -1,5 +1,5 @@
-//! [`Prefixed`]: the fenced objects under a prefix, the fence contract ([`Fence`]) on an object
-//! store.
+//! [`Connected`]: an [`ObjectFence`] and the fenced objects under a prefix, the fence contract
+//! ([`Fence`]) on an object store.
 
 use futures_util::StreamExt as _;
 use object_store::path::Path;
@@ -9,10 +9,10 @@ use crate::error::Error;
 use crate::fence::ObjectFence;
 use crate::snapshot::Snapshot;
 
-/// The fenced objects under `prefix`: the fence contract every zkfence store offers
-/// ([`Fence`]), as `zkfence fence` drives it for `s3://bucket/prefix`. An object store keeps
-/// each fence in its objects (every fenced object's header holds the token it last accepted),
-/// so a scope's fence is the fenced objects of that scope under the prefix:
+/// An [`ObjectFence`] with the fenced objects under `prefix`: the fence contract every zkfence
+/// store offers ([`Fence`]), as `zkfence fence` drives it for `s3://bucket/prefix`. An object
+/// store keeps each fence in its objects (every fenced object's header holds the token it last
+/// accepted), so a scope's fence is the fenced objects of that scope under the prefix:
 ///
 /// - [`Fence::fences`] lists each fenced object (its path in `at`) with its scope and token;
 /// - [`Fence::seen`] is the highest token among the scope's objects;
@@ -27,31 +27,76 @@ use crate::snapshot::Snapshot;
 /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 /// use std::sync::Arc;
 /// use zkfence::fence::{Fence, FenceTicket};
-/// use zkfence_object_store::{ObjectFence, Prefixed};
+/// use zkfence_object_store::{Connected, ObjectFence};
 ///
 /// let fence = ObjectFence::new(Arc::new(object_store::memory::InMemory::new()));
 /// let ticket: FenceTicket = "7@4294967303::/locks/reports".parse()?;
-/// fence.put(&ticket, &"reports/manifest".into(), "v1").await?;
-/// let prefixed = Prefixed::new(fence, "reports".into());
-/// assert_eq!(prefixed.seen("/locks/reports").await.map_err(|e| e.to_string())?, Some(4294967303));
+/// fence.put(&"reports/manifest".into(), &ticket, "v1").await?;
+/// let connected = Connected::new(fence, "reports".into());
+/// assert_eq!(connected.seen("/locks/reports").await.map_err(|e| e.to_string())?, Some(4294967303));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Prefixed {
+pub struct Connected {
     fence: ObjectFence,
     prefix: Path,
 }
 
-impl Prefixed {
+impl Connected {
     /// The fenced objects of `fence`'s store under `prefix`.
     ///
     /// # Examples
     ///
-    /// See the [type's](Prefixed).
-    pub fn new(fence: ObjectFence, prefix: Path) -> Prefixed {
-        Prefixed { fence, prefix }
+    /// See the [type's](Connected).
+    pub fn new(fence: ObjectFence, prefix: Path) -> Connected {
+        Connected { fence, prefix }
+    }
+
+    /// The fenced objects under the prefix of `url`, `s3://bucket/prefix`, in S3 or an
+    /// S3-compatible store, configured from the AWS environment (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`; `AWS_ENDPOINT` or `AWS_ENDPOINT_URL` for an
+    /// S3-compatible store, an `http://` one used as given), with conditional puts. Needs the
+    /// `aws` feature. Nothing is sent: run [`ObjectFence::probe`] to check that the store
+    /// enforces conditional writes.
+    ///
+    /// # Errors
+    ///
+    /// A URL without a bucket, or a configuration the S3 client refuses (no region, no
+    /// credentials), saying what to set.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it sends nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), zkfence::fence::BoxError> {
+    /// use zkfence::fence::Fence;
+    /// let fence = zkfence_object_store::Connected::connect("s3://reports/fenced").await?;
+    /// fence.fence().probe(fence.prefix()).await?;
+    /// println!("{:?}", fence.seen("/locks/reports").await?);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "aws")]
+    pub async fn connect(url: &str) -> Result<Connected, BoxError> {
+        let dial = crate::dial::Dial::parse(url)?;
+        Ok(Connected::new(dial.open()?, dial.prefix().clone()))
+    }
+
+    /// The prefix of the fenced objects.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let fence = zkfence_object_store::ObjectFence::new(std::sync::Arc::new(object_store::memory::InMemory::new()));
+    /// let connected = zkfence_object_store::Connected::new(fence, "reports".into());
+    /// assert_eq!(connected.prefix().as_ref(), "reports");
+    /// ```
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
     }
 
     /// The fence.
@@ -60,8 +105,8 @@ impl Prefixed {
     ///
     /// ```
     /// # let fence = zkfence_object_store::ObjectFence::new(std::sync::Arc::new(object_store::memory::InMemory::new()));
-    /// let prefixed = zkfence_object_store::Prefixed::new(fence, "reports".into());
-    /// # let _ = prefixed.fence();
+    /// let connected = zkfence_object_store::Connected::new(fence, "reports".into());
+    /// # let _ = connected.fence();
     /// ```
     pub fn fence(&self) -> &ObjectFence {
         &self.fence
@@ -93,7 +138,7 @@ impl Prefixed {
     }
 }
 
-impl Fence for Prefixed {
+impl Fence for Connected {
     fn store(&self) -> &'static str {
         crate::fence::STORE
     }
@@ -106,7 +151,7 @@ impl Fence for Prefixed {
             let boxed = |e: Error| FenceError::Store(Box::new(e) as BoxError);
             let mut before = None;
             for (path, _) in self.of_scope(ticket.scope()).await.map_err(boxed)? {
-                let outcome = self.fence.claim(ticket, &path).await;
+                let outcome = self.fence.claim(&path, ticket).await;
                 let held = outcome.map_err(|e| e.map_store(|e| Box::new(e) as BoxError))?;
                 before = before.max(held);
             }

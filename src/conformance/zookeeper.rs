@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use super::conformance::{BoxFuture, FenceStore, Hooks, ReplySwitch};
-use super::{FenceError, FenceTicket, ZooKeeperFence};
+use super::cases::{BoxFuture, FenceStore, Hooks, ReplySwitch};
 use crate::error::Error;
+use crate::fence::{FenceError, FenceTicket, ZooKeeperFence};
 
 /// The kit's store on ZooKeeper, under `<root>/<scratch name>`: counters in `counters/<key>`,
 /// the commit log as sequential nodes under `logs/<key>`, a fence node per scope under
@@ -20,7 +20,7 @@ use crate::error::Error;
 ///
 /// ```no_run
 /// # async fn demo(client: zookeeper_client::Client) -> Result<(), Box<dyn std::error::Error>> {
-/// use zkfence::fence::{conformance, ZooKeeperStore};
+/// use zkfence::conformance::{self, ZooKeeperStore};
 /// let store = ZooKeeperStore::create(client.clone(), client, "/", "check", None).await?;
 /// conformance::order(&store).await?;
 /// store.clear().await?;
@@ -80,7 +80,7 @@ impl ZooKeeperStore {
         name: &str,
         switch: Option<ReplySwitch>,
     ) -> crate::Result<ZooKeeperStore> {
-        let scratch = super::conformance::scratch_name(name, 200);
+        let scratch = super::cases::scratch_name(name, 200);
         let base = format!("{}/{scratch}", root.trim_end_matches('/'));
         let mut made = Vec::new();
         let mut at = 0;
@@ -106,7 +106,7 @@ impl ZooKeeperStore {
         let acls = zk::Acls::anyone_all().to_vec();
         for rest in ["counters", "logs", "fences"] {
             let path = store.path(rest);
-            crate::zk::nodes::create_parents(
+            crate::requests::nodes::create_parents(
                 &store.reader,
                 &path,
                 zk::CreateMode::Persistent,
@@ -122,7 +122,7 @@ impl ZooKeeperStore {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(store: zkfence::fence::ZooKeeperStore) {
+    /// # fn demo(store: zkfence::conformance::ZooKeeperStore) {
     /// let store = store.with_mutant(zkfence::FenceMutant::StringCompare);
     /// # let _ = store; }
     /// ```
@@ -202,7 +202,7 @@ impl ZooKeeperStore {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(store: zkfence::fence::ZooKeeperStore) {
+    /// # fn demo(store: zkfence::conformance::ZooKeeperStore) {
     /// println!("{:?}", store.fence("/locks/a").fence_node());
     /// # }
     /// ```
