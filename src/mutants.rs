@@ -47,7 +47,7 @@
 //! | [`FenceMutant::KeyOutsideSlot`] | one hash slot per fence (Redis) | the Redis fence's own test: a key outside the slot written |
 //! | [`FenceMutant::EtagOnly`] | the token travels inside the object (object stores) | the object store fence's own test: the same-content rewrite lets a stale write through |
 //! | [`FenceMutant::RowsAffected`] | decide from the fence row, never rows-affected (MySQL/MariaDB) | `order`: an equal token's second write refused (0 rows changed) |
-//! | [`FenceMutant::NoLockingRead`] | read the fence row `FOR UPDATE` (MySQL/MariaDB) | `stale_writer_paused_before_commit` |
+//! | [`FenceMutant::NoLockingRead`] | read the fence row `FOR UPDATE` (MySQL/MariaDB) | the MySQL fence's own test: a stale claim sent while a newer claim is open, not yet committed, is accepted once the newer commits (every claim writes the row, so the paused stale writer no longer tells) |
 //! | [`FenceMutant::UnsealedCommit`] | commit only the transaction that claimed (MySQL/MariaDB) | the MySQL fence's own test: a swallowed deadlock commits the work's second half alone |
 //! | [`FenceMutant::NoFormCheck`] | compare integers, whatever text a client sends (Redis) | `tokens_in_any_text_form`: an unpadded 9 accepted over a padded 10 |
 //! | [`FenceMutant::CommitAfterRefusal`] | a refusal ends what it refused (MySQL/MariaDB) | `carrying_on_after_a_refusal_commits_nothing`: the stale write after a refused claim commits |

@@ -127,6 +127,7 @@ fn table_differs(db: &str, again: &str, columns: &[Column]) -> Option<String> {
         ("token", "bigint", None, ""),
         ("claims", "bigint", None, ""),
         ("updated", "timestamp", None, ""),
+        ("claim_id", "bigint", None, ""),
     ]
     .iter()
     .map(|(n, t, l, k)| (n.to_string(), t.to_string(), *l, k.to_string()))

@@ -88,9 +88,10 @@
 //!   wait timeout); in autocommit mode the next statements then commit one by one, unfenced.
 //!   A fenced transaction runs with autocommit off, so statements after such a rollback open a
 //!   new transaction instead, and its `COMMIT` goes behind `zkfence_seal`, which finds the
-//!   claim's mark gone and dooms it: nothing of it commits, and it runs again. (The mark is the
-//!   session's count of the scope's claims, in a MEMORY table no rollback undoes and in an
-//!   InnoDB table the rollback does: equal only in the transaction of the latest claim.)
+//!   claim's mark gone and dooms it: nothing of it commits, and it runs again. (The mark is a
+//!   claim id the claim writes on the fence row, which the rollback takes back, and keeps in
+//!   a session variable, which no rollback touches: the two agree only in the transaction of
+//!   the session's latest claim.)
 //! - **An error does not end a MySQL transaction.** A signalled refusal leaves the transaction
 //!   open and its earlier statements in place; a client that ignores it would commit them. The
 //!   claim rolls back and makes the session read-only before it signals (so the refusal
