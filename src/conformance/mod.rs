@@ -38,7 +38,78 @@
 //! ```
 
 mod cases;
+mod clients;
+mod outcome;
+mod store;
 mod zookeeper;
 
 pub use self::cases::*;
+pub use self::clients::*;
+pub use self::outcome::*;
+pub use self::store::*;
 pub use self::zookeeper::ZooKeeperStore;
+
+/// The cases `zkfence fence verify` runs against a deployment, in order ([`run`] runs one by
+/// name): every case of the store's side, leaving out those that need a proxy in front of the
+/// store or a lock of the test's own.
+pub const DEPLOYMENT: [&str; 13] = [
+    "installed_fence_is_current",
+    "deployment_keeps_fences",
+    "preconditions_enforced",
+    "order",
+    "edge_tokens",
+    "concurrent_first_claims",
+    "stale_writer_paused_before_commit",
+    "counter_equals_accepted_increments",
+    "serialization_failure_retried",
+    "tokens_in_any_text_form",
+    "carrying_on_after_a_refusal_commits_nothing",
+    "carrying_on_after_a_rollback_under_work_commits_nothing",
+    "frozen_holder_does_not_block",
+];
+
+/// The cases of [`DEPLOYMENT`] that need nothing but claims and reads of the fence (a store
+/// whose read-modify-write the kit cannot follow on a deployment: an object store, whose
+/// commit log needs a versioned bucket of the test's own).
+pub const CLAIMS_ONLY: [&str; 4] = [
+    "installed_fence_is_current",
+    "preconditions_enforced",
+    "edge_tokens",
+    "concurrent_first_claims",
+];
+
+/// Runs the case named `case` (one of [`DEPLOYMENT`]) on `store`; `None` for a name that is
+/// none of them.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo<S: zkfence::conformance::FenceStore>(store: S) {
+/// use zkfence::conformance::{run, DEPLOYMENT};
+/// for case in DEPLOYMENT {
+///     println!("{case}: {:?}", run(case, &store).await);
+/// }
+/// # }
+/// ```
+pub async fn run<S: FenceStore>(case: &str, store: &S) -> Option<Outcome> {
+    Some(match case {
+        "preconditions_enforced" => preconditions_enforced(store).await,
+        "order" => order(store).await,
+        "edge_tokens" => edge_tokens(store).await,
+        "concurrent_first_claims" => concurrent_first_claims(store).await,
+        "stale_writer_paused_before_commit" => stale_writer_paused_before_commit(store).await,
+        "counter_equals_accepted_increments" => counter_equals_accepted_increments(store).await,
+        "serialization_failure_retried" => serialization_failure_retried(store).await,
+        "tokens_in_any_text_form" => tokens_in_any_text_form(store).await,
+        "carrying_on_after_a_refusal_commits_nothing" => {
+            carrying_on_after_a_refusal_commits_nothing(store).await
+        }
+        "carrying_on_after_a_rollback_under_work_commits_nothing" => {
+            carrying_on_after_a_rollback_under_work_commits_nothing(store).await
+        }
+        "installed_fence_is_current" => installed_fence_is_current(store).await,
+        "deployment_keeps_fences" => deployment_keeps_fences(store).await,
+        "frozen_holder_does_not_block" => frozen_holder_does_not_block(store).await,
+        _ => return None,
+    })
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use super::cases::{BoxFuture, FenceStore, Hooks, ReplySwitch};
+use super::store::{BoxFuture, FenceStore, Hooks, ReplySwitch};
 use crate::error::Error;
 use crate::fence::{FenceError, FenceTicket, ZooKeeperFence};
 
@@ -80,7 +80,7 @@ impl ZooKeeperStore {
         name: &str,
         switch: Option<ReplySwitch>,
     ) -> crate::Result<ZooKeeperStore> {
-        let scratch = super::cases::scratch_name(name, 200);
+        let scratch = super::outcome::scratch_name(name, 200);
         let base = format!("{}/{scratch}", root.trim_end_matches('/'));
         let mut made = Vec::new();
         let mut at = 0;
