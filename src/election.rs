@@ -588,8 +588,8 @@ impl crate::section::Guarded for Leadership {
 }
 
 impl crate::section::Fenceable for Leadership {
-    fn halt(&self) -> std::result::Result<(), crate::watchdog::CheckError> {
-        self.inner.held.halt()
+    fn check_hold(&self) -> std::result::Result<(), crate::watchdog::CheckError> {
+        self.inner.held.check_hold()
     }
 
     fn steady(&self) -> impl Future<Output = Result<()>> + Send {

@@ -1,5 +1,5 @@
-//! [`LockGuard`], the proof of holding a lock, and [`Held`], the handle a critical section
-//! gets from [`Acquire::run`](crate::Acquire::run); and the holding they share: one
+//! [`LockGuard`], the proof of hold a lock, and [`Held`], the handle a critical section
+//! gets from [`Acquire::run`](crate::Acquire::run); and the hold they share: one
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
 
@@ -47,19 +47,19 @@ pub(crate) struct Hold {
     first: LazyCancel,
 }
 
-/// The live guards of a holding, and what the last one takes with it.
+/// The live guards of a hold, and what the last one takes with it.
 #[derive(Debug)]
 struct Guards {
     count: usize,
-    /// Keeps the session's watchdog running while the holding lasts.
-    interest: Option<WatchdogRef>,
+    /// Keeps the session's watchdog running while the hold lasts.
+    watchdog_ref: Option<WatchdogRef>,
     /// Deletes the node (and gives up the in-process turn).
     release: Option<Release>,
 }
 
 /// The holdings of this process and who owns each, for reentrancy (see
 /// [`crate::reentrancy`]).
-static HOLDINGS: LazyLock<HoldTable<Hold>> = LazyLock::new(HoldTable::default);
+static HOLDS: LazyLock<HoldTable<Hold>> = LazyLock::new(HoldTable::default);
 
 impl HasOwner for Hold {
     fn owner(&self) -> Owner {
@@ -75,7 +75,7 @@ impl Hold {
 
 /// The holdings on `key` that `owner` owns, with their kinds.
 pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Hold>)> {
-    HOLDINGS.owned_by(key, owner)
+    HOLDS.owned_by(key, owner)
 }
 
 /// A cheap, cloneable view of a held lock: its token, its node, its cancellation and the
@@ -103,9 +103,9 @@ pub(crate) fn owned_by(key: &Key, owner: Owner) -> Vec<(Kind, Arc<Hold>)> {
 /// # Ok(()) }
 /// ```
 pub struct Held<M: Mode = Exclusive> {
-    holding: Arc<Hold>,
+    hold: Arc<Hold>,
     /// This guard's cancellation, when it is a nested guard's (the first guard's is in the
-    /// holding): a child of the holding's, also cancelled when this guard ends while others
+    /// hold): a child of the hold's, also cancelled when this guard ends while others
     /// hold on.
     own: Option<Arc<LazyCancel>>,
     mode: PhantomData<fn() -> M>,
@@ -114,7 +114,7 @@ pub struct Held<M: Mode = Exclusive> {
 impl<M: Mode> Clone for Held<M> {
     fn clone(&self) -> Self {
         Held {
-            holding: self.holding.clone(),
+            hold: self.hold.clone(),
             own: self.own.clone(),
             mode: PhantomData,
         }
@@ -126,7 +126,7 @@ impl<M: Mode> std::fmt::Debug for Held<M> {
         f.debug_struct("Held")
             .field("lock_path", &self.lock_path())
             .field("node", &self.node_path())
-            .field("token", &self.holding.token)
+            .field("token", &self.hold.token)
             .field("mode", &std::any::type_name::<M>())
             .finish_non_exhaustive()
     }
@@ -146,7 +146,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn token(&self) -> FencingToken {
-        self.holding.token
+        self.hold.token
     }
 
     /// Full path of our lock znode, e.g. `/locks/orders/_c_…-lock-0000000042`.
@@ -161,7 +161,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn node_path(&self) -> &str {
-        &self.holding.node[self.holding.at..]
+        &self.hold.node[self.hold.at..]
     }
 
     /// The lock path this guard holds.
@@ -180,7 +180,7 @@ impl<M: Mode> Held<M> {
         node.rsplit_once('/').map_or(node, |(parent, _)| parent)
     }
 
-    /// The ZooKeeper session holding the lock.
+    /// The ZooKeeper session hold the lock.
     ///
     /// # Examples
     ///
@@ -192,7 +192,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn session_id(&self) -> zk::SessionId {
-        self.holding.key.session()
+        self.hold.key.session()
     }
 
     /// Cancelled when the lock is lost (see [`LossReason`]) or released. Select on it, or
@@ -215,8 +215,8 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn cancellation_token(&self) -> CancellationToken {
-        let holding = &self.holding.state;
-        self.own().token(|| holding.token().child_token())
+        let hold = &self.hold.state;
+        self.own().token(|| hold.token().child_token())
     }
 
     /// Waits until the lock is lost or released, and says why.
@@ -232,12 +232,12 @@ impl<M: Mode> Held<M> {
     /// # async fn demo(lock: zkfence::FencedLock) -> zkfence::Result<()> {
     /// let guard = lock.acquire().await?;
     /// let reason = guard.lost().await;
-    /// eprintln!("stopped holding the lock: {reason}");
+    /// eprintln!("stopped hold the lock: {reason}");
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) -> LossReason {
         self.cancellation_token().cancelled().await;
-        self.holding.state.reason().unwrap_or(LossReason::Released)
+        self.hold.state.reason().unwrap_or(LossReason::Released)
     }
 
     /// Fails fast, without any I/O, once the lock is lost, released, **or** the lease deadline
@@ -264,7 +264,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(Error::from)
+        self.check_hold().map_err(Error::from)
     }
 
     /// Whether the hold is in jeopardy, as a watch: `true` while its lease has lapsed with no
@@ -291,7 +291,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn jeopardy(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.holding.state.jeopardy()
+        self.hold.state.jeopardy()
     }
 
     /// Waits until the hold is steady: returns at once if [`check`](Held::check) passes;
@@ -324,10 +324,10 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub async fn steady(&self) -> Result<()> {
-        let mut jeopardy = self.holding.state.jeopardy();
+        let mut jeopardy = self.hold.state.jeopardy();
         let own = self.cancellation_token();
         loop {
-            match self.halt() {
+            match self.check_hold() {
                 Ok(()) => return Ok(()),
                 Err(CheckError::Jeopardy) => {}
                 Err(lost) => return Err(lost.into()),
@@ -342,7 +342,7 @@ impl<M: Mode> Held<M> {
     /// Resolves when someone asks this holder to let go: a revocation request, which Apache
     /// Curator's `Revoker.attemptRevoke` and [`FencedLock::request_revocation`] write into the
     /// lock node. It costs nothing while held: the watchdog's watch on the node, there anyway,
-    /// carries it (on a session holding past its watch share, [`HOLD_WATCH_BYTES`], the
+    /// carries it (on a session hold past its watch share, [`HOLD_WATCH_BYTES`], the
     /// watchdog's read of the node once a probe period). It only asks: the lock stays held
     /// until released. It stays pending while no
     /// revocation is asked, also after the hold ends; select on it with [`lost`](Held::lost).
@@ -368,7 +368,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub async fn revocation_requested(&self) {
-        self.holding.state.revocation().await
+        self.hold.state.revocation().await
     }
 
     /// Whether someone has asked this holder to let go (see
@@ -386,18 +386,18 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn is_revocation_requested(&self) -> bool {
-        self.holding.state.is_revocation_requested()
+        self.hold.state.is_revocation_requested()
     }
 
     /// This guard's cancellation.
     fn own(&self) -> &LazyCancel {
-        self.own.as_deref().unwrap_or(&self.holding.first)
+        self.own.as_deref().unwrap_or(&self.hold.first)
     }
 
     /// The synchronous check: this guard ended (released, while others hold on), or the
-    /// holding's own state.
-    pub(crate) fn halt(&self) -> std::result::Result<(), CheckError> {
-        let state = &self.holding.state;
+    /// hold's own state.
+    pub(crate) fn check_hold(&self) -> std::result::Result<(), CheckError> {
+        let state = &self.hold.state;
         if self.own().is_cancelled() && state.reason().is_none() {
             return Err(CheckError::Lost(LossReason::Released));
         }
@@ -419,7 +419,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn lease_deadline(&self) -> Instant {
-        self.holding.state.deadline()
+        self.hold.state.deadline()
     }
 
     /// How long this lock has been held.
@@ -434,7 +434,7 @@ impl<M: Mode> Held<M> {
     /// # Ok(()) }
     /// ```
     pub fn held_for(&self) -> Duration {
-        self.holding.acquired_at.elapsed()
+        self.hold.acquired_at.elapsed()
     }
 }
 
@@ -498,7 +498,7 @@ impl<M: Mode> std::ops::Deref for LockGuard<M> {
     }
 }
 
-/// Who holds a new holding, and which lock it is on.
+/// Who holds a new hold, and which lock it is on.
 #[derive(Debug)]
 pub(crate) struct NewHold {
     pub(crate) key: Key,
@@ -518,13 +518,13 @@ impl<M: Mode> LockGuard<M> {
     ) -> LockGuard<M> {
         let Grant {
             token,
-            interest,
+            watchdog_ref,
             node_watch,
             chroot_len,
             release,
             ..
         } = grant;
-        let watch = interest.watch();
+        let watch = watchdog_ref.watch();
         let state = Arc::new(watch.guard_state(HoldTerms {
             budget: options.lease.budget(watch.session_timeout()),
             ride_out: options.ride_out,
@@ -540,7 +540,7 @@ impl<M: Mode> LockGuard<M> {
             watch: node_watch,
         });
         metrics::gauge!(HELD_LOCKS).increment(1.0);
-        let holding = Arc::new(Hold {
+        let hold = Arc::new(Hold {
             node,
             at,
             token,
@@ -552,38 +552,38 @@ impl<M: Mode> LockGuard<M> {
             owner: Mutex::new(holder.owner),
             guards: Mutex::new(Guards {
                 count: 1,
-                interest: Some(interest),
+                watchdog_ref: Some(watchdog_ref),
                 release: Some(release),
             }),
             first: LazyCancel::default(),
         });
-        HOLDINGS.insert(&holding.key, holding.kind, &holding);
-        LockGuard::of(holding, None)
+        HOLDS.insert(&hold.key, hold.kind, &hold);
+        LockGuard::of(hold, None)
     }
 
-    /// One more guard of `holding` (a reentrant acquire): the same node and token, no
-    /// request. `Ok(None)` if the holding was released meanwhile (the acquire queues);
+    /// One more guard of `hold` (a reentrant acquire): the same node and token, no
+    /// request. `Ok(None)` if the hold was released meanwhile (the acquire queues);
     /// [`Error::LockLost`] if it was lost: its node may still stand in the queue, and an
     /// acquire queued behind it would wait for the task's own lost guard.
-    pub(crate) fn nest(holding: Arc<Hold>) -> Result<Option<LockGuard<M>>> {
+    pub(crate) fn nest(hold: Arc<Hold>) -> Result<Option<LockGuard<M>>> {
         {
-            let mut guards = holding.guards();
-            match holding.state.reason() {
+            let mut guards = hold.guards();
+            match hold.state.reason() {
                 Some(LossReason::Released) => return Ok(None),
                 Some(reason) => return Err(Error::LockLost(reason)),
                 None if guards.count == 0 => return Ok(None),
                 None => guards.count += 1,
             }
         }
-        Ok(Some(LockGuard::of(holding, Some(Arc::default()))))
+        Ok(Some(LockGuard::of(hold, Some(Arc::default()))))
     }
 
-    /// A guard of `holding`, with its own cancellation `own`: `None` for the first guard,
-    /// whose cancellation is the holding's `first`.
-    fn of(holding: Arc<Hold>, own: Option<Arc<LazyCancel>>) -> LockGuard<M> {
+    /// A guard of `hold`, with its own cancellation `own`: `None` for the first guard,
+    /// whose cancellation is the hold's `first`.
+    fn of(hold: Arc<Hold>, own: Option<Arc<LazyCancel>>) -> LockGuard<M> {
         LockGuard {
             held: Held {
-                holding,
+                hold,
                 own,
                 mode: PhantomData,
             },
@@ -638,7 +638,7 @@ impl<M: Mode> LockGuard<M> {
     pub fn adopt(&self) {
         *self
             .held
-            .holding
+            .hold
             .owner
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Owner::current();
@@ -680,11 +680,8 @@ impl<M: Mode> LockGuard<M> {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<()> {
-        let holding = self.held.holding.clone();
-        let lost = holding
-            .state
-            .reason()
-            .filter(|r| *r != LossReason::Released);
+        let hold = self.held.hold.clone();
+        let lost = hold.state.reason().filter(|r| *r != LossReason::Released);
         let outcome = match self.end() {
             Some(mut release) => {
                 let deleted = release.now().await;
@@ -698,7 +695,7 @@ impl<M: Mode> LockGuard<M> {
                     (None, Err(err)) => Err(err),
                 }
             }
-            // A nested guard: the holding goes on for the others.
+            // A nested guard: the hold goes on for the others.
             None => lost.map_or(Ok(()), |reason| Err(Error::LockLost(reason))),
         };
         let outcome = match self.pinned.take() {
@@ -707,45 +704,45 @@ impl<M: Mode> LockGuard<M> {
         };
         match &outcome {
             Ok(()) => {
-                tracing::debug!(node = %self.node_path(), fencing_token = %holding.token, "released")
+                tracing::debug!(node = %self.node_path(), fencing_token = %hold.token, "released")
             }
             Err(err) => {
                 if !err.is_lock_lost() {
                     metrics::counter!(RELEASE_ERRORS_TOTAL).increment(1);
                 }
-                tracing::warn!(node = %self.node_path(), fencing_token = %holding.token, cause = %err, "release reported an error");
+                tracing::warn!(node = %self.node_path(), fencing_token = %hold.token, cause = %err, "release reported an error");
             }
         }
         outcome
     }
 
-    /// Ends this guard, once: cancels its token; if it was the last of its holding, ends the
-    /// holding (cancelled as released, unregistered, forgotten) and returns the release that
+    /// Ends this guard, once: cancels its token; if it was the last of its hold, ends the
+    /// hold (cancelled as released, unregistered, forgotten) and returns the release that
     /// deletes the node.
     fn end(&mut self) -> Option<Release> {
         if std::mem::replace(&mut self.ended, true) {
             return None;
         }
         self.held.own().cancel();
-        let holding = &self.held.holding;
-        let (interest, release) = {
-            let mut guards = holding.guards();
+        let hold = &self.held.hold;
+        let (watchdog_ref, release) = {
+            let mut guards = hold.guards();
             guards.count -= 1;
             if guards.count > 0 {
                 return None;
             }
-            (guards.interest.take(), guards.release.take())
+            (guards.watchdog_ref.take(), guards.release.take())
         };
-        holding.state.lose(LossReason::Released);
-        HOLDINGS.remove(&holding.key, holding);
-        if let Some(interest) = interest {
-            interest
+        hold.state.lose(LossReason::Released);
+        HOLDS.remove(&hold.key, hold);
+        if let Some(watchdog_ref) = watchdog_ref {
+            watchdog_ref
                 .watch()
-                .post_quietly(Event::Unregister { id: holding.id });
+                .post_quietly(Event::Unregister { id: hold.id });
         }
         metrics::gauge!(HELD_LOCKS).decrement(1.0);
-        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => holding.state.terms.label.clone())
-            .record(holding.acquired_at.elapsed().as_secs_f64());
+        metrics::histogram!(HOLD_DURATION_SECONDS, "lock" => hold.state.terms.label.clone())
+            .record(hold.acquired_at.elapsed().as_secs_f64());
         release
     }
 }
@@ -763,8 +760,8 @@ impl<M: Mode> crate::section::Guarded for LockGuard<M> {
 }
 
 impl<M: Mode> crate::section::Fenceable for Held<M> {
-    fn halt(&self) -> std::result::Result<(), CheckError> {
-        Held::halt(self)
+    fn check_hold(&self) -> std::result::Result<(), CheckError> {
+        Held::check_hold(self)
     }
 
     fn steady(&self) -> impl std::future::Future<Output = Result<()>> + Send {

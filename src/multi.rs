@@ -282,14 +282,18 @@ impl MultiHeld {
     /// # Ok(()) }
     /// ```
     pub fn check(&self) -> Result<()> {
-        self.halt().map_err(Error::from)
+        self.check_hold().map_err(Error::from)
     }
 
-    fn halt(&self) -> std::result::Result<(), CheckError> {
-        let halts: Vec<CheckError> = self.helds.iter().filter_map(|h| h.halt().err()).collect();
-        match halts.iter().find(|h| matches!(h, CheckError::Lost(_))) {
+    fn check_hold(&self) -> std::result::Result<(), CheckError> {
+        let failed: Vec<CheckError> = self
+            .helds
+            .iter()
+            .filter_map(|h| h.check_hold().err())
+            .collect();
+        match failed.iter().find(|h| matches!(h, CheckError::Lost(_))) {
             Some(lost) => Err(*lost),
-            None => halts.first().map_or(Ok(()), |h| Err(*h)),
+            None => failed.first().map_or(Ok(()), |h| Err(*h)),
         }
     }
 
@@ -406,8 +410,8 @@ impl MultiHeld {
 }
 
 impl Fenceable for MultiHeld {
-    fn halt(&self) -> std::result::Result<(), CheckError> {
-        MultiHeld::halt(self)
+    fn check_hold(&self) -> std::result::Result<(), CheckError> {
+        MultiHeld::check_hold(self)
     }
 
     fn steady(&self) -> impl Future<Output = Result<()>> + Send {

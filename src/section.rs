@@ -31,7 +31,7 @@ pub trait Guarded: Send {
 #[allow(unreachable_pub)]
 pub trait Fenceable: Clone + Send + Sync + Unpin + 'static {
     /// Whether the hold is steady, in jeopardy or over.
-    fn halt(&self) -> std::result::Result<(), CheckError>;
+    fn check_hold(&self) -> std::result::Result<(), CheckError>;
 
     /// Until the hold is steady again (or lost).
     fn steady(&self) -> impl Future<Output = Result<()>> + Send;
@@ -109,7 +109,7 @@ impl<H: Fenceable, Fut: Future> Future for WhileHeld<H, Fut> {
                 }
                 this.steadying = None;
             }
-            match this.held.halt() {
+            match this.held.check_hold() {
                 Ok(()) => break,
                 Err(CheckError::Lost(reason)) => {
                     this.future = None;

@@ -136,7 +136,7 @@ mod tests {
 
     const MAP: &str = "## The library's layers\n\n\
         | layer | modules | what |\n| --- | --- | --- |\n\
-        | requests | `src/zk/`, `src/wait.rs` | x |\n\
+        | requests | `src/requests/`, `src/wait.rs` | x |\n\
         | locks | `src/lock.rs` | y |\n\
         | beside every layer | `src/error.rs` | z |\n\n## Next\n| a | `src/other.rs` | |\n";
 
@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn the_table_is_read_bottom_first_and_only_its_own_section() {
         let places = places(MAP).unwrap();
-        assert_eq!(places["zk"], Place::Layer(0, "requests".into()));
+        assert_eq!(places["requests"], Place::Layer(0, "requests".into()));
         assert_eq!(places["wait"], Place::Layer(0, "requests".into()));
         assert_eq!(places["lock"], Place::Layer(1, "locks".into()));
         assert_eq!(places["error"], Place::Beside);
@@ -164,19 +164,19 @@ mod tests {
     fn a_layer_may_use_itself_below_and_beside_but_not_above() {
         let places = places(MAP).unwrap();
         let fine = uses(&[
-            ("lock", "zk"),
-            ("zk", "wait"),
-            ("zk", "error"),
+            ("lock", "requests"),
+            ("requests", "wait"),
+            ("requests", "error"),
             ("", "lock"),
         ]);
         assert!(misuses(&fine, &places).is_empty());
-        let up = misuses(&uses(&[("zk", "lock")]), &places);
+        let up = misuses(&uses(&[("requests", "lock")]), &places);
         assert_eq!(up.len(), 1);
         assert!(
-            up[0].contains("`zk` (layer `requests`) uses `lock`"),
+            up[0].contains("`requests` (layer `requests`) uses `lock`"),
             "{up:?}"
         );
-        let beside = misuses(&uses(&[("error", "zk")]), &places);
+        let beside = misuses(&uses(&[("error", "requests")]), &places);
         assert!(beside[0].contains("beside every layer"), "{beside:?}");
         let unplaced = misuses(&uses(&[("lock", "other")]), &places);
         assert!(

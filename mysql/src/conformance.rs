@@ -452,9 +452,8 @@ impl ConformanceStore {
 
     /// Runs `conn`'s fenced transaction into a deadlock with another fenced transaction (of
     /// `scope`'s sibling scope, on two rows of `kit_items` taken in opposite orders), the other
-    /// one made the heavier (50 rows more), so that InnoDB rolls back `conn`'s: both changed a
-    /// non-transactional table (the claim's count), which InnoDB weighs above rows, and then
-    /// it rolls back the one with fewer. Whether `conn`'s was the victim (`false`: the other
+    /// one made the heavier (50 rows more), so that InnoDB rolls back `conn`'s, the one with
+    /// fewer. Whether `conn`'s was the victim (`false`: the other
     /// was, and `conn`'s transaction is still open).
     async fn lose_a_deadlock(
         &self,

@@ -114,14 +114,27 @@ fn add_claim_id(database: Option<&str>) -> [String; 4] {
             "CREATE PROCEDURE {procedure}()
   MODIFIES SQL DATA
 BEGIN
+  DECLARE waited INT DEFAULT @@session.lock_wait_timeout;
+  -- Another install added it first: nothing left to do.
+  DECLARE CONTINUE HANDLER FOR 1060 BEGIN END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    GET DIAGNOSTICS CONDITION 1 @zkfence_why = MESSAGE_TEXT;
+    SET SESSION lock_wait_timeout = waited;
+    SET @zkfence_why = CONCAT('zkfence: adding claim_id to the fence table: ', @zkfence_why, ' (a lock wait: end the open fenced transactions, then install again)');
+    RESIGNAL SET MESSAGE_TEXT = @zkfence_why;
+  END;
   IF NOT EXISTS (SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema}
       AND TABLE_NAME = 'zkfence_fence' AND COLUMN_NAME = 'claim_id') THEN
+    -- The ALTER waits for every open transaction on the table, and the claims behind it wait
+    -- for the ALTER: never for long.
+    SET SESSION lock_wait_timeout = 30;
     ALTER TABLE {table} ADD COLUMN claim_id BIGINT UNSIGNED NOT NULL DEFAULT 0;
+    SET SESSION lock_wait_timeout = waited;
   END IF;
 END"
         ),
         format!("CALL {procedure}()"),
-        format!("DROP PROCEDURE {procedure}"),
+        format!("DROP PROCEDURE IF EXISTS {procedure}"),
     ]
 }
 
@@ -242,7 +255,7 @@ fn claim_procedure(database: Option<&str>, code: Code, ends: Ends) -> String {
         Ends::Transaction => (
             BEGIN,
             "turns autocommit off, then raises the scope''s fence to the token",
-            "SET autocommit = 0;".to_owned(),
+            "SET autocommit = 0;\n  SET @zkfence_sealable = ',';".to_owned(),
             "",
         ),
     };
@@ -368,9 +381,11 @@ fn idle_bound_lines(code: Code) -> (String, String) {
 /// dropping the id the row held before (a transaction of this session that claimed and ended
 /// without its seal cannot pass for this one). The seal finds the row's id in the list only in
 /// the transaction of its latest claim by this session: a rollback under the work puts the
-/// row's previous id back, and a later claim by anyone writes another. Past 8 KiB (ids left by
-/// claims never sealed), the list restarts with this claim's id alone: an older claim then
-/// fails its seal, which is safe. The list and the row are all the state: no table per
+/// row's previous id back, and a later claim by anyone writes another. `zkfence_begin` (a
+/// transaction's first claim) and the driver's rollback start the list afresh, so ids of
+/// claims never sealed do not pile up on a long-lived connection; past 8 KiB all the same, the
+/// list restarts with this claim's id alone: an older claim, or an earlier one of the same
+/// transaction, then fails its seal (`ZF003`), which is safe. The list and the row are all the state: no table per
 /// session, where the temporary tables of the marks before it cost a tenth of a fenced
 /// transaction's server time.
 const MARK: &str = "SET @zkfence_sealable = REPLACE(IFNULL(@zkfence_sealable, ','), CONCAT(',', v_prev, ','), ',');
@@ -504,7 +519,7 @@ pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
 /// Ends whatever the fenced transaction left open, and lifts the doom of a failed claim or
 /// seal (the Rust side hands the error on; a client that carries on is not this one).
 pub(crate) const ROLLBACK: &str =
-    "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1";
+    "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1; SET @zkfence_sealable = NULL";
 
 /// The standalone claim, committed on its own (`zkfence_begin`, then `zkfence_commit`, whose
 /// seal clears its mark): text statements sent as one, one round trip (a prepared one costs a

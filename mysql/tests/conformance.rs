@@ -138,9 +138,8 @@ async fn deadlock(
     waits: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut side = open(direct).await;
-    // The other side changes many rows first: InnoDB rolls back the lighter transaction, ours.
-    // Both change a non-transactional table (ours, the claim's count in a MEMORY table), which
-    // InnoDB weighs above any number of rows.
+    // The other side changes a non-transactional table, which InnoDB weighs above any number of
+    // rows, and many rows: InnoDB rolls back the lighter transaction, ours.
     side.query_drop("CREATE TEMPORARY TABLE side_count (n INT) ENGINE = MEMORY")
         .await
         .unwrap();

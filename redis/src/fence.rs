@@ -32,8 +32,9 @@ local function fence_key(key)
 end
 local function token(text)
   if type(text) ~= 'string' then return nil end
-  local digits = string.match(text, '^%+?0*(%d+)$')
+  local digits = string.match(text, '^%+?(%d+)$')
   if not digits then return nil end
+  digits = string.match(digits, '^0*(%d+)$')
   if #digits > 19 or (#digits == 19 and digits > '9223372036854775807') then return nil end
   return digits
 end

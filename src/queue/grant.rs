@@ -44,7 +44,7 @@ impl Attempt<'_> {
     ) -> oneshot::Receiver<()> {
         let (done, proved) = oneshot::channel();
         // The watchdog reads paths on the server: the chroot included.
-        self.interest.watch().send(Event::Prove {
+        self.watchdog_ref.watch().send(Event::Prove {
             node: server_path(self.client, &node.path).into(),
             budget,
             done,
@@ -158,11 +158,11 @@ impl Attempt<'_> {
         waited: Waited,
         turn: Option<InProcessTurn>,
     ) -> Grant {
-        self.interest.granted();
+        self.watchdog_ref.granted();
         let mark = release_marked(self.queue.kind, self.lock_delay_on(), waited.crowded);
         Grant {
             token: node.token,
-            interest: self.interest,
+            watchdog_ref: self.watchdog_ref,
             node_watch: waited.own_watch,
             chroot_len: chroot_prefix(self.client.path()).len(),
             release: self.pending.into_release(&node.name, mark, turn),

@@ -71,12 +71,12 @@ pub(crate) async fn acquire(queue: &Queue, request: Request<'_>) -> Result<Optio
     else {
         return Ok(None);
     };
-    let mut interest = watchdog::watch_session(client, &queue.options.lease, &queue.path);
+    let mut watchdog_ref = watchdog::watch_session(client, &queue.options.lease, &queue.path);
     // An acquire that cannot wait (`try_acquire`, a downgrade's read lock) sets no watch.
     let waits = !matches!(wait, Wait::Never) && under.is_none();
-    reserve_node(queue, &mut interest, waits)?;
+    reserve_node(queue, &mut watchdog_ref, waits)?;
     let data = data.unwrap_or(&queue.options.data);
-    let mut attempt = Attempt::new(queue, wait, data, interest);
+    let mut attempt = Attempt::new(queue, wait, data, watchdog_ref);
     let Some(created) = attempt.create().await? else {
         return Ok(None);
     };
@@ -111,13 +111,13 @@ const NODE_NAME_BYTES: u64 = 3 + 36 + 1 + 8 + 10;
 /// length and the node's full path on the server: the chroot, the lock path, `/`, its name),
 /// and, for an acquire that `waits`, the paths its watches may take until its grant (see
 /// [`waiting_watch_paths`]), each about as long as our node's path.
-fn reserve_node(queue: &Queue, interest: &mut WatchdogRef, waits: bool) -> Result<()> {
+fn reserve_node(queue: &Queue, watchdog_ref: &mut WatchdogRef, waits: bool) -> Result<()> {
     let client = &queue.client;
     let chroot = chroot_prefix(client.path()).len() as u64;
     let path = chroot + queue.path.len() as u64 + 1 + NODE_NAME_BYTES;
     let limit = queue.options.session_node_bytes as u64;
     let session = client.session_id();
-    interest
+    watchdog_ref
         .reserve_node(4 + path, limit)
         .map_err(|(nodes, bytes)| Error::SessionNodeBudget {
             session,
@@ -130,7 +130,7 @@ fn reserve_node(queue: &Queue, interest: &mut WatchdogRef, waits: bool) -> Resul
     }
     let limit = crate::WAITING_WATCH_BYTES as u64;
     let paths = waiting_watch_paths(queue.kind, queue.options.lock_delay.is_some());
-    interest
+    watchdog_ref
         .reserve_waiting(paths * path, limit)
         .map_err(|(waiting, bytes)| Error::SessionWatchBudget {
             session,

@@ -105,7 +105,7 @@ impl Queue {
 pub(crate) struct Grant {
     pub(crate) token: FencingToken,
     /// The session's watchdog, kept running for the holder.
-    pub(crate) interest: WatchdogRef,
+    pub(crate) watchdog_ref: WatchdogRef,
     /// The watch on our node set while we waited, if any: the watchdog takes it over.
     pub(crate) node_watch: Option<NodeWatch>,
     /// How long a prefix the client's chroot puts before its paths on the server: the
@@ -140,7 +140,7 @@ pub(super) struct Attempt<'a> {
     pub(super) session: zk::SessionId,
     pub(super) wait: Wait,
     /// The session's watchdog, running while we acquire (and then for the holder).
-    pub(super) interest: WatchdogRef,
+    pub(super) watchdog_ref: WatchdogRef,
     /// Our node until it is granted: removed on every other way out.
     pub(super) pending: PendingNode,
     /// While we create and until we wait: the session's watchdog probes meanwhile (a slow
@@ -213,11 +213,11 @@ impl<'a> Attempt<'a> {
         queue: &'a Queue,
         wait: Wait,
         data: &'a [u8],
-        interest: WatchdogRef,
+        watchdog_ref: WatchdogRef,
     ) -> Attempt<'a> {
         let client = &queue.client;
-        let creating = Some(interest.watch().start_creating());
-        let root = interest.watch().root_handle(client);
+        let creating = Some(watchdog_ref.watch().start_creating());
+        let root = watchdog_ref.watch().root_handle(client);
         Attempt {
             creating,
             warming: std::sync::Mutex::new(None),
@@ -227,7 +227,7 @@ impl<'a> Attempt<'a> {
             path: &queue.path,
             session: client.session_id(),
             wait,
-            interest,
+            watchdog_ref,
             pending: PendingNode::new(
                 root,
                 server_path(client, &queue.path),
@@ -242,7 +242,7 @@ impl<'a> Attempt<'a> {
     }
 
     pub(super) fn lease(&self) -> &LeaseCell {
-        self.interest.watch().lease()
+        self.watchdog_ref.watch().lease()
     }
 
     pub(super) fn deadline(&self) -> Option<Instant> {
@@ -256,7 +256,7 @@ impl<'a> Attempt<'a> {
 
     /// The lease budget of this acquire's hold.
     pub(super) fn budget(&self) -> std::time::Duration {
-        let watch = self.interest.watch();
+        let watch = self.watchdog_ref.watch();
         self.queue.options.lease.budget(watch.session_timeout())
     }
 }

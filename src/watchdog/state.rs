@@ -40,10 +40,10 @@ pub enum CheckError {
     Lost(LossReason),
 }
 
-/// What `check()` reports for a halt, for every kind of hold alike.
+/// What `check()` reports for a failed check, for every kind of hold alike.
 impl From<CheckError> for Error {
-    fn from(halt: CheckError) -> Error {
-        match halt {
+    fn from(failure: CheckError) -> Error {
+        match failure {
             CheckError::Jeopardy => Error::Jeopardy,
             CheckError::Lost(reason) => Error::LockLost(reason),
         }
