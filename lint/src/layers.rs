@@ -65,11 +65,13 @@ fn places(map: &str) -> Result<BTreeMap<String, Place>, Vec<String>> {
             }
         }
     }
-    match problems.is_empty() && !places.is_empty() {
-        true => Ok(places),
-        false if places.is_empty() => Err(vec!["the layers' table places no module".into()]),
-        false => Err(problems),
+    if places.is_empty() {
+        return Err(vec!["the layers' table places no module".into()]);
     }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(places)
 }
 
 /// One line per use the places forbid: a layer using one above it, a module beside the layers
@@ -115,15 +117,10 @@ pub(crate) fn check(root: &Path, map_file: &str) -> Vec<String> {
     let Ok(map) = std::fs::read_to_string(root.join(map_file)) else {
         return Vec::new(); // The map's own check says it is missing.
     };
-    let found = places(&map).and_then(|places| {
-        let wrong = misuses(&crate::imports::top_level_uses(&root.join("src")), &places);
-        if wrong.is_empty() {
-            Ok(places)
-        } else {
-            Err(wrong)
-        }
-    });
-    let problems = found.err().unwrap_or_default();
+    let problems = match places(&map) {
+        Err(unread) => unread,
+        Ok(places) => misuses(&crate::imports::top_level_uses(&root.join("src")), &places),
+    };
     problems
         .into_iter()
         .map(|p| format!("{map_file}: {p}"))

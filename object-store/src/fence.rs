@@ -626,20 +626,11 @@ impl ObjectFence {
         op: &'static str,
         work: impl Future<Output = Result<T, FenceError<Error>>>,
     ) -> Result<T, FenceError<Error>> {
-        let mut work = Some(work);
-        fence::author::drive(STORE, op, ticket, 1, || {
-            let work = work.take();
-            async move {
-                tracing::Span::current().record("path", tracing::field::display(path));
-                match work {
-                    Some(work) => work.await.map_err(fence::author::TryFailure::Done),
-                    None => Err(fence::author::TryFailure::Done(FenceError::Store(
-                        Error::Aborted("a fenced write is attempted once".into()),
-                    ))),
-                }
-            }
-        })
-        .await
+        let work = async move {
+            tracing::Span::current().record("path", tracing::field::display(path));
+            work.await
+        };
+        fence::author::drive_once(STORE, op, ticket, work).await
     }
 
     /// Compares, and writes what `next` makes of the object, conditional on the version

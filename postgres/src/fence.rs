@@ -298,12 +298,8 @@ impl PostgresFence {
         client: &impl GenericClient,
         ticket: &FenceTicket,
     ) -> Result<Option<i64>, FenceError<tokio_postgres::Error>> {
-        fence::author::drive(STORE, "claim", ticket, 1, || async {
-            self.claim_once(client, ticket)
-                .await
-                .map_err(TryFailure::Done)
-        })
-        .await
+        let work = self.claim_once(client, ticket);
+        fence::author::drive_once(STORE, "claim", ticket, work).await
     }
 
     async fn claim_once(

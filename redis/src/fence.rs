@@ -789,18 +789,8 @@ impl RedisFence {
         commands: Option<&Commands>,
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
         let op = if commands.is_some() { "write" } else { "claim" };
-        let mut conn = Some(conn);
-        fence::author::drive(STORE, op, ticket, 1, || {
-            let conn = conn.take();
-            async move {
-                let conn = conn.ok_or(fence::author::TryFailure::Done(FenceError::Invalid(
-                    zkfence::Error::InvalidOptions("a fenced script is sent once"),
-                )))?;
-                (self.attempt(conn, ticket, commands).await)
-                    .map_err(fence::author::TryFailure::Done)
-            }
-        })
-        .await
+        let work = self.attempt(conn, ticket, commands);
+        fence::author::drive_once(STORE, op, ticket, work).await
     }
 
     async fn attempt<C: ConnectionLike + Send>(

@@ -1,5 +1,6 @@
-//! What every fence implementation runs its operations through: [`drive`] (the span, the
-//! retries, the metrics), and the pieces it is made of, for fences that need them apart.
+//! What every fence implementation runs its operations through: [`drive_on`] and
+//! [`drive_once`] (the span, the retries, the metrics), and the pieces they are made of, for
+//! fences that need them apart.
 
 use std::fmt;
 use std::future::Future;
@@ -74,63 +75,6 @@ impl<E> From<FenceError<E>> for TryFailure<E> {
     }
 }
 
-/// For fence implementations: runs a fenced operation (`op`, on `store`, for `ticket`) the way
-/// every zkfence fence does, as [`drive_on`] with nothing carried from one try to the next: in
-/// its span, `once` up to `max_tries` times while it fails with [`TryFailure::Retry`], and
-/// the outcome recorded.
-///
-/// # Errors
-///
-/// The last try's error.
-///
-/// # Cancel safety
-///
-/// As cancel safe as `once`: dropping the future drops the try under way.
-///
-/// # Examples
-///
-/// ```
-/// # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
-/// use zkfence::fence::{FenceError, FenceTicket};
-/// use zkfence::fence::author::{drive, TryFailure};
-/// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
-/// let mut tries = 0;
-/// let outcome: Result<u32, FenceError<std::io::Error>> =
-///     drive("my-store", "write", &ticket, 3, || {
-///         tries += 1;
-///         let this = tries;
-///         async move {
-///             match this {
-///                 1 => Err(TryFailure::Retry("deadlock", FenceError::Store(std::io::Error::other("1213")))),
-///                 _ => Ok(this),
-///             }
-///         }
-///     })
-///     .await;
-/// assert_eq!(outcome?, 2);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// # })?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub async fn drive<T, E, F, Fut>(
-    store: &'static str,
-    op: &'static str,
-    ticket: &FenceTicket,
-    max_tries: u32,
-    mut once: F,
-) -> Result<T, FenceError<E>>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, TryFailure<E>>>,
-    E: fmt::Display,
-{
-    let once = |()| {
-        let next = once();
-        async move { ((), next.await) }
-    };
-    drive_on(store, op, ticket, max_tries, (), once).await
-}
-
 /// The fenced operations' retry loop, written once for every zkfence fence: runs `op` (on
 /// `store`, for `ticket`) in its `fence` span (fields `store`, `op`, `scope`,
 /// `fencing_token`, and `path` and `session_id` for a try to record where they apply), one try
@@ -201,7 +145,48 @@ where
     operation.finish(outcome)
 }
 
-/// One fenced operation under way ([`drive_on`]'s): its span, when it started, and its tries.
+/// For fence implementations: runs `work`, a fenced operation made of one try (whatever it
+/// retries inside, as an object store's races), in the operation's `fence` span, and records
+/// its outcome: [`drive_on`] for an operation with nothing to carry from one try to the next
+/// and no try to make again.
+///
+/// # Errors
+///
+/// `work`'s error.
+///
+/// # Cancel safety
+///
+/// As cancel safe as `work`: dropping the future drops it.
+///
+/// # Examples
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// use zkfence::fence::{FenceError, FenceTicket};
+/// let ticket: FenceTicket = "5@4294967301::/locks/a".parse()?;
+/// let work = async { Ok::<u32, FenceError<std::io::Error>>(7) };
+/// let outcome = zkfence::fence::author::drive_once("my-store", "write", &ticket, work).await;
+/// assert_eq!(outcome?, 7);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub async fn drive_once<T, E, Fut>(
+    store: &'static str,
+    op: &'static str,
+    ticket: &FenceTicket,
+    work: Fut,
+) -> Result<T, FenceError<E>>
+where
+    Fut: Future<Output = Result<T, FenceError<E>>>,
+    E: fmt::Display,
+{
+    let operation = Operation::new(store, op, ticket, 1);
+    let outcome = work.instrument(operation.span.clone()).await;
+    operation.finish(outcome)
+}
+
+/// One fenced operation under way ([`drive_on`]'s and [`drive_once`]'s): its span, when it started, and its tries.
 #[derive(Debug)]
 struct Operation {
     store: &'static str,

@@ -134,7 +134,7 @@ pub use self::ticket::{FenceTicket, TicketError};
 pub use self::zookeeper::ZooKeeperFence;
 
 /// The plumbing zkfence's fence packages share: the retry loop of a fenced operation
-/// ([`drive`](author::drive), [`drive_on`](author::drive_on), a try failing with a
+/// ([`drive_on`](author::drive_on), [`drive_once`](author::drive_once), a try failing with a
 /// [`TryFailure`](author::TryFailure)),
 /// its metrics ([`record`](author::record), [`record_retry`](author::record_retry)), the
 /// backoff, the cause of an error, the TLS parameters of a store's URL, and the fence contract
@@ -154,7 +154,7 @@ pub mod author {
     #[doc(inline)]
     pub use crate::__zkfence_connected_fence as connected_fence;
     pub use crate::fence::driver::{
-        drive, drive_on, find_cause, record, record_retry, retry_backoff, TryFailure,
+        drive_on, drive_once, find_cause, record, record_retry, retry_backoff, TryFailure,
     };
     pub use crate::fence::url::{
         read_client_identity, read_url_file, take_url_parameters, SplitUrl,

@@ -429,31 +429,21 @@ impl ZooKeeperFence {
     ) -> Result<(Option<i64>, Vec<zk::MultiWriteResult>), FenceError<Error>> {
         let op = if claiming { "claim" } else { "write" };
         let unchecked = self.flaw.is(FenceMutant::CheckOutsideTransaction) && !claiming;
-        let mut ops = Some(ops);
-        super::driver::drive("zookeeper", op, ticket, 1, || {
-            let ops = ops.take();
-            async move {
-                let ops = ops.ok_or(super::driver::TryFailure::Done(FenceError::Store(
-                    Error::InvalidOptions("a fenced write is attempted once"),
-                )))?;
-                let session = self.client.session_id();
-                tracing::Span::current().record("session_id", tracing::field::display(session));
-                let outcome = match unchecked {
-                    // The mutant trusts the claim made before, and writes with no check at all.
-                    true => self
-                        .send(ticket, None, ops)
-                        .await
-                        .map(|out| (None, out))
-                        .map_err(|a| match a {
-                            CommitFailure::Failed(err) => err,
-                            _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
-                        }),
-                    false => self.attempts(ticket, ops).await,
-                };
-                outcome.map_err(super::driver::TryFailure::Done)
+        let work = async move {
+            let session = self.client.session_id();
+            tracing::Span::current().record("session_id", tracing::field::display(session));
+            match unchecked {
+                // The mutant trusts the claim made before, and writes with no check at all.
+                true => (self.send(ticket, None, ops).await)
+                    .map(|out| (None, out))
+                    .map_err(|a| match a {
+                        CommitFailure::Failed(err) => err,
+                        _ => FenceError::Store(Error::InvalidOptions("unchecked write raced")),
+                    }),
+                false => self.attempts(ticket, ops).await,
             }
-        })
-        .await
+        };
+        super::driver::drive_once("zookeeper", op, ticket, work).await
     }
 
     /// [`commit`](Self::commit)'s attempts.
