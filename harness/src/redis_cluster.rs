@@ -127,8 +127,13 @@ impl LocalRedisCluster {
         let cluster = LocalRedisCluster { nodes, tls };
         for node in &cluster.nodes {
             cluster.wait(&format!("127.0.0.1:{} to answer PING", node.port), || {
-                let pong = cluster.cli(node.port, &["PING"]);
-                Ok(pong.is_ok_and(|out| out.trim() == "PONG"))
+                if !alive(node.child.id()) {
+                    return Err(format!("it exited; its log ends: {}", log_tail(node)));
+                }
+                match cluster.cli(node.port, &["PING"])?.trim() {
+                    "PONG" => Ok(true),
+                    other => Err(format!("it answered {other:?}")),
+                }
             })?;
         }
         cluster.create()?;
@@ -480,6 +485,21 @@ fn sweep() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// Whether process `pid` runs (exists and is no zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !state.is_some_and(|rest| rest.starts_with('Z'))
+    })
+}
+
+/// The last lines of a node's log, for an error.
+fn log_tail(node: &Node) -> String {
+    let log = std::fs::read_to_string(node.dir.join("redis.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 /// Starts one durable cluster-mode node on a free port (its bus port another free one), over

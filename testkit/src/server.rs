@@ -124,11 +124,18 @@ pub(crate) struct Node {
 
 /// A free loopback port for a server you start: one below the kernel's ephemeral range
 /// (`net.ipv4.ip_local_port_range`, 32768–60999 by default), from a start that differs per
-/// process and call, that binds on `127.0.0.1` now. The kernel never hands out such a port to
-/// a client's connection or a bind to port 0, so the gap between this check and the server's
-/// own bind is open only to another process that picks ports the same way (a port from the
-/// ephemeral range was taken by a client's connection in that gap: PostgreSQL's bind failed,
-/// CI 2026-11-29). Falls back to a port the kernel chooses when the range starts too low.
+/// process and call, that binds on `127.0.0.1` now, and that no caller of this function, in
+/// this process or another, was handed in the last ten minutes by a process still alive.
+///
+/// The kernel never hands out such a port to a client's connection or a bind to port 0 (a
+/// port from the ephemeral range was taken by a client's connection before PostgreSQL could
+/// bind it: CI 2026-11-29). The gap between this check and the server's own bind was still
+/// open to another test binary picking ports the same way (a Redis Cluster node found its
+/// port answered by another binary's server: CI 2026-11-29), so each port handed out is
+/// reserved by a file `zkfence-ports/<port>` under the temp dir holding the caller's pid,
+/// taken with `O_EXCL`; a reservation of a process that has exited, or older than ten minutes
+/// (a server binds in seconds), is taken over. Where the temp dir cannot be written, the bind
+/// check alone decides. Falls back to a port the kernel chooses when the range starts too low.
 ///
 /// # Errors
 ///
@@ -157,12 +164,63 @@ pub fn free_port() -> std::io::Result<u16> {
             + nanos;
         for step in 0..span {
             let port = LOWEST + u16::try_from((seed + step * 977) % span).unwrap_or(0);
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() && reserve(port) {
                 return Ok(port);
             }
         }
     }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// How long a reservation of [`free_port`] keeps a port from other callers.
+const RESERVED_FOR: Duration = Duration::from_secs(600);
+
+/// Reserves `port` for this process (see [`free_port`]): false when another caller holds it.
+fn reserve(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("zkfence-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let path = dir.join(port.to_string());
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut file) => {
+                let _ = write!(file, "{}", std::process::id());
+                return true;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if !reservation_lapsed(&path) {
+                    return false;
+                }
+                // Two callers taking over the same lapsed port at once may both win; each
+                // still had to bind it first, within the same instant.
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Whether the reservation at `path` is of a process that has exited, or older than
+/// [`RESERVED_FOR`]. One just created and not yet written holds.
+fn reservation_lapsed(path: &Path) -> bool {
+    let age = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok());
+    if age.is_some_and(|age| age > RESERVED_FOR) {
+        return true;
+    }
+    let owner = std::fs::read_to_string(path).ok();
+    let pid = owner
+        .as_deref()
+        .and_then(|text| text.trim().parse::<u32>().ok());
+    pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// A fresh directory of this process's own under the system's temp dir,
@@ -679,5 +737,33 @@ impl LocalZooKeeper {
         self.node.kill();
         self.node.spawn()?;
         self.node.wait_serving(START_TIMEOUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports handed out are never handed out again while reserved, in this process or by
+    /// another; a reservation of a process that has exited is taken over.
+    #[test]
+    fn a_port_handed_out_is_not_handed_out_again() {
+        let ports: Vec<u16> = (0..300).map(|_| free_port().unwrap()).collect();
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "a port handed out twice");
+        let reservation = |port: u16| std::env::temp_dir().join(format!("zkfence-ports/{port}"));
+        let ours = std::fs::read_to_string(reservation(ports[0])).unwrap();
+        assert_eq!(ours, std::process::id().to_string());
+        assert!(!reserve(ports[0]), "a live reservation was taken over");
+        // A process that has exited: `true`, waited for, so its pid is gone.
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        std::fs::write(reservation(ports[1]), gone.id().to_string()).unwrap();
+        assert!(reserve(ports[1]), "an exited process's reservation held");
+        for port in ports {
+            let _ = std::fs::remove_file(reservation(port));
+        }
     }
 }
