@@ -326,6 +326,84 @@ async fn mariadb_force_after_a_refusal_commits_nothing() {
     assert!(store.log("force").await.unwrap().is_empty());
 }
 
+/// `zkfence_commit` commits only the transaction of its scope's claim, and only while that
+/// claim's write stands (its savepoint): from the `mariadb` client, a rollback to a savepoint
+/// set before the claim, a commit naming a scope the transaction never claimed, and a second
+/// commit after the first each end in `ZF003` with nothing of theirs committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkfence_commit_refuses_a_transaction_its_claim_does_not_cover() {
+    let store = new_store("covered").await;
+    let refused = |sql: &'static str| {
+        let store = &store;
+        async move {
+            let out = mariadb(store, sql, true).await;
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(stderr.contains("(ZF003)"), "{sql}: {stderr}");
+        }
+    };
+    // The claim undone by a rollback to the caller's savepoint, the write after it kept.
+    refused(
+        "SET autocommit = 0; SAVEPOINT mine; CALL zkfence_begin('/locks/covered', '7'); \
+         ROLLBACK TO SAVEPOINT mine; INSERT INTO kit_log (k, token) VALUES ('covered', 1); \
+         CALL zkfence_commit('/locks/covered');",
+    )
+    .await;
+    // Another scope's claim.
+    refused(
+        "CALL zkfence_begin('/locks/other', '7'); \
+         INSERT INTO kit_log (k, token) VALUES ('covered', 2); \
+         CALL zkfence_commit('/locks/covered');",
+    )
+    .await;
+    // The sound transaction commits; a second commit, with no claim of its own, does not.
+    refused(
+        "CALL zkfence_begin('/locks/covered', '7'); \
+         INSERT INTO kit_log (k, token) VALUES ('covered', 3); \
+         CALL zkfence_commit('/locks/covered'); \
+         SET SESSION TRANSACTION READ WRITE; SET autocommit = 0; \
+         INSERT INTO kit_log (k, token) VALUES ('covered', 4); \
+         CALL zkfence_commit('/locks/covered');",
+    )
+    .await;
+    assert_eq!(store.log("covered").await.unwrap(), vec![3]);
+}
+
+/// `zkfence_begin` decides in one statement where it accepts, and reads the row otherwise; a
+/// client that asks the server to count found rows rather than changed ones (as Connector/J
+/// does by default) sees every claim decided as another client does: a scope's first claim
+/// and an equal token accepted, a lower one refused naming the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_found_rows_client_is_decided_as_any_other() {
+    let store = new_store("found_rows").await;
+    let root = root().await;
+    let url = root.replace("/mysql", &format!("/{}", store.database()));
+    let opts = mysql_async::Opts::from_url(&url).unwrap();
+    let opts = mysql_async::OptsBuilder::from_opts(opts)
+        .prefer_socket(false)
+        .client_found_rows(true);
+    let mut conn = Conn::new(opts).await.unwrap();
+    async fn claim(conn: &mut Conn, token: &str, value: i64) -> Result<(), String> {
+        let sql = format!(
+            "CALL zkfence_begin('/locks/found', '{token}'); \
+             INSERT INTO kit_log (k, token) VALUES ('found', {value}); \
+             CALL zkfence_commit('/locks/found')"
+        );
+        let outcome = conn.query_drop(sql).await;
+        if outcome.is_err() {
+            let reset = "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1";
+            conn.query_drop(reset).await.unwrap();
+        }
+        outcome.map_err(|e| e.to_string())
+    }
+    claim(&mut conn, "5", 1).await.expect("the first claim");
+    claim(&mut conn, "5", 2).await.expect("an equal token");
+    claim(&mut conn, "6", 3).await.expect("a higher token");
+    let stale = claim(&mut conn, "5", 4).await.expect_err("a lower token");
+    assert!(stale.contains("the fence holds 6"), "{stale}");
+    assert_eq!(store.log("found").await.unwrap(), vec![1, 2, 3]);
+    assert_eq!(store.seen("/locks/found").await.unwrap(), Some(6));
+}
+
 /// A fenced transaction refuses a connection inside a transaction (its own, left open by a
 /// future dropped mid-way, or the caller's), with a message that says what to do; after a
 /// rollback it runs.
