@@ -44,7 +44,7 @@ pub(crate) fn copies(texts: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-/// [`copies`] among `files`, read without their `#[cfg(test)]` parts.
+/// [`copies`] among `files`, read up to their test modules.
 pub(crate) fn check(files: &[PathBuf]) -> Vec<String> {
     let texts: Vec<(String, String)> = files
         .iter()
@@ -71,5 +71,31 @@ mod tests {
         assert!(copies(&[("a.rs".into(), short.clone()), ("b.rs".into(), short)]).is_empty());
         let other = a.replace("let x0 = 0", "let x0 = 7");
         assert!(copies(&[("a.rs".into(), a), ("c.rs".into(), other)]).is_empty());
+    }
+
+    /// A copy after a `#[cfg(test)]` helper is read (the check once stopped at any
+    /// `#[cfg(test)]`); one inside the test module is not.
+    #[test]
+    fn a_copy_after_a_test_helper_is_found_and_one_in_the_tests_is_not() {
+        let body = (0..SHORTEST)
+            .map(|i| format!("    let x{i} = {i};\n"))
+            .collect::<String>();
+        let dir = std::env::temp_dir().join(format!("zkfence-lint-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let helper = "#[cfg(test)]\nfn helper() {}\n";
+        let a = write("a.rs", format!("{helper}fn one() {{\n{body}}}\n"));
+        let b = write("b.rs", format!("fn two() {{\n{body}}}\n"));
+        let c = write(
+            "c.rs",
+            format!("#[cfg(test)]\nmod tests {{\n    fn three() {{\n{body}    }}\n}}\n"),
+        );
+        assert_eq!(check(&[a.clone(), b.clone()]).len(), 1);
+        assert!(check(&[b, c]).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::source::{functions, is_test, said_above};
+use crate::source::{before_test_module, functions, is_test, said_above};
 
 /// The longest a function may run, in lines, without saying why: the tools', the fences', the
 /// tests' and the examples'.
@@ -43,23 +43,6 @@ pub(crate) fn check(file: &Path, tests: bool, longest: usize) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// `text` up to its test module: the first `#[cfg(test)]` line whose next line declares a
-/// `mod`. Unlike [`crate::source::before_tests`], a `#[cfg(test)]` on anything else (a block
-/// inside a function, a test-only helper, a mention in a comment) does not end it: the
-/// functions after it are measured too.
-fn before_test_module(text: &str) -> &str {
-    let mut lines = text.split_inclusive('\n').peekable();
-    let mut end = 0;
-    while let Some(line) = lines.next() {
-        let declares_mod = |next: &&str| next.split_whitespace().any(|word| word == "mod");
-        if line.trim() == "#[cfg(test)]" && lines.peek().is_some_and(declares_mod) {
-            return &text[..end];
-        }
-        end += line.len();
-    }
-    text
 }
 
 #[cfg(test)]

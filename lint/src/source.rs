@@ -21,14 +21,27 @@ pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// A file's text up to its `#[cfg(test)]` (tests may be long and repeat themselves: they are
-/// read top to bottom).
+/// A file's text up to its test module (tests may be long and repeat themselves: they are
+/// read top to bottom): see [`before_test_module`].
 pub(crate) fn before_tests(file: &Path) -> String {
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    text.split("#[cfg(test)]")
-        .next()
-        .unwrap_or_default()
-        .to_string()
+    before_test_module(&text).to_string()
+}
+
+/// `text` up to its test module: the first `#[cfg(test)]` line whose next line declares a
+/// `mod`. A `#[cfg(test)]` on anything else (a block inside a function, a test-only helper or
+/// import, a mention in a comment) does not end it: what follows is read too.
+pub(crate) fn before_test_module(text: &str) -> &str {
+    let mut lines = text.split_inclusive('\n').peekable();
+    let mut end = 0;
+    while let Some(line) = lines.next() {
+        let declares_mod = |next: &&str| next.split_whitespace().any(|word| word == "mod");
+        if line.trim() == "#[cfg(test)]" && lines.peek().is_some_and(declares_mod) {
+            return &text[..end];
+        }
+        end += line.len();
+    }
+    text
 }
 
 /// [`before_tests`], its comment lines left out.

@@ -494,20 +494,12 @@ fn refuse(seen: &str, doom: &str) -> String {
 }
 
 fn seal_procedure(database: Option<&str>, claim: Claim, ends: Ends) -> String {
-    // The seal forgets the id it sealed; the commit, which ends every claim of the
-    // transaction, the whole list.
-    let (name, comment, commit, forget) = match ends {
-        Ends::Alone => (
-            SEAL,
-            "call last before COMMIT: checks",
-            "",
-            "SET @zkfence_sealable = REPLACE(@zkfence_sealable, CONCAT(',', latest, ','), ',');",
-        ),
+    let (name, comment, commit) = match ends {
+        Ends::Alone => (SEAL, "call last before COMMIT: checks", ""),
         Ends::Transaction => (
             COMMIT,
             "the last statement of a fenced transaction: commits it if",
             "\n  COMMIT;\n  SET autocommit = 1;",
-            "SET @zkfence_sealable = ',';",
         ),
     };
     let name = qualified(database, name);
@@ -529,7 +521,8 @@ fn seal_procedure(database: Option<&str>, claim: Claim, ends: Ends) -> String {
     }
     if ends == Ends::Transaction {
         // The claim's savepoint stands and the transaction's latest claim was of this scope:
-        // see SAVEPOINT_MARK.
+        // see SAVEPOINT_MARK. The commit ends every claim of the transaction: the list of
+        // sealable ids starts afresh.
         return format!(
             "{head}BEGIN
   DECLARE v_scope VARBINARY({MAX_SCOPE_BYTES});
@@ -541,7 +534,7 @@ fn seal_procedure(database: Option<&str>, claim: Claim, ends: Ends) -> String {
     {gone}
   END IF;
   RELEASE SAVEPOINT zkfence_claim;
-  {forget}{commit}
+  SET @zkfence_sealable = ',';{commit}
 END"
         );
     }
@@ -556,7 +549,7 @@ END"
       OR LOCATE(CONCAT(',', latest, ','), IFNULL(@zkfence_sealable, ',')) = 0 THEN
     {gone}
   END IF;
-  {forget}{commit}
+  SET @zkfence_sealable = REPLACE(@zkfence_sealable, CONCAT(',', latest, ','), ',');{commit}
 END"
     )
 }
@@ -622,10 +615,10 @@ pub(crate) fn commit(database: Option<&str>, scopes: &[&str]) -> String {
 pub(crate) const ROLLBACK: &str =
     "ROLLBACK; SET SESSION TRANSACTION READ WRITE; SET autocommit = 1; SET @zkfence_sealable = NULL";
 
-/// The standalone claim, committed on its own (autocommit off, `zkfence_claim`, which leaves
-/// the token the fence held before in `@zkfence_previous`, then `zkfence_commit`, which seals and commits
-/// it and turns autocommit back on): text statements sent as one, one round trip (a prepared
-/// one costs a prepare on each new connection).
+/// The standalone claim, committed on its own (autocommit off; `zkfence_claim`, which leaves
+/// the token the fence held before in `@zkfence_previous`; then `zkfence_commit`, which seals
+/// and commits it and turns autocommit back on): text statements sent as one, one round trip
+/// (a prepared one costs a prepare on each new connection).
 pub(crate) fn claim(database: Option<&str>, scope: &str, token: i64) -> String {
     let claim = qualified(database, CLAIM);
     let commit = qualified(database, COMMIT);
