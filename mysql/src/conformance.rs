@@ -16,6 +16,15 @@ use zkfence::fence::{BoxError, FenceError, FenceTicket};
 use crate::dial::Dial;
 use crate::{sql, MySqlFence};
 
+/// The two recipes docs/fences.md gives for MySQL/MariaDB, each attacked by the cases whose
+/// client carries on: autocommit off, `zkfence_claim`, the writes, `zkfence_seal`, `COMMIT`;
+/// and `zkfence_begin`, the writes, `zkfence_commit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recipe {
+    ClaimSeal,
+    BeginCommit,
+}
+
 /// The kit's tables in a database of their own ([`scratch_name`]`(name)`): `kit_counter` (the
 /// counters), `kit_log` (the commit log: a row per accepted increment,
 /// inserted in the same transaction) and `kit_items` (for tests of their own); the fence
@@ -342,9 +351,25 @@ impl ConformanceStore {
         scope: &str,
         token: &str,
     ) -> Result<bool, String> {
+        self.claim_by(Recipe::ClaimSeal, conn, scope, token).await
+    }
+
+    /// [`claim_as_text`](Self::claim_as_text) by `recipe`'s claim (`zkfence_claim`, or
+    /// `zkfence_begin`).
+    async fn claim_by(
+        &self,
+        recipe: Recipe,
+        conn: &mut Conn,
+        scope: &str,
+        token: &str,
+    ) -> Result<bool, String> {
+        let procedure = match recipe {
+            Recipe::ClaimSeal => "zkfence_claim",
+            Recipe::BeginCommit => "zkfence_begin",
+        };
         let sql = format!(
             "CALL {}({}, {})",
-            sql::qualified(self.fence.database(), "zkfence_claim"),
+            sql::qualified(self.fence.database(), procedure),
             sql::hex(self.scope(scope).as_bytes()),
             literal(token)
         );
@@ -357,11 +382,25 @@ impl ConformanceStore {
 
     /// The installed seal's call for `scope`.
     fn seal_call(&self, scope: &str) -> String {
+        self.call(scope, "zkfence_seal")
+    }
+
+    /// `CALL <procedure>(<scope>)`, the procedure as installed where the fence looks.
+    fn call(&self, scope: &str, procedure: &str) -> String {
         format!(
             "CALL {}({})",
-            sql::qualified(self.fence.database(), "zkfence_seal"),
+            sql::qualified(self.fence.database(), procedure),
             sql::hex(self.scope(scope).as_bytes())
         )
+    }
+
+    /// What `recipe` sends after its writes: the seal and `COMMIT`, or `zkfence_commit` (and a
+    /// `COMMIT` all the same, as a client that carries on sends one).
+    fn ends(&self, recipe: Recipe, scope: &str) -> [String; 2] {
+        match recipe {
+            Recipe::ClaimSeal => [self.seal_call(scope), "COMMIT".to_owned()],
+            Recipe::BeginCommit => [self.call(scope, "zkfence_commit"), "COMMIT".to_owned()],
+        }
     }
 
     /// The recipe's writes for counter `key` under `token`: the increment and its log entry.
@@ -373,21 +412,31 @@ impl ConformanceStore {
         ]
     }
 
-    /// The recipe after its claim, each error ignored: the writes, the seal, `COMMIT`.
-    async fn finish_ignoring(&self, conn: &mut Conn, scope: &str, key: &str, token: &str) {
+    /// The recipe after its claim, each error ignored: the writes, then its ends.
+    async fn finish_ignoring(
+        &self,
+        recipe: Recipe,
+        conn: &mut Conn,
+        (scope, key, token): (&str, &str, &str),
+    ) {
         let [counter, log] = self.writes(key, token);
-        for statement in [counter, log, self.seal_call(scope), "COMMIT".to_owned()] {
+        let [seal, commit] = self.ends(recipe, scope);
+        for statement in [counter, log, seal, commit] {
             let _ = conn.query_drop(statement).await;
         }
     }
 
     /// `mariadb --force`: each statement sent, each error ignored.
-    async fn carry_on_ignoring(&self, scope: &str, token: &str, key: &str) -> Result<bool, String> {
+    async fn carry_on_ignoring(
+        &self,
+        recipe: Recipe,
+        (scope, token, key): (&str, &str, &str),
+    ) -> Result<bool, String> {
         let before = self.log(key).await?.len();
         let mut conn = self.direct().await.map_err(|e| e.to_string())?;
         let _ = conn.query_drop("SET autocommit = 0").await;
-        let _ = self.claim_as_text(&mut conn, scope, token).await;
-        self.finish_ignoring(&mut conn, scope, key, token).await;
+        let _ = self.claim_by(recipe, &mut conn, scope, token).await;
+        (self.finish_ignoring(recipe, &mut conn, (scope, key, token))).await;
         Ok(self.log(key).await?.len() > before)
     }
 
@@ -395,19 +444,22 @@ impl ConformanceStore {
     /// `ON_ERROR_ROLLBACK`, a nested transaction of an ORM), then `COMMIT`.
     async fn carry_on_in_savepoints(
         &self,
-        scope: &str,
-        token: &str,
-        key: &str,
+        recipe: Recipe,
+        (scope, token, key): (&str, &str, &str),
     ) -> Result<bool, String> {
         let before = self.log(key).await?.len();
         let mut conn = self.direct().await.map_err(|e| e.to_string())?;
         let _ = conn.query_drop("SET autocommit = 0").await;
         let _ = conn.query_drop("SAVEPOINT zkfence_kit").await;
-        if !matches!(self.claim_as_text(&mut conn, scope, token).await, Ok(true)) {
+        if !matches!(
+            self.claim_by(recipe, &mut conn, scope, token).await,
+            Ok(true)
+        ) {
             let _ = conn.query_drop("ROLLBACK TO SAVEPOINT zkfence_kit").await;
         }
         let [counter, log] = self.writes(key, token);
-        for statement in [counter, log, self.seal_call(scope)] {
+        let [seal, _] = self.ends(recipe, scope);
+        for statement in [counter, log, seal] {
             let _ = conn.query_drop("SAVEPOINT zkfence_kit").await;
             if conn.query_drop(statement).await.is_err() {
                 let _ = conn.query_drop("ROLLBACK TO SAVEPOINT zkfence_kit").await;
@@ -422,16 +474,15 @@ impl ConformanceStore {
     /// on: its writes, the seal, `COMMIT`, each error ignored.
     async fn carry_on_after_rollback(
         &self,
-        scope: &str,
-        token: &str,
-        key: &str,
+        recipe: Recipe,
+        (scope, token, key): (&str, &str, &str),
     ) -> Result<bool, String> {
         let before = self.log(key).await?.len();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut conn = loop {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
             (conn.query_drop("SET autocommit = 0").await).map_err(|e| e.to_string())?;
-            if !self.claim_as_text(&mut conn, scope, token).await? {
+            if !self.claim_by(recipe, &mut conn, scope, token).await? {
                 return Err(format!(
                     "the claim of {token} on {scope} was refused: the case needs it accepted"
                 ));
@@ -446,7 +497,7 @@ impl ConformanceStore {
                 );
             }
         };
-        self.finish_ignoring(&mut conn, scope, key, token).await;
+        (self.finish_ignoring(recipe, &mut conn, (scope, key, token))).await;
         Ok(self.log(key).await?.len() > before)
     }
 
@@ -637,14 +688,23 @@ impl FenceStore for ConformanceStore {
         key: &'a str,
         how: CarryOn,
     ) -> Option<BoxFuture<'a, Result<bool, String>>> {
+        // Both recipes the docs give: claim and seal, then begin and commit (the second only
+        // if the first committed nothing, each with its own connection).
         Some(Box::pin(async move {
-            match how {
-                CarryOn::Ignoring => self.carry_on_ignoring(scope, token, key).await,
-                CarryOn::InSavepoints => self.carry_on_in_savepoints(scope, token, key).await,
-                CarryOn::AfterRollbackUnderWork => {
-                    self.carry_on_after_rollback(scope, token, key).await
+            for recipe in [Recipe::ClaimSeal, Recipe::BeginCommit] {
+                let case = (scope, token, key);
+                let landed = match how {
+                    CarryOn::Ignoring => self.carry_on_ignoring(recipe, case).await?,
+                    CarryOn::InSavepoints => self.carry_on_in_savepoints(recipe, case).await?,
+                    CarryOn::AfterRollbackUnderWork => {
+                        self.carry_on_after_rollback(recipe, case).await?
+                    }
+                };
+                if landed {
+                    return Ok(true);
                 }
             }
+            Ok(false)
         }))
     }
 
