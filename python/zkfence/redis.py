@@ -37,12 +37,38 @@ def install(client: Any) -> None:
     client.function_load(_zkfence.install_text("redis"), replace=True)
 
 
-def _value(arg: Union[str, bytes, int, float]) -> bytes:
+def _raw(arg: Union[str, bytes, int, float]) -> bytes:
     if isinstance(arg, bytes):
-        return b"v" + arg
+        return arg
     if isinstance(arg, (str, int, float)) and not isinstance(arg, bool):
-        return b"v" + str(arg).encode()
+        return str(arg).encode()
     raise ValueError(f"a command argument must be str, bytes, int or float, not {type(arg).__name__}")
+
+
+def _encode(commands: List[Sequence[Any]], keys: List[str]) -> List[Any]:
+    """The write script's arguments after the token, the keys appended to ``keys``: for one
+    command its shape (``k`` or ``v`` for each argument) and its arguments untagged, a key as
+    its index in ``KEYS`` (what costs the server least); for several, their number, then each
+    one's length and its arguments tagged (``v<value>``, ``k<n>``)."""
+    one = len(commands) == 1
+    shape: List[str] = []
+    encoded: List[Any] = []
+    for command in commands:
+        if not command:
+            raise ValueError("an empty command")
+        if not one:
+            encoded.append(str(len(command)))
+        for arg in command:
+            if isinstance(arg, Key):
+                keys.append(str(arg))
+                shape.append("k")
+                encoded.append(str(len(keys)) if one else f"k{len(keys)}")
+            else:
+                shape.append("v")
+                encoded.append(_raw(arg) if one else b"v" + _raw(arg))
+    if one:
+        return ["".join(shape)] + encoded
+    return [str(len(commands))] + encoded
 
 
 def _call(client: Any, script: str, keys: List[str], args: List[Any], scope: str, token: int) -> Any:
@@ -71,22 +97,7 @@ def write(client: Any, held: Any, commands: Iterable[Sequence[Any]]) -> List[Any
     the fence to it; their replies, in order."""
     scope, token, check = ticket_and_check(held)
     keys = [fence_key(scope)]
-    args: List[Any] = [str(token)]
-    encoded: List[Any] = []
-    count = 0
-    for command in commands:
-        if not command:
-            raise ValueError("an empty command")
-        count += 1
-        encoded.append(str(len(command)))
-        for arg in command:
-            if isinstance(arg, Key):
-                keys.append(str(arg))
-                encoded.append(f"k{len(keys)}")
-            else:
-                encoded.append(_value(arg))
-    args.append(str(count))
-    args.extend(encoded)
+    args: List[Any] = [str(token)] + _encode(list(commands), keys)
     check()
     reply = _call(client, _WRITE, keys, args, scope, token)
     return list(reply[2])

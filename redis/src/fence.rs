@@ -56,7 +56,7 @@ local function compare(key, text)
   local stored = redis.call('GET', key)
   local seen = nil
   if stored then
-    seen = token(stored)
+    seen = stored == string.rep('0', 19 - #ours) .. ours and ours or token(stored)
     if not seen then
       return nil, nil, bad(key .. ' holds ' .. stored .. ', not a fencing token: is it a zkfence fence key?')
     end
@@ -77,21 +77,21 @@ local function claim(KEYS, ARGV)
   raise(KEYS[1], ours, seen)
   return {'ok', seen or ''}
 end
-local function write(KEYS, ARGV)
+local function tagged(KEYS, ARGV)
   local count = tonumber(string.match(ARGV[2] or '', '^%d+$'))
-  if not count then return bad('give the number of commands after the token') end
+  if not count then return nil, bad('give the shape of one command, or the number of commands, after the token') end
   local commands = {}
   local at = 3
   for c = 1, count do
     local argc = tonumber(string.match(ARGV[at] or '', '^%d+$'))
     if not argc or argc == 0 then
-      return bad('command ' .. c .. ': give its number of arguments, then each tagged')
+      return nil, bad('command ' .. c .. ': give its number of arguments, then each tagged')
     end
     at = at + 1
     local args = {}
     for a = 1, argc do
       local arg = ARGV[at]
-      if arg == nil then return bad('command ' .. c .. ' has fewer arguments than it says') end
+      if arg == nil then return nil, bad('command ' .. c .. ' has fewer arguments than it says') end
       local tag = string.byte(arg, 1)
       local n = tag == 107 and tonumber(string.match(arg, '^k(%d+)$'))
       if tag == 118 then
@@ -99,13 +99,40 @@ local function write(KEYS, ARGV)
       elseif n and n > 1 and KEYS[n] then
         args[a] = KEYS[n]
       else
-        return bad('argument ' .. at .. ' (' .. arg .. '): tag each argument, v<value> for a value, k<n> for KEYS[n] with n from 2 (KEYS[1] is the fence key)')
+        return nil, bad('argument ' .. at .. ' (' .. arg .. '): tag each argument, v<value> for a value, k<n> for KEYS[n] with n from 2 (KEYS[1] is the fence key)')
       end
       at = at + 1
     end
     commands[c] = args
   end
-  if ARGV[at] ~= nil then return bad('arguments left over after the last command') end
+  if ARGV[at] ~= nil then return nil, bad('arguments left over after the last command') end
+  return commands
+end
+local function write(KEYS, ARGV)
+  local shape = ARGV[2]
+  local commands, bad_commands
+  if type(shape) == 'string' and string.find(shape, '^[kv]+$') then
+    if #ARGV ~= #shape + 2 then
+      return bad('the shape ' .. shape .. ' names ' .. #shape .. ' arguments; ' .. (#ARGV - 2) .. ' follow it')
+    end
+    local args = {}
+    for a = 1, #shape do
+      local arg = ARGV[a + 2]
+      if string.byte(shape, a) == 118 then
+        args[a] = arg
+      else
+        local n = tonumber(string.match(arg, '^%d+$'))
+        if not (n and n > 1 and KEYS[n]) then
+          return bad('argument ' .. (a + 2) .. ' (' .. arg .. '): a key argument is n for KEYS[n], n from 2 (KEYS[1] is the fence key)')
+        end
+        args[a] = KEYS[n]
+      end
+    end
+    commands = {args}
+  else
+    commands, bad_commands = tagged(KEYS, ARGV)
+    if not commands then return bad_commands end
+  end
   local ours, seen, err = compare(KEYS[1], ARGV[1])
   if err then return err end
   raise(KEYS[1], ours, seen)
@@ -127,10 +154,17 @@ pub const CLAIM_SCRIPT: &str = concat!(prelude!(), "return claim(KEYS, ARGV)\n")
 
 /// The fenced write, for `EVAL` from any client: the claim's compare, then the caller's
 /// commands. `KEYS[1]` the fence key, `KEYS[2..]` the commands' keys; `ARGV[1]` the token,
-/// `ARGV[2]` the number of commands, then per command its argument count and arguments, each
-/// tagged by its first byte: `k` and a key index (`k2` is `KEYS[2]`), or `v` and the value.
-/// Every argument is checked before anything is written (an untagged one is a `ZF002` error
-/// reply). Replies `{"ok", previous or "", {replies...}}`; errors as [`CLAIM_SCRIPT`]'s.
+/// then either
+/// - one command: `ARGV[2]` its shape, a letter for each argument (`k` a key, `v` a value),
+///   and its arguments as they are, a key as its index in `KEYS` (`SET` of `KEYS[2]` to 42:
+///   `vkv SET 2 42`); the form that costs the server least, or
+/// - several: `ARGV[2]` the number of commands, then per command its argument count and
+///   arguments, each tagged by its first byte: `k` and a key index (`k2` is `KEYS[2]`), or `v`
+///   and the value.
+///
+/// Every argument is checked before anything is written (a shape that does not match the
+/// arguments, an untagged argument, a key index outside `KEYS[2..]` is a `ZF002` error reply).
+/// Replies `{"ok", previous or "", {replies...}}`; errors as [`CLAIM_SCRIPT`]'s.
 pub const WRITE_SCRIPT: &str = concat!(prelude!(), "return write(KEYS, ARGV)\n");
 
 /// The same claim and write as a Redis 7 function library (`zkfence fence install
@@ -140,7 +174,7 @@ pub const WRITE_SCRIPT: &str = concat!(prelude!(), "return write(KEYS, ARGV)\n")
 /// ```text
 /// redis-cli FCALL zkfence_claim 1 'zkfence:fence:{/locks/orders}' "$ZKFENCE_TOKEN"
 /// redis-cli FCALL zkfence_write 2 'zkfence:fence:{/locks/orders}' '{/locks/orders}:total' \
-///   "$ZKFENCE_TOKEN" 1 3 vSET k2 v42
+///   "$ZKFENCE_TOKEN" vkv SET 2 42
 /// ```
 ///
 /// A token is accepted in any decimal text form a client may send (`42`, `0042`, `+42`) and
@@ -172,6 +206,14 @@ pub const FUNCTIONS: &str = concat!(
 pub struct Commands {
     keys: Vec<String>,
     commands: Vec<Vec<Vec<u8>>>,
+}
+
+/// The write script's counts of [`Commands`] (see [`Commands::counts`]).
+enum Counts {
+    /// One command's shape: `k` or `v` for each argument.
+    Shape(String),
+    /// The number of commands, and each one's number of arguments.
+    Tagged(String, Vec<String>),
 }
 
 /// One command being built (see [`Commands::command`]).
@@ -252,6 +294,19 @@ impl Commands {
         let args = command.args;
         self.commands.push(args);
         self
+    }
+
+    /// What the write script reads before the arguments: for one command its shape (`k` or
+    /// `v` for each argument: the script then takes them untagged, a key as its index), the
+    /// form that costs the server least; for several, their number and each one's length
+    /// (the arguments tagged).
+    fn counts(&self) -> Counts {
+        if let [command] = self.commands.as_slice() {
+            let shape = command.iter().map(|arg| char::from(arg[0])).collect();
+            return Counts::Shape(shape);
+        }
+        let lens = self.commands.iter().map(|c| c.len().to_string());
+        Counts::Tagged(self.commands.len().to_string(), lens.collect())
     }
 
     /// The keys the commands write, in order of first use.
@@ -820,19 +875,21 @@ impl RedisFence {
         commands: Option<&Commands>,
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
         let mut args: Vec<&[u8]> = vec![token.as_bytes()];
-        let counts = commands.map(|commands| {
-            let lens = commands.commands.iter().map(|c| c.len().to_string());
-            (
-                commands.commands.len().to_string(),
-                lens.collect::<Vec<_>>(),
-            )
-        });
-        if let (Some(commands), Some((count, lens))) = (commands, &counts) {
-            args.push(count.as_bytes());
-            for (command, len) in commands.commands.iter().zip(lens) {
-                args.push(len.as_bytes());
-                args.extend(command.iter().map(Vec::as_slice));
+        let counts = commands.map(Commands::counts);
+        match (commands, &counts) {
+            (Some(commands), Some(Counts::Shape(shape))) => {
+                // One command: its shape, then its arguments untagged (a key as its index).
+                args.push(shape.as_bytes());
+                args.extend(commands.commands[0].iter().map(|arg| &arg[1..]));
             }
+            (Some(commands), Some(Counts::Tagged(count, lens))) => {
+                args.push(count.as_bytes());
+                for (command, len) in commands.commands.iter().zip(lens) {
+                    args.push(len.as_bytes());
+                    args.extend(command.iter().map(Vec::as_slice));
+                }
+            }
+            _ => {}
         }
         let mut keys = vec![fence_key];
         keys.extend(

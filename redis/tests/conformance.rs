@@ -185,6 +185,52 @@ async fn redis_cli_is_refused_below_the_fence_in_every_text_form() {
     assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), "");
 }
 
+/// One command in its shape form from `redis-cli` (`vkv SET 2 42`): written under the current
+/// token, refused under a lower one (`ZF001`), and refused (`ZF002`) with nothing written for
+/// a shape that does not match its arguments, a key given as the fence key's index or as
+/// none, or a shape that is not only `k` and `v`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_in_its_shape_form_is_fenced_and_checked() {
+    let store = new_store("shape").await;
+    let key = store.fence().fence_key("/locks/shape");
+    let (_, write_fn) = store.fence().functions();
+    let (counter, _) = store.keys("/locks/shape", "v");
+    let write = |tail: &'static [&'static str]| {
+        let (key, counter, write_fn) = (key.clone(), counter.clone(), write_fn.clone());
+        async move {
+            let mut args = vec!["FCALL", &write_fn, "2", &key, &counter];
+            args.extend_from_slice(tail);
+            redis_cli(&args).await
+        }
+    };
+    let get = || async {
+        String::from_utf8_lossy(&redis_cli(&["GET", &counter]).await.stdout)
+            .trim()
+            .to_owned()
+    };
+    let ok = write(&["7", "vkv", "SET", "2", "42"]).await;
+    assert!(ok.status.success(), "{ok:?}");
+    assert_eq!(get().await, "42");
+    for bad in [
+        &["7", "vkv", "SET", "2"][..],
+        &["7", "vkv", "SET", "2", "1", "x"][..],
+        &["7", "vkv", "SET", "1", "43"][..],
+        &["7", "vkv", "SET", "k2", "43"][..],
+        &["7", "vkv", "SET", "3", "43"][..],
+        &["7", "vxv", "SET", "2", "43"][..],
+    ] {
+        let out = write(bad).await;
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(said.contains("ZF002"), "{bad:?}: {said}");
+        assert_eq!(get().await, "42", "{bad:?} wrote");
+    }
+    let stale = write(&["6", "vkv", "SET", "2", "stale"]).await;
+    assert_eq!(stale.status.code(), Some(1), "{stale:?}");
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("ZF001"));
+    assert_eq!(get().await, "42");
+}
+
 /// `redis-cli -e` reading its commands from `input`, one a line, as a shell recipe piping them
 /// does; its exit status and output.
 async fn redis_cli_reading(input: &str) -> std::process::Output {
