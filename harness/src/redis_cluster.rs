@@ -127,7 +127,7 @@ impl LocalRedisCluster {
         let cluster = LocalRedisCluster { nodes, tls };
         for node in &cluster.nodes {
             cluster.wait(&format!("127.0.0.1:{} to answer PING", node.port), || {
-                if !alive(node.child.id()) {
+                if !zkfence_testkit::is_alive(node.child.id()) {
                     return Err(format!("it exited; its log ends: {}", log_tail(node)));
                 }
                 match cluster.cli(node.port, &["PING"])?.trim() {
@@ -485,14 +485,6 @@ fn sweep() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-}
-
-/// Whether process `pid` runs (exists and is no zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-        !state.is_some_and(|rest| rest.starts_with('Z'))
-    })
 }
 
 /// The last lines of a node's log, for an error.

@@ -672,9 +672,8 @@ impl FenceStore for ConformanceStore {
             let mut conn = self.direct().await.map_err(|e| e.to_string())?;
             (conn.query_drop("SET autocommit = 0").await).map_err(|e| e.to_string())?;
             let claimed = self.claim_as_text(&mut conn, scope, token).await?;
-            let scope = sql::hex(self.scope(scope).as_bytes());
             if claimed {
-                let seal = format!("CALL zkfence_seal({scope}); COMMIT");
+                let seal = self.ends(Recipe::ClaimSeal, scope).join("; ");
                 (conn.query_drop(seal).await).map_err(|e| e.to_string())?;
             }
             Ok(claimed)

@@ -50,25 +50,30 @@ def _encode(commands: List[Sequence[Any]], keys: List[str]) -> List[Any]:
     command its shape (``k`` or ``v`` for each argument) and its arguments untagged, a key as
     its index in ``KEYS`` (what costs the server least); for several, their number, then each
     one's length and its arguments tagged (``v<value>``, ``k<n>``)."""
-    one = len(commands) == 1
-    shape: List[str] = []
-    encoded: List[Any] = []
-    for command in commands:
-        if not command:
-            raise ValueError("an empty command")
-        if not one:
-            encoded.append(str(len(command)))
-        for arg in command:
+    if any(not command for command in commands):
+        raise ValueError("an empty command")
+    if len(commands) == 1:
+        shape: List[str] = []
+        untagged: List[Any] = []
+        for arg in commands[0]:
             if isinstance(arg, Key):
                 keys.append(str(arg))
                 shape.append("k")
-                encoded.append(str(len(keys)) if one else f"k{len(keys)}")
+                untagged.append(str(len(keys)))
             else:
                 shape.append("v")
-                encoded.append(_raw(arg) if one else b"v" + _raw(arg))
-    if one:
-        return ["".join(shape)] + encoded
-    return [str(len(commands))] + encoded
+                untagged.append(_raw(arg))
+        return ["".join(shape)] + untagged
+    tagged: List[Any] = [str(len(commands))]
+    for command in commands:
+        tagged.append(str(len(command)))
+        for arg in command:
+            if isinstance(arg, Key):
+                keys.append(str(arg))
+                tagged.append(f"k{len(keys)}")
+            else:
+                tagged.append(b"v" + _raw(arg))
+    return tagged
 
 
 def _call(client: Any, script: str, keys: List[str], args: List[Any], scope: str, token: int) -> Any:

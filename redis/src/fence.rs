@@ -875,21 +875,21 @@ impl RedisFence {
         commands: Option<&Commands>,
     ) -> Result<(Option<i64>, Vec<Value>), FenceError<RedisError>> {
         let mut args: Vec<&[u8]> = vec![token.as_bytes()];
-        let counts = commands.map(Commands::counts);
-        match (commands, &counts) {
-            (Some(commands), Some(Counts::Shape(shape))) => {
+        let counts = commands.map(|commands| (commands, commands.counts()));
+        match &counts {
+            Some((commands, Counts::Shape(shape))) => {
                 // One command: its shape, then its arguments untagged (a key as its index).
                 args.push(shape.as_bytes());
                 args.extend(commands.commands[0].iter().map(|arg| &arg[1..]));
             }
-            (Some(commands), Some(Counts::Tagged(count, lens))) => {
+            Some((commands, Counts::Tagged(count, lens))) => {
                 args.push(count.as_bytes());
                 for (command, len) in commands.commands.iter().zip(lens) {
                     args.push(len.as_bytes());
                     args.extend(command.iter().map(Vec::as_slice));
                 }
             }
-            _ => {}
+            None => {}
         }
         let mut keys = vec![fence_key];
         keys.extend(

@@ -76,7 +76,8 @@ pub use crate::history::{History, StaleWrite};
 pub use crate::local::start_local_zookeeper;
 pub use crate::options::EnsembleOptions;
 pub use crate::process::{
-    is_paused, is_service, pause, pause_point, resume, Service, ServiceError, ServiceOptions,
+    is_alive, is_paused, is_service, pause, pause_point, resume, Service, ServiceError,
+    ServiceOptions,
 };
 pub use crate::proxy::CountingProxy;
 pub use crate::raw_proxy::RawProxy;

@@ -61,13 +61,7 @@ pub fn resume(pid: u32) -> std::io::Result<()> {
 /// ```
 pub fn is_paused(pid: u32) -> bool {
     if cfg!(target_os = "linux") {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // pid (comm) S ...: the state follows the last ')' (comm may hold one).
-        return stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+        return linux_state(pid) == Some('T');
     }
     Command::new("ps")
         .args(["-o", "state=", "-p", &pid.to_string()])
@@ -77,6 +71,30 @@ pub fn is_paused(pid: u32) -> bool {
                 .trim_start()
                 .starts_with('T')
         })
+}
+
+/// Whether process `pid` exists and has not exited (Linux: not a zombie in `/proc`; elsewhere
+/// `kill(pid, 0)`).
+///
+/// # Examples
+///
+/// ```
+/// assert!(zkfence_testkit::is_alive(std::process::id()));
+/// ```
+pub fn is_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        return linux_state(pid).is_some_and(|state| state != 'Z');
+    }
+    signal(pid, 0).is_ok()
+}
+
+/// The state letter of process `pid` in `/proc/<pid>/stat` (`R`, `S`, `T`, `Z` …), `None` for
+/// no such process.
+fn linux_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) S ...: the state follows the last ')' (comm may hold one).
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 fn signal(pid: u32, signal: i32) -> std::io::Result<()> {

@@ -220,7 +220,7 @@ fn reservation_lapsed(path: &Path) -> bool {
     let pid = owner
         .as_deref()
         .and_then(|text| text.trim().parse::<u32>().ok());
-    pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    pid.is_some_and(|pid| !crate::process::is_alive(pid))
 }
 
 /// A fresh directory of this process's own under the system's temp dir,
