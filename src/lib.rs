@@ -51,7 +51,7 @@
 //! tickTime of at most `T/2` unless declared with [`LockOptions::with_tick_time`], refused
 //! with [`Error::LeaseTooShort`] when no lease fits; one session timeout negotiated by every
 //! server; the client's keepalive for the first proof after the watchdog starts) are written
-//! once, in the lease module (`src/watchdog/lease.rs`).
+//! once, in the lease module (`src/watchdog/lease/mod.rs`).
 //!
 //! The lease model (the `zkfence-model` package, `model/` in the repository) checks the rule
 //! exhaustively at small bounds, with the library's own lease code. It found one gap in the

@@ -215,7 +215,7 @@ impl LockOptions {
     /// lease holds again, the hold resumes ([`steady`](crate::Held::steady) returns). If the
     /// grace runs out first, or the session expires, or the node is deleted, the hold is lost
     /// and the token fires. The argument that resuming is safe is in the lease module
-    /// (`src/watchdog/lease.rs`, "Jeopardy").
+    /// (`src/watchdog/lease/mod.rs`, "Jeopardy").
     ///
     /// It keeps holds through what routinely outlasts a lease: a leader that goes silent until
     /// the followers elect another (`syncLimit · tickTime`), a leader's long GC pause, a

@@ -1,6 +1,7 @@
 //! Long functions: none runs past 50 lines in the library's own `src/`, nor past 80 anywhere
 //! else (the other packages' `src/`, every `tests/` and `examples/`), unless the comment above
-//! it says why (`long because`). Tests are exempt (they read top to bottom): a file's test
+//! it says why (`long because`). Long files: none of the library's `src/` runs past 600 lines
+//! before its test module (a room a newcomer can read). Tests are exempt (they read top to bottom): a file's test
 //! module (a `mod` under `#[cfg(test)]`), and in a `tests/` folder every `#[test]` function
 //! (its helpers are not). Code after a `#[cfg(test)]` on anything else (a block, a helper) is
 //! held to the limit like the rest.
@@ -16,6 +17,9 @@ pub(crate) const LONGEST: usize = 80;
 /// The longest a function of the library's own `src/` may run without saying why: the code a
 /// reader of the product reads, each step a function of its own.
 pub(crate) const LONGEST_IN_LIBRARY: usize = 50;
+
+/// The most lines a file of the library's own `src/` may have before its test module.
+pub(crate) const LONGEST_FILE_IN_LIBRARY: usize = 600;
 
 /// The functions of `text` longer than `longest` lines whose comment does not say why: name
 /// and length. `tests`: the text is a test file's, whose test functions are exempt.
@@ -43,6 +47,19 @@ pub(crate) fn check(file: &Path, tests: bool, longest: usize) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// A problem if `file` (of the library's `src/`) has more than `longest` lines before its test
+/// module.
+pub(crate) fn check_file(file: &Path, longest: usize) -> Option<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let lines = before_test_module(&text).lines().count();
+    (lines > longest).then(|| {
+        format!(
+            "{}: {lines} lines before its tests (at most {longest}): split it by concern",
+            file.display()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -105,6 +122,23 @@ mod tests {
         assert_eq!(before_test_module(&module), "fn small() {\n}\n");
         let public = "fn small() {\n}\n#[cfg(test)]\npub(crate) mod support;\n";
         assert_eq!(before_test_module(public), "fn small() {\n}\n");
+    }
+
+    #[test]
+    fn a_long_file_is_found_and_its_tests_do_not_count() {
+        let dir = std::env::temp_dir().join(format!("zkfence-lint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("long.rs");
+        let code = "fn a() {}\n".repeat(10);
+        std::fs::write(&file, &code).unwrap();
+        assert_eq!(check_file(&file, 10), None);
+        std::fs::write(&file, format!("{code}fn b() {{}}\n")).unwrap();
+        let found = check_file(&file, 10).expect("an 11-line file past 10");
+        assert!(found.contains("11 lines"), "{found}");
+        let tests = format!("{code}#[cfg(test)]\nmod tests {{\n{code}}}\n");
+        std::fs::write(&file, tests).unwrap();
+        assert_eq!(check_file(&file, 10), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

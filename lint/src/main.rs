@@ -6,7 +6,7 @@
 //!   `src/`;
 //! - `length`: no function runs past 50 lines in the library's `src/`, nor past 80 in any other
 //!   package's `src/` or in any `tests/` (test functions exempt) or `examples/`, without saying
-//!   why (`long because`);
+//!   why (`long because`); no file of the library's `src/` past 600 lines before its tests;
 //! - `copies`: no two functions of the workspace with the same body;
 //! - `map`: `ARCHITECTURE.md` agrees with the tree (its package table, every file of the
 //!   library's `src/`, the paths it names);
@@ -72,6 +72,10 @@ fn main() -> ExitCode {
                     continue;
                 }
                 note("length", length::check(&file, tests, longest));
+                if folder == &root && part == "src" {
+                    let long = length::check_file(&file, length::LONGEST_FILE_IN_LIBRARY);
+                    note("length", long.into_iter().collect());
+                }
                 every_file.push(file);
             }
         }

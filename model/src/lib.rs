@@ -3,7 +3,7 @@
 //! jeopardy and resume code ([`zkfence::model_api`]), checked with `stateright`.
 //!
 //! The argument the model checks, and what it leaves out, are written in the library's lease
-//! module (`src/watchdog/lease.rs`, "What the model checks"); the state counts, run times and
+//! module (`src/watchdog/lease/mod.rs`, "What the model checks"); the state counts, run times and
 //! each mutant's counterexample are in this package's README.
 //!
 //! # Layout

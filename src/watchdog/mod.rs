@@ -27,7 +27,10 @@ pub(crate) mod lease;
 #[cfg(feature = "model")]
 pub(crate) mod model;
 mod nodes;
+mod probe;
+mod proving;
 mod registry;
+mod session;
 mod state;
 
 use std::sync::Arc;

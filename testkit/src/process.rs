@@ -90,7 +90,7 @@ pub fn is_alive(pid: u32) -> bool {
 
 /// The state letter of process `pid` in `/proc/<pid>/stat` (`R`, `S`, `T`, `Z` …), `None` for
 /// no such process.
-fn linux_state(pid: u32) -> Option<char> {
+pub(crate) fn linux_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // pid (comm) S ...: the state follows the last ')' (comm may hold one).
     let (_, rest) = stat.rsplit_once(')')?;

@@ -326,14 +326,27 @@ impl Node {
             if Instant::now() >= deadline {
                 let log = self.log();
                 let tail: Vec<&str> = log.lines().rev().take(20).collect();
-                return Err(StartError::NotServing {
-                    timeout,
-                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                });
+                let mut log = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+                log.push_str(&self.jvm_state());
+                return Err(StartError::NotServing { timeout, log });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// What became of the JVM, for a start that timed out: its pid, its state letter in
+    /// `/proc` (`R` running, `S` sleeping, `D` in uninterruptible I/O, `T` stopped, `Z` exited
+    /// and not reaped) and the kernel function it waits in. An empty log alone cannot tell a
+    /// JVM that never ran from one stuck before its first line.
+    fn jvm_state(&self) -> String {
+        let pid = self.pid();
+        if pid <= 0 {
+            return "\n(no JVM was started)".into();
+        }
+        let state = crate::process::linux_state(pid as u32).map_or("gone".into(), String::from);
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        format!("\n(the JVM, pid {pid}: state {state}, waiting in {wchan:?})")
     }
 
     pub(crate) fn log(&self) -> String {

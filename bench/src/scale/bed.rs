@@ -162,7 +162,7 @@ impl Bed<'_> {
     }
 
     /// How often a session's watchdog probes while it holds, for a session of T under the
-    /// default options: the library's `probe_period` (src/watchdog/lease.rs), `max(G, (budget
+    /// default options: the library's `probe_period` (src/watchdog/lease/cell.rs), `max(G, (budget
     /// − G)/4)` with `G = tickTime/2 · 1.01 + margin`, tickTime taken as T/2, the budget
     /// `0.99·T − margin`, the margin T/20 within 20–500 ms. The bench reports in these.
     pub(super) fn probe_period(&self) -> Duration {
