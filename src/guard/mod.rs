@@ -1,4 +1,4 @@
-//! [`LockGuard`], the proof of hold a lock, and [`Held`], the handle a critical section
+//! [`LockGuard`], the proof of a hold on a lock, and [`Held`], the handle a critical section
 //! gets from [`Acquire::run`](crate::Acquire::run); and the hold they share: one
 //! acquisition's node, token, watchdog registration and release, which ends with the last of
 //! its guards (more than one with reentrancy).
