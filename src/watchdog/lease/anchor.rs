@@ -124,20 +124,9 @@ impl LeaseCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watchdog::lease::cell::tests::{cell, ms};
     use crate::watchdog::lease::LeasePolicy;
     use std::time::Duration;
-
-    const T: Duration = Duration::from_secs(4);
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn cell(policy: &LeasePolicy) -> LeaseCell {
-        let cell = LeaseCell::new(T);
-        cell.adopt(policy, T);
-        cell
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_committed_write_anchors_at_the_newest_reply_a_gap_before_it() {

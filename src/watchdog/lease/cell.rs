@@ -223,16 +223,18 @@ impl LeaseCell {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const T: Duration = Duration::from_secs(4);
+    /// The session timeout of the lease modules' tests.
+    pub(in crate::watchdog::lease) const T: Duration = Duration::from_secs(4);
 
-    fn ms(n: u64) -> Duration {
+    pub(in crate::watchdog::lease) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    fn cell(policy: &LeasePolicy) -> LeaseCell {
+    /// A cell of a session with timeout [`T`] under `policy`.
+    pub(in crate::watchdog::lease) fn cell(policy: &LeasePolicy) -> LeaseCell {
         let cell = LeaseCell::new(T);
         cell.adopt(policy, T);
         cell

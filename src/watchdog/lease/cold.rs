@@ -196,19 +196,8 @@ impl LeaseCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watchdog::lease::cell::tests::{cell, ms, T};
     use crate::watchdog::lease::LeasePolicy;
-
-    const T: Duration = Duration::from_secs(4);
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn cell(policy: &LeasePolicy) -> LeaseCell {
-        let cell = LeaseCell::new(T);
-        cell.adopt(policy, T);
-        cell
-    }
 
     /// The watchdog's ticker, running every period from now until `until` (paused time).
     async fn run_ticker(cell: &LeaseCell, until: Instant) {
