@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::source::{before_test_module, functions, is_test, said_above};
+use crate::source::{before_tests, functions, is_test, said_above};
 
 /// The longest a function may run, in lines, without saying why: the tools', the fences', the
 /// tests' and the examples'.
@@ -36,8 +36,7 @@ pub(crate) fn long_functions(text: &str, tests: bool, longest: usize) -> Vec<(St
 
 /// One line per function of `file` past `longest` lines. `tests`: a file of a `tests/` folder.
 pub(crate) fn check(file: &Path, tests: bool, longest: usize) -> Vec<String> {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    long_functions(before_test_module(&text), tests, longest)
+    long_functions(&before_tests(file), tests, longest)
         .into_iter()
         .map(|(name, length)| {
             format!(
@@ -52,8 +51,7 @@ pub(crate) fn check(file: &Path, tests: bool, longest: usize) -> Vec<String> {
 /// A problem if `file` (of the library's `src/`) has more than `longest` lines before its test
 /// module.
 pub(crate) fn check_file(file: &Path, longest: usize) -> Option<String> {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    let lines = before_test_module(&text).lines().count();
+    let lines = before_tests(file).lines().count();
     (lines > longest).then(|| {
         format!(
             "{}: {lines} lines before its tests (at most {longest}): split it by concern",
@@ -65,6 +63,7 @@ pub(crate) fn check_file(file: &Path, longest: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::before_test_module;
 
     #[test]
     fn the_length_check_counts_a_long_function() {

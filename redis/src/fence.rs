@@ -77,6 +77,10 @@ local function claim(KEYS, ARGV)
   raise(KEYS[1], ours, seen)
   return {'ok', seen or ''}
 end
+local function key_at(KEYS, digits)
+  local n = tonumber(digits)
+  return n and n > 1 and KEYS[n]
+end
 local function tagged(KEYS, ARGV)
   local count = tonumber(string.match(ARGV[2] or '', '^%d+$'))
   if not count then return nil, bad('give the shape of one command, or the number of commands, after the token') end
@@ -93,11 +97,11 @@ local function tagged(KEYS, ARGV)
       local arg = ARGV[at]
       if arg == nil then return nil, bad('command ' .. c .. ' has fewer arguments than it says') end
       local tag = string.byte(arg, 1)
-      local n = tag == 107 and tonumber(string.match(arg, '^k(%d+)$'))
+      local key = tag == 107 and key_at(KEYS, string.match(arg, '^k(%d+)$'))
       if tag == 118 then
         args[a] = string.sub(arg, 2)
-      elseif n and n > 1 and KEYS[n] then
-        args[a] = KEYS[n]
+      elseif key then
+        args[a] = key
       else
         return nil, bad('argument ' .. at .. ' (' .. arg .. '): tag each argument, v<value> for a value, k<n> for KEYS[n] with n from 2 (KEYS[1] is the fence key)')
       end
@@ -108,31 +112,34 @@ local function tagged(KEYS, ARGV)
   if ARGV[at] ~= nil then return nil, bad('arguments left over after the last command') end
   return commands
 end
-local function write(KEYS, ARGV)
+local function shaped(KEYS, ARGV)
   local shape = ARGV[2]
-  local commands, bad_commands
-  if type(shape) == 'string' and string.find(shape, '^[kv]+$') then
-    if #ARGV ~= #shape + 2 then
-      return bad('the shape ' .. shape .. ' names ' .. #shape .. ' arguments; ' .. (#ARGV - 2) .. ' follow it')
-    end
-    local args = {}
-    for a = 1, #shape do
-      local arg = ARGV[a + 2]
-      if string.byte(shape, a) == 118 then
-        args[a] = arg
-      else
-        local n = tonumber(string.match(arg, '^%d+$'))
-        if not (n and n > 1 and KEYS[n]) then
-          return bad('argument ' .. (a + 2) .. ' (' .. arg .. '): a key argument is n for KEYS[n], n from 2 (KEYS[1] is the fence key)')
-        end
-        args[a] = KEYS[n]
+  if #ARGV ~= #shape + 2 then
+    return nil, bad('the shape ' .. shape .. ' names ' .. #shape .. ' arguments; ' .. (#ARGV - 2) .. ' follow it')
+  end
+  local args = {}
+  for a = 1, #shape do
+    local arg = ARGV[a + 2]
+    if string.byte(shape, a) == 118 then
+      args[a] = arg
+    else
+      local key = key_at(KEYS, string.match(arg, '^%d+$'))
+      if not key then
+        return nil, bad('argument ' .. (a + 2) .. ' (' .. arg .. '): a key argument is n for KEYS[n], n from 2 (KEYS[1] is the fence key)')
       end
+      args[a] = key
     end
-    commands = {args}
+  end
+  return {args}
+end
+local function write(KEYS, ARGV)
+  local commands, bad_commands
+  if type(ARGV[2]) == 'string' and string.find(ARGV[2], '^[kv]+$') then
+    commands, bad_commands = shaped(KEYS, ARGV)
   else
     commands, bad_commands = tagged(KEYS, ARGV)
-    if not commands then return bad_commands end
   end
+  if not commands then return bad_commands end
   local ours, seen, err = compare(KEYS[1], ARGV[1])
   if err then return err end
   raise(KEYS[1], ours, seen)
